@@ -1,0 +1,80 @@
+// Allocators with per-device, per-category memory statistics.
+//
+// Every byte a tensor owns is charged to one device and one category, so the
+// paper's memory table (parameters vs activations per device) comes from
+// measurement. The category of a new allocation is the calling thread's
+// current category (MemoryCategoryGuard), Activation by default.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "core/device.h"
+
+namespace gpipe {
+
+enum class MemoryCategory : uint8_t { kParameter, kGradient, kOptimizerState, kActivation, kWorkspace };
+inline constexpr int kNumMemoryCategories = 5;
+std::string_view memory_category_name(MemoryCategory c);
+
+struct MemoryStats {
+  std::array<int64_t, kNumMemoryCategories> live{};  // bytes allocated now
+  std::array<int64_t, kNumMemoryCategories> peak{};  // high-water mark of live, per category
+  int64_t live_total = 0;
+  int64_t peak_total = 0;       // high-water mark of the sum over categories
+  int64_t allocations = 0;      // number of allocate() calls
+  int64_t live_bytes(MemoryCategory c) const { return live[static_cast<int>(c)]; }
+  int64_t peak_bytes(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
+  std::string str() const;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns at least `bytes` bytes, 64-byte aligned; throws gpipe::Error on exhaustion.
+  virtual void* allocate(size_t bytes, MemoryCategory category) = 0;
+  virtual void deallocate(void* ptr, size_t bytes, MemoryCategory category) = 0;
+  virtual Device device() const = 0;
+
+  MemoryStats stats() const;
+  // Sets every peak to the current live value (start of a new measurement window).
+  void reset_peak();
+
+ protected:
+  void charge(size_t bytes, MemoryCategory c);
+  void release(size_t bytes, MemoryCategory c);
+
+ private:
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+};
+
+inline constexpr size_t kAllocAlignment = 64;
+
+// The allocator of `device`, created on first use; it lives for the process.
+// Throws gpipe::Error for a device kind this build or machine cannot serve.
+Allocator& allocator_for(Device device);
+
+// Lets a backend (CUDA) provide allocators for its device kind.
+using AllocatorFactory = Allocator* (*)(int index);
+void register_allocator_factory(DeviceType type, AllocatorFactory factory);
+
+MemoryCategory current_memory_category();
+
+// Charges allocations made by this thread to `c` while alive.
+class MemoryCategoryGuard {
+ public:
+  explicit MemoryCategoryGuard(MemoryCategory c);
+  ~MemoryCategoryGuard();
+  MemoryCategoryGuard(const MemoryCategoryGuard&) = delete;
+  MemoryCategoryGuard& operator=(const MemoryCategoryGuard&) = delete;
+
+ private:
+  MemoryCategory prev_;
+};
+
+}  // namespace gpipe

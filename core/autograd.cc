@@ -1,0 +1,324 @@
+// The autograd engine.
+//
+// backward() first walks the graph from the roots to count, for every node,
+// how many edges point at it; a node runs once all of them have delivered
+// (dependency counting), highest sequence number first among ready nodes, so
+// the order is deterministic. Gradients for one node's outputs are summed in
+// a buffer; a node whose outputs received no gradient at all is skipped.
+// After a node runs, release() drops its saved tensors: graph memory goes
+// back to the allocator as backward proceeds (Note [Graph freeing]).
+#include "core/autograd.h"
+
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/rng.h"
+
+namespace gpipe {
+namespace {
+
+thread_local bool t_grad_mode = true;
+std::atomic<uint64_t> g_sequence{0};
+std::atomic<int64_t> g_live_nodes{0};
+AccumulateFn g_accumulate[kNumDeviceTypes] = {nullptr, nullptr};
+
+class CountedNode : public Node {
+ public:
+  CountedNode() { g_live_nodes.fetch_add(1, std::memory_order_relaxed); }
+  ~CountedNode() override { g_live_nodes.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+class LambdaNode final : public CountedNode {
+ public:
+  LambdaNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
+  std::string name() const override { return name_; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    GPIPE_CHECK(fn_ != nullptr, "backward through '", name_, "' a second time: its saved tensors "
+                "were freed by the first backward (pass retain_graph=true to keep them)");
+    return fn_(grads);
+  }
+  void release() override { fn_ = nullptr; }
+
+ private:
+  const char* name_;
+  BackwardFn fn_;
+};
+
+template <class T>
+void add_into(T* dst, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void cpu_accumulate_into(Tensor& dst, const Tensor& src) {
+  Tensor s = src.contiguous();
+  dispatch_floating(dst.dtype(), "gradient accumulation", [&](auto z) {
+    using T = decltype(z);
+    add_into(dst.data<T>(), s.data<T>(), dst.numel());
+  });
+}
+
+Tensor cpu_accumulate(const Tensor& a, const Tensor& b) {
+  Tensor out = a.contiguous().clone();
+  cpu_accumulate_into(out, b);
+  return out;
+}
+
+// Adds the gradient of a leaf into its grad(), in place once it exists.
+class AccumulateGrad final : public CountedNode {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+    output_meta.push_back({leaf_->shape, leaf_->dtype, leaf_->storage->device()});
+  }
+  std::string name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    MemoryCategoryGuard category(MemoryCategory::kGradient);
+    Tensor g = grads[0];
+    if (!leaf_->grad) {
+      leaf_->grad = g.clone().impl_ptr();  // owned: the incoming tensor may alias others
+    } else {
+      Tensor acc(leaf_->grad);
+      if (acc.device().is_cpu() && acc.is_contiguous()) {
+        cpu_accumulate_into(acc, g);
+      } else {
+        leaf_->grad = accumulate(acc, g).impl_ptr();
+      }
+    }
+    return {};
+  }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
+  TensorImpl& impl = t.impl();
+  std::shared_ptr<Node> acc = impl.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+void attach(const std::shared_ptr<Node>& node, const std::vector<Tensor*>& outputs) {
+  node->sequence_nr = g_sequence.fetch_add(1, std::memory_order_relaxed);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TensorImpl& o = outputs[i]->impl();
+    o.grad_fn = node;
+    o.output_nr = static_cast<uint32_t>(i);
+    o.requires_grad = true;
+    node->output_meta.push_back({o.shape, o.dtype, o.storage->device()});
+  }
+}
+
+class CheckpointNode final : public CountedNode {
+ public:
+  CheckpointNode(ForwardFn fn, std::vector<Tensor> inputs)
+      : fn_(std::move(fn)), ctx_(current_rng_context()) {
+    for (const Tensor& t : inputs) {
+      requires_.push_back(t.defined() && t.requires_grad());
+      saved_.push_back(t.defined() ? t.detach() : t);
+    }
+  }
+  std::string name() const override { return "Checkpoint"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    GPIPE_CHECK(fn_ != nullptr, "backward through a checkpoint a second time: its saved inputs "
+                "were freed by the first backward");
+    EnableGradGuard enable;
+    RngScope rng(ctx_);  // Note [Remat RNG]: the recompute draws what the forward drew
+    std::vector<Tensor> leaves;
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      Tensor x = saved_[i].defined() ? saved_[i].detach() : saved_[i];
+      if (requires_[i]) x.set_requires_grad(true);
+      leaves.push_back(x);
+    }
+    std::vector<Tensor> outs = fn_(leaves);
+    GPIPE_CHECK(outs.size() == output_meta.size(), "checkpoint: the recomputed forward returned ",
+                outs.size(), " tensors, the first forward ", output_meta.size());
+    std::vector<Tensor> roots, root_grads;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      GPIPE_CHECK(outs[i].shape() == output_meta[i].shape, "checkpoint: recomputed output ", i,
+                  " has shape ", outs[i].shape(), ", the first forward gave ", output_meta[i].shape);
+      if (outs[i].requires_grad()) {
+        roots.push_back(outs[i]);
+        root_grads.push_back(grads[i]);
+      }
+    }
+    if (!roots.empty()) gpipe::backward(roots, root_grads);
+    std::vector<Tensor> result;
+    for (size_t i = 0; i < leaves.size(); ++i) result.push_back(requires_[i] ? leaves[i].grad() : Tensor());
+    return result;
+  }
+  void release() override {
+    fn_ = nullptr;
+    saved_.clear();
+  }
+
+ private:
+  ForwardFn fn_;
+  RngContext ctx_;
+  std::vector<Tensor> saved_;
+  std::vector<bool> requires_;
+};
+
+}  // namespace
+
+bool grad_mode_enabled() { return t_grad_mode; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_mode) { t_grad_mode = false; }
+NoGradGuard::~NoGradGuard() { t_grad_mode = prev_; }
+EnableGradGuard::EnableGradGuard() : prev_(t_grad_mode) { t_grad_mode = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_mode = prev_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            BackwardFn backward) {
+  if (!needs_grad(inputs)) return;
+  auto node = std::make_shared<LambdaNode>(name, std::move(backward));
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  attach(node, outputs);
+}
+
+std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> outs;
+  {
+    NoGradGuard no_grad;
+    outs = fn(inputs);
+  }
+  if (!t_grad_mode) return outs;
+  auto node = std::make_shared<CheckpointNode>(fn, inputs);
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  std::vector<Tensor*> ptrs;
+  for (Tensor& o : outs) {
+    o = o.detach();  // a fresh handle: never re-parent a tensor fn merely passed through
+    if (is_floating(o.dtype())) ptrs.push_back(&o);
+  }
+  GPIPE_CHECK(ptrs.size() == outs.size(), "checkpoint: every output of the function must be a float "
+              "tensor (integer pass-through values belong outside the checkpoint)");
+  attach(node, ptrs);
+  return outs;
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  GPIPE_CHECK(grads.empty() || grads.size() == roots.size(), "backward: got ", grads.size(),
+              " gradients for ", roots.size(), " roots");
+  NoGradGuard no_grad;
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  std::unordered_map<Node*, int> deps;
+  std::vector<std::shared_ptr<Node>> start;
+
+  auto deliver = [&](const Edge& e, const Tensor& g) {
+    const TensorMeta& meta = e.fn->output_meta[e.input_nr];
+    GPIPE_ASSERT(g.shape() == meta.shape, "gradient of shape ", g.shape(), " for '", e.fn->name(),
+                 "' output ", e.input_nr, " of shape ", meta.shape);
+    auto& buf = buffers[e.fn.get()];
+    if (buf.empty()) buf.resize(e.fn->output_meta.size());
+    Tensor& slot = buf[e.input_nr];
+    slot = slot.defined() ? accumulate(slot, g) : g;
+  };
+
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    GPIPE_CHECK(r.requires_grad(), "backward: root ", i, " (shape ", r.shape(),
+                ") does not require grad; nothing to differentiate");
+    Tensor g;
+    if (!grads.empty() && grads[i].defined()) {
+      g = grads[i];
+      GPIPE_CHECK(g.shape() == r.shape(), "backward: gradient ", i, " has shape ", g.shape(),
+                  ", its root has shape ", r.shape());
+    } else {
+      GPIPE_CHECK(r.numel() == 1, "backward: root ", i, " has shape ", r.shape(),
+                  "; pass its gradient explicitly (only one-element roots default to 1)");
+      g = Tensor::full(r.shape(), 1.0, r.dtype(), r.device());
+    }
+    const Edge e = gradient_edge(r);
+    deliver(e, g);
+    start.push_back(e.fn);
+  }
+
+  // Count dependencies over everything reachable from the roots.
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  for (auto& n : start)
+    if (seen.insert(n.get()).second) stack.push_back(n.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later_first)>
+      ready(later_first);
+  std::unordered_set<Node*> queued;
+  for (auto& n : start)
+    if (deps[n.get()] == 0 && queued.insert(n.get()).second) ready.push(n);
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    std::vector<Tensor> in;
+    if (auto it = buffers.find(node.get()); it != buffers.end()) {
+      in = std::move(it->second);
+      buffers.erase(it);
+    }
+    bool any = false;
+    for (const Tensor& t : in) any = any || t.defined();
+    std::vector<Tensor> out;
+    if (any) {
+      in.resize(node->output_meta.size());
+      for (size_t i = 0; i < in.size(); ++i) {
+        const TensorMeta& m = node->output_meta[i];
+        if (!in[i].defined()) in[i] = Tensor::zeros(m.shape, m.dtype, m.device);
+      }
+      out = node->apply(std::move(in));
+      GPIPE_ASSERT(out.empty() || out.size() == node->next_edges.size(), "'", node->name(),
+                   "' returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
+    }
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      if (i < out.size() && out[i].defined()) deliver(e, out[i]);
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+    }
+  }
+}
+
+Tensor accumulate(const Tensor& a, const Tensor& b) {
+  GPIPE_ASSERT(a.shape() == b.shape() && a.dtype() == b.dtype(), a.shape(), " vs ", b.shape());
+  GPIPE_CHECK(a.device() == b.device(), "gradient accumulation across devices: ", a.device(), " and ",
+              b.device());
+  AccumulateFn f = g_accumulate[static_cast<int>(a.device().type)];
+  if (f) return f(a, b);
+  GPIPE_CHECK(a.device().is_cpu(), "no gradient accumulation kernel for ", a.device());
+  return cpu_accumulate(a, b);
+}
+
+void register_accumulate(DeviceType type, AccumulateFn fn) { g_accumulate[static_cast<int>(type)] = fn; }
+
+int64_t live_node_count() { return g_live_nodes.load(); }
+
+}  // namespace gpipe

@@ -1,0 +1,113 @@
+// Define-by-run reverse-mode autograd.
+//
+// Every recorded op creates one Node holding its backward closure and an Edge
+// per input (to the input's grad_fn, or to the leaf's AccumulateGrad). The
+// engine runs nodes in reverse creation order once all their consumers have
+// delivered gradients, and frees each node's saved tensors as soon as it has
+// run (unless retain_graph). Graphs never span threads: a pipeline stage
+// builds its own graph from a fresh leaf input (see docs/ARCHITECTURE.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gpipe {
+
+struct Edge {
+  std::shared_ptr<Node> fn;
+  uint32_t input_nr = 0;
+  bool valid() const { return fn != nullptr; }
+};
+
+// What the engine needs to make a zero gradient for an output nobody used.
+struct TensorMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+  virtual std::string name() const = 0;
+  // Gradients w.r.t. this node's outputs (all defined) -> gradients w.r.t. its
+  // inputs, one per next edge (undefined = no gradient).
+  virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
+  // Frees what the node saved for backward.
+  virtual void release() {}
+
+  std::vector<Edge> next_edges;
+  std::vector<TensorMeta> output_meta;
+  uint64_t sequence_nr = 0;
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+// True unless a NoGradGuard is alive on this thread.
+bool grad_mode_enabled();
+
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Re-enables recording inside a NoGradGuard (used by recomputation).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// True if grad mode is on and any input requires grad: the op must record.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+// Records an op: makes a node named `name` whose backward maps output grads to
+// input grads (one per input, undefined allowed), and makes `outputs` its
+// results. No-op when nothing needs grad. `backward` must not capture the
+// outputs themselves (use detach()) or the graph would keep itself alive.
+void record(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor*> outputs,
+            BackwardFn backward);
+inline void record(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
+                   BackwardFn backward) {
+  record(name, inputs, std::vector<Tensor*>{&output}, std::move(backward));
+}
+
+// Runs backward from several roots at once; grads[i] defaults to ones for a
+// one-element root. Gradients accumulate into the leaves' grad().
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
+              bool retain_graph = false);
+
+// Activation checkpointing: runs fn(inputs) without keeping its internals;
+// backward re-runs fn from the saved inputs with grad enabled (same RNG
+// context, so dropout masks repeat) and backpropagates through it. Gradients
+// reach both `inputs` and any parameters fn uses.
+using ForwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& inputs);
+
+// Sum of a and b into a new tensor (same shape/dtype/device). Used for
+// gradient accumulation; a backend may register a kernel for its device.
+Tensor accumulate(const Tensor& a, const Tensor& b);
+using AccumulateFn = Tensor (*)(const Tensor&, const Tensor&);
+void register_accumulate(DeviceType type, AccumulateFn fn);
+
+// Number of graph nodes alive in this process (for tests of graph freeing).
+int64_t live_node_count();
+
+}  // namespace gpipe

@@ -1,0 +1,70 @@
+// Intra-op parallelism with a per-thread budget.
+//
+// Each pipeline device worker owns a ThreadPool sized by its intra-op thread
+// setting and installs it with IntraOpScope; kernels call parallel_for, which
+// splits work over the calling thread's pool. Threads outside any scope use
+// the process default pool (GPIPE_NUM_THREADS, else the number of cores).
+// parallel_for inside a pool task runs serially, so nesting never deadlocks.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gpipe {
+
+class ThreadPool {
+ public:
+  // `threads` counts the caller: a pool of 1 runs everything on the caller.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return size_; }
+  // Runs task(0..n-1) across the pool and the caller; returns when all are
+  // done and rethrows the first exception. If another thread is using the pool,
+  // runs serially on the caller instead of waiting.
+  void run(int n, const std::function<void(int)>& task);
+
+ private:
+  void worker_loop();
+
+  int size_;
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // one job at a time
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int)>* task_ = nullptr;
+  int n_tasks_ = 0, next_ = 0, finished_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+// The pool parallel_for uses on this thread.
+ThreadPool& current_thread_pool();
+int intra_op_threads();
+// Sets the default pool's size for threads outside any IntraOpScope.
+void set_default_intra_op_threads(int threads);
+
+class IntraOpScope {
+ public:
+  explicit IntraOpScope(ThreadPool* pool);
+  ~IntraOpScope();
+  IntraOpScope(const IntraOpScope&) = delete;
+  IntraOpScope& operator=(const IntraOpScope&) = delete;
+
+ private:
+  ThreadPool* prev_;
+};
+
+// Calls fn(lo, hi) on disjoint chunks covering [begin, end), each at least
+// `grain` long (except the last), in parallel on the current pool.
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace gpipe

@@ -1,0 +1,45 @@
+// Shape: the sizes of a tensor's dimensions, and the row-major strides that
+// go with them. Negative axes count from the back, as in numpy.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
+  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+
+  int64_t rank() const { return static_cast<int64_t>(dims_.size()); }
+  int64_t operator[](int64_t i) const { return dims_[i]; }
+  int64_t& operator[](int64_t i) { return dims_[i]; }
+  // Size of axis `axis`, which may be negative; throws gpipe::Error if out of range.
+  int64_t size(int64_t axis) const;
+  int64_t numel() const;
+  const std::vector<int64_t>& dims() const { return dims_; }
+  std::vector<int64_t> contiguous_strides() const;
+  // Maps a possibly negative axis into [0, rank); throws naming `op` if out of range.
+  int64_t normalize_axis(int64_t axis, const char* op = "axis") const;
+
+  auto begin() const { return dims_.begin(); }
+  auto end() const { return dims_.end(); }
+  bool operator==(const Shape& o) const { return dims_ == o.dims_; }
+  bool operator!=(const Shape& o) const { return dims_ != o.dims_; }
+  std::string str() const;
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Shape& s);
+
+// numpy broadcasting of two shapes; throws gpipe::Error naming `op` if they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+}  // namespace gpipe

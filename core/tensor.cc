@@ -1,0 +1,316 @@
+// Tensor creation, element access, copies and device moves. Strided copies
+// walk the destination in row-major order with a multi-index counter; the
+// innermost axis is a tight loop over a fixed stride.
+#include "core/tensor.h"
+
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/rng.h"
+
+namespace gpipe {
+namespace {
+
+template <class F>
+decltype(auto) dispatch_any(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kInt64: return f(int64_t{});
+    default: break;
+  }
+  throw Error(detail::concat("dtype ", dtype, " has no CPU element access yet"));
+}
+
+// Visits every element of `shape` in row-major order, calling f(src_off, dst_off).
+template <class F>
+void for_each_offset(const Shape& shape, const std::vector<int64_t>& s1, int64_t o1,
+                     const std::vector<int64_t>& s2, int64_t o2, F&& f) {
+  const int64_t r = shape.rank();
+  if (shape.numel() == 0) return;
+  if (r == 0) {
+    f(o1, o2);
+    return;
+  }
+  std::vector<int64_t> idx(r, 0);
+  const int64_t inner = shape[r - 1], i1 = s1[r - 1], i2 = s2[r - 1];
+  while (true) {
+    int64_t a = o1, b = o2;
+    for (int64_t d = 0; d < r - 1; ++d) {
+      a += idx[d] * s1[d];
+      b += idx[d] * s2[d];
+    }
+    for (int64_t k = 0; k < inner; ++k) f(a + k * i1, b + k * i2);
+    int64_t d = r - 2;
+    for (; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+template <class Src, class Dst>
+void convert_copy(const Tensor& src, Tensor& dst) {
+  const Src* s = static_cast<const Src*>(src.storage()->data());
+  Dst* d = static_cast<Dst*>(dst.storage()->data());
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    s += src.offset();
+    d += dst.offset();
+    const int64_t n = src.numel();
+    if constexpr (std::is_same_v<Src, Dst>) {
+      std::memcpy(d, s, static_cast<size_t>(n) * sizeof(Src));
+    } else {
+      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<Dst>(s[i]);
+    }
+    return;
+  }
+  for_each_offset(src.shape(), src.strides(), src.offset(), dst.strides(), dst.offset(),
+                  [&](int64_t a, int64_t b) { d[b] = static_cast<Dst>(s[a]); });
+}
+
+// Element-wise copy with dtype conversion between two CPU views of one shape.
+void cpu_copy(const Tensor& src, Tensor& dst) {
+  GPIPE_ASSERT(src.shape() == dst.shape(), src.shape(), " vs ", dst.shape());
+  GPIPE_CHECK(src.device().is_cpu() && dst.device().is_cpu(), "copy from ", src.device(), " to ",
+              dst.device(), " needs a CUDA build");
+  dispatch_any(src.dtype(), [&](auto s) {
+    dispatch_any(dst.dtype(), [&](auto d) { convert_copy<decltype(s), decltype(d)>(src, dst); });
+  });
+}
+
+int64_t flat_offset(const Tensor& t, std::initializer_list<int64_t> index) {
+  GPIPE_CHECK(static_cast<int64_t>(index.size()) == t.rank(), "element access: got ", index.size(),
+              " indices for a tensor of shape ", t.shape());
+  int64_t off = t.offset(), d = 0;
+  for (int64_t i : index) {
+    GPIPE_CHECK(i >= 0 && i < t.shape()[d], "element access: index ", i, " out of range for axis ",
+                d, " of shape ", t.shape());
+    off += i * t.strides()[d++];
+  }
+  return off;
+}
+
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) GPIPE_CHECK(d >= 0, "tensor shape ", shape, " has a negative size");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype),
+                                            device, current_memory_category());
+  impl->shape = shape;
+  impl->strides = shape.contiguous_strides();
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill(value);
+  return t;
+}
+
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+  GPIPE_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
+              " values do not fill shape ", shape, " (", shape.numel(), " elements)");
+  Tensor t = empty(shape, dtype_of<T>());
+  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+template Tensor Tensor::from_vector(const std::vector<float>&, const Shape&);
+template Tensor Tensor::from_vector(const std::vector<double>&, const Shape&);
+template Tensor Tensor::from_vector(const std::vector<int32_t>&, const Shape&);
+template Tensor Tensor::from_vector(const std::vector<int64_t>&, const Shape&);
+
+Tensor Tensor::scalar(double value, DType dtype) { return full(Shape{}, value, dtype); }
+
+Tensor Tensor::randn(const Shape& shape, uint64_t seed, double stddev, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  dispatch_floating(dtype, "randn", [&](auto z) {
+    using T = decltype(z);
+    T* p = t.data<T>();
+    philox_normal(seed, 0, p, t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(p[i] * stddev);
+  });
+  return t;
+}
+
+Tensor Tensor::uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  dispatch_floating(dtype, "uniform", [&](auto z) {
+    using T = decltype(z);
+    T* p = t.data<T>();
+    philox_uniform(seed, 0, p, t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(lo + (hi - lo) * p[i]);
+  });
+  return t;
+}
+
+Tensor Tensor::make_view(const Tensor& base, const Shape& shape, std::vector<int64_t> strides,
+                         int64_t offset) {
+  GPIPE_ASSERT(static_cast<int64_t>(strides.size()) == shape.rank());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = shape;
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+bool Tensor::is_contiguous() const {
+  const auto expected = shape().contiguous_strides();
+  for (int64_t d = 0; d < rank(); ++d)
+    if (shape()[d] != 1 && strides()[d] != expected[d]) return false;
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(dtype_size(dtype()));
+}
+
+double Tensor::item() const {
+  GPIPE_CHECK(numel() == 1, "item(): expected a tensor with one element, got shape ", shape());
+  Tensor c = device().is_cpu() ? *this : to(kCpu);
+  return dispatch_any(c.dtype(), [&](auto z) { return static_cast<double>(*c.data<decltype(z)>()); });
+}
+
+double Tensor::at(std::initializer_list<int64_t> index) const {
+  GPIPE_CHECK(device().is_cpu(), "at(): element access needs a CPU tensor, this one is on ", device());
+  const int64_t off = flat_offset(*this, index);
+  return dispatch_any(dtype(), [&](auto z) {
+    return static_cast<double>(static_cast<const decltype(z)*>(storage()->data())[off]);
+  });
+}
+
+void Tensor::set(std::initializer_list<int64_t> index, double value) {
+  GPIPE_CHECK(device().is_cpu(), "set(): element access needs a CPU tensor, this one is on ", device());
+  const int64_t off = flat_offset(*this, index);
+  dispatch_any(dtype(), [&](auto z) {
+    static_cast<decltype(z)*>(storage()->data())[off] = static_cast<decltype(z)>(value);
+  });
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = device().is_cpu() ? *this : to(kCpu);
+  Tensor out = empty(shape(), dtype_of<T>());
+  cpu_copy(c, out);
+  const T* p = out.data<T>();
+  return std::vector<T>(p, p + numel());
+}
+template std::vector<float> Tensor::to_vector() const;
+template std::vector<double> Tensor::to_vector() const;
+template std::vector<int32_t> Tensor::to_vector() const;
+template std::vector<int64_t> Tensor::to_vector() const;
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_from(*this);
+  record("contiguous", {*this}, out, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (device() == target) return *this;
+  Tensor out = empty(shape(), dtype(), target);
+  out.copy_from(*this);
+  const Device src = device();
+  record("to_device", {*this}, out,
+         [src](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(src)}; });
+  return out;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (dtype() == target) return *this;
+  Tensor out = empty(shape(), target, device());
+  out.copy_from(*this);
+  if (is_floating(dtype()) && is_floating(target)) {
+    const DType src = dtype();
+    record("to_dtype", {*this}, out,
+           [src](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(src)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_from(*this);
+  return out;
+}
+
+Tensor Tensor::detach() const {
+  Tensor v = make_view(*this, shape(), strides(), offset());
+  return v;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  GPIPE_CHECK(src.shape() == shape(), "copy_from: source shape ", src.shape(),
+              " does not match destination shape ", shape());
+  cpu_copy(src, *this);
+}
+
+void Tensor::fill(double value) {
+  GPIPE_CHECK(device().is_cpu(), "fill: ", device(), " tensors need a CUDA build");
+  dispatch_any(dtype(), [&](auto z) {
+    using T = decltype(z);
+    T* base = static_cast<T*>(storage()->data());
+    const T v = static_cast<T>(value);
+    if (is_contiguous()) {
+      std::fill(base + offset(), base + offset() + numel(), v);
+    } else {
+      for_each_offset(shape(), strides(), offset(), strides(), offset(),
+                      [&](int64_t, int64_t b) { base[b] = v; });
+    }
+  });
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  GPIPE_CHECK(is_leaf(), "set_requires_grad: only leaf tensors can be marked; this tensor is the "
+              "result of '", grad_fn() ? "an op" : "", "' (use detach() first)");
+  GPIPE_CHECK(!on || is_floating(dtype()), "set_requires_grad: only float tensors can require "
+              "grad, this one is ", dtype());
+  impl().requires_grad = on;
+  return *this;
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (g.defined())
+    GPIPE_CHECK(g.shape() == shape(), "set_grad: gradient shape ", g.shape(),
+                " does not match tensor shape ", shape());
+  impl().grad = g.impl_ptr();
+}
+
+void Tensor::zero_grad() { impl().grad.reset(); }
+
+void Tensor::backward(const Tensor& grad, bool retain_graph) const {
+  gpipe::backward({*this}, grad.defined() ? std::vector<Tensor>{grad} : std::vector<Tensor>{},
+                  retain_graph);
+}
+
+std::string Tensor::str(int64_t max_elements) const {
+  std::ostringstream os;
+  os << "Tensor(shape=" << shape() << ", dtype=" << dtype() << ", device=" << device();
+  if (requires_grad()) os << ", requires_grad";
+  os << ")";
+  if (device().is_cpu() && (is_floating(dtype()) || is_integral(dtype()))) {
+    const auto v = to_vector<double>();
+    os << " [";
+    for (int64_t i = 0; i < std::min<int64_t>(numel(), max_elements); ++i)
+      os << (i ? ", " : "") << std::setprecision(6) << v[i];
+    if (numel() > max_elements) os << ", ... (" << numel() << " total)";
+    os << "]";
+  }
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+}  // namespace gpipe

@@ -1,0 +1,79 @@
+"""Uniform macros for gpipe's BUILD files.
+
+    load("//third_party:gpipe.bzl", "gpipe_cc_library", "gpipe_cc_test")
+
+    gpipe_cc_library(name = "tensor", srcs = ["tensor.cc"], hdrs = ["tensor.h"], deps = ["@eigen"])
+    gpipe_cc_test(name = "tensor_test", srcs = ["tensor_test.cc"], deps = ["//core:tensor"])
+
+Global flags (-std=c++20, -c opt, -march) live in .bazelrc; COPTS only adds warnings.
+"""
+
+load("//third_party:cuda.bzl", _CUDA_ONLY = "CUDA_ONLY", _if_cuda = "if_cuda")
+
+# Re-exported so BUILD files need a single load.
+CUDA_ONLY = _CUDA_ONLY
+if_cuda = _if_cuda
+
+# Warnings for all gpipe C++ targets (no -Werror). Eigen comes in as -isystem, so its
+# headers do not trigger them.
+COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-sign-compare",
+]
+
+_CATCH2_MAIN = "@catch2//:catch2_main"
+
+def gpipe_cc_library(name, copts = [], visibility = ["//visibility:public"], **kwargs):
+    """cc_library with gpipe's COPTS; public by default (users of @gpipe need that)."""
+    native.cc_library(
+        name = name,
+        copts = COPTS + copts,
+        visibility = visibility,
+        **kwargs
+    )
+
+def gpipe_cc_binary(name, copts = [], **kwargs):
+    """cc_binary with gpipe's COPTS."""
+    native.cc_binary(
+        name = name,
+        copts = COPTS + copts,
+        **kwargs
+    )
+
+def gpipe_cc_test(
+        name,
+        srcs = [],
+        deps = [],
+        size = "small",
+        timeout = None,
+        tags = [],
+        data = [],
+        args = [],
+        copts = [],
+        catch2_main = True,
+        **kwargs):
+    """cc_test with gpipe's COPTS, size "small" by default, linked with Catch2's prebuilt main().
+
+    Test sources just `#include <catch2/catch.hpp>` and write TEST_CASEs. Pass
+    catch2_main = False for a test with its own main() (CATCH_CONFIG_RUNNER); @catch2 is
+    then added instead. Other kwargs (env, shard_count, flaky, local, target_compatible_with,
+    linkopts, ...) go to cc_test unchanged.
+    """
+    catch = _CATCH2_MAIN if catch2_main else "@catch2"
+    extra = [catch]
+    if type(deps) == type([]) and (catch in deps or catch + "//:catch2" in deps):
+        extra = []  # already listed (deps may also be a select(): then just append)
+    native.cc_test(
+        name = name,
+        srcs = srcs,
+        deps = deps + extra,
+        size = size,
+        timeout = timeout,
+        tags = tags,
+        data = data,
+        args = args,
+        copts = COPTS + copts,
+        **kwargs
+    )

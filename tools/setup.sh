@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# tools/setup.sh: install the Debian packages gpipe builds with (idempotent, offline-friendly).
+# Fast no-op when everything is present; otherwise apt-get update + install of the missing ones.
+# Prints one line saying what it did.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap     # Bazel 4.2.3 (/usr/bin/bazel)
+  libeigen3-dev       # @eigen
+  catch2              # @catch2 (header + prebuilt libCatch2WithMain.a)
+  libcli11-dev        # @cli11
+  zlib1g-dev          # //third_party:zlib
+  libopenblas-dev     # //third_party:openblas (cblas.h)
+  python3-numpy       # /usr/bin/python3 helper scripts
+  dataset-fashion-mnist
+  iso-codes
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=()
+[ "$(id -u)" -eq 0 ] || SUDO=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq >/dev/null
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}" >/dev/null
+echo "setup: installed ${missing[*]}"
