@@ -1,0 +1,113 @@
+// GEMM backends. OpenBLAS is told to use one thread once, at load time;
+// parallel_gemm then cuts C into row (or column) panels, one per pool thread,
+// which keeps each panel's product large enough for the BLAS micro-kernels.
+#include "ops/cpu/blas.h"
+
+#include <cblas.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+
+#include "core/parallel.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace gpipe::ops::cpu {
+namespace {
+
+std::atomic<GemmBackend> g_backend{GemmBackend::kBlas};
+
+[[maybe_unused]] const bool g_blas_single_threaded = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Stride = Eigen::OuterStride<>;
+
+template <class T>
+void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  using ConstMap = Eigen::Map<const RowMat<T>, 0, Stride<T>>;
+  using Map = Eigen::Map<RowMat<T>, 0, Stride<T>>;
+  Map C(c, m, n, Stride<T>(ldc));
+  ConstMap A(a, ta ? k : m, ta ? m : k, Stride<T>(lda));
+  ConstMap B(b, tb ? n : k, tb ? k : n, Stride<T>(ldb));
+  if (beta == T(0)) C.setZero();
+  else if (beta != T(1)) C *= beta;
+  if (!ta && !tb) C.noalias() += alpha * A * B;
+  else if (ta && !tb) C.noalias() += alpha * A.transpose() * B;
+  else if (!ta && tb) C.noalias() += alpha * A * B.transpose();
+  else C.noalias() += alpha * A.transpose() * B.transpose();
+}
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+               int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+void set_gemm_backend(GemmBackend backend) { g_backend = backend; }
+GemmBackend gemm_backend() { return g_backend; }
+std::string_view gemm_backend_name() { return g_backend == GemmBackend::kBlas ? "openblas" : "eigen"; }
+
+template <class T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+          const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  if (g_backend == GemmBackend::kBlas) blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const int threads = intra_op_threads();
+  const double flops = 2.0 * m * n * k;
+  if (threads <= 1 || flops < 2e6) {
+    gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  if (m >= n || m >= 64 * threads) {
+    // Row panels of C: rows [lo, hi) of op(A).
+    parallel_for(0, m, std::max<int64_t>(16, m / threads), [&](int64_t lo, int64_t hi) {
+      const T* ap = ta ? a + lo : a + lo * lda;
+      gemm(ta, tb, hi - lo, n, k, alpha, ap, lda, b, ldb, beta, c + lo * ldc, ldc);
+    });
+  } else {
+    // Column panels of C: columns [lo, hi) of op(B).
+    parallel_for(0, n, std::max<int64_t>(16, n / threads), [&](int64_t lo, int64_t hi) {
+      const T* bp = tb ? b + lo * ldb : b + lo;
+      gemm(ta, tb, m, hi - lo, k, alpha, a, lda, bp, ldb, beta, c + lo, ldc);
+    });
+  }
+}
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
+template void parallel_gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*,
+                                   int64_t, const float*, int64_t, float, float*, int64_t);
+template void parallel_gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*,
+                                    int64_t, const double*, int64_t, double, double*, int64_t);
+
+}  // namespace gpipe::ops::cpu

@@ -1,0 +1,35 @@
+// Batched GEMM on the CPU: one product goes to parallel_gemm (panels over the
+// intra-op pool); many small products are spread over the pool one whole
+// product per task, since a single small GEMM cannot use several threads well.
+#include "core/parallel.h"
+#include "ops/cpu/blas.h"
+#include "ops/linalg_kernels.h"
+
+namespace gpipe::ops {
+namespace {
+
+void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  dispatch_floating(a.dtype(), "matmul", [&](auto z) {
+    using T = decltype(z);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.data<T>();
+    const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+    const int64_t sa = s.m * s.k, sb = s.b_shared ? 0 : s.k * s.n, sc = s.m * s.n;
+    if (s.batch == 1) {
+      cpu::parallel_gemm<T>(s.ta, s.tb, s.m, s.n, s.k, T(1), pa, lda, pb, ldb, T(0), pc, s.n);
+      return;
+    }
+    parallel_for(0, s.batch, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        cpu::gemm<T>(s.ta, s.tb, s.m, s.n, s.k, T(1), pa + i * sa, lda, pb + i * sb, ldb, T(0),
+                     pc + i * sc, s.n);
+    });
+  });
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(batched_gemm, DeviceType::kCPU, batched_gemm_cpu);
+
+}  // namespace gpipe::ops

@@ -1,0 +1,17 @@
+// Matrix products on the GEMM backend (OpenBLAS or Eigen on CPU).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace gpipe::ops {
+
+// op(a) @ op(b), op = transpose of the last two axes when the flag is set.
+// a: [..., m, k], b: [..., k, n] with equal leading (batch) axes, or b 2-D
+// ([k, n]) shared across a's batch. Result [..., m, n]. Float32/float64.
+// Throws naming both shapes when inner sizes or batch axes disagree.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// x @ weight^T + bias: x [..., in], weight [out, in], bias [out] or undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace gpipe::ops

@@ -1,0 +1,17 @@
+// Kernel slots of the matrix-product family (ops/linalg.h).
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+namespace gpipe::ops {
+
+// c[i] = op(a[i]) @ op(b[i]) for i < batch; a, b, c contiguous. a[i] holds
+// m x k (k x m if ta), b[i] holds k x n (n x k if tb); b_shared: one b for all i.
+struct GemmShape {
+  bool ta = false, tb = false, b_shared = false;
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+};
+GPIPE_DECLARE_KERNEL(batched_gemm, void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
+
+}  // namespace gpipe::ops

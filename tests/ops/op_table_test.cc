@@ -1,0 +1,115 @@
+// Runs every registered OpCase: forward against its reference, gradients
+// against central finite differences in float64, and checks that every CPU
+// kernel is covered by some case. See tests/ops/op_table.h.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+#include "tests/ops/op_table.h"
+
+namespace gpipe::testing {
+namespace {
+
+// sum_i <out_i, R_i> with fixed random R_i, as a double.
+double projected(const std::vector<Tensor>& outs, const std::vector<Tensor>& proj) {
+  double total = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto o = outs[i].to_vector<double>(), r = proj[i].to_vector<double>();
+    for (size_t j = 0; j < o.size(); ++j) total += o[j] * r[j];
+  }
+  return total;
+}
+
+void check_gradients(const OpCase& c) {
+  std::vector<Tensor> inputs = c.make_inputs();
+  std::vector<int> which = c.grad_inputs;
+  if (which.empty())
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].defined() && is_floating(inputs[i].dtype())) which.push_back(static_cast<int>(i));
+  for (int i : which) {
+    REQUIRE(inputs[i].dtype() == DType::kFloat64);
+    inputs[i] = inputs[i].clone();
+    inputs[i].set_requires_grad(true);
+  }
+  std::vector<Tensor> outs = c.fn(inputs);
+  std::vector<Tensor> proj;
+  for (size_t i = 0; i < outs.size(); ++i)
+    proj.push_back(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0));
+  std::vector<Tensor> roots, grads;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].requires_grad()) continue;
+    roots.push_back(outs[i]);
+    grads.push_back(proj[i]);
+  }
+  REQUIRE_FALSE(roots.empty());
+  backward(roots, grads);
+
+  NoGradGuard no_grad;
+  for (int i : which) {
+    Tensor analytic = inputs[i].grad();
+    INFO("input " << i << " of shape " << inputs[i].shape());
+    REQUIRE(analytic.defined());
+    REQUIRE(analytic.shape() == inputs[i].shape());
+    const auto av = analytic.to_vector<double>();
+    double* x = inputs[i].data<double>();
+    double worst = 0;
+    int64_t worst_at = -1;
+    double worst_num = 0;
+    for (int64_t e = 0; e < inputs[i].numel(); ++e) {
+      const double orig = x[e];
+      x[e] = orig + c.eps;
+      const double fp = projected(c.fn(inputs), proj);
+      x[e] = orig - c.eps;
+      const double fm = projected(c.fn(inputs), proj);
+      x[e] = orig;
+      const double numeric = (fp - fm) / (2 * c.eps);
+      const double err = std::abs(av[e] - numeric) / std::max(1.0, std::abs(numeric));
+      if (err > worst) {
+        worst = err;
+        worst_at = e;
+        worst_num = numeric;
+      }
+    }
+    INFO("worst element " << worst_at << ": analytic " << (worst_at >= 0 ? av[worst_at] : 0.0)
+                          << " vs numeric " << worst_num);
+    CHECK(worst <= c.tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("op table: every case passes forward and gradient checks") {
+  REQUIRE_FALSE(op_cases().empty());
+  std::set<std::string> names;
+  for (const OpCase& c : op_cases()) {
+    INFO("op case " << c.name);
+    REQUIRE(names.insert(c.name).second);  // unique names
+    SECTION(c.name) {
+      std::vector<Tensor> inputs = c.make_inputs();
+      std::vector<Tensor> outs;
+      {
+        NoGradGuard no_grad;
+        outs = c.fn(inputs);
+      }
+      REQUIRE(c.check_forward);
+      c.check_forward(inputs, outs);
+      if (c.check_grad) check_gradients(c);
+    }
+  }
+}
+
+TEST_CASE("op table: every CPU kernel has a case") {
+  std::set<std::string> covered;
+  for (const OpCase& c : op_cases()) covered.insert(c.covers.begin(), c.covers.end());
+  for (const std::string& k : ops::registered_kernels(DeviceType::kCPU)) {
+    INFO("kernel '" << k << "' is registered for the CPU but no op-table case lists it in `covers`");
+    CHECK(covered.count(k) == 1);
+  }
+}
+
+}  // namespace gpipe::testing
