@@ -1,0 +1,47 @@
+"""numpy side of `gpipe_bench gemm`: W1 of shared/BENCHMARKS.md.
+
+Prints one JSON object per size: {"n", "best_s", "median_s", "gflops", "check"}.
+Run with the thread count already fixed through OPENBLAS_NUM_THREADS.
+"""
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def freivalds_ok(a, b, c):
+    """C == A @ B checked without BLAS: float64 ufuncs on a random vector."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(c.shape[1])
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c.astype(np.float64)
+    lhs = np.sum(c64 * x[None, :], axis=1)
+    bx = np.sum(b64 * x[None, :], axis=1)
+    rhs = np.sum(a64 * bx[None, :], axis=1)
+    return bool(np.max(np.abs(lhs - rhs)) <= 1e-3 * np.sqrt(a.shape[1]) * np.max(np.abs(rhs)) + 1e-2)
+
+
+def main():
+    sizes = [int(s) for s in sys.argv[1].split(",")]
+    min_seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+    for n in sizes:
+        rng = np.random.default_rng(n)
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), dtype=np.float32)
+        for _ in range(2):
+            np.matmul(a, b, out=c)
+        times = []
+        start = time.perf_counter()
+        while len(times) < 50 and (len(times) < 5 or time.perf_counter() - start < min_seconds):
+            t0 = time.perf_counter()
+            np.matmul(a, b, out=c)
+            times.append(time.perf_counter() - t0)
+        best = min(times)
+        print(json.dumps({"n": n, "best_s": best, "median_s": sorted(times)[len(times) // 2],
+                          "gflops": 2 * n ** 3 / best / 1e9, "check": freivalds_ok(a, b, c)}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
