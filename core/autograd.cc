@@ -20,6 +20,7 @@ namespace gpipe {
 namespace {
 
 thread_local bool t_grad_mode = true;
+thread_local bool t_recomputing = false;
 std::atomic<uint64_t> g_sequence{0};
 std::atomic<int64_t> g_live_nodes{0};
 AccumulateFn g_accumulate[kNumDeviceTypes] = {nullptr, nullptr};
@@ -136,16 +137,19 @@ class CheckpointNode final : public CountedNode {
       if (requires_[i]) x.set_requires_grad(true);
       leaves.push_back(x);
     }
+    RecomputationScope recomputing;
     std::vector<Tensor> outs = fn_(leaves);
-    GPIPE_CHECK(outs.size() == output_meta.size(), "checkpoint: the recomputed forward returned ",
-                outs.size(), " tensors, the first forward ", output_meta.size());
+    GPIPE_CHECK(outs.size() == num_outputs_, "checkpoint: the recomputed forward returned ",
+                outs.size(), " tensors, the first forward ", num_outputs_);
     std::vector<Tensor> roots, root_grads;
-    for (size_t i = 0; i < outs.size(); ++i) {
-      GPIPE_CHECK(outs[i].shape() == output_meta[i].shape, "checkpoint: recomputed output ", i,
-                  " has shape ", outs[i].shape(), ", the first forward gave ", output_meta[i].shape);
-      if (outs[i].requires_grad()) {
-        roots.push_back(outs[i]);
-        root_grads.push_back(grads[i]);
+    for (size_t j = 0; j < float_outputs_.size(); ++j) {
+      const Tensor& o = outs[float_outputs_[j]];
+      GPIPE_CHECK(o.shape() == output_meta[j].shape, "checkpoint: recomputed output ",
+                  float_outputs_[j], " has shape ", o.shape(), ", the first forward gave ",
+                  output_meta[j].shape);
+      if (o.requires_grad()) {
+        roots.push_back(o);
+        root_grads.push_back(grads[j]);
       }
     }
     if (!roots.empty()) gpipe::backward(roots, root_grads);
@@ -157,8 +161,15 @@ class CheckpointNode final : public CountedNode {
     fn_ = nullptr;
     saved_.clear();
   }
+  // Which of fn's outputs are float (and so outputs of this node), in order.
+  void set_outputs(size_t total, std::vector<size_t> float_outputs) {
+    num_outputs_ = total;
+    float_outputs_ = std::move(float_outputs);
+  }
 
  private:
+  size_t num_outputs_ = 0;
+  std::vector<size_t> float_outputs_;
   ForwardFn fn_;
   RngContext ctx_;
   std::vector<Tensor> saved_;
@@ -168,6 +179,9 @@ class CheckpointNode final : public CountedNode {
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
+bool in_recomputation() { return t_recomputing; }
+RecomputationScope::RecomputationScope() : prev_(t_recomputing) { t_recomputing = true; }
+RecomputationScope::~RecomputationScope() { t_recomputing = prev_; }
 NoGradGuard::NoGradGuard() : prev_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = prev_; }
 EnableGradGuard::EnableGradGuard() : prev_(t_grad_mode) { t_grad_mode = true; }
@@ -205,12 +219,14 @@ std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& i
   auto node = std::make_shared<CheckpointNode>(fn, inputs);
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   std::vector<Tensor*> ptrs;
-  for (Tensor& o : outs) {
-    o = o.detach();  // a fresh handle: never re-parent a tensor fn merely passed through
-    if (is_floating(o.dtype())) ptrs.push_back(&o);
+  std::vector<size_t> float_outputs;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].defined() || !is_floating(outs[i].dtype())) continue;  // ints pass through
+    outs[i] = outs[i].detach();  // a fresh handle: never re-parent a tensor fn merely passed through
+    ptrs.push_back(&outs[i]);
+    float_outputs.push_back(i);
   }
-  GPIPE_CHECK(ptrs.size() == outs.size(), "checkpoint: every output of the function must be a float "
-              "tensor (integer pass-through values belong outside the checkpoint)");
+  node->set_outputs(outs.size(), std::move(float_outputs));
   attach(node, ptrs);
   return outs;
 }

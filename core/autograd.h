@@ -74,6 +74,20 @@ class EnableGradGuard {
   bool prev_;
 };
 
+// True while a checkpoint re-runs a forward for backward. Layers with side
+// effects (BatchNorm's running statistics) skip them then.
+bool in_recomputation();
+class RecomputationScope {
+ public:
+  RecomputationScope();
+  ~RecomputationScope();
+  RecomputationScope(const RecomputationScope&) = delete;
+  RecomputationScope& operator=(const RecomputationScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // True if grad mode is on and any input requires grad: the op must record.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const std::vector<Tensor>& inputs);
@@ -97,7 +111,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 // Activation checkpointing: runs fn(inputs) without keeping its internals;
 // backward re-runs fn from the saved inputs with grad enabled (same RNG
 // context, so dropout masks repeat) and backpropagates through it. Gradients
-// reach both `inputs` and any parameters fn uses.
+// reach both `inputs` and any parameters fn uses. Integer outputs pass
+// through without gradient.
 using ForwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& inputs);
 

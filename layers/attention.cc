@@ -1,0 +1,130 @@
+// Attention computes all heads at once as batched matmuls over [B, H, T, dh]
+// views: scores = Q K^T / sqrt(dh), masked (causal and key padding) with a
+// large negative value rather than -inf so a fully padded row stays finite,
+// softmax over keys, then P V.
+#include "layers/attention.h"
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "ops/ops.h"
+
+namespace gpipe {
+namespace {
+constexpr double kMasked = -1e9;
+
+LinearOptions proj(double scale) {
+  LinearOptions o;
+  o.init_scale = scale;
+  return o;
+}
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, uint64_t seed)
+    : Layer(std::move(name)),
+      opt_(opt),
+      q_("q", opt.dim, opt.dim, mix_key(seed, 11), proj(opt.init_scale)),
+      k_("k", opt.dim, opt.dim, mix_key(seed, 12), proj(opt.init_scale)),
+      v_("v", opt.dim, opt.dim, mix_key(seed, 13), proj(opt.init_scale)),
+      o_("o", opt.dim, opt.dim, mix_key(seed, 14), proj(opt.init_scale)),
+      drop_("attn_dropout", opt.dropout, mix_key(seed, 15)) {
+  GPIPE_CHECK(opt.heads > 0 && opt.dim % opt.heads == 0, "MultiHeadAttention '", this->name(), "': dim ",
+              opt.dim, " is not divisible by heads ", opt.heads);
+  register_sublayer("q", &q_);
+  register_sublayer("k", &k_);
+  register_sublayer("v", &v_);
+  register_sublayer("o", &o_);
+  register_sublayer("attn_dropout", &drop_);
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding) {
+  GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
+              "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
+  GPIPE_CHECK(memory.rank() == 3 && memory.size(2) == opt_.dim && memory.size(0) == query.size(0),
+              "MultiHeadAttention '", name(), "': expected memory [", query.size(0), ", T, ", opt_.dim,
+              "], got ", memory.shape());
+  const int64_t b = query.size(0), tq = query.size(1), tk = memory.size(1), h = opt_.heads,
+                dh = opt_.dim / opt_.heads;
+  auto heads = [&](const Tensor& x, int64_t t) { return ops::permute(ops::reshape(x, {b, t, h, dh}), {0, 2, 1, 3}); };
+  Tensor q = heads(q_(query), tq), k = heads(k_(memory), tk), v = heads(v_(memory), tk);
+  Tensor scores = ops::mul_scalar(ops::matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(dh)));
+  if (opt_.causal) scores = ops::masked_fill(scores, ops::causal_mask(tq, tk, scores.dtype()), kMasked);
+  if (key_padding.defined()) {
+    GPIPE_CHECK(key_padding.rank() == 2 && key_padding.size(0) == b && key_padding.size(1) == tk,
+                "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk, "], got ",
+                key_padding.shape());
+    scores = ops::masked_fill(scores, ops::reshape(key_padding, {b, 1, 1, tk}), kMasked);
+  }
+  Tensor p = drop_(ops::softmax(scores, -1));
+  Tensor ctx = ops::reshape(ops::permute(ops::matmul(p, v), {0, 2, 1, 3}), {b, tq, opt_.dim});
+  return o_(ctx);
+}
+
+Bundle MultiHeadAttention::forward(const Bundle& in) {
+  GPIPE_CHECK(!in.empty() && in.size() <= 3, "MultiHeadAttention '", name(), "': expected (query[, memory[, key_padding]]), got ",
+              in.size(), " tensors");
+  return {attend(in[0], in.size() > 1 ? in[1] : in[0], in.size() > 2 ? in[2] : Tensor())};
+}
+
+BundleSpec MultiHeadAttention::output_spec(const BundleSpec& in) const {
+  GPIPE_CHECK(!in.empty() && in[0].shape.rank() == 3 && in[0].shape[2] == opt_.dim, "MultiHeadAttention '", name(),
+              "': expected query [B, T, ", opt_.dim, "], got ", in.empty() ? Shape{} : in[0].shape);
+  return {in[0]};
+}
+
+double MultiHeadAttention::flops(int64_t batch, int64_t tq, int64_t tk) const {
+  const double d = static_cast<double>(opt_.dim);
+  return 2.0 * batch * (2 * tq + 2 * tk) * d * d + 4.0 * batch * tq * tk * d;
+}
+
+double MultiHeadAttention::cost(const BundleSpec& in) const {
+  if (in.empty()) return 0;
+  const auto& q = in[0].shape;
+  const int64_t tk = in.size() > 1 ? in[1].shape[1] : q[1];
+  return flops(q[0], q[1], tk);
+}
+
+FeedForward::FeedForward(std::string name, int64_t dim, int64_t hidden, Activation act, uint64_t seed, double dropout,
+                         double init_scale)
+    : UnaryLayer(std::move(name)),
+      dim_(dim),
+      hidden_(hidden),
+      act_(act),
+      in_("in", dim, hidden, mix_key(seed, 21), proj(init_scale)),
+      out_("out", hidden, dim, mix_key(seed, 22), proj(init_scale)),
+      drop_("ffn_dropout", dropout, mix_key(seed, 23)) {
+  register_sublayer("in", &in_);
+  register_sublayer("out", &out_);
+  register_sublayer("ffn_dropout", &drop_);
+}
+
+Tensor FeedForward::forward(const Tensor& x) { return out_(drop_(activate(act_, in_(x)))); }
+
+TensorSpec FeedForward::output_spec(const TensorSpec& in) const {
+  expect_last_axis(name(), in, dim_);
+  return in;
+}
+
+double FeedForward::cost(const BundleSpec& in) const {
+  if (in.empty()) return 0;
+  const double rows = static_cast<double>(in[0].shape.numel()) / dim_;
+  return 4.0 * rows * dim_ * hidden_;
+}
+
+Residual::Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim, double dropout, uint64_t salt)
+    : UnaryLayer(std::move(name)), inner_(std::move(inner)), drop_("residual_dropout", dropout, salt) {
+  register_sublayer(inner_->name(), inner_.get());
+  if (norm_dim > 0) {
+    norm_ = std::make_unique<LayerNorm>("norm", norm_dim);
+    register_sublayer("norm", norm_.get());
+  }
+  register_sublayer("residual_dropout", &drop_);
+}
+
+Tensor Residual::forward(const Tensor& x) { return ops::add(x, drop_(inner_->forward(norm_ ? norm_->forward(x) : x))); }
+
+TensorSpec Residual::output_spec(const TensorSpec& in) const { return inner_->output_spec(in); }
+
+double Residual::cost(const BundleSpec& in) const { return inner_->cost(in); }
+
+}  // namespace gpipe

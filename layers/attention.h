@@ -1,0 +1,67 @@
+// Multi-head attention and the position-wise feed-forward block.
+#pragma once
+
+#include "layers/basic.h"
+
+namespace gpipe {
+
+struct AttentionOptions {
+  int64_t dim = 512;    // model dimension D
+  int64_t heads = 8;    // A; D must be divisible by it
+  bool causal = false;  // decoder self-attention: query i sees keys j <= i
+  double dropout = 0.0; // on the attention probabilities
+  double init_scale = 1.0;
+};
+
+// query [B, Tq, D], memory [B, Tk, D] (= query for self-attention),
+// key_padding [B, Tk] float (1 = padded key, ignored) or undefined.
+// Output [B, Tq, D]. Q, K, V and output projections with bias.
+class MultiHeadAttention final : public Layer {
+ public:
+  MultiHeadAttention(std::string name, AttentionOptions opt, uint64_t seed);
+  Tensor attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding = Tensor());
+  // Bundle form: (query[, memory[, key_padding]]) -> (out).
+  Bundle forward(const Bundle& in) override;
+  BundleSpec output_spec(const BundleSpec& in) const override;
+  double cost(const BundleSpec& in) const override;
+  // FLOPs for given sizes (projections + scores + weighted sum).
+  double flops(int64_t batch, int64_t tq, int64_t tk) const;
+
+ private:
+  AttentionOptions opt_;
+  Linear q_, k_, v_, o_;
+  Dropout drop_;
+};
+
+// W2 (act(W1 x + b1)) + b2 over the last axis: [..., D] -> [..., D].
+class FeedForward final : public UnaryLayer {
+ public:
+  FeedForward(std::string name, int64_t dim, int64_t hidden, Activation act, uint64_t seed,
+              double dropout = 0.0, double init_scale = 1.0);
+  Tensor forward(const Tensor& x) override;
+  TensorSpec output_spec(const TensorSpec& in) const override;
+  double cost(const BundleSpec& in) const override;
+
+ private:
+  int64_t dim_, hidden_;
+  Activation act_;
+  Linear in_, out_;
+  Dropout drop_;
+};
+
+// x + f(x) (post) or x + f(LN(x)) with pre-normalisation, for a UnaryLayer f.
+class Residual final : public UnaryLayer {
+ public:
+  Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim = 0, double dropout = 0.0,
+           uint64_t salt = 7);
+  Tensor forward(const Tensor& x) override;
+  TensorSpec output_spec(const TensorSpec& in) const override;
+  double cost(const BundleSpec& in) const override;
+
+ private:
+  std::shared_ptr<UnaryLayer> inner_;
+  std::unique_ptr<LayerNorm> norm_;
+  Dropout drop_;
+};
+
+}  // namespace gpipe

@@ -1,0 +1,127 @@
+#include "layers/layer.h"
+
+#include <sstream>
+#include <unordered_set>
+
+namespace gpipe {
+
+BundleSpec spec_of(const Bundle& b) {
+  BundleSpec s;
+  for (const Tensor& t : b) s.push_back({t.shape(), t.dtype()});
+  return s;
+}
+
+std::string to_string(const BundleSpec& spec) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < spec.size(); ++i) os << (i ? ", " : "") << spec[i].dtype << spec[i].shape;
+  os << ")";
+  return os.str();
+}
+
+double Layer::cost(const BundleSpec& in) const {
+  if (in.empty() || in[0].shape.rank() == 0) return 0.0;
+  const double rows = static_cast<double>(in[0].shape.numel()) / std::max<int64_t>(in[0].shape[in[0].shape.rank() - 1], 1);
+  return 2.0 * static_cast<double>(const_cast<Layer*>(this)->parameter_count()) * rows;
+}
+
+void Layer::collect(std::vector<NamedTensor>& out, const std::string& prefix, bool params) {
+  for (auto& [n, t] : params ? params_ : buffers_) out.push_back({prefix + n, t});
+  for (auto& [n, l] : sublayers_) l->collect(out, prefix + n + ".", params);
+}
+
+std::vector<NamedTensor> Layer::parameters() {
+  std::vector<NamedTensor> out;
+  collect(out, "", true);
+  return out;
+}
+
+std::vector<NamedTensor> Layer::buffers() {
+  std::vector<NamedTensor> out;
+  collect(out, "", false);
+  return out;
+}
+
+int64_t Layer::parameter_count() {
+  std::unordered_set<TensorImpl*> seen;
+  int64_t n = 0;
+  for (auto& p : parameters())
+    if (seen.insert(p.tensor->impl_ptr().get()).second) n += p.tensor->numel();
+  return n;
+}
+
+void Layer::to(Device device) {
+  std::unordered_map<TensorImpl*, Tensor> moved;
+  to(device, moved);
+}
+
+void Layer::to(Device device, std::unordered_map<TensorImpl*, Tensor>& moved) {
+  auto move_all = [&](std::vector<NamedTensor> list, MemoryCategory cat) {
+    for (auto& p : list) {
+      Tensor& t = *p.tensor;
+      if (!t.defined() || t.device() == device) continue;
+      auto it = moved.find(t.impl_ptr().get());
+      if (it != moved.end()) {
+        t = it->second;
+        continue;
+      }
+      MemoryCategoryGuard guard(cat);
+      NoGradGuard no_grad;
+      Tensor c = t.to(device).detach();
+      if (t.requires_grad()) c.set_requires_grad(true);
+      moved.emplace(t.impl_ptr().get(), c);
+      t = c;
+    }
+  };
+  move_all(parameters(), MemoryCategory::kParameter);
+  move_all(buffers(), MemoryCategory::kParameter);
+}
+
+Device Layer::device() {
+  for (auto& p : parameters()) return p.tensor->device();
+  for (auto& b : buffers()) return b.tensor->device();
+  return kCpu;
+}
+
+void Layer::train(bool on) {
+  training_ = on;
+  on_train(on);
+  for (auto& [n, l] : sublayers_) l->train(on);
+}
+
+void Layer::finish_step() {
+  for (auto& [n, l] : sublayers_) l->finish_step();
+}
+
+void Layer::expect_inputs(const BundleSpec& in, size_t count) const {
+  GPIPE_CHECK(in.size() == count, "layer '", name_, "': expected a bundle of ", count, " tensors, got ",
+              in.size(), " ", to_string(in));
+}
+
+void Layer::register_parameter(std::string name, Tensor* t) { params_.emplace_back(std::move(name), t); }
+void Layer::register_buffer(std::string name, Tensor* t) { buffers_.emplace_back(std::move(name), t); }
+void Layer::register_sublayer(std::string name, Layer* layer) { sublayers_.emplace_back(std::move(name), layer); }
+
+Bundle run_layers(const LayerList& layers, const Bundle& in) {
+  Bundle x = in;
+  for (const auto& l : layers) x = l->forward(x);
+  return x;
+}
+
+BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in, std::vector<BundleSpec>* each) {
+  BundleSpec s = in;
+  for (const auto& l : layers) {
+    if (each) each->push_back(s);
+    s = l->output_spec(s);
+  }
+  return s;
+}
+
+Tensor make_parameter(const Tensor& t) {
+  MemoryCategoryGuard guard(MemoryCategory::kParameter);
+  Tensor p = t.clone();
+  p.set_requires_grad(true);
+  return p;
+}
+
+}  // namespace gpipe

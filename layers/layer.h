@@ -1,0 +1,113 @@
+// The Layer interface: the GPipe paper's triple (f_i, w_i, c_i).
+//
+//  - forward (f_i) maps an activation Bundle to an activation Bundle;
+//  - parameters (w_i) are the named tensors it owns (and its sublayers');
+//  - cost (c_i) estimates one forward pass in FLOPs from the input shapes;
+//  - output_spec infers output shapes without computing anything.
+//
+// A Bundle is the small ordered list of tensors that flows between layers
+// (e.g. encoder output plus decoder state); every tensor in it is batch-major
+// (axis 0 is the example), which is how a pipeline splits it into
+// micro-batches. A custom layer implements forward with ops:: calls and gets
+// gradients, partitioning, rematerialisation and placement with no more code.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/tensor.h"
+
+namespace gpipe {
+
+using Bundle = std::vector<Tensor>;
+
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::kFloat32;
+  bool operator==(const TensorSpec&) const = default;
+};
+using BundleSpec = std::vector<TensorSpec>;
+
+BundleSpec spec_of(const Bundle& b);
+std::string to_string(const BundleSpec& spec);
+
+struct NamedTensor {
+  std::string name;
+  Tensor* tensor;  // points into the owning layer; stable for the layer's lifetime
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  // f_i. Throws gpipe::Error naming the layer for a bundle it cannot take.
+  virtual Bundle forward(const Bundle& in) = 0;
+  // Shapes and dtypes of forward(in) for inputs of spec `in`; no compute.
+  virtual BundleSpec output_spec(const BundleSpec& in) const = 0;
+  // c_i: FLOPs of one forward for inputs of spec `in`. The default counts the
+  // multiply-adds of a dense layer: 2 * params * rows, rows = input[0]'s
+  // elements divided by its last axis.
+  virtual double cost(const BundleSpec& in) const;
+
+  // w_i: own parameters then sublayers', named "<sublayer>.<param>" relative
+  // to this layer. A tensor shared by two layers (tied weights) appears once
+  // per owner; dedupe by tensor identity when you need unique tensors.
+  std::vector<NamedTensor> parameters();
+  // Non-trainable state (BatchNorm running statistics), named like parameters.
+  std::vector<NamedTensor> buffers();
+  int64_t parameter_count();  // unique tensors
+
+  // Moves parameters and buffers to `device`, keeping ties: tensors shared
+  // within this call (tracked in `moved`) stay shared on the new device.
+  void to(Device device);
+  void to(Device device, std::unordered_map<TensorImpl*, Tensor>& moved);
+  Device device();
+
+  bool training() const { return training_; }
+  void train(bool on = true);
+  void eval() { train(false); }
+
+  // Called once after each optimizer step's forwards and backwards have all
+  // run (e.g. BatchNorm folds the step's statistics into its running ones).
+  virtual void finish_step();
+
+  // Checks `in` has `count` tensors; throws naming this layer otherwise.
+  void expect_inputs(const BundleSpec& in, size_t count) const;
+
+ protected:
+  void register_parameter(std::string name, Tensor* t);
+  void register_buffer(std::string name, Tensor* t);
+  void register_sublayer(std::string name, Layer* layer);
+  virtual void on_train(bool) {}
+
+ private:
+  void collect(std::vector<NamedTensor>& out, const std::string& prefix, bool params);
+
+  std::string name_;
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
+  std::vector<std::pair<std::string, Layer*>> sublayers_;
+};
+
+using LayerPtr = std::shared_ptr<Layer>;
+using LayerList = std::vector<LayerPtr>;
+
+// Runs layers in order (no pipeline): the single-device reference.
+Bundle run_layers(const LayerList& layers, const Bundle& in);
+// Output spec of a whole list, validating each step.
+BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in, std::vector<BundleSpec>* each = nullptr);
+
+// Makes a parameter: `t` under MemoryCategory::kParameter, requires_grad.
+Tensor make_parameter(const Tensor& t);
+
+}  // namespace gpipe

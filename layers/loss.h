@@ -1,0 +1,50 @@
+// Losses: the last step of a model, taking the final activation bundle and
+// the targets bundle. A Loss returns the SUM of its terms over a (micro-)
+// batch plus, separately, how many terms there are; the trainer divides the
+// sum over the whole mini-batch by the total count, so a mini-batch cut into
+// micro-batches of any sizes gets exactly the mean of the whole mini-batch
+// (Note [Micro-batch weighting] in docs/ARCHITECTURE.md).
+#pragma once
+
+#include <memory>
+
+#include "layers/layer.h"
+#include "ops/loss.h"
+
+namespace gpipe {
+
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  // Scalar tensor: the sum of the per-example (or per-token) losses.
+  virtual Tensor sum(const Bundle& outputs, const Bundle& targets) = 0;
+  // The number of terms sum() adds for these targets (no compute on outputs).
+  virtual double count(const Bundle& targets) const = 0;
+  // Mean loss of one batch: sum / count (0 when count is 0).
+  Tensor mean(const Bundle& outputs, const Bundle& targets);
+};
+
+struct CrossEntropyLossOptions {
+  int64_t ignore_index = -100;   // target value that contributes nothing (padding)
+  double label_smoothing = 0.0;  // in [0, 1)
+  double logit_clip = 0.0;       // > 0: logits become c * tanh(logits / c) (soft clipping)
+};
+
+// outputs: (logits [..., C]); targets: (labels [...] int32/int64).
+class CrossEntropyLoss final : public Loss {
+ public:
+  explicit CrossEntropyLoss(CrossEntropyLossOptions opt = {}) : opt_(opt) {}
+  Tensor sum(const Bundle& outputs, const Bundle& targets) override;
+  double count(const Bundle& targets) const override;
+
+ private:
+  CrossEntropyLossOptions opt_;
+};
+
+// A model: the layer sequence the pipeline cuts, and the loss at its end.
+struct Model {
+  LayerList layers;
+  std::shared_ptr<Loss> loss;
+};
+
+}  // namespace gpipe

@@ -1,0 +1,289 @@
+#include "models/transformer.h"
+
+#include <cmath>
+#include <map>
+
+#include "core/rng.h"
+#include "layers/attention.h"
+#include "ops/ops.h"
+
+namespace gpipe::models {
+namespace {
+
+// Sinusoidal positions: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...).
+Tensor sinusoid_table(int64_t len, int64_t dim) {
+  std::vector<float> v(static_cast<size_t>(len * dim));
+  for (int64_t p = 0; p < len; ++p)
+    for (int64_t i = 0; i < dim; i += 2) {
+      const double angle = p / std::pow(10000.0, static_cast<double>(i) / dim);
+      v[p * dim + i] = static_cast<float>(std::sin(angle));
+      if (i + 1 < dim) v[p * dim + i + 1] = static_cast<float>(std::cos(angle));
+    }
+  MemoryCategoryGuard cat(MemoryCategory::kParameter);
+  return Tensor::from_vector(v, Shape{len, dim});
+}
+
+// x = E[tok] * sqrt(D) + PE[:T], then dropout.
+class Embedder {
+ public:
+  Embedder(const TransformerConfig& c, Tensor* table) : c_(c), table_(table) {}
+  Tensor embed(const Tensor& tokens, Tensor& pe, Dropout& drop) {
+    const int64_t t = tokens.size(1);
+    GPIPE_CHECK(t <= c_.max_len, "Transformer: sequence length ", t, " exceeds max_len ", c_.max_len);
+    if (pe.device() != table_->device()) pe = pe.to(table_->device());
+    Tensor x = ops::mul_scalar(ops::embedding(*table_, tokens), std::sqrt(static_cast<double>(c_.dim)));
+    return drop(ops::add(x, ops::narrow(pe, 0, 0, t)));
+  }
+
+ private:
+  TransformerConfig c_;
+  Tensor* table_;
+};
+
+void expect_tokens(const std::string& who, const TensorSpec& s) {
+  GPIPE_CHECK(s.shape.rank() == 2 && is_integral(s.dtype), "layer '", who, "': expected int tokens [B, T], got ",
+              s.dtype, s.shape);
+}
+void expect_hidden(const std::string& who, const TensorSpec& s, int64_t dim) {
+  GPIPE_CHECK(s.shape.rank() == 3 && s.shape[2] == dim && is_floating(s.dtype), "layer '", who,
+              "': expected hidden states [B, T, ", dim, "], got ", s.dtype, s.shape);
+}
+
+class SourceEmbedding final : public Layer {
+ public:
+  SourceEmbedding(const TransformerConfig& c, Tensor table)
+      : Layer("src_embed"), table(std::move(table)), c_(c), pe_(sinusoid_table(c.max_len, c.dim)),
+        drop_("dropout", c.dropout, 1), embed_(c, &this->table) {
+    register_parameter("shared_embedding", &this->table);
+    register_sublayer("dropout", &drop_);
+  }
+  Bundle forward(const Bundle& in) override {
+    expect_inputs(spec_of(in), 2);
+    const Tensor& src = in[0];
+    // 1.0 where the source token is padding (keys to ignore in attention).
+    std::vector<float> pad;
+    for (int64_t t : src.to_vector<int64_t>()) pad.push_back(t == c_.pad_id ? 1.f : 0.f);
+    Tensor mask = Tensor::from_vector(pad, src.shape()).to(table.device());
+    return {embed_.embed(src, pe_, drop_), mask, in[1]};
+  }
+  BundleSpec output_spec(const BundleSpec& in) const override {
+    expect_inputs(in, 2);
+    expect_tokens(name(), in[0]);
+    expect_tokens(name(), in[1]);
+    return {{Shape{in[0].shape[0], in[0].shape[1], c_.dim}, table.dtype()}, {in[0].shape, table.dtype()}, in[1]};
+  }
+  double cost(const BundleSpec&) const override { return 0.0; }
+  Tensor table;
+
+ private:
+  TransformerConfig c_;
+  Tensor pe_;
+  Dropout drop_;
+  Embedder embed_;
+};
+
+class EncoderLayer final : public Layer {
+ public:
+  EncoderLayer(const TransformerConfig& c, int64_t index, double scale)
+      : Layer("encoder_" + std::to_string(index)),
+        c_(c),
+        ln1_("ln1", c.dim),
+        ln2_("ln2", c.dim),
+        attn_("self_attn", {.dim = c.dim, .heads = c.heads, .dropout = c.dropout, .init_scale = scale},
+              mix_key(c.seed, 100 + index)),
+        ffn_("ffn", c.dim, c.ffn, c.activation, mix_key(c.seed, 200 + index), c.dropout, scale),
+        drop1_("dropout1", c.dropout, 1),
+        drop2_("dropout2", c.dropout, 2) {
+    register_sublayer("ln1", &ln1_);
+    register_sublayer("self_attn", &attn_);
+    register_sublayer("ln2", &ln2_);
+    register_sublayer("ffn", &ffn_);
+    register_sublayer("dropout1", &drop1_);
+    register_sublayer("dropout2", &drop2_);
+  }
+  Bundle forward(const Bundle& in) override {
+    expect_inputs(spec_of(in), 3);
+    Tensor x = in[0];
+    Tensor h = ln1_(x);
+    x = ops::add(x, drop1_(attn_.attend(h, h, in[1])));
+    x = ops::add(x, drop2_(ffn_(ln2_(x))));
+    return {x, in[1], in[2]};
+  }
+  BundleSpec output_spec(const BundleSpec& in) const override {
+    expect_inputs(in, 3);
+    expect_hidden(name(), in[0], c_.dim);
+    return in;
+  }
+  double cost(const BundleSpec& in) const override {
+    const auto& s = in[0].shape;
+    return attn_.flops(s[0], s[1], s[1]) + ffn_.cost({in[0]});
+  }
+
+ private:
+  TransformerConfig c_;
+  LayerNorm ln1_, ln2_;
+  MultiHeadAttention attn_;
+  FeedForward ffn_;
+  Dropout drop1_, drop2_;
+};
+
+class TargetEmbedding final : public Layer {
+ public:
+  TargetEmbedding(const TransformerConfig& c, Tensor table)
+      : Layer("tgt_embed"), table(std::move(table)), c_(c), pe_(sinusoid_table(c.max_len, c.dim)),
+        ln_enc_("encoder_norm", c.dim), drop_("dropout", c.dropout, 1), embed_(c, &this->table) {
+    register_parameter("shared_embedding", &this->table);
+    register_sublayer("encoder_norm", &ln_enc_);
+    register_sublayer("dropout", &drop_);
+  }
+  Bundle forward(const Bundle& in) override {
+    expect_inputs(spec_of(in), 3);
+    return {ln_enc_(in[0]), in[1], embed_.embed(in[2], pe_, drop_)};
+  }
+  BundleSpec output_spec(const BundleSpec& in) const override {
+    expect_inputs(in, 3);
+    expect_hidden(name(), in[0], c_.dim);
+    expect_tokens(name(), in[2]);
+    return {in[0], in[1], {Shape{in[2].shape[0], in[2].shape[1], c_.dim}, table.dtype()}};
+  }
+  double cost(const BundleSpec& in) const override { return 8.0 * in[0].shape.numel(); }
+  Tensor table;
+
+ private:
+  TransformerConfig c_;
+  Tensor pe_;
+  LayerNorm ln_enc_;
+  Dropout drop_;
+  Embedder embed_;
+};
+
+class DecoderLayer final : public Layer {
+ public:
+  DecoderLayer(const TransformerConfig& c, int64_t index, double scale)
+      : Layer("decoder_" + std::to_string(index)),
+        c_(c),
+        ln1_("ln1", c.dim),
+        ln2_("ln2", c.dim),
+        ln3_("ln3", c.dim),
+        self_("self_attn",
+              {.dim = c.dim, .heads = c.heads, .causal = true, .dropout = c.dropout, .init_scale = scale},
+              mix_key(c.seed, 300 + index)),
+        cross_("cross_attn", {.dim = c.dim, .heads = c.heads, .dropout = c.dropout, .init_scale = scale},
+               mix_key(c.seed, 400 + index)),
+        ffn_("ffn", c.dim, c.ffn, c.activation, mix_key(c.seed, 500 + index), c.dropout, scale),
+        drop1_("dropout1", c.dropout, 1),
+        drop2_("dropout2", c.dropout, 2),
+        drop3_("dropout3", c.dropout, 3) {
+    register_sublayer("ln1", &ln1_);
+    register_sublayer("self_attn", &self_);
+    register_sublayer("ln2", &ln2_);
+    register_sublayer("cross_attn", &cross_);
+    register_sublayer("ln3", &ln3_);
+    register_sublayer("ffn", &ffn_);
+    register_sublayer("dropout1", &drop1_);
+    register_sublayer("dropout2", &drop2_);
+    register_sublayer("dropout3", &drop3_);
+  }
+  Bundle forward(const Bundle& in) override {
+    expect_inputs(spec_of(in), 3);
+    const Tensor& mem = in[0];
+    Tensor y = in[2];
+    Tensor h = ln1_(y);
+    y = ops::add(y, drop1_(self_.attend(h, h)));
+    y = ops::add(y, drop2_(cross_.attend(ln2_(y), mem, in[1])));
+    y = ops::add(y, drop3_(ffn_(ln3_(y))));
+    return {mem, in[1], y};
+  }
+  BundleSpec output_spec(const BundleSpec& in) const override {
+    expect_inputs(in, 3);
+    expect_hidden(name(), in[0], c_.dim);
+    expect_hidden(name(), in[2], c_.dim);
+    return in;
+  }
+  double cost(const BundleSpec& in) const override {
+    const auto& y = in[2].shape;
+    return self_.flops(y[0], y[1], y[1]) + cross_.flops(y[0], y[1], in[0].shape[1]) + ffn_.cost({in[2]});
+  }
+
+ private:
+  TransformerConfig c_;
+  LayerNorm ln1_, ln2_, ln3_;
+  MultiHeadAttention self_, cross_;
+  FeedForward ffn_;
+  Dropout drop1_, drop2_, drop3_;
+};
+
+class OutputProjection final : public Layer {
+ public:
+  OutputProjection(const TransformerConfig& c, Tensor table)
+      : Layer("output"), table(std::move(table)), c_(c), ln_dec_("decoder_norm", c.dim) {
+    register_parameter("shared_embedding", &this->table);
+    register_sublayer("decoder_norm", &ln_dec_);
+  }
+  Bundle forward(const Bundle& in) override {
+    expect_inputs(spec_of(in), 3);
+    return {ops::matmul(ln_dec_(in[2]), table, false, true)};
+  }
+  BundleSpec output_spec(const BundleSpec& in) const override {
+    expect_inputs(in, 3);
+    expect_hidden(name(), in[2], c_.dim);
+    return {{Shape{in[2].shape[0], in[2].shape[1], c_.vocab}, table.dtype()}};
+  }
+  double cost(const BundleSpec& in) const override {
+    return 2.0 * in[2].shape[0] * in[2].shape[1] * c_.dim * c_.vocab;
+  }
+  Tensor table;
+
+ private:
+  TransformerConfig c_;
+  LayerNorm ln_dec_;
+};
+
+}  // namespace
+
+TransformerConfig transformer_preset(const std::string& name) {
+  static const std::map<std::string, std::array<int64_t, 3>> presets = {
+      {"T(6,8192,16)", {6, 8192, 16}},     {"T(24,8192,16)", {24, 8192, 16}},
+      {"T(12,16384,32)", {12, 16384, 32}}, {"T(32,16384,32)", {32, 16384, 32}},
+      {"T(64,16384,32)", {64, 16384, 32}}};
+  auto it = presets.find(name);
+  if (it == presets.end()) {
+    std::string known;
+    for (auto& [k, v] : presets) known += (known.empty() ? "" : ", ") + k;
+    throw Error(detail::concat("unknown Transformer preset '", name, "' (known: ", known, ")"));
+  }
+  TransformerConfig c;
+  c.layers = it->second[0];
+  c.ffn = it->second[1];
+  c.heads = it->second[2];
+  return c;
+}
+
+int64_t transformer_parameter_count(const TransformerConfig& c) {
+  const int64_t d = c.dim, h = c.ffn;
+  const int64_t attn = 4 * (d * d + d), ffn = d * h + h + h * d + d, ln = 2 * d;
+  const int64_t enc = attn + ffn + 2 * ln, dec = 2 * attn + ffn + 3 * ln;
+  return c.vocab * d + c.layers * (enc + dec) + 2 * ln;
+}
+
+Model transformer(const TransformerConfig& c) {
+  GPIPE_CHECK(c.layers >= 1 && c.ffn >= 1 && c.heads >= 1 && c.dim >= 2 && c.vocab >= 2,
+              "transformer: layers, ffn, heads, dim and vocab must be positive");
+  GPIPE_CHECK(c.dim % c.heads == 0, "transformer: dim ", c.dim, " is not divisible by heads ", c.heads);
+  GPIPE_CHECK(c.pad_id >= 0 && c.pad_id < c.vocab, "transformer: pad_id ", c.pad_id, " outside the vocabulary [0, ",
+              c.vocab, ")");
+  const Tensor table = make_parameter(
+      Tensor::randn(Shape{c.vocab, c.dim}, mix_key(c.seed, 1), 1.0 / std::sqrt(static_cast<double>(c.dim))));
+  const double scale = c.scaled_init ? 1.0 / std::sqrt(2.0 * c.layers) : 1.0;
+  Model m;
+  m.layers.push_back(std::make_shared<SourceEmbedding>(c, table));
+  for (int64_t i = 0; i < c.layers; ++i) m.layers.push_back(std::make_shared<EncoderLayer>(c, i, scale));
+  m.layers.push_back(std::make_shared<TargetEmbedding>(c, table));
+  for (int64_t i = 0; i < c.layers; ++i) m.layers.push_back(std::make_shared<DecoderLayer>(c, i, scale));
+  m.layers.push_back(std::make_shared<OutputProjection>(c, table));
+  m.loss = std::make_shared<CrossEntropyLoss>(CrossEntropyLossOptions{
+      .ignore_index = c.pad_id, .label_smoothing = c.label_smoothing, .logit_clip = c.logit_clip});
+  return m;
+}
+
+}  // namespace gpipe::models
