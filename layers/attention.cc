@@ -48,7 +48,7 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory, con
   auto heads = [&](const Tensor& x, int64_t t) { return ops::permute(ops::reshape(x, {b, t, h, dh}), {0, 2, 1, 3}); };
   Tensor q = heads(q_(query), tq), k = heads(k_(memory), tk), v = heads(v_(memory), tk);
   Tensor scores = ops::mul_scalar(ops::matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(dh)));
-  if (opt_.causal) scores = ops::masked_fill(scores, ops::causal_mask(tq, tk, scores.dtype()), kMasked);
+  if (opt_.causal) scores = ops::masked_fill(scores, ops::causal_mask(tq, tk, scores.dtype()).to(scores.device()), kMasked);
   if (key_padding.defined()) {
     GPIPE_CHECK(key_padding.rank() == 2 && key_padding.size(0) == b && key_padding.size(1) == tk,
                 "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk, "], got ",

@@ -131,6 +131,13 @@ void BatchNorm::finish_step() {
   count_ = 0;
 }
 
+void BatchNorm::discard_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fill(sum_.begin(), sum_.end(), 0.0);
+  std::fill(sumsq_.begin(), sumsq_.end(), 0.0);
+  count_ = 0;
+}
+
 TensorSpec BatchNorm::output_spec(const TensorSpec& in) const {
   GPIPE_CHECK((in.shape.rank() == 4 || in.shape.rank() == 2) && in.shape[1] == channels_, "BatchNorm '", name(),
               "': expected input [N, ", channels_, "(, H, W)], got ", in.shape);

@@ -50,6 +50,7 @@ class BatchNorm final : public UnaryLayer {
   TensorSpec output_spec(const TensorSpec& in) const override;
   double cost(const BundleSpec& in) const override;
   void finish_step() override;
+  void discard_step() override;
   Tensor gamma, beta, running_mean, running_var;
 
  private:

@@ -93,6 +93,10 @@ void Layer::finish_step() {
   for (auto& [n, l] : sublayers_) l->finish_step();
 }
 
+void Layer::discard_step() {
+  for (auto& [n, l] : sublayers_) l->discard_step();
+}
+
 void Layer::expect_inputs(const BundleSpec& in, size_t count) const {
   GPIPE_CHECK(in.size() == count, "layer '", name_, "': expected a bundle of ", count, " tensors, got ",
               in.size(), " ", to_string(in));

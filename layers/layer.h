@@ -80,6 +80,8 @@ class Layer {
   // Called once after each optimizer step's forwards and backwards have all
   // run (e.g. BatchNorm folds the step's statistics into its running ones).
   virtual void finish_step();
+  // Called instead of finish_step when a step failed: forget its side effects.
+  virtual void discard_step();
 
   // Checks `in` has `count` tensors; throws naming this layer otherwise.
   void expect_inputs(const BundleSpec& in, size_t count) const;

@@ -1,0 +1,42 @@
+#include "data/test_util.h"
+
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace gpipe::testing {
+
+std::string scratch_dir(std::string_view name) {
+  const char* root = std::getenv("TEST_TMPDIR");
+  std::filesystem::path dir = root ? std::filesystem::path(root) : std::filesystem::temp_directory_path();
+  dir /= std::string("gpipe_data_") + std::string(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+void write_file(const std::string& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+void write_gz(const std::string& path, std::string_view bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  if (f == nullptr) throw std::runtime_error("cannot write " + path);
+  const int wrote = bytes.empty() ? 0 : gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+  if (wrote != static_cast<int>(bytes.size())) throw std::runtime_error("gzwrite failed on " + path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace gpipe::testing

@@ -1,0 +1,438 @@
+// CPU kernels for conv2d (NCHW).
+//
+// General path: for one (sample, group), im2col unfolds the input's receptive
+// fields into a column buffer col[Cg*kh*kw, OH*OW] (zeros where a tap falls in
+// the padding), and forward is one GEMM, y_g[Og, OH*OW] = w_g[Og, K] * col.
+// Backward-input is col = w_g^T * grad_y_g followed by col2im (the scatter-add
+// inverse of im2col); backward-weight accumulates grad_y_g * col^T over the
+// batch. A 1x1, stride-1, unpadded convolution skips the buffer: its "col" is
+// the input plane itself.
+//
+// Depthwise path (one input channel per group, groups > 1): a direct loop per
+// (sample, channel) plane, one kernel tap at a time over contiguous output
+// rows; unfolding would cost more than the arithmetic.
+//
+// Parallelism: over (sample, group) tasks when there are at least as many as
+// threads, otherwise tasks run in order and each GEMM is split over the pool.
+// Backward-weight over a large batch gives each thread a contiguous range of
+// samples and its own partial sum, reduced in a fixed order: the result does
+// not vary from run to run (it may differ in round-off with the thread count).
+// Column buffers are tensors charged to MemoryCategory::kWorkspace.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "core/allocator.h"
+#include "core/parallel.h"
+#include "ops/conv_kernels.h"
+#include "ops/cpu/blas.h"
+
+namespace gpipe::ops {
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+  int64_t groups, cg, og;  // channels per group (in, out)
+  int64_t k;               // cg * kh * kw: rows of a column buffer
+  int64_t hw, ohw;         // plane sizes
+  Conv2dParams p;
+
+  Geometry(const Shape& x, const Shape& weight, const Shape& y, const Conv2dParams& params)
+      : n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(weight[0]), kh(weight[2]), kw(weight[3]),
+        oh(y[2]), ow(y[3]), groups(params.groups), cg(c / groups), og(o / groups),
+        k(cg * kh * kw), hw(h * w), ohw(oh * ow), p(params) {}
+
+  bool pointwise() const {
+    return kh == 1 && kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
+           p.pad_w == 0;
+  }
+  bool depthwise() const { return cg == 1 && groups > 1; }
+};
+
+// Output positions [lo, hi) along one axis whose input position
+// out * stride + offset lies inside [0, size).
+void valid_range(int64_t offset, int64_t stride, int64_t size, int64_t out, int64_t& lo,
+                 int64_t& hi) {
+  lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t last = size - 1 - offset;
+  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  lo = std::min(lo, hi);
+}
+
+// Inner loops go through Eigen maps: -O2 does not auto-vectorise loops that
+// need an aliasing check, Eigen's explicit SIMD does.
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
+template <class T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
+
+// dst[q * dst_stride] += a * src[q * src_stride] for q in [0, n).
+template <class T>
+void axpy(int64_t n, T a, const T* src, int64_t src_stride, T* dst, int64_t dst_stride) {
+  if (n <= 0) return;
+  if (src_stride == 1 && dst_stride == 1) {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dst, n) +=
+        a * Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(src, n);
+  } else {
+    ArrayMap<T>(dst, n, Eigen::InnerStride<>(dst_stride)) +=
+        a * ConstArrayMap<T>(src, n, Eigen::InnerStride<>(src_stride));
+  }
+}
+
+// sum_q a[q] * b[q * b_stride] for q in [0, n).
+template <class T>
+T dot(int64_t n, const T* a, const T* b, int64_t b_stride) {
+  if (n <= 0) return T(0);
+  if (b_stride == 1) {
+    return (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(a, n) *
+            Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(b, n))
+        .sum();
+  }
+  return (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(a, n) *
+          ConstArrayMap<T>(b, n, Eigen::InnerStride<>(b_stride)))
+      .sum();
+}
+
+Tensor workspace(const Tensor& like, int64_t numel) {
+  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
+  return Tensor::empty(Shape{std::max<int64_t>(numel, 1)}, like.dtype(), like.device());
+}
+
+// Runs body(part, lo, hi) for `parts` contiguous pieces of [0, count), in parallel.
+template <class F>
+void for_each_part(int64_t count, int64_t parts, const F& body) {
+  parallel_for(0, parts, 1, [&](int64_t p_lo, int64_t p_hi) {
+    for (int64_t part = p_lo; part < p_hi; ++part)
+      body(part, count * part / parts, count * (part + 1) / parts);
+  });
+}
+
+// Rows of col for input channels [c_lo, c_hi) of one group's planes x[cg, H, W].
+template <class T>
+void im2col(const Geometry& g, const T* x, int64_t c_lo, int64_t c_hi, T* col) {
+  const Conv2dParams& p = g.p;
+  for (int64_t c = c_lo; c < c_hi; ++c) {
+    const T* xc = x + c * g.hw;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t h_lo, h_hi;
+      valid_range(i * p.dilation_h - p.pad_h, p.stride_h, g.h, g.oh, h_lo, h_hi);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t w_off = j * p.dilation_w - p.pad_w;
+        int64_t w_lo, w_hi;
+        valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
+        T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw;
+        std::fill(row, row + h_lo * g.ow, T(0));
+        std::fill(row + h_hi * g.ow, row + g.ohw, T(0));
+        for (int64_t r = h_lo; r < h_hi; ++r) {
+          const T* xr = xc + (r * p.stride_h + i * p.dilation_h - p.pad_h) * g.w + w_off;
+          T* out = row + r * g.ow;
+          std::fill(out, out + w_lo, T(0));
+          std::fill(out + w_hi, out + g.ow, T(0));
+          if (p.stride_w == 1) {
+            std::copy(xr + w_lo, xr + w_hi, out + w_lo);
+          } else {
+            for (int64_t q = w_lo; q < w_hi; ++q) out[q] = xr[q * p.stride_w];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Adds col's rows for input channels [c_lo, c_hi) back into planes gx[cg, H, W].
+template <class T>
+void col2im(const Geometry& g, const T* col, int64_t c_lo, int64_t c_hi, T* gx) {
+  const Conv2dParams& p = g.p;
+  for (int64_t c = c_lo; c < c_hi; ++c) {
+    T* gc = gx + c * g.hw;
+    std::fill(gc, gc + g.hw, T(0));
+    for (int64_t i = 0; i < g.kh; ++i) {
+      int64_t h_lo, h_hi;
+      valid_range(i * p.dilation_h - p.pad_h, p.stride_h, g.h, g.oh, h_lo, h_hi);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t w_off = j * p.dilation_w - p.pad_w;
+        int64_t w_lo, w_hi;
+        valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw;
+        for (int64_t r = h_lo; r < h_hi; ++r) {
+          T* gr = gc + (r * p.stride_h + i * p.dilation_h - p.pad_h) * g.w + w_off;
+          const T* in = row + r * g.ow;
+          axpy(w_hi - w_lo, T(1), in + w_lo, 1, gr + w_lo * p.stride_w, p.stride_w);
+        }
+      }
+    }
+  }
+}
+
+// Calls fn(task, col, parallel) for every (sample, group) task: in parallel
+// over tasks with one column buffer per thread when there are enough of them,
+// else in order with `parallel` set (the caller then splits its own work).
+template <class T, class F>
+void for_each_task(const Geometry& g, const Tensor& like, bool need_col, const F& fn) {
+  const int64_t tasks = g.n * g.groups;
+  const int64_t threads = intra_op_threads();
+  const int64_t col_size = need_col ? g.k * g.ohw : 0;
+  if (tasks >= threads && threads > 1) {
+    Tensor cols = workspace(like, threads * col_size);
+    T* base = cols.data<T>();
+    for_each_part(tasks, threads, [&](int64_t part, int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) fn(t, base + part * col_size, false);
+    });
+  } else {
+    Tensor cols = workspace(like, col_size);
+    for (int64_t t = 0; t < tasks; ++t) fn(t, cols.data<T>(), true);
+  }
+}
+
+template <class T>
+void im2col_maybe_parallel(const Geometry& g, const T* x, T* col, bool parallel) {
+  if (!parallel) return im2col(g, x, 0, g.cg, col);
+  parallel_for(0, g.cg, 1, [&](int64_t lo, int64_t hi) { im2col(g, x, lo, hi, col); });
+}
+
+template <class T>
+void gemm_maybe_parallel(bool parallel, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                         const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+                         int64_t ldc) {
+  if (parallel) cpu::parallel_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+  else cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+
+// ---------------------------------------------------------------- depthwise
+
+template <class T>
+void depthwise_forward(const Geometry& g, const T* x, const T* w, const T* b, T* y) {
+  const Conv2dParams& p = g.p;
+  parallel_for(0, g.n * g.o, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      const int64_t n = plane / g.o, oc = plane % g.o;
+      const T* xc = x + (n * g.c + oc / g.og) * g.hw;
+      T* yp = y + plane * g.ohw;
+      std::fill(yp, yp + g.ohw, b ? b[oc] : T(0));
+      for (int64_t i = 0; i < g.kh; ++i) {
+        int64_t h_lo, h_hi;
+        valid_range(i * p.dilation_h - p.pad_h, p.stride_h, g.h, g.oh, h_lo, h_hi);
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T wv = w[(oc * g.kh + i) * g.kw + j];
+          const int64_t w_off = j * p.dilation_w - p.pad_w;
+          int64_t w_lo, w_hi;
+          valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
+          for (int64_t r = h_lo; r < h_hi; ++r) {
+            const T* xr = xc + (r * p.stride_h + i * p.dilation_h - p.pad_h) * g.w + w_off;
+            T* yr = yp + r * g.ow;
+            axpy(w_hi - w_lo, wv, xr + w_lo * p.stride_w, p.stride_w, yr + w_lo, 1);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void depthwise_backward_input(const Geometry& g, const T* gy, const T* w, T* gx) {
+  const Conv2dParams& p = g.p;
+  parallel_for(0, g.n * g.c, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      const int64_t n = plane / g.c, c = plane % g.c;
+      T* gp = gx + plane * g.hw;
+      std::fill(gp, gp + g.hw, T(0));
+      for (int64_t m = 0; m < g.og; ++m) {
+        const int64_t oc = c * g.og + m;
+        const T* gyp = gy + (n * g.o + oc) * g.ohw;
+        for (int64_t i = 0; i < g.kh; ++i) {
+          int64_t h_lo, h_hi;
+          valid_range(i * p.dilation_h - p.pad_h, p.stride_h, g.h, g.oh, h_lo, h_hi);
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const T wv = w[(oc * g.kh + i) * g.kw + j];
+            const int64_t w_off = j * p.dilation_w - p.pad_w;
+            int64_t w_lo, w_hi;
+            valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
+            for (int64_t r = h_lo; r < h_hi; ++r) {
+              T* gr = gp + (r * p.stride_h + i * p.dilation_h - p.pad_h) * g.w + w_off;
+              const T* gyr = gyp + r * g.ow;
+              axpy(w_hi - w_lo, wv, gyr + w_lo, 1, gr + w_lo * p.stride_w, p.stride_w);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// One thread per output channel, samples in order: independent of the thread count.
+template <class T>
+void depthwise_backward_weight(const Geometry& g, const T* gy, const T* x, T* gw) {
+  const Conv2dParams& p = g.p;
+  parallel_for(0, g.o, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t oc = lo; oc < hi; ++oc) {
+      for (int64_t i = 0; i < g.kh; ++i) {
+        int64_t h_lo, h_hi;
+        valid_range(i * p.dilation_h - p.pad_h, p.stride_h, g.h, g.oh, h_lo, h_hi);
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t w_off = j * p.dilation_w - p.pad_w;
+          int64_t w_lo, w_hi;
+          valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
+          T acc = 0;
+          for (int64_t n = 0; n < g.n; ++n) {
+            const T* xc = x + (n * g.c + oc / g.og) * g.hw;
+            const T* gyp = gy + (n * g.o + oc) * g.ohw;
+            for (int64_t r = h_lo; r < h_hi; ++r) {
+              const T* xr = xc + (r * p.stride_h + i * p.dilation_h - p.pad_h) * g.w + w_off;
+              const T* gyr = gyp + r * g.ow;
+              acc += dot(w_hi - w_lo, gyr + w_lo, xr + w_lo * p.stride_w, p.stride_w);
+            }
+          }
+          gw[(oc * g.kh + i) * g.kw + j] = acc;
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------- GEMM path
+
+template <class T>
+void gemm_forward(const Geometry& g, const Tensor& like, const T* x, const T* w, const T* b, T* y) {
+  const bool pointwise = g.pointwise();
+  for_each_task<T>(g, like, !pointwise, [&](int64_t t, T* col, bool parallel) {
+    const int64_t n = t / g.groups, gr = t % g.groups;
+    const T* xg = x + (n * g.c + gr * g.cg) * g.hw;
+    T* yg = y + (n * g.o + gr * g.og) * g.ohw;
+    if (!pointwise) im2col_maybe_parallel(g, xg, col, parallel);
+    if (b) {
+      for (int64_t r = 0; r < g.og; ++r) std::fill(yg + r * g.ohw, yg + (r + 1) * g.ohw, b[gr * g.og + r]);
+    }
+    gemm_maybe_parallel(parallel, false, false, g.og, g.ohw, g.k, w + gr * g.og * g.k, g.k,
+                        pointwise ? xg : col, g.ohw, b ? T(1) : T(0), yg, g.ohw);
+  });
+}
+
+template <class T>
+void gemm_backward_input(const Geometry& g, const Tensor& like, const T* gy, const T* w, T* gx) {
+  const bool pointwise = g.pointwise();
+  for_each_task<T>(g, like, !pointwise, [&](int64_t t, T* col, bool parallel) {
+    const int64_t n = t / g.groups, gr = t % g.groups;
+    const T* gyg = gy + (n * g.o + gr * g.og) * g.ohw;
+    T* gxg = gx + (n * g.c + gr * g.cg) * g.hw;
+    gemm_maybe_parallel(parallel, true, false, g.k, g.ohw, g.og, w + gr * g.og * g.k, g.k, gyg,
+                        g.ohw, T(0), pointwise ? gxg : col, g.ohw);
+    if (pointwise) return;
+    if (!parallel) return col2im(g, col, 0, g.cg, gxg);
+    parallel_for(0, g.cg, 1, [&](int64_t lo, int64_t hi) { col2im(g, col, lo, hi, gxg); });
+  });
+}
+
+// grad_w_g[Og, K] (+)= grad_y_g[Og, OH*OW] * col^T for samples [n_lo, n_hi).
+template <class T>
+void accumulate_weight_grad(const Geometry& g, const T* gy, const T* x, int64_t n_lo,
+                            int64_t n_hi, T* col, bool parallel, T* gw) {
+  const bool pointwise = g.pointwise();
+  for (int64_t n = n_lo; n < n_hi; ++n) {
+    for (int64_t gr = 0; gr < g.groups; ++gr) {
+      const T* xg = x + (n * g.c + gr * g.cg) * g.hw;
+      if (!pointwise) im2col_maybe_parallel(g, xg, col, parallel);
+      gemm_maybe_parallel(parallel, false, true, g.og, g.k, g.ohw, gy + (n * g.o + gr * g.og) * g.ohw,
+                          g.ohw, pointwise ? xg : col, g.ohw, n == n_lo ? T(0) : T(1),
+                          gw + gr * g.og * g.k, g.k);
+    }
+  }
+}
+
+template <class T>
+void gemm_backward_weight(const Geometry& g, const Tensor& like, const T* gy, const T* x, T* gw) {
+  const int64_t threads = intra_op_threads();
+  const int64_t col_size = g.pointwise() ? 0 : g.k * g.ohw;
+  const int64_t w_size = g.o * g.k;
+  if (g.n < threads || threads == 1) {
+    Tensor col = workspace(like, col_size);
+    accumulate_weight_grad(g, gy, x, 0, g.n, col.data<T>(), true, gw);
+    return;
+  }
+  // Part 0 sums into gw itself, the others into partial buffers.
+  Tensor cols = workspace(like, threads * col_size);
+  Tensor partials = workspace(like, (threads - 1) * w_size);
+  T* col_base = cols.data<T>();
+  T* partial_base = partials.data<T>();
+  for_each_part(g.n, threads, [&](int64_t part, int64_t lo, int64_t hi) {
+    T* dst = part == 0 ? gw : partial_base + (part - 1) * w_size;
+    accumulate_weight_grad(g, gy, x, lo, hi, col_base + part * col_size, false, dst);
+  });
+  parallel_for(0, w_size, 4096, [&](int64_t lo, int64_t hi) {
+    for (int64_t part = 1; part < threads; ++part) {
+      const T* src = partial_base + (part - 1) * w_size;
+      axpy(hi - lo, T(1), src + lo, 1, gw + lo, 1);
+    }
+  });
+}
+
+// ---------------------------------------------------------------- kernels
+
+void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Conv2dParams& params, Tensor& y) {
+  const Geometry g(x.shape(), weight.shape(), y.shape(), params);
+  dispatch_floating(x.dtype(), "conv2d", [&](auto z) {
+    using T = decltype(z);
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    if (g.depthwise()) depthwise_forward(g, x.data<T>(), weight.data<T>(), b, y.data<T>());
+    else gemm_forward(g, x, x.data<T>(), weight.data<T>(), b, y.data<T>());
+  });
+}
+
+void conv2d_backward_input_cpu(const Tensor& grad_y, const Tensor& weight,
+                               const Conv2dParams& params, Tensor& grad_x) {
+  const Geometry g(grad_x.shape(), weight.shape(), grad_y.shape(), params);
+  dispatch_floating(grad_y.dtype(), "conv2d backward", [&](auto z) {
+    using T = decltype(z);
+    if (g.depthwise()) {
+      depthwise_backward_input(g, grad_y.data<T>(), weight.data<T>(), grad_x.data<T>());
+    } else {
+      gemm_backward_input(g, grad_y, grad_y.data<T>(), weight.data<T>(), grad_x.data<T>());
+    }
+  });
+}
+
+void conv2d_backward_weight_cpu(const Tensor& grad_y, const Tensor& x, const Conv2dParams& params,
+                                Tensor& grad_weight) {
+  const Geometry g(x.shape(), grad_weight.shape(), grad_y.shape(), params);
+  dispatch_floating(grad_y.dtype(), "conv2d backward", [&](auto z) {
+    using T = decltype(z);
+    if (g.n == 0) {
+      std::fill(grad_weight.data<T>(), grad_weight.data<T>() + grad_weight.numel(), T(0));
+    } else if (g.depthwise()) {
+      depthwise_backward_weight(g, grad_y.data<T>(), x.data<T>(), grad_weight.data<T>());
+    } else {
+      gemm_backward_weight(g, x, grad_y.data<T>(), x.data<T>(), grad_weight.data<T>());
+    }
+  });
+}
+
+void conv2d_backward_bias_cpu(const Tensor& grad_y, Tensor& grad_bias) {
+  const int64_t n = grad_y.size(0), o = grad_y.size(1);
+  const int64_t plane = grad_y.numel() / std::max<int64_t>(n * o, 1);
+  dispatch_floating(grad_y.dtype(), "conv2d backward", [&](auto z) {
+    using T = decltype(z);
+    const T* gy = grad_y.data<T>();
+    T* gb = grad_bias.data<T>();
+    parallel_for(0, o, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t oc = lo; oc < hi; ++oc) {
+        double acc = 0;
+        for (int64_t s = 0; s < n; ++s) {
+          const T* p = gy + (s * o + oc) * plane;
+          acc += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p, plane).sum();
+        }
+        gb[oc] = static_cast<T>(acc);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(conv2d_forward, DeviceType::kCPU, conv2d_forward_cpu);
+GPIPE_REGISTER_KERNEL(conv2d_backward_input, DeviceType::kCPU, conv2d_backward_input_cpu);
+GPIPE_REGISTER_KERNEL(conv2d_backward_weight, DeviceType::kCPU, conv2d_backward_weight_cpu);
+GPIPE_REGISTER_KERNEL(conv2d_backward_bias, DeviceType::kCPU, conv2d_backward_bias_cpu);
+
+}  // namespace gpipe::ops

@@ -1,0 +1,45 @@
+// Dropout CPU kernel. The flat index range is cut into chunks processed in
+// parallel; each chunk draws its uniforms with philox_uniform(key, lo, ...),
+// i.e. at its own element offset, into a small stack buffer and applies the
+// keep test and the 1 / (1 - p) scale. Philox is counter-based, so the mask
+// bits are identical however the range is chunked. Uniforms are always
+// float32 draws, so float32 and float64 tensors see the same mask.
+#include <algorithm>
+#include <cmath>
+
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "ops/dropout_kernels.h"
+
+namespace gpipe::ops {
+namespace {
+
+constexpr int64_t kBlock = 1024;
+constexpr int64_t kGrainElems = 1 << 15;
+
+void dropout_apply_cpu(const Tensor& x, double p, uint64_t key, Tensor& out) {
+  dispatch_floating(x.dtype(), "dropout", [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    // u >= p in double, as a float threshold: the smallest float u that passes.
+    const float threshold = static_cast<float>(p) >= p
+                                ? static_cast<float>(p)
+                                : std::nextafter(static_cast<float>(p), 2.0f);
+    parallel_for(0, x.numel(), kGrainElems, [&](int64_t lo, int64_t hi) {
+      float u[kBlock];
+      for (int64_t b = lo; b < hi; b += kBlock) {
+        const int64_t n = std::min(kBlock, hi - b);
+        philox_uniform(key, static_cast<uint64_t>(b), u, n);
+        for (int64_t i = 0; i < n; ++i) po[b + i] = u[i] >= threshold ? px[b + i] * scale : T(0);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(dropout_apply, DeviceType::kCPU, dropout_apply_cpu);
+
+}  // namespace gpipe::ops

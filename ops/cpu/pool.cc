@@ -1,0 +1,265 @@
+// CPU kernels for max_pool2d and avg_pool2d (NCHW).
+//
+// Every (sample, channel) plane is independent, so the kernels run in
+// parallel over planes. Within a plane they work one output row at a time
+// and walk the window tap by tap, each tap updating the whole row of
+// outputs: the outputs are independent chains (a per-output window loop
+// would serialise on the running max), and the range of outputs a tap hits
+// in-bounds is computed once, so the inner loop has no bounds tests.
+//
+// Max pooling visits taps in row-major window order with a strict '>', so it
+// keeps the first maximal element, and records its plane index (h * W + w)
+// for backward, which scatter-adds grad_y there. A NaN in a window wins (the
+// first one), as in PyTorch; rows holding a NaN are redone on a slow path.
+// Average pooling divides by the window clipped to the padded input
+// (count_include_pad) or by the number of in-bounds elements. Backward of
+// both writes each plane of grad_x from that plane's outputs only, which keeps
+// it race-free.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "core/parallel.h"
+#include "ops/pool_kernels.h"
+
+namespace gpipe::ops {
+namespace {
+
+// Output positions [lo, hi) along one axis whose input position
+// out * stride + offset lies inside [0, size).
+void valid_range(int64_t offset, int64_t stride, int64_t size, int64_t out, int64_t& lo,
+                 int64_t& hi) {
+  lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t last = size - 1 - offset;
+  hi = last < 0 ? 0 : std::min(out, last / stride + 1);
+  lo = std::min(lo, hi);
+}
+
+// The part of one axis a window covers: [lo, hi) in bounds, and the number of
+// positions inside the padded input (PyTorch's count_include_pad divisor).
+struct Span {
+  int64_t lo, hi, padded;
+};
+
+Span span(int64_t o, int64_t kernel, int64_t stride, int64_t pad, int64_t size) {
+  const int64_t start = o * stride - pad, end = std::min(start + kernel, size + pad);
+  return Span{std::max<int64_t>(start, 0), std::min(end, size), end - start};
+}
+
+struct PlaneGeometry {
+  int64_t planes, h, w, oh, ow;
+  Pool2dParams p;
+
+  std::vector<int64_t> tap_lo, tap_hi;  // per window column j, see tap_range
+
+  PlaneGeometry(const Shape& in, const Shape& out, const Pool2dParams& params)
+      : planes(in[0] * in[1]), h(in[2]), w(in[3]), oh(out[2]), ow(out[3]), p(params),
+        tap_lo(p.kernel_w), tap_hi(p.kernel_w) {
+    for (int64_t j = 0; j < p.kernel_w; ++j)
+      valid_range(j - p.pad_w, p.stride_w, w, ow, tap_lo[j], tap_hi[j]);
+  }
+
+  Span rows(int64_t r) const { return span(r, p.kernel_h, p.stride_h, p.pad_h, h); }
+  Span cols(int64_t q) const { return span(q, p.kernel_w, p.stride_w, p.pad_w, w); }
+  // Outputs [lo, hi) of a row that window column j reaches in bounds.
+  void tap_range(int64_t j, int64_t& lo, int64_t& hi) const {
+    lo = tap_lo[j];
+    hi = tap_hi[j];
+  }
+  // Planes per parallel chunk: enough work to pay for the hand-off.
+  int64_t grain() const {
+    return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, oh * ow * p.kernel_h * p.kernel_w));
+  }
+};
+
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
+template <class T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
+
+// dst[q * dst_stride] += src[q * src_stride] * scale[q] (scale may be null = 1), q in [0, n).
+template <class T>
+void add_strided(int64_t n, const T* src, int64_t src_stride, const T* scale, T* dst,
+                 int64_t dst_stride) {
+  if (n <= 0) return;
+  ArrayMap<T> d(dst, n, Eigen::InnerStride<>(dst_stride));
+  const ConstArrayMap<T> s(src, n, Eigen::InnerStride<>(src_stride));
+  if (scale) d += s * ConstArrayMap<T>(scale, n, Eigen::InnerStride<>(1));
+  else d += s;
+}
+
+// One output of max pooling by a direct window loop, NaN-aware (slow path).
+template <class T>
+void max_window(const PlaneGeometry& g, const T* xp, int64_t r, int64_t q, T& best,
+                int64_t& best_i) {
+  const Span rs = g.rows(r), cs = g.cols(q);
+  best_i = rs.lo * g.w + cs.lo;
+  best = xp[best_i];
+  for (int64_t i = rs.lo; i < rs.hi; ++i)
+    for (int64_t j = cs.lo; j < cs.hi; ++j) {
+      const T v = xp[i * g.w + j];
+      if (best != best) return;
+      if (v > best || v != v) {
+        best = v;
+        best_i = i * g.w + j;
+      }
+    }
+}
+
+template <class T>
+void max_forward(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
+  parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
+    std::vector<T> best(g.ow);
+    std::vector<int64_t> best_i(g.ow);
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      const T* xp = x + plane * g.h * g.w;
+      for (int64_t r = 0; r < g.oh; ++r) {
+        const Span rs = g.rows(r);
+        for (int64_t q = 0; q < g.ow; ++q) {
+          best[q] = -std::numeric_limits<T>::infinity();
+          best_i[q] = rs.lo * g.w + g.cols(q).lo;  // kept if the whole window is -inf
+        }
+        bool nan = false;
+        for (int64_t i = rs.lo; i < rs.hi; ++i) {
+          for (int64_t j = 0; j < g.p.kernel_w; ++j) {
+            int64_t q_lo, q_hi;
+            g.tap_range(j, q_lo, q_hi);
+            const int64_t base = i * g.w + j - g.p.pad_w;
+            for (int64_t q = q_lo; q < q_hi; ++q) {
+              const int64_t at = base + q * g.p.stride_w;
+              const T v = xp[at];
+              // Masks and max, not jumps: a data-dependent branch mispredicts.
+              const int64_t take = -static_cast<int64_t>(v > best[q]);
+              best_i[q] = (at & take) | (best_i[q] & ~take);
+              best[q] = std::max(best[q], v);
+              nan |= v != v;
+            }
+          }
+        }
+        if (nan)
+          for (int64_t q = 0; q < g.ow; ++q) max_window(g, xp, r, q, best[q], best_i[q]);
+        T* yr = y + (plane * g.oh + r) * g.ow;
+        std::copy(best.begin(), best.end(), yr);
+        if (argmax) std::copy(best_i.begin(), best_i.end(), argmax + (plane * g.oh + r) * g.ow);
+      }
+    }
+  });
+}
+
+template <class T>
+void max_backward(const PlaneGeometry& g, const T* gy, const int64_t* argmax, T* gx) {
+  parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      T* gxp = gx + plane * g.h * g.w;
+      std::fill(gxp, gxp + g.h * g.w, T(0));
+      const T* gyp = gy + plane * g.oh * g.ow;
+      const int64_t* ap = argmax + plane * g.oh * g.ow;
+      for (int64_t e = 0; e < g.oh * g.ow; ++e) gxp[ap[e]] += gyp[e];
+    }
+  });
+}
+
+// 1 / divisor for every output of row r (the column factor varies along it).
+template <class T>
+void inverse_divisors(const PlaneGeometry& g, int64_t r, std::vector<T>& inv) {
+  const Span rs = g.rows(r);
+  for (int64_t q = 0; q < g.ow; ++q) {
+    const Span cs = g.cols(q);
+    const int64_t count = g.p.count_include_pad ? rs.padded * cs.padded
+                                                : (rs.hi - rs.lo) * (cs.hi - cs.lo);
+    inv[q] = T(1) / static_cast<T>(count);
+  }
+}
+
+template <class T>
+void avg_forward(const PlaneGeometry& g, const T* x, T* y) {
+  parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
+    std::vector<T> inv(g.ow);
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      const T* xp = x + plane * g.h * g.w;
+      for (int64_t r = 0; r < g.oh; ++r) {
+        T* yr = y + (plane * g.oh + r) * g.ow;
+        std::fill(yr, yr + g.ow, T(0));
+        const Span rs = g.rows(r);
+        for (int64_t i = rs.lo; i < rs.hi; ++i) {
+          for (int64_t j = 0; j < g.p.kernel_w; ++j) {
+            int64_t q_lo, q_hi;
+            g.tap_range(j, q_lo, q_hi);
+            const T* src = xp + i * g.w + j - g.p.pad_w + q_lo * g.p.stride_w;
+            add_strided<T>(q_hi - q_lo, src, g.p.stride_w, nullptr, yr + q_lo, 1);
+          }
+        }
+        inverse_divisors(g, r, inv);
+        for (int64_t q = 0; q < g.ow; ++q) yr[q] *= inv[q];
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_backward(const PlaneGeometry& g, const T* gy, T* gx) {
+  parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
+    std::vector<T> inv(g.ow);
+    for (int64_t plane = lo; plane < hi; ++plane) {
+      T* gxp = gx + plane * g.h * g.w;
+      std::fill(gxp, gxp + g.h * g.w, T(0));
+      for (int64_t r = 0; r < g.oh; ++r) {
+        const T* gyr = gy + (plane * g.oh + r) * g.ow;
+        inverse_divisors(g, r, inv);
+        const Span rs = g.rows(r);
+        for (int64_t i = rs.lo; i < rs.hi; ++i) {
+          for (int64_t j = 0; j < g.p.kernel_w; ++j) {
+            int64_t q_lo, q_hi;
+            g.tap_range(j, q_lo, q_hi);
+            T* dst = gxp + i * g.w + j - g.p.pad_w + q_lo * g.p.stride_w;
+            add_strided<T>(q_hi - q_lo, gyr + q_lo, 1, inv.data() + q_lo, dst, g.p.stride_w);
+          }
+        }
+      }
+    }
+  });
+}
+
+void max_pool2d_forward_cpu(const Tensor& x, const Pool2dParams& params, Tensor& y,
+                            Tensor& argmax) {
+  const PlaneGeometry g(x.shape(), y.shape(), params);
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto z) {
+    using T = decltype(z);
+    max_forward(g, x.data<T>(), y.data<T>(), argmax.defined() ? argmax.data<int64_t>() : nullptr);
+  });
+}
+
+void max_pool2d_backward_cpu(const Tensor& grad_y, const Tensor& argmax, Tensor& grad_x) {
+  const PlaneGeometry g(grad_x.shape(), grad_y.shape(), Pool2dParams{});
+  dispatch_floating(grad_y.dtype(), "max_pool2d backward", [&](auto z) {
+    using T = decltype(z);
+    max_backward(g, grad_y.data<T>(), argmax.data<int64_t>(), grad_x.data<T>());
+  });
+}
+
+void avg_pool2d_forward_cpu(const Tensor& x, const Pool2dParams& params, Tensor& y) {
+  const PlaneGeometry g(x.shape(), y.shape(), params);
+  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto z) {
+    using T = decltype(z);
+    avg_forward(g, x.data<T>(), y.data<T>());
+  });
+}
+
+void avg_pool2d_backward_cpu(const Tensor& grad_y, const Pool2dParams& params, Tensor& grad_x) {
+  const PlaneGeometry g(grad_x.shape(), grad_y.shape(), params);
+  dispatch_floating(grad_y.dtype(), "avg_pool2d backward", [&](auto z) {
+    using T = decltype(z);
+    avg_backward(g, grad_y.data<T>(), grad_x.data<T>());
+  });
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(max_pool2d_forward, DeviceType::kCPU, max_pool2d_forward_cpu);
+GPIPE_REGISTER_KERNEL(max_pool2d_backward, DeviceType::kCPU, max_pool2d_backward_cpu);
+GPIPE_REGISTER_KERNEL(avg_pool2d_forward, DeviceType::kCPU, avg_pool2d_forward_cpu);
+GPIPE_REGISTER_KERNEL(avg_pool2d_backward, DeviceType::kCPU, avg_pool2d_backward_cpu);
+
+}  // namespace gpipe::ops

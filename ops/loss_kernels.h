@@ -1,0 +1,28 @@
+// Kernel slots of the cross-entropy loss (ops/loss.h).
+//
+// logits contiguous, viewed as [N, C] (C = last axis, N = the product of
+// the others); targets contiguous int32/int64 with N elements.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/dispatch.h"
+
+namespace gpipe::ops {
+
+// loss ([] scalar) = mean over non-ignored rows of the (smoothed) negative
+// log-likelihood, 0 if every row is ignored; lse ([N]) = log-sum-exp of each
+// row, saved for backward. Checks every target first and throws gpipe::Error
+// naming the first one outside [0, C) that is not ignore_index.
+GPIPE_DECLARE_KERNEL(cross_entropy_forward,
+                     void(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                          double label_smoothing, Tensor& loss, Tensor& lse));
+// gx ([N, C]) = (softmax(logits) - smoothed one-hot) * g / count, zero on
+// ignored rows (and everywhere when count is 0). g is the [] loss gradient.
+GPIPE_DECLARE_KERNEL(cross_entropy_backward,
+                     void(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                          const Tensor& g, int64_t ignore_index, double label_smoothing,
+                          Tensor& gx));
+
+}  // namespace gpipe::ops

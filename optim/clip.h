@@ -1,0 +1,33 @@
+// Gradient clipping by global norm and finiteness checks, for the training
+// loop between backward and Optimizer::step.
+//
+// All functions read each parameter's grad() (undefined gradients count as
+// absent), visit a tensor shared by several entries (tied weights) once, and
+// accept parameters spread over several CPU devices (cpu:i). float32 and
+// float64 gradients; anything else throws gpipe::Error naming the parameter.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "layers/layer.h"
+
+namespace gpipe::optim {
+
+// sqrt(sum of g^2 over every element of every unique gradient), accumulated
+// in float64 in a fixed order (the result does not depend on the thread count).
+double grad_norm(const std::vector<NamedTensor>& params);
+
+// Returns grad_norm(params), the norm before clipping. If it is finite and
+// exceeds max_norm, multiplies every gradient in place by
+// max_norm / (norm + 1e-6) (PyTorch's clip_grad_norm_ coefficient). A NaN or
+// infinite norm is returned as is and nothing is scaled: the caller should
+// skip the step. Throws gpipe::Error unless max_norm > 0 and finite.
+double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm);
+
+// True if no element of `t` (float32/float64) is NaN or infinite.
+bool all_finite(const Tensor& t);
+// True if every defined gradient of `params` is finite.
+bool all_finite(const std::vector<NamedTensor>& params);
+
+}  // namespace gpipe::optim

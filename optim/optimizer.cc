@@ -1,0 +1,124 @@
+// Optimizer base: parameter bookkeeping shared by every update rule.
+//
+// Tied weights: Layer::parameters() lists a shared tensor once per owner, so
+// the constructor keeps the first entry per TensorImpl. Its gradient already
+// holds the sum over every use, so one update per TensorImpl is exact.
+//
+// Per-parameter steps: like PyTorch, each parameter counts its own updates
+// (a parameter without a gradient this step neither moves nor counts), and
+// Adam's bias correction uses that count, not the global step_count().
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/autograd.h"
+
+namespace gpipe::optim {
+
+Optimizer::Optimizer(std::string name, std::vector<NamedTensor> params, double lr)
+    : name_(std::move(name)), lr_(lr) {
+  check_hyper(std::isfinite(lr) && lr >= 0, "lr", ">= 0", lr);
+  std::unordered_set<TensorImpl*> seen;
+  std::unordered_map<std::string, TensorImpl*> by_name;
+  MemoryCategoryGuard category(MemoryCategory::kOptimizerState);
+  for (const NamedTensor& p : params) {
+    GPIPE_CHECK(p.tensor != nullptr && p.tensor->defined(), name_, ": parameter '", p.name,
+                "' is undefined");
+    const Tensor& t = *p.tensor;
+    TensorImpl* id = t.impl_ptr().get();
+    auto [it, fresh] = by_name.emplace(p.name, id);
+    GPIPE_CHECK(it->second == id, name_, ": two different tensors are both named '", p.name, "'");
+    if (!seen.insert(id).second) continue;
+    GPIPE_CHECK(is_floating(t.dtype()), name_, ": parameter '", p.name, "' has dtype ", t.dtype(),
+                "; optimizers update float32 or float64 tensors");
+    GPIPE_CHECK(t.device().is_cpu(), name_, ": parameter '", p.name, "' is on ", t.device(),
+                "; optimizers run on CPU devices (cpu:i) only");
+    Slot slot{p.name, p.tensor, id, Tensor::zeros(Shape{}, DType::kInt64, t.device()), {}};
+    slots_.push_back(std::move(slot));
+  }
+}
+
+void Optimizer::add_state_buffer(const std::string& buffer) {
+  MemoryCategoryGuard category(MemoryCategory::kOptimizerState);
+  buffer_names_.push_back(buffer);
+  for (Slot& s : slots_) {
+    const Tensor& p = *s.param;
+    s.buffers.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+  }
+}
+
+void Optimizer::check_hyper(bool ok, const char* what, const char* requirement, double value) const {
+  GPIPE_CHECK(ok, name_, ": ", what, " must be ", requirement, ", got ", format_double(value));
+}
+
+void Optimizer::set_lr(double lr) {
+  check_hyper(std::isfinite(lr) && lr >= 0, "lr", ">= 0", lr);
+  lr_ = lr;
+}
+
+void Optimizer::set_step_count(int64_t steps) {
+  GPIPE_CHECK(steps >= 0, name_, ": step count must be >= 0, got ", steps);
+  step_count_ = steps;
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  // Validate everything first so that a bad gradient leaves no parameter half-stepped.
+  std::vector<std::pair<Slot*, Tensor>> todo;
+  for (Slot& s : slots_) {
+    const Tensor& p = *s.param;
+    GPIPE_CHECK(p.defined() && p.impl_ptr().get() == s.identity, name_, ": parameter '", s.name,
+                "' was replaced after the optimizer was made (Layer::to moves make new tensors); "
+                "make the optimizer after placing the model");
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    GPIPE_CHECK(grad.dtype() == p.dtype(), name_, ": parameter '", s.name, "' has dtype ",
+                p.dtype(), " but its gradient has dtype ", grad.dtype());
+    GPIPE_CHECK(grad.device() == p.device(), name_, ": parameter '", s.name, "' is on ",
+                p.device(), " but its gradient is on ", grad.device());
+    GPIPE_CHECK(grad.shape() == p.shape(), name_, ": parameter '", s.name, "' has shape ",
+                p.shape(), " but its gradient has shape ", grad.shape());
+    todo.emplace_back(&s, std::move(grad));
+  }
+  for (auto& [s, grad] : todo) {
+    Tensor& p = *s->param;
+    int64_t& count = *s->step.data<int64_t>();
+    ++count;
+    const Tensor g = grad.contiguous();
+    Tensor work = p.contiguous();  // p itself unless p is a strided view
+    update(Update{s->name, work, g, count, s->buffers});
+    if (!p.is_contiguous()) p.copy_from(work);
+  }
+  ++step_count_;
+}
+
+void Optimizer::zero_grad() {
+  for (Slot& s : slots_) s.param->zero_grad();
+}
+
+std::vector<NamedTensor> Optimizer::parameters() const {
+  std::vector<NamedTensor> out;
+  for (const Slot& s : slots_) out.push_back({s.name, s.param});
+  return out;
+}
+
+std::vector<NamedTensor> Optimizer::state() const {
+  // The tensors are the optimizer's own; callers (load_checkpoint) may write
+  // their values in place, which is why the pointers are not const.
+  std::vector<NamedTensor> out;
+  for (const Slot& s : slots_) {
+    Slot& slot = const_cast<Slot&>(s);
+    out.push_back({s.name + ".step", &slot.step});
+    for (size_t i = 0; i < buffer_names_.size(); ++i)
+      out.push_back({s.name + "." + buffer_names_[i], &slot.buffers[i]});
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Optimizer::hyper_params() const {
+  return {{"lr", format_double(lr_)}};
+}
+
+}  // namespace gpipe::optim

@@ -1,0 +1,25 @@
+// Micro-batches: a mini-batch of N examples cut along axis 0 of every tensor
+// into M pieces of sizes differing by at most one (the first N % M pieces one
+// larger). Pieces are views: no copy.
+#pragma once
+
+#include <vector>
+
+#include "layers/layer.h"
+
+namespace gpipe {
+
+struct Batch {
+  Bundle inputs;   // what the first cell consumes
+  Bundle targets;  // what the loss consumes
+};
+
+// Number of examples: the common size of axis 0; throws if tensors disagree.
+int64_t batch_size(const Batch& b);
+std::vector<int64_t> micro_batch_sizes(int64_t n, int64_t m);
+// Throws for M < 1 or M > N.
+std::vector<Batch> split_micro_batches(const Batch& b, int64_t m);
+// Concatenates bundles along axis 0 (inverse of the split for outputs).
+Bundle merge_micro_batches(const std::vector<Bundle>& parts);
+
+}  // namespace gpipe

@@ -1,0 +1,133 @@
+#include "pipeline/stage.h"
+
+#include <cmath>
+
+#include "core/rng.h"
+#include "ops/elementwise.h"
+
+namespace gpipe {
+namespace {
+
+class ScopedEvent {
+ public:
+  ScopedEvent(Tracer* t, int row, std::string name, const char* cat, int micro, int64_t step)
+      : t_(t), row_(row), name_(std::move(name)), cat_(cat), micro_(micro), step_(static_cast<int>(step)),
+        start_(t ? t->now_us() : 0) {}
+  ~ScopedEvent() {
+    if (t_) t_->add({name_, cat_, row_, start_, t_->now_us() - start_, micro_, step_});
+  }
+
+ private:
+  Tracer* t_;
+  int row_;
+  std::string name_;
+  const char* cat_;
+  int micro_, step_;
+  double start_;
+};
+
+}  // namespace
+
+Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device, std::shared_ptr<Loss> loss)
+    : index_(index), layers_(std::move(layers)), first_layer_(first_layer), device_(device), loss_(std::move(loss)) {}
+
+Bundle Stage::run(int m, const Bundle& x, const Bundle& targets, const StepContext& ctx) {
+  Bundle h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
+    RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step), static_cast<uint64_t>(m),
+                  static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
+    h = layers_[i]->forward(h);
+  }
+  if (!loss_) return h;
+  return {ops::mul_scalar(loss_->sum(h, targets), ctx.loss_scale)};
+}
+
+Message Stage::forward(int m, const Message& in, const Bundle& targets, bool remat, const StepContext& ctx,
+                       Tracer* tracer) {
+  ScopedEvent ev(tracer, index_, "F" + std::to_string(m), "forward", m, ctx.step);
+  Saved s;
+  s.remat = remat;
+  s.input_requires = in.requires_grad;
+  s.input_requires.resize(in.tensors.size(), false);
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    Tensor x = in.tensors[i].defined() ? in.tensors[i].detach() : in.tensors[i];
+    if (s.input_requires[i]) x.set_requires_grad(true);
+    s.leaves.push_back(x);
+  }
+  if (loss_) s.targets = targets;
+  Bundle out;
+  if (remat) {
+    NoGradGuard no_grad;
+    out = run(m, s.leaves, targets, ctx);
+  } else {
+    out = run(m, s.leaves, targets, ctx);
+    s.outputs = out;
+  }
+  Message msg;
+  if (loss_) {
+    GPIPE_ASSERT(out.size() == 1 && out[0].numel() == 1);
+    const double value = out[0].item();
+    GPIPE_CHECK(!ctx.check_finite || std::isfinite(value), "the loss of micro-batch ", m, " is not finite (",
+                value, ")");
+    losses_[m] = value;
+  } else {
+    msg.tensors = out;
+    // Whether a float output needs a gradient is only known from a graph,
+    // which a rematerialised forward does not build; so every float output of
+    // a cell that has parameters or differentiable inputs asks for one, in
+    // both modes alike (Note [Boundary gradients]). Unused ones come back undefined.
+    bool differentiable = false;
+    for (const auto& l : layers_) differentiable = differentiable || !l->parameters().empty();
+    for (bool r : s.input_requires) differentiable = differentiable || r;
+    for (const Tensor& t : out) msg.requires_grad.push_back(differentiable && t.defined() && is_floating(t.dtype()));
+  }
+  saved_[m] = std::move(s);
+  return msg;
+}
+
+Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
+  auto it = saved_.find(m);
+  GPIPE_ASSERT(it != saved_.end(), "stage ", index_, ": backward of micro-batch ", m, " before its forward");
+  Saved s = std::move(it->second);
+  saved_.erase(it);
+  if (s.remat) {
+    ScopedEvent ev(tracer, index_, "R" + std::to_string(m), "recompute", m, ctx.step);
+    RecomputationScope recomputing;
+    s.outputs = run(m, s.leaves, s.targets, ctx);
+  }
+  ScopedEvent ev(tracer, index_, "B" + std::to_string(m), "backward", m, ctx.step);
+  std::vector<Tensor> roots, root_grads;
+  if (loss_) {
+    if (s.outputs[0].requires_grad()) roots.push_back(s.outputs[0]);
+  } else {
+    GPIPE_ASSERT(grads.tensors.size() == s.outputs.size(), "stage ", index_, ": got ", grads.tensors.size(),
+                 " gradients for ", s.outputs.size(), " outputs");
+    for (size_t i = 0; i < s.outputs.size(); ++i) {
+      if (!grads.tensors[i].defined() || !s.outputs[i].requires_grad()) continue;
+      roots.push_back(s.outputs[i]);
+      root_grads.push_back(grads.tensors[i]);
+    }
+  }
+  s.outputs.clear();
+  if (!roots.empty()) gpipe::backward(roots, root_grads);
+  Message out;
+  for (size_t i = 0; i < s.leaves.size(); ++i) {
+    out.tensors.push_back(s.input_requires[i] ? s.leaves[i].grad() : Tensor());
+    out.requires_grad.push_back(false);
+  }
+  return out;
+}
+
+double Stage::loss(int m) const {
+  auto it = losses_.find(m);
+  GPIPE_ASSERT(it != losses_.end(), "loss of micro-batch ", m, " is not available");
+  return it->second;
+}
+
+void Stage::clear() {
+  saved_.clear();
+  losses_.clear();
+}
+
+}  // namespace gpipe

@@ -1,0 +1,38 @@
+// Timeline of a pipeline run in Chrome trace event format (open the JSON in
+// Perfetto or chrome://tracing): one row per device, one complete event
+// ("ph":"X") per forward, recompute, backward, transfer and optimizer step.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+struct TraceEvent {
+  std::string name;      // e.g. "F3", "B3", "send F3"
+  std::string category;  // forward | recompute | backward | transfer | optimizer
+  int row = 0;           // device / stage index
+  double start_us = 0, duration_us = 0;
+  int micro_batch = -1;
+  int step = 0;
+};
+
+class Tracer {
+ public:
+  Tracer();
+  double now_us() const;
+  void add(TraceEvent e);
+  std::vector<TraceEvent> events() const;
+  void clear();
+  // Writes all events as Chrome trace JSON with `row_names` as thread names.
+  void write(const std::string& path, const std::vector<std::string>& row_names) const;
+
+ private:
+  std::chrono::steady_clock::time_point origin_;
+  mutable std::mutex mu_;
+  std::vector<TraceEvent> events_;
+};
+
+}  // namespace gpipe

@@ -1,0 +1,261 @@
+// The central guarantee (Invariant 1): the pipeline's gradients equal the
+// single-device gradients of the whole mini-batch, for any (K, M), including
+// uneven micro-batches; and everything around it (remat, ties, BatchNorm,
+// failures, traces).
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+
+#include <fstream>
+#include <map>
+#include <unordered_set>
+
+#include "core/rng.h"
+#include "layers/conv.h"
+#include "models/transformer.h"
+#include "ops/ops.h"
+#include "pipeline/pipeline.h"
+
+using namespace gpipe;
+using Catch::Contains;
+
+namespace {
+
+models::TransformerConfig tiny(double dropout = 0.0) {
+  models::TransformerConfig c;
+  c.layers = 2;
+  c.ffn = 24;
+  c.heads = 2;
+  c.dim = 8;
+  c.vocab = 17;
+  c.max_len = 8;
+  c.dropout = dropout;
+  c.seed = 11;
+  return c;
+}
+
+Batch token_batch(int64_t n, uint64_t seed) {
+  std::vector<int64_t> src, tin, tout;
+  uint64_t x = seed;
+  auto next = [&] { x = x * 6364136223846793005ull + 1442695040888963407ull; return static_cast<int64_t>(3 + (x >> 33) % 14); };
+  for (int64_t i = 0; i < n * 5; ++i) src.push_back(next());
+  for (int64_t i = 0; i < n * 4; ++i) tin.push_back(next());
+  for (int64_t i = 0; i < n * 4; ++i) tout.push_back(next());
+  // Some padding: the last source token of every other example, and one ignored label.
+  for (int64_t i = 0; i < n; i += 2) src[i * 5 + 4] = 0;
+  tout[3] = 0;
+  return {{Tensor::from_vector(src, Shape{n, 5}), Tensor::from_vector(tin, Shape{n, 4})},
+          {Tensor::from_vector(tout, Shape{n, 4})}};
+}
+
+// name -> gradient, after one single-device full-batch backward.
+std::map<std::string, std::vector<float>> reference_grads(Model m, const Batch& b, double* loss) {
+  Tensor l = m.loss->mean(run_layers(m.layers, b.inputs), b.targets);
+  *loss = l.item();
+  l.backward();
+  std::map<std::string, std::vector<float>> g;
+  for (auto& layer : m.layers)
+    for (auto& p : layer->parameters()) g[layer->name() + "." + p.name] = p.tensor->grad().to_vector<float>();
+  return g;
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1e-2, diff = 0;  // gradients that are zero in exact arithmetic (key biases) are noise
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::abs(a[i])));
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+  }
+  return diff / scale;
+}
+
+void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode remat) {
+  INFO("K=" << k << " M=" << m << " N=" << n << " schedule=" << schedule_name(kind) << " remat=" << remat_name(remat));
+  const Batch batch = token_batch(n, 5);
+  double ref_loss = 0;
+  const auto ref = reference_grads(models::transformer(tiny()), batch, &ref_loss);
+  Pipeline pipe(models::transformer(tiny()), {.partitions = k, .micro_batches = m, .schedule = kind, .remat = remat,
+                                              .threads_per_stage = 1}, batch);
+  const StepResult r = pipe.train_step(batch);
+  CHECK(r.loss == Approx(ref_loss).epsilon(1e-5));
+  int compared = 0;
+  for (const NamedTensor& p : pipe.named_state()) {
+    if (!ref.count(p.name)) continue;  // buffers
+    INFO("parameter " << p.name);
+    REQUIRE(p.tensor->grad().defined());
+    CHECK(max_rel_diff(p.tensor->grad().to_vector<float>(), ref.at(p.name)) < 2e-5);
+    ++compared;
+  }
+  CHECK(compared == static_cast<int>(ref.size()));
+}
+
+int thread_count() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n - 2;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
+  check_equivalence(1, 1, 8, ScheduleKind::kGPipe, RematMode::kNever);
+  check_equivalence(2, 4, 8, ScheduleKind::kGPipe, RematMode::kExceptLast);
+  check_equivalence(4, 8, 8, ScheduleKind::kGPipe, RematMode::kAlways);
+  check_equivalence(3, 5, 7, ScheduleKind::kGPipe, RematMode::kNever);  // uneven micro-batches
+  check_equivalence(3, 5, 7, ScheduleKind::k1F1B, RematMode::kExceptLast);
+  check_equivalence(4, 3, 6, ScheduleKind::k1F1B, RematMode::kAlways);
+}
+
+TEST_CASE("pipeline: several SGD steps keep matching single-device training; tied copies stay identical") {
+  const Batch batch = token_batch(6, 9);
+  Model ref = models::transformer(tiny());
+  Pipeline pipe(models::transformer(tiny()), {.partitions = 3, .micro_batches = 3, .threads_per_stage = 1}, batch);
+  std::vector<Tensor> ref_params;
+  std::unordered_set<TensorImpl*> seen;
+  for (auto& l : ref.layers)
+    for (auto& p : l->parameters())
+      if (seen.insert(p.tensor->impl_ptr().get()).second) ref_params.push_back(*p.tensor);
+  auto sgd = [](std::vector<Tensor> params) {
+    NoGradGuard ng;
+    for (Tensor& p : params) {
+      if (!p.grad().defined()) continue;
+      p.copy_from(ops::sub(p, ops::mul_scalar(p.grad(), 0.2)));
+      p.zero_grad();
+    }
+  };
+  for (int step = 0; step < 4; ++step) {
+    Tensor l = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
+    l.backward();
+    sgd(ref_params);
+    const StepResult r = pipe.train_step(batch);
+    CHECK(r.loss == Approx(l.item()).epsilon(1e-5));
+    std::vector<Tensor> ps;
+    for (auto& p : pipe.parameters()) ps.push_back(*p.tensor);
+    sgd(ps);
+  }
+  // The shared embedding lives in cells 0, 1 and 2 as three copies: still equal, and equal to the reference.
+  std::map<std::string, std::vector<float>> by_name;
+  for (auto& p : pipe.named_state()) by_name[p.name] = p.tensor->to_vector<float>();
+  CHECK(by_name["src_embed.shared_embedding"] == by_name["output.shared_embedding"]);
+  CHECK(by_name["src_embed.shared_embedding"] == by_name["tgt_embed.shared_embedding"]);
+  CHECK(max_rel_diff(by_name["output.shared_embedding"], ref.layers.back()->parameters()[0].tensor->to_vector<float>()) < 1e-4);
+}
+
+TEST_CASE("pipeline: with dropout, remat and no remat give identical gradients") {
+  const Batch batch = token_batch(8, 3);
+  std::map<std::string, std::vector<float>> grads[2];
+  int i = 0;
+  for (RematMode mode : {RematMode::kNever, RematMode::kAlways}) {
+    Pipeline pipe(models::transformer(tiny(0.3)), {.partitions = 2, .micro_batches = 4, .remat = mode, .seed = 5}, batch);
+    pipe.train_step(batch);
+    for (auto& p : pipe.named_state())
+      if (p.tensor->grad().defined()) grads[i][p.name] = p.tensor->grad().to_vector<float>();
+    ++i;
+  }
+  REQUIRE(grads[0].size() == grads[1].size());
+  for (auto& [name, g] : grads[0]) {
+    INFO(name);
+    CHECK(g == grads[1][name]);
+  }
+}
+
+namespace {
+// conv -> BN -> relu -> pool -> linear as a LayerList of single-tensor layers.
+Model bn_model() {
+  Model m;
+  m.layers.push_back(std::make_shared<Conv2d>("conv", 2, 4, std::array<int64_t, 2>{3, 3}, 1, ops::Conv2dOptions{.padding = {1, 1}}));
+  m.layers.push_back(std::make_shared<BatchNorm>("bn", 4));
+  m.layers.push_back(std::make_shared<ActivationLayer>("relu", Activation::kRelu));
+  m.layers.push_back(std::make_shared<GlobalAvgPool>("pool"));
+  m.layers.push_back(std::make_shared<Linear>("fc", 4, 3, 2));
+  m.loss = std::make_shared<CrossEntropyLoss>();
+  return m;
+}
+}  // namespace
+
+TEST_CASE("pipeline: BatchNorm running statistics equal a full-batch step's; recompute adds nothing") {
+  Batch batch{{Tensor::randn(Shape{10, 2, 5, 5}, 4)}, {Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, Shape{10})}};
+  Model ref = bn_model();
+  Tensor l = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
+  l.backward();
+  for (auto& layer : ref.layers) layer->finish_step();
+  auto* ref_bn = dynamic_cast<BatchNorm*>(ref.layers[1].get());
+  for (RematMode mode : {RematMode::kAlways, RematMode::kNever}) {
+    Model m = bn_model();
+    auto* bn = dynamic_cast<BatchNorm*>(m.layers[1].get());
+    Pipeline pipe(std::move(m), {.partitions = 2, .micro_batches = 4, .remat = mode}, batch);
+    pipe.train_step(batch);
+    const auto rm = bn->running_mean.to_vector<float>(), rv = bn->running_var.to_vector<float>();
+    const auto em = ref_bn->running_mean.to_vector<float>(), ev = ref_bn->running_var.to_vector<float>();
+    for (int c = 0; c < 4; ++c) {
+      CHECK(rm[c] == Approx(em[c]).margin(1e-6));
+      CHECK(rv[c] == Approx(ev[c]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batch named; the next step works") {
+  const int threads_before = thread_count();
+  {
+    const Batch batch = token_batch(8, 1);
+    Model m = models::transformer(tiny());
+    bool armed = true;
+    // A layer in the middle that throws on micro-batch 2 while armed.
+    auto bomb = std::make_shared<Lambda>("bomb", [&](const Tensor& x) {
+      if (armed && current_rng_context().micro_batch == 2) throw Error("injected failure");
+      return x;
+    }, [](const TensorSpec& s) { return s; });
+    struct Wrap final : Layer {
+      std::shared_ptr<Lambda> inner;
+      explicit Wrap(std::shared_ptr<Lambda> l) : Layer("bomb"), inner(std::move(l)) {}
+      Bundle forward(const Bundle& in) override { Bundle out = in; out[0] = inner->forward(in[0]); return out; }
+      BundleSpec output_spec(const BundleSpec& in) const override { return in; }
+    };
+    m.layers.insert(m.layers.begin() + 4, std::make_shared<Wrap>(bomb));
+    Pipeline pipe(std::move(m), {.partitions = 4, .micro_batches = 4, .balance = {2, 2, 2, 2}, .timeout_seconds = 30}, batch);
+    CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 2") && Contains("forward of micro-batch 2") &&
+                                                   Contains("injected failure"));
+    for (auto& p : pipe.parameters()) CHECK_FALSE(p.tensor->grad().defined());
+    armed = false;
+    const StepResult r = pipe.train_step(batch);
+    CHECK(std::isfinite(r.loss));
+  }
+  CHECK(thread_count() == threads_before);
+}
+
+TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
+  const Batch batch = token_batch(4, 1);
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 9}, batch), Contains("K = 9 cells need at least 9 layers"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.micro_batches = 5}, batch).train_step(batch),
+                    Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 2, .balance = {3, 3, 1}}, batch),
+                    Contains("--balance has 3 cells but K = 2"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.balance = {3, 3}}, batch),
+                    Contains("cell sizes sum to 6 but the model has 7 layers"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 2, .devices = devices("cpu", 3)}, batch),
+                    Contains("got 3 devices for K = 2"));
+}
+
+TEST_CASE("pipeline: trace, bubble and memory report") {
+  const Batch batch = token_batch(8, 2);
+  Pipeline pipe(models::transformer(tiny()), {.partitions = 2, .micro_batches = 4, .trace = true}, batch);
+  const StepResult r = pipe.train_step(batch);
+  CHECK(r.bubble_fraction > 0.0);
+  CHECK(r.bubble_fraction < 1.0);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/gpipe_trace_test.json";
+  pipe.write_trace(path);
+  std::ifstream in(path);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(json.rfind("{\"displayTimeUnit\"", 0) == 0);
+  CHECK_THAT(json, Contains("\"name\":\"F3\"") && Contains("\"cat\":\"recompute\"") &&
+                       Contains("\"name\":\"send B1\"") && Contains("stage 1 (cpu:1)"));
+  const auto mem = pipe.memory();
+  REQUIRE(mem.size() == 2);
+  CHECK(mem[0].device == Device("cpu:0"));
+  CHECK(mem[0].parameter_bytes > 0);
+  CHECK(mem[1].peak_activation_bytes > 0);
+  CHECK_THAT(pipe.describe(), Contains("cpu:1") && Contains("ideal bubble"));
+}
