@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "layers/conv.h"
+#include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "ops/ops.h"
 #include "pipeline/pipeline.h"
@@ -258,4 +259,29 @@ TEST_CASE("pipeline: trace, bubble and memory report") {
   CHECK(mem[0].parameter_bytes > 0);
   CHECK(mem[1].peak_activation_bytes > 0);
   CHECK_THAT(pipe.describe(), Contains("cpu:1") && Contains("ideal bubble"));
+}
+
+TEST_CASE("pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm as a fixed affine map)") {
+  // With BatchNorm in eval mode (running statistics) the network has no
+  // cross-example coupling, so any (K, M) must give the full-batch gradients.
+  models::AmoebaNetConfig cfg{.num_normal_cells = 1, .filters = 8, .in_channels = 1, .num_classes = 5, .seed = 2};
+  const Batch batch{{Tensor::randn(Shape{7, 1, 32, 32}, 21)}, {Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1}, Shape{7})}};
+  Model ref = models::amoebanet_d(cfg);
+  for (auto& l : ref.layers) l->eval();
+  Tensor loss = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
+  loss.backward();
+  std::map<std::string, std::vector<float>> want;
+  for (auto& l : ref.layers)
+    for (auto& p : l->parameters()) want[l->name() + "." + p.name] = p.tensor->grad().to_vector<float>();
+  for (auto [k, m] : {std::pair{2, 3}, std::pair{3, 7}, std::pair{4, 2}}) {
+    INFO("K=" << k << " M=" << m);
+    Pipeline pipe(models::amoebanet_d(cfg), {.partitions = k, .micro_batches = m, .threads_per_stage = 1}, batch);
+    pipe.train(false);
+    const StepResult r = pipe.train_step(batch);
+    CHECK(r.loss == Approx(loss.item()).epsilon(1e-5));
+    for (const NamedTensor& p : pipe.parameters()) {
+      INFO(p.name);
+      CHECK(max_rel_diff(p.tensor->grad().to_vector<float>(), want.at(p.name)) < 1e-4);
+    }
+  }
 }
