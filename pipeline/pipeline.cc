@@ -408,14 +408,19 @@ std::string Pipeline::describe() const {
   const char* cost_label = !opt_.balance.empty() ? "cost (given)"
                            : opt_.balance_by == BalanceBy::kTime ? "seconds"
                            : opt_.balance_by == BalanceBy::kMemory ? "bytes" : "FLOPs";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s\n", "cell", "device", "layers", "first..last",
-                cost_label, "parameters");
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s %10s\n", "cell", "device", "layers", "first..last",
+                cost_label, "parameters", "param MB");
   os << line;
   for (size_t s = 0; s < cs.size(); ++s) {
     const std::string range = "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
     const std::string names = model_.layers[cs[s].first_layer]->name() + ".." + model_.layers[cs[s].last_layer - 1]->name();
-    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld\n", s, cs[s].device.str().c_str(), range.c_str(),
-                  names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters));
+    int64_t bytes = 0;
+    std::unordered_set<TensorImpl*> seen;
+    for (const auto& l : stages_[s]->layers())
+      for (auto& p : l->parameters())
+        if (seen.insert(p.tensor->impl_ptr().get()).second) bytes += static_cast<int64_t>(p.tensor->nbytes());
+    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
+                  range.c_str(), names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters), bytes / 1048576.0);
     os << line;
   }
   os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat "
