@@ -320,6 +320,7 @@ double Pipeline::evaluate(const Batch& batch) {
   std::vector<Batch> micro = split_micro_batches(batch, m);
   double sum = 0;
   NoGradGuard no_grad;
+  const bool was_training = model_.layers.front()->training();
   train(false);
   try {
     for (const Batch& b : micro) {
@@ -327,10 +328,10 @@ double Pipeline::evaluate(const Batch& batch) {
       sum += model_.loss->sum(out, to_device(b.targets, out[0].device())).item();
     }
   } catch (...) {
-    train(true);
+    train(was_training);
     throw;
   }
-  train(true);
+  train(was_training);
   const double terms = model_.loss->count(batch.targets);
   return terms > 0 ? sum / terms : 0.0;
 }

@@ -285,3 +285,23 @@ TEST_CASE("pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm a
     }
   }
 }
+
+TEST_CASE("pipeline: evaluate and predict agree with single-device forward and keep the mode") {
+  const Batch batch = token_batch(7, 4);
+  Model ref = models::transformer(tiny());
+  double want;
+  {
+    NoGradGuard ng;
+    want = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets).item();
+  }
+  Pipeline pipe(models::transformer(tiny()), {.partitions = 3, .micro_batches = 2}, batch);
+  CHECK(pipe.evaluate(batch) == Approx(want).epsilon(1e-5));
+  const Bundle out = pipe.predict(batch.inputs);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].shape() == Shape{7, 4, 17});
+  pipe.train(false);
+  pipe.evaluate(batch);
+  CHECK_FALSE(ref.layers[0]->training() == false);  // the reference was never switched
+  const StepResult r = pipe.train_step(batch);    // still eval mode: dropout off, BN fixed
+  CHECK(std::isfinite(r.loss));
+}
