@@ -1,28 +1,26 @@
 // Philox4x32-10: ten rounds of two 32x32->64 multiplies with a Weyl-sequence
 // key schedule. Element i of a stream is word (i % 4) of block i / 4, so any
 // range can be generated independently (and in parallel) with identical bits.
-// Normals use Box-Muller on pairs of uniforms from the same block.
+// Normals use Box-Muller on pairs of uniforms from the same block. The block
+// function and the uniform mappings live in core/philox.h, which the CUDA
+// kernels compile too, so both devices draw bit-identical numbers.
 #include "core/rng.h"
 
 #include <cmath>
 
+#include "core/philox.h"
+
 namespace gpipe {
 namespace {
 
-constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-
 thread_local RngContext t_ctx;
 
-inline std::array<uint32_t, 4> block(uint64_t key, uint64_t index) {
-  return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0u}, key);
-}
+using philox::to_unit_double;
+using philox::to_unit_float;
 
-// 24 (float) or 53 (double) random bits -> [0, 1).
-inline float to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
-inline double to_unit_double(uint32_t a, uint32_t b) {
-  const uint64_t bits = (static_cast<uint64_t>(a) << 21) ^ (b >> 11);
-  return static_cast<double>(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+inline std::array<uint32_t, 4> block(uint64_t key, uint64_t index) {
+  const philox::Block b = philox::block_at(key, index);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 template <class T>
@@ -44,16 +42,8 @@ void normal_impl(uint64_t key, uint64_t offset, T* out, int64_t n) {
 }  // namespace
 
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, uint64_t key) {
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
-    c = {static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0, static_cast<uint32_t>(p1),
-         static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1, static_cast<uint32_t>(p0)};
-    k0 += kW0;
-    k1 += kW1;
-  }
-  return c;
+  const philox::Block b = philox::philox4x32_10(c[0], c[1], c[2], c[3], key);
+  return {b.w[0], b.w[1], b.w[2], b.w[3]};
 }
 
 uint64_t mix_key(uint64_t a, uint64_t b) {

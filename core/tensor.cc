@@ -72,11 +72,20 @@ void convert_copy(const Tensor& src, Tensor& dst) {
                   [&](int64_t a, int64_t b) { d[b] = static_cast<Dst>(s[a]); });
 }
 
-// Element-wise copy with dtype conversion between two CPU views of one shape.
+DeviceCopyFn g_copy[kNumDeviceTypes] = {nullptr, nullptr};
+DeviceFillFn g_fill[kNumDeviceTypes] = {nullptr, nullptr};
+
+// Element-wise copy with dtype conversion between two views of one shape. A
+// copy with a non-CPU side goes to that device kind's registered hook.
 void cpu_copy(const Tensor& src, Tensor& dst) {
   GPIPE_ASSERT(src.shape() == dst.shape(), src.shape(), " vs ", dst.shape());
-  GPIPE_CHECK(src.device().is_cpu() && dst.device().is_cpu(), "copy from ", src.device(), " to ",
-              dst.device(), " needs a CUDA build");
+  if (!src.device().is_cpu() || !dst.device().is_cpu()) {
+    const DeviceType t = src.device().is_cpu() ? dst.device().type : src.device().type;
+    DeviceCopyFn f = g_copy[static_cast<int>(t)];
+    GPIPE_CHECK(f != nullptr, "copy from ", src.device(), " to ", dst.device(), " needs a CUDA build");
+    f(src, dst);
+    return;
+  }
   dispatch_any(src.dtype(), [&](auto s) {
     dispatch_any(dst.dtype(), [&](auto d) { convert_copy<decltype(s), decltype(d)>(src, dst); });
   });
@@ -258,7 +267,12 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
-  GPIPE_CHECK(device().is_cpu(), "fill: ", device(), " tensors need a CUDA build");
+  if (!device().is_cpu()) {
+    DeviceFillFn f = g_fill[static_cast<int>(device().type)];
+    GPIPE_CHECK(f != nullptr, "fill: ", device(), " tensors need a CUDA build");
+    f(*this, value);
+    return;
+  }
   dispatch_any(dtype(), [&](auto z) {
     using T = decltype(z);
     T* base = static_cast<T*>(storage()->data());
@@ -312,5 +326,8 @@ std::string Tensor::str(int64_t max_elements) const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
+void register_copy(DeviceType type, DeviceCopyFn fn) { g_copy[static_cast<int>(type)] = fn; }
+void register_fill(DeviceType type, DeviceFillFn fn) { g_fill[static_cast<int>(type)] = fn; }
 
 }  // namespace gpipe

@@ -135,6 +135,17 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+// Device backends plug their copies and fills in here (the CUDA runtime does,
+// from runtime/cuda/copy.cc). copy_from, to(Device), to(DType), contiguous
+// and clone call the copy hook of the non-CPU side when either tensor is not
+// on the CPU (shapes already checked; it converts dtypes and honours strides
+// on both sides); fill calls the fill hook of the tensor's device kind.
+// Without a hook these throw "needs a CUDA build", as before.
+using DeviceCopyFn = void (*)(const Tensor& src, Tensor& dst);
+using DeviceFillFn = void (*)(Tensor& dst, double value);
+void register_copy(DeviceType type, DeviceCopyFn fn);
+void register_fill(DeviceType type, DeviceFillFn fn);
+
 // Calls f with a value of the C++ type matching `dtype` (float or double only);
 // throws naming `op` for other dtypes.
 template <class F>

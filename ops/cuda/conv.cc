@@ -1,0 +1,294 @@
+// conv2d forward / backward-data / backward-filter on CUDA through cuDNN's
+// graph API (ops/cuda/cudnn_backend.h): one single-operation graph per
+// (direction, dtype, shapes, options, alignment, TF32 flag, device), built
+// once and cached with its execution plan.
+//
+// Layout: NCHW tensors with packed strides; the weight is [O, C/groups, kh,
+// kw], so cuDNN infers the group count from C / (C/groups). Depthwise and
+// grouped convolutions need nothing more. Cross-correlation, like the CPU.
+// Engine policy (cudnn_backend.h), first match wins: precompiled
+// deterministic engines without down-converted inputs (and, for float32
+// unless TF32 is allowed, without tensor cores); then without the
+// determinism requirement; then runtime-compiled engines too; then any
+// engine at all. Set GPIPE_CUDNN_LOG=1 to print each plan's engine and notes.
+// Workspace comes from the caching allocator, charged to kWorkspace.
+// Should cuDNN have no plan for a problem (or GPIPE_CONV_DIRECT=1), the
+// direct kernels of ops/cuda/conv_direct.cu run instead, with a note on
+// stderr: slower, same results.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/allocator.h"
+#include "ops/conv_kernels.h"
+#include "ops/cuda/conv_direct.h"
+#include "ops/cuda/cudnn_backend.h"
+#include "ops/elementwise_kernels.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/device.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+enum class Direction : int64_t { kForward, kBackwardData, kBackwardFilter };
+
+const char* direction_name(Direction d) {
+  switch (d) {
+    case Direction::kForward: return "conv2d_forward";
+    case Direction::kBackwardData: return "conv2d_backward_input";
+    case Direction::kBackwardFilter: return "conv2d_backward_weight";
+  }
+  return "conv2d";
+}
+
+constexpr int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+
+struct Problem {
+  Direction direction;
+  DType dtype;
+  std::vector<int64_t> x, w, y;  // NCHW dims
+  Conv2dParams p;
+  int64_t alignment;
+  bool tf32;
+  int device;
+
+  std::vector<int64_t> key() const {
+    std::vector<int64_t> k{static_cast<int64_t>(direction), static_cast<int64_t>(dtype),
+                           p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
+                           p.groups, alignment, tf32, device};
+    k.insert(k.end(), x.begin(), x.end());
+    k.insert(k.end(), w.begin(), w.end());
+    k.insert(k.end(), y.begin(), y.end());
+    return k;
+  }
+};
+
+cudnnDataType_t cudnn_type(DType t) {
+  if (t == DType::kFloat32) return CUDNN_DATA_FLOAT;
+  if (t == DType::kFloat64) return CUDNN_DATA_DOUBLE;
+  throw Error(detail::concat("conv2d on CUDA: expected float32 or float64, got ", t));
+}
+
+// Largest power of two <= 16 dividing every pointer.
+int64_t common_alignment(std::initializer_list<const void*> ptrs) {
+  int64_t a = 16;
+  for (const void* p : ptrs)
+    while (a > 1 && reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+cudnn::Descriptor operation(const Problem& pr, const cudnn::Descriptor& conv,
+                            const cudnn::Descriptor& x, const cudnn::Descriptor& w,
+                            const cudnn::Descriptor& y) {
+  struct Attrs {
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t alpha, beta, conv, x, w, y;
+  };
+  const Attrs a =
+      pr.direction == Direction::kForward
+          ? Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y}
+      : pr.direction == Direction::kBackwardData
+          ? Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY}
+          : Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
+  cudnn::Descriptor op(a.type);
+  op.set_descriptor(a.conv, conv).set_descriptor(a.x, x).set_descriptor(a.w, w).set_descriptor(a.y, y);
+  if (pr.dtype == DType::kFloat64) {  // alpha / beta in the compute type
+    const double one = 1.0, zero = 0.0;
+    op.set(a.alpha, CUDNN_TYPE_DOUBLE, 1, &one).set(a.beta, CUDNN_TYPE_DOUBLE, 1, &zero);
+  } else {
+    const float one = 1.0f, zero = 0.0f;
+    op.set(a.alpha, CUDNN_TYPE_FLOAT, 1, &one).set(a.beta, CUDNN_TYPE_FLOAT, 1, &zero);
+  }
+  op.finalize();
+  return op;
+}
+
+cudnn::PlanPolicy policy_for(const Problem& pr) {
+  std::vector<cudnnBackendNumericalNote_t> base{CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS};
+  if (pr.dtype == DType::kFloat32 && !pr.tf32) base.push_back(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+  std::vector<cudnnBackendNumericalNote_t> strict = base;
+  strict.push_back(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+  return cudnn::PlanPolicy{{{strict, false}, {base, false}, {base, true}, {{}, true}}};
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// "conv2d_forward (float32, x [2, 3, 5, 5], w [...], ...)" for logs and errors.
+std::string describe(const Problem& pr) {
+  return detail::concat(direction_name(pr.direction), " (", dtype_name(pr.dtype), ", x ",
+                        dims_str(pr.x), ", w ", dims_str(pr.w), ", y ", dims_str(pr.y),
+                        ", stride [", pr.p.stride_h, ", ", pr.p.stride_w, "], padding [",
+                        pr.p.pad_h, ", ", pr.p.pad_w, "], dilation [", pr.p.dilation_h, ", ",
+                        pr.p.dilation_w, "], groups ", pr.p.groups, ")");
+}
+
+std::shared_ptr<const cudnn::Plan> build(const Problem& pr, cudnnHandle_t handle) {
+  const cudnnDataType_t type = cudnn_type(pr.dtype);
+  cudnn::Descriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  conv.set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, 2)
+      .set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, type)
+      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {pr.p.stride_h, pr.p.stride_w})
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {pr.p.pad_h, pr.p.pad_w})
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, {pr.p.pad_h, pr.p.pad_w})
+      .set_int64s(CUDNN_ATTR_CONVOLUTION_DILATIONS, {pr.p.dilation_h, pr.p.dilation_w})
+      .finalize();
+  cudnn::Descriptor x = cudnn::tensor(kUidX, type, pr.x, pr.alignment);
+  cudnn::Descriptor w = cudnn::tensor(kUidW, type, pr.w, pr.alignment);
+  cudnn::Descriptor y = cudnn::tensor(kUidY, type, pr.y, pr.alignment);
+  cudnn::Descriptor op = operation(pr, conv, x, w, y);
+  cudnn::Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t ops[] = {op.get()};
+  graph.set_handle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops)
+      .finalize();
+  const std::string what = describe(pr);
+  auto plan = std::make_shared<cudnn::Plan>(cudnn::build_plan(handle, graph, policy_for(pr), what));
+  for (cudnn::Descriptor* d : {&conv, &x, &w, &y, &op, &graph})
+    plan->keep_alive.push_back(std::move(*d));
+  if (const char* log = std::getenv("GPIPE_CUDNN_LOG"); log != nullptr && log[0] == '1')
+    std::fprintf(stderr, "gpipe cudnn: %s -> engine %lld [%s], workspace %lld B, policy round %d\n",
+                 what.c_str(), static_cast<long long>(plan->engine), plan->notes.c_str(),
+                 static_cast<long long>(plan->workspace), plan->round);
+  return plan;
+}
+
+struct PlanCache {
+  std::mutex mu;
+  std::map<std::vector<int64_t>, std::shared_ptr<const cudnn::Plan>> plans;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache* c = new PlanCache;  // never destroyed (plans outlive static destruction)
+  return *c;
+}
+
+// GPIPE_CONV_DIRECT=1 skips cuDNN and runs the direct kernels (conv_direct.h).
+bool use_direct() {
+  static const bool direct = [] {
+    const char* v = std::getenv("GPIPE_CONV_DIRECT");
+    return v != nullptr && v[0] == '1';
+  }();
+  return direct;
+}
+
+// Runs one convolution through cuDNN: x / w / y are the tensors with uids
+// 1 / 2 / 3 (in backward passes the gradients stand in for their primals).
+// Returns false when cuDNN cannot build a plan for the problem: the failure
+// is printed once per problem to stderr, remembered, and the caller falls
+// back to the direct kernels.
+bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tensor& y,
+               const Conv2dParams& params) {
+  const Device device = y.device();
+  Problem pr{direction,
+             x.dtype(),
+             x.shape().dims(),
+             w.shape().dims(),
+             y.shape().dims(),
+             params,
+             common_alignment({x.raw_data(), w.raw_data(), y.raw_data()}),
+             gpipe::cuda::allow_tf32(),
+             device.index};
+  gpipe::cuda::DeviceGuard guard(device.index);
+  auto handle = gpipe::cuda::cudnn_handle(device.index);
+  PlanCache& cache = plan_cache();
+  std::shared_ptr<const cudnn::Plan> plan;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.plans.find(pr.key());
+    if (it != cache.plans.end()) {
+      known = true;
+      plan = it->second;
+    }
+  }
+  if (!known) {
+    try {
+      plan = build(pr, handle.get());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "gpipe: no cuDNN plan for %s, using the direct CUDA convolution: %s\n",
+                   describe(pr).c_str(), e.what());
+    }
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.plans.emplace(pr.key(), plan);  // a null plan remembers the failure
+  }
+  if (!plan) return false;
+  Tensor ws;
+  if (plan->workspace > 0) {
+    MemoryCategoryGuard category(MemoryCategory::kWorkspace);
+    ws = Tensor::empty(Shape{(plan->workspace + 7) / 8}, DType::kInt64, device);
+  }
+  cudnn::execute(handle.get(), *plan, {kUidX, kUidW, kUidY},
+                 {x.raw_data(), w.raw_data(), y.raw_data()}, ws.defined() ? ws.raw_data() : nullptr);
+  // ws is freed here: the caching allocator hands it out again only to later
+  // work on the same compute stream, which runs after this convolution.
+  return true;
+}
+
+void conv2d_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Conv2dParams& params, Tensor& y) {
+  if (y.numel() == 0) return;
+  if (use_direct() || !run_cudnn(Direction::kForward, x, weight, y, params))
+    conv2d_direct_forward(x, weight, params, y);
+  if (!bias.defined()) return;
+  // y += bias[o] on every output plane: the broadcast-add kernel, in place
+  // (each element is read and written by the same thread).
+  const Tensor b = Tensor::make_view(bias, y.shape(), {0, bias.strides()[0], 0, 0}, bias.offset());
+  binary_elementwise(y.device(), BinaryOp::kAdd, y, b, y);
+}
+
+void conv2d_backward_input_cuda(const Tensor& grad_y, const Tensor& weight,
+                                const Conv2dParams& params, Tensor& grad_x) {
+  if (grad_x.numel() == 0) return;
+  if (grad_y.numel() == 0 || weight.numel() == 0) {
+    grad_x.fill(0.0);
+    return;
+  }
+  if (use_direct() || !run_cudnn(Direction::kBackwardData, grad_x, weight, grad_y, params))
+    conv2d_direct_backward_input(grad_y, weight, params, grad_x);
+}
+
+void conv2d_backward_weight_cuda(const Tensor& grad_y, const Tensor& x, const Conv2dParams& params,
+                                 Tensor& grad_weight) {
+  if (grad_weight.numel() == 0) return;
+  if (grad_y.numel() == 0) {
+    grad_weight.fill(0.0);
+    return;
+  }
+  if (use_direct() || !run_cudnn(Direction::kBackwardFilter, x, grad_weight, grad_y, params))
+    conv2d_direct_backward_weight(grad_y, x, params, grad_weight);
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(conv2d_forward, DeviceType::kCUDA, conv2d_forward_cuda);
+GPIPE_REGISTER_KERNEL(conv2d_backward_input, DeviceType::kCUDA, conv2d_backward_input_cuda);
+GPIPE_REGISTER_KERNEL(conv2d_backward_weight, DeviceType::kCUDA, conv2d_backward_weight_cuda);
+
+}  // namespace gpipe::ops::cuda

@@ -1,0 +1,49 @@
+// Dropout CUDA kernel: the mask is element i of the float32 Philox stream
+// `key`, drawn with core/philox.h, the very code the CPU kernel runs, so
+// masks are bit-identical across devices (tests/cuda checks this). A thread
+// draws one Philox block (4 uniforms) and applies it to 4 consecutive
+// elements, so no block is generated twice. The keep threshold is computed
+// on the host exactly as in ops/cpu/dropout.cc.
+#include <cmath>
+
+#include "core/philox.h"
+#include "ops/cuda/common.cuh"
+#include "ops/dropout_kernels.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+template <class T>
+__global__ void dropout_kernel(const T* x, int64_t n, uint64_t key, float threshold, T scale,
+                               T* out) {
+  GPIPE_KERNEL_LOOP(b, (n + 3) / 4) {
+    const philox::Block w = philox::block_at(key, static_cast<uint64_t>(b));
+    for (int j = 0; j < 4; ++j) {
+      const int64_t i = 4 * b + j;
+      if (i >= n) break;
+      out[i] = philox::to_unit_float(w.w[j]) >= threshold ? x[i] * scale : T(0);
+    }
+  }
+}
+
+void dropout_apply_cuda(const Tensor& x, double p, uint64_t key, Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  KernelScope scope(out.device());
+  // u >= p in double, as a float threshold: the smallest float u that passes.
+  const float threshold = static_cast<float>(p) >= p ? static_cast<float>(p)
+                                                     : std::nextafter(static_cast<float>(p), 2.0f);
+  dispatch_floating(x.dtype(), "dropout", [&](auto z) {
+    using T = decltype(z);
+    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, scope.stream()>>>(
+        x.data<T>(), n, key, threshold, scale, out.data<T>());
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(dropout_apply, DeviceType::kCUDA, dropout_apply_cuda);
+
+}  // namespace gpipe::ops::cuda

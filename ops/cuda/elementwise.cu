@@ -1,0 +1,165 @@
+// Elementwise CUDA kernels, the same formulas as ops/cpu/elementwise.cc.
+// Binary ops have a flat path (both operands dense and of the output's
+// shape) and a strided path (StridedIndexer per operand, zero strides on
+// broadcast axes); unary ops and their gradients are flat maps. The op is a
+// template functor, so each (op, dtype) pair is its own tight kernel.
+#include "ops/cuda/common.cuh"
+#include "ops/elementwise_kernels.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+template <class T, class F>
+__global__ void binary_flat(const T* a, const T* b, T* out, int64_t n, F f) {
+  GPIPE_KERNEL_LOOP(i, n) { out[i] = f(a[i], b[i]); }
+}
+
+template <class T, class F>
+__global__ void binary_strided(const T* a, StridedIndexer ai, const T* b, StridedIndexer bi,
+                               T* out, int64_t n, F f) {
+  GPIPE_KERNEL_LOOP(i, n) { out[i] = f(a[ai(i)], b[bi(i)]); }
+}
+
+template <class T>
+struct AddOp {
+  __device__ T operator()(T x, T y) const { return x + y; }
+};
+template <class T>
+struct SubOp {
+  __device__ T operator()(T x, T y) const { return x - y; }
+};
+template <class T>
+struct MulOp {
+  __device__ T operator()(T x, T y) const { return x * y; }
+};
+template <class T>
+struct DivOp {
+  __device__ T operator()(T x, T y) const { return x / y; }
+};
+
+template <class T, class F>
+void binary_impl(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  KernelScope scope(out.device());
+  if (a.is_contiguous() && b.is_contiguous() && a.shape() == out.shape() &&
+      b.shape() == out.shape()) {
+    binary_flat<<<blocks_for(n), kThreads, 0, scope.stream()>>>(a.data<T>(), b.data<T>(),
+                                                                  out.data<T>(), n, f);
+  } else {
+    const auto idx = make_indexers({&a, &b});
+    binary_strided<<<blocks_for(n), kThreads, 0, scope.stream()>>>(
+        storage_ptr<const T>(a), idx[0], storage_ptr<const T>(b), idx[1], out.data<T>(), n, f);
+  }
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_floating(out.dtype(), "elementwise", [&](auto z) {
+    using T = decltype(z);
+    switch (op) {
+      case BinaryOp::kAdd: return binary_impl<T>(a, b, out, AddOp<T>{});
+      case BinaryOp::kSub: return binary_impl<T>(a, b, out, SubOp<T>{});
+      case BinaryOp::kMul: return binary_impl<T>(a, b, out, MulOp<T>{});
+      case BinaryOp::kDiv: return binary_impl<T>(a, b, out, DivOp<T>{});
+    }
+  });
+}
+
+template <class T>
+__device__ inline T gelu_fn(T x) {
+  return T(0.5) * x * (T(1) + derf(x * T(0.70710678118654752440)));
+}
+template <class T>
+__device__ inline T gelu_grad(T x) {
+  const T cdf = T(0.5) * (T(1) + derf(x * T(0.70710678118654752440)));
+  const T pdf = dexp(T(-0.5) * x * x) * T(0.39894228040143267794);
+  return cdf + x * pdf;
+}
+
+// f(x; alpha) for one op; `op` is uniform across the grid, so the switch does not diverge.
+template <class T>
+__device__ inline T unary_value(UnaryOp op, T v, T al) {
+  switch (op) {
+    case UnaryOp::kNeg: return -v;
+    case UnaryOp::kRelu: return v > T(0) ? v : T(0);
+    case UnaryOp::kGelu: return gelu_fn(v);
+    case UnaryOp::kTanh: return dtanh(v);
+    case UnaryOp::kSigmoid: return T(1) / (T(1) + dexp(-v));
+    case UnaryOp::kExp: return dexp(v);
+    case UnaryOp::kLog: return dlog(v);
+    case UnaryOp::kSqrt: return dsqrt(v);
+    case UnaryOp::kAbs: return dabs(v);
+    case UnaryOp::kPow: return al == T(2) ? v * v : dpow(v, al);
+    case UnaryOp::kAddScalar: return v + al;
+    case UnaryOp::kMulScalar: return v * al;
+  }
+  return v;
+}
+
+// f'(x) given x and y = f(x) (either may be 0 when the front did not pass it).
+template <class T>
+__device__ inline T unary_derivative(UnaryOp op, T v, T o, T al) {
+  switch (op) {
+    case UnaryOp::kNeg: return T(-1);
+    case UnaryOp::kRelu: return v > T(0) ? T(1) : T(0);
+    case UnaryOp::kGelu: return gelu_grad(v);
+    case UnaryOp::kTanh: return T(1) - o * o;
+    case UnaryOp::kSigmoid: return o * (T(1) - o);
+    case UnaryOp::kExp: return o;
+    case UnaryOp::kLog: return T(1) / v;
+    case UnaryOp::kSqrt: return T(0.5) / o;
+    case UnaryOp::kAbs: return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0));
+    case UnaryOp::kPow: return al * dpow(v, al - T(1));
+    case UnaryOp::kAddScalar: return T(1);
+    case UnaryOp::kMulScalar: return al;
+  }
+  return T(0);
+}
+
+template <class T>
+__global__ void unary_kernel(UnaryOp op, T al, const T* x, T* out, int64_t n) {
+  GPIPE_KERNEL_LOOP(i, n) { out[i] = unary_value(op, x[i], al); }
+}
+
+template <class T>
+__global__ void unary_backward_kernel(UnaryOp op, T al, const T* x, const T* y, const T* gy, T* gx,
+                                      int64_t n) {
+  GPIPE_KERNEL_LOOP(i, n) {
+    gx[i] = gy[i] * unary_derivative(op, x ? x[i] : T(0), y ? y[i] : T(0), al);
+  }
+}
+
+void unary_cuda(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  KernelScope scope(out.device());
+  dispatch_floating(x.dtype(), "elementwise", [&](auto z) {
+    using T = decltype(z);
+    unary_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
+        op, static_cast<T>(alpha), x.data<T>(), out.data<T>(), n);
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+void unary_backward_cuda(UnaryOp op, double alpha, const Tensor& x, const Tensor& y,
+                         const Tensor& gy, Tensor& gx) {
+  const int64_t n = gy.numel();
+  if (n == 0) return;
+  KernelScope scope(gx.device());
+  dispatch_floating(gy.dtype(), "elementwise backward", [&](auto z) {
+    using T = decltype(z);
+    unary_backward_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
+        op, static_cast<T>(alpha), x.defined() ? x.data<T>() : nullptr,
+        y.defined() ? y.data<T>() : nullptr, gy.data<T>(), gx.data<T>(), n);
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(binary_elementwise, DeviceType::kCUDA, binary_cuda);
+GPIPE_REGISTER_KERNEL(unary_elementwise, DeviceType::kCUDA, unary_cuda);
+GPIPE_REGISTER_KERNEL(unary_backward, DeviceType::kCUDA, unary_backward_cuda);
+
+}  // namespace gpipe::ops::cuda

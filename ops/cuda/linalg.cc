@@ -1,0 +1,66 @@
+// batched_gemm on CUDA through cuBLAS.
+//
+// cuBLAS is column-major; a row-major C = op(A) op(B) is the column-major
+// C^T = op(B)^T op(A)^T, so the operands are passed swapped (B first, A
+// second) with their own transpose flags and leading dimensions as stored.
+// float32 goes through cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F,
+// or CUBLAS_COMPUTE_32F_FAST_TF32 when gpipe::cuda::set_allow_tf32(true);
+// float64 through cublasDgemmStridedBatched. A shared B has stride 0.
+#include <climits>
+#include <type_traits>
+
+#include "ops/linalg_kernels.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/device.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+int as_int(int64_t v, const char* what, const GemmShape& s) {
+  GPIPE_CHECK(v <= INT_MAX, "matmul on CUDA: ", what, " = ", v,
+              " exceeds cuBLAS's 32-bit limit (batch ", s.batch, ", m ", s.m, ", n ", s.n, ", k ",
+              s.k, ")");
+  return static_cast<int>(v);
+}
+
+void batched_gemm_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+  const int index = c.device().index;
+  gpipe::cuda::DeviceGuard guard(index);
+  const cudaStream_t stream = gpipe::cuda::compute_stream(index);
+  if (s.k == 0) {  // an empty sum: C = 0
+    GPIPE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), stream));
+    return;
+  }
+  const int m = as_int(s.m, "m", s), n = as_int(s.n, "n", s), k = as_int(s.k, "k", s);
+  const int batch = as_int(s.batch, "batch", s);
+  const int lda = as_int(s.ta ? s.m : s.k, "lda", s);
+  const int ldb = as_int(s.tb ? s.k : s.n, "ldb", s);
+  const int64_t stride_a = s.m * s.k, stride_b = s.b_shared ? 0 : s.k * s.n, stride_c = s.m * s.n;
+  // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m].
+  const cublasOperation_t op_b = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  auto handle = gpipe::cuda::cublas_handle(index);
+  dispatch_floating(a.dtype(), "matmul", [&](auto z) {
+    using T = decltype(z);
+    const T one = 1, zero = 0;
+    if constexpr (std::is_same_v<T, double>) {
+      GPIPE_CUBLAS_CHECK(cublasDgemmStridedBatched(
+          handle.get(), op_b, op_a, n, m, k, &one, b.data<double>(), ldb, stride_b,
+          a.data<double>(), lda, stride_a, &zero, c.data<double>(), n, stride_c, batch));
+    } else {
+      const cublasComputeType_t compute =
+          gpipe::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      GPIPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          handle.get(), op_b, op_a, n, m, k, &one, b.data<float>(), CUDA_R_32F, ldb, stride_b,
+          a.data<float>(), CUDA_R_32F, lda, stride_a, &zero, c.data<float>(), CUDA_R_32F, n,
+          stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
+    }
+  });
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(batched_gemm, DeviceType::kCUDA, batched_gemm_cuda);
+
+}  // namespace gpipe::ops::cuda

@@ -1,0 +1,173 @@
+// Softmax / log-softmax CUDA kernels over [outer, n, inner] (see
+// ops/softmax_kernels.h), the same formulas as ops/cpu/softmax.cc.
+//
+// inner == 1 (the last axis): a row group per row (a warp for n <= 1024,
+// else the whole block) makes the max and the sum with shuffle reductions
+// and writes the row in a third pass. inner > 1: a thread per (outer, inner)
+// column walks n with stride inner; neighbouring threads read neighbouring
+// columns, so the loads coalesce. Sums run in T, as on the CPU; exp of an
+// argument below the underflow cutoff is an exact 0, also as on the CPU.
+#include "ops/cuda/common.cuh"
+#include "ops/softmax_kernels.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+struct Geometry {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+Geometry geometry(const Shape& shape, int64_t axis) {
+  Geometry g;
+  for (int64_t d = 0; d < axis; ++d) g.outer *= shape[d];
+  g.n = shape[axis];
+  for (int64_t d = axis + 1; d < shape.rank(); ++d) g.inner *= shape[d];
+  return g;
+}
+
+template <class T, int kGroup, bool kLog>
+__global__ void forward_rows(const T* x, T* y, int64_t rows, int64_t n) {
+  __shared__ T shared[32];
+  const int lane = threadIdx.x % kGroup;
+  GPIPE_ROW_LOOP(r, rows, kGroup) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T mx = neg_infinity<T>();
+    for (int64_t k = lane; k < n; k += kGroup) mx = fmax(mx, xr[k]);
+    mx = group_max<kGroup>(mx, shared);
+    T sum = 0;
+    if constexpr (kLog) {
+      for (int64_t k = lane; k < n; k += kGroup) sum += dexp(xr[k] - mx);
+      const T lse = mx + dlog(group_sum<kGroup>(sum, shared));
+      for (int64_t k = lane; k < n; k += kGroup) yr[k] = xr[k] - lse;
+    } else {
+      for (int64_t k = lane; k < n; k += kGroup) {
+        const T e = exp_or_zero(xr[k] - mx);
+        yr[k] = e;
+        sum += e;
+      }
+      const T inv = T(1) / group_sum<kGroup>(sum, shared);
+      for (int64_t k = lane; k < n; k += kGroup) yr[k] *= inv;
+    }
+  }
+}
+
+template <class T, int kGroup, bool kLog>
+__global__ void backward_rows(const T* y, const T* g, T* gx, int64_t rows, int64_t n) {
+  __shared__ T shared[32];
+  const int lane = threadIdx.x % kGroup;
+  GPIPE_ROW_LOOP(r, rows, kGroup) {
+    const T* yr = y + r * n;
+    const T* gr = g + r * n;
+    T* out = gx + r * n;
+    T acc = 0;
+    for (int64_t k = lane; k < n; k += kGroup) acc += kLog ? gr[k] : gr[k] * yr[k];
+    acc = group_sum<kGroup>(acc, shared);
+    for (int64_t k = lane; k < n; k += kGroup)
+      out[k] = kLog ? gr[k] - exp_or_zero(yr[k]) * acc : yr[k] * (gr[k] - acc);
+  }
+}
+
+template <class T, bool kLog>
+__global__ void forward_columns(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
+  GPIPE_KERNEL_LOOP(col, outer * inner) {
+    const int64_t o = col / inner, i = col - o * inner;
+    const T* xc = x + o * n * inner + i;
+    T* yc = y + o * n * inner + i;
+    T mx = neg_infinity<T>();
+    for (int64_t k = 0; k < n; ++k) mx = fmax(mx, xc[k * inner]);
+    T sum = 0;
+    if constexpr (kLog) {
+      for (int64_t k = 0; k < n; ++k) sum += dexp(xc[k * inner] - mx);
+      const T lse = mx + dlog(sum);
+      for (int64_t k = 0; k < n; ++k) yc[k * inner] = xc[k * inner] - lse;
+    } else {
+      for (int64_t k = 0; k < n; ++k) {
+        const T e = exp_or_zero(xc[k * inner] - mx);
+        yc[k * inner] = e;
+        sum += e;
+      }
+      const T inv = T(1) / sum;
+      for (int64_t k = 0; k < n; ++k) yc[k * inner] *= inv;
+    }
+  }
+}
+
+template <class T, bool kLog>
+__global__ void backward_columns(const T* y, const T* g, T* gx, int64_t outer, int64_t n,
+                                 int64_t inner) {
+  GPIPE_KERNEL_LOOP(col, outer * inner) {
+    const int64_t o = col / inner, i = col - o * inner;
+    const int64_t base = o * n * inner + i;
+    T acc = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t at = base + k * inner;
+      acc += kLog ? g[at] : g[at] * y[at];
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t at = base + k * inner;
+      gx[at] = kLog ? g[at] - exp_or_zero(y[at]) * acc : y[at] * (g[at] - acc);
+    }
+  }
+}
+
+template <bool kLog>
+void forward_cuda(const Tensor& x, int64_t axis, Tensor& y) {
+  if (x.numel() == 0) return;
+  const Geometry g = geometry(x.shape(), axis);
+  KernelScope scope(y.device());
+  dispatch_floating(x.dtype(), kLog ? "log_softmax" : "softmax", [&](auto z) {
+    using T = decltype(z);
+    if (g.inner == 1 && g.n <= kWarpRowLimit) {
+      forward_rows<T, 32, kLog><<<row_blocks<32>(g.outer), kThreads, 0, scope.stream()>>>(
+          x.data<T>(), y.data<T>(), g.outer, g.n);
+    } else if (g.inner == 1) {
+      forward_rows<T, kThreads, kLog><<<row_blocks<kThreads>(g.outer), kThreads, 0,
+                                        scope.stream()>>>(x.data<T>(), y.data<T>(), g.outer, g.n);
+    } else {
+      forward_columns<T, kLog><<<blocks_for(g.outer * g.inner), kThreads, 0, scope.stream()>>>(
+          x.data<T>(), y.data<T>(), g.outer, g.n, g.inner);
+    }
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kLog>
+void backward_cuda(const Tensor& y, const Tensor& gy, int64_t axis, Tensor& gx) {
+  if (y.numel() == 0) return;
+  const Geometry g = geometry(y.shape(), axis);
+  KernelScope scope(gx.device());
+  dispatch_floating(y.dtype(), kLog ? "log_softmax backward" : "softmax backward", [&](auto z) {
+    using T = decltype(z);
+    if (g.inner == 1 && g.n <= kWarpRowLimit) {
+      backward_rows<T, 32, kLog><<<row_blocks<32>(g.outer), kThreads, 0, scope.stream()>>>(
+          y.data<T>(), gy.data<T>(), gx.data<T>(), g.outer, g.n);
+    } else if (g.inner == 1) {
+      backward_rows<T, kThreads, kLog><<<row_blocks<kThreads>(g.outer), kThreads, 0,
+                                         scope.stream()>>>(y.data<T>(), gy.data<T>(),
+                                                           gx.data<T>(), g.outer, g.n);
+    } else {
+      backward_columns<T, kLog><<<blocks_for(g.outer * g.inner), kThreads, 0, scope.stream()>>>(
+          y.data<T>(), gy.data<T>(), gx.data<T>(), g.outer, g.n, g.inner);
+    }
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_cuda(const Tensor& x, int64_t axis, Tensor& y) { forward_cuda<false>(x, axis, y); }
+void log_softmax_cuda(const Tensor& x, int64_t axis, Tensor& y) { forward_cuda<true>(x, axis, y); }
+void softmax_backward_cuda(const Tensor& y, const Tensor& g, int64_t axis, Tensor& gx) {
+  backward_cuda<false>(y, g, axis, gx);
+}
+void log_softmax_backward_cuda(const Tensor& y, const Tensor& g, int64_t axis, Tensor& gx) {
+  backward_cuda<true>(y, g, axis, gx);
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(softmax_forward, DeviceType::kCUDA, softmax_cuda);
+GPIPE_REGISTER_KERNEL(log_softmax_forward, DeviceType::kCUDA, log_softmax_cuda);
+GPIPE_REGISTER_KERNEL(softmax_backward, DeviceType::kCUDA, softmax_backward_cuda);
+GPIPE_REGISTER_KERNEL(log_softmax_backward, DeviceType::kCUDA, log_softmax_backward_cuda);
+
+}  // namespace gpipe::ops::cuda

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# tools/gpu_check.sh: the CUDA backend's checks, for a machine with an NVIDIA GPU.
+#
+#   tools/gpu_check.sh                  build with --config=cuda (needs bazel and /usr/local/cuda),
+#                                       run //tests/cuda/... and print the GEMM benchmark
+#   tools/gpu_check.sh --stage DIR      on a build machine (no GPU needed): build, then pack the GPU
+#                                       tests, the benchmark and the non-CUDA libraries they link
+#                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~20 MB)
+#   tools/gpu_check.sh --prebuilt DIR   on the GPU machine, without bazel: unpack and run what
+#                                       --stage packed; cudart, cuBLAS, cuDNN 9 and NCCL are looked
+#                                       up on the machine (/usr/local/cuda, pip's nvidia-* wheels, ...)
+#
+# Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
+# OUT (if set, a folder that receives gpu_check.log). GPIPE_CUDNN_LOG=1 is set for the tests, so
+# the log names the cuDNN engine picked for every convolution.
+# Exit status: 0 when every build step and test passed. Without a GPU the tests print
+# "SKIPPED: no CUDA device found" and pass; the last line counts the failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+BINARIES=(cuda_build_test runtime_test ops_test gemm_bench)
+TESTS=(cuda_build_test runtime_test ops_test)
+JOBS=${JOBS:-$(nproc)}
+BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
+export GPIPE_CUDNN_LOG=1
+
+usage() { sed -n '2,18p' "$0"; }
+
+mode=build
+dir=""
+case "${1:-}" in
+  --stage | --prebuilt)
+    mode=${1#--}
+    dir=${2:?"$1 needs a folder"}
+    ;;
+  -h | --help) usage; exit 0 ;;
+  "") ;;
+  *) usage; exit 2 ;;
+esac
+
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  exec > >(tee "$OUT/gpu_check.log") 2>&1
+fi
+
+echo "== gpu_check ($mode) on $(hostname), $(date -u +%FT%TZ)"
+command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not available"
+
+failed=0
+run_step() {  # run_step NAME CMD...: runs CMD, counts a failure
+  echo "== $1"
+  shift
+  "$@"
+  local rc=$?
+  [ "$rc" -ne 0 ] && { echo "!! failed (exit $rc): $*"; failed=$((failed + 1)); }
+  return 0
+}
+
+case "$mode" in
+  build)
+    run_step "build --config=cuda //..." bazel build --config=cuda --jobs="$JOBS" //...
+    run_step "test //tests/cuda/..." bazel test --config=cuda --jobs="$JOBS" --test_output=all \
+      --test_env=GPIPE_CUDNN_LOG=1 //tests/cuda/...
+    # shellcheck disable=SC2086
+    run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
+    ;;
+
+  stage)
+    run_step "build --config=cuda //tests/cuda/..." bazel build --config=cuda --jobs="$JOBS" //tests/cuda/...
+    pack=$(mktemp -d)
+    mkdir -p "$pack/gpu_check/lib" "$dir"
+    for b in "${BINARIES[@]}"; do
+      cp -f bazel-bin/tests/cuda/"$b" "$pack/gpu_check/$b" && chmod u+w "$pack/gpu_check/$b" &&
+        strip --strip-debug "$pack/gpu_check/$b" || failed=$((failed + 1))
+    done
+    # Libraries from Debian that a GPU image may lack; CUDA's own are found there at run time.
+    for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+      path=$(ldd "$pack/gpu_check/ops_test" | awk -v l="$lib" '$1 == l { print $3 }')
+      [ -n "$path" ] && cp -fL "$path" "$pack/gpu_check/lib/$lib"
+    done
+    tar czf "$dir/gpu_check.tgz" -C "$pack" gpu_check || failed=$((failed + 1))
+    rm -rf "$pack"
+    ls -la "$dir/gpu_check.tgz"
+    echo "staged $dir/gpu_check.tgz; on the GPU machine: tools/gpu_check.sh --prebuilt $dir"
+    ;;
+
+  prebuilt)
+    unpacked=$(mktemp -d)
+    tar xzf "$dir/gpu_check.tgz" -C "$unpacked" || { echo "!! cannot unpack $dir/gpu_check.tgz"; exit 1; }
+    dir="$unpacked/gpu_check"
+    # LD_LIBRARY_PATH: the staged libraries, then wherever the machine keeps CUDA's.
+    libdirs="$dir/lib"
+    for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libnvrtc.so.13; do
+      found=$(find /usr/local/cuda/ /usr/lib /usr/local/lib /opt /root/.local -name "$lib" 2>/dev/null | head -1)
+      [ -z "$found" ] && found=$(python3 - "$lib" 2>/dev/null <<'EOF'
+import glob, site, sys
+for p in site.getsitepackages():  # pip's nvidia-* wheels (cuDNN, NCCL, cuBLAS, ...)
+    hits = glob.glob(p + "/nvidia/**/" + sys.argv[1], recursive=True)
+    if hits:
+        print(hits[0])
+        break
+EOF
+)
+      [ -z "$found" ] && found=$(find / -xdev -name "$lib" -not -path '/proc/*' 2>/dev/null | head -1)
+      if [ -n "$found" ]; then
+        libdirs="$libdirs:$(dirname "$found")"
+        echo "found $lib: $found"
+      else
+        echo "!! $lib not found on this machine"
+      fi
+    done
+    export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if ldd "$dir/ops_test" | grep "not found"; then failed=$((failed + 1)); fi
+    for t in "${TESTS[@]}"; do
+      run_step "$t" timeout 480 "$dir/$t"
+    done
+    # shellcheck disable=SC2086
+    run_step "gemm benchmark" timeout 240 "$dir/gemm_bench" $BENCH_SIZES
+    ;;
+esac
+
+echo "== gpu_check: $failed step(s) failed"
+[ "$failed" -eq 0 ]
