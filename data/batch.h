@@ -1,7 +1,7 @@
 // Batch: what a data pipeline hands a training step, and the shared helpers
 // for making batches (deterministic shuffling, row gathering).
 //
-// inputs and targets are Bundles (layers/layer.h): every tensor batch-major,
+// inputs and targets are Bundles (layers/batch.h): every tensor batch-major,
 // axis 0 the example. For Fashion-MNIST inputs = {images [B,1,28,28] float32}
 // and targets = {labels [B] int64}; for translation inputs = {src [B,S],
 // tgt_in [B,T]} and targets = {tgt_out [B,T]}, all int64.
@@ -13,17 +13,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "layers/batch.h"  // Bundle and Batch (one definition, shared with pipeline/)
 
 namespace gpipe {
-
-// Same alias as layers/layer.h (redeclaring an alias to the same type is
-// legal), so data/ needs only //core and sits beside layers/, not above it.
-using Bundle = std::vector<Tensor>;
-
-struct Batch {
-  Bundle inputs;
-  Bundle targets;
-};
 
 // A source of batches: returns the next one, or std::nullopt when the stream
 // is over. Producers run on PrefetchLoader's background thread (data/loader.h).

@@ -5,14 +5,12 @@
 
 #include <vector>
 
+#include "layers/batch.h"
 #include "layers/layer.h"
 
 namespace gpipe {
 
-struct Batch {
-  Bundle inputs;   // what the first cell consumes
-  Bundle targets;  // what the loss consumes
-};
+// Batch (inputs, targets) is defined in layers/batch.h.
 
 // Number of examples: the common size of axis 0; throws if tensors disagree.
 int64_t batch_size(const Batch& b);

@@ -95,4 +95,57 @@ bool json_bool(const std::string& line, const std::string& key) {
   return line.compare(at + key.size() + 3, 5, " true") == 0 || line.compare(at + key.size() + 3, 4, "true") == 0;
 }
 
+std::string json_string(const std::string& line, const std::string& key) {
+  const auto at = line.find("\"" + key + "\":");
+  GPIPE_CHECK(at != std::string::npos, "expected key '", key, "' in: ", line);
+  const auto open = line.find('"', at + key.size() + 3);
+  GPIPE_CHECK(open != std::string::npos, "expected a string for '", key, "' in: ", line);
+  std::string out;
+  for (size_t i = open + 1; i < line.size() && line[i] != '"'; ++i) {
+    if (line[i] == '\\' && i + 1 < line.size()) ++i;
+    out += line[i];
+  }
+  return out;
+}
+
+bool json_has(const std::string& line, const std::string& key) {
+  return line.find("\"" + key + "\":") != std::string::npos;
+}
+
+std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+std::string python_command(const std::string& python, const std::string& script, int threads,
+                           const std::string& args) {
+  const std::string t = std::to_string(threads);
+  return "OMP_NUM_THREADS=" + t + " OPENBLAS_NUM_THREADS=" + t + " MKL_NUM_THREADS=" + t + " " + python + " " +
+         data_path("benchmarks/" + script) + " " + args;
+}
+
+std::string run_json(const std::string& command) {
+  std::string json;
+  for (const std::string& line : run_lines(command))
+    if (!line.empty() && line[0] == '{') json = line;
+  GPIPE_CHECK(!json.empty(), "no JSON result from: ", command);
+  return json;
+}
+
+std::string try_run_json(const std::string& command) {
+  try {
+    return run_json(command);
+  } catch (const std::exception& e) {
+    std::printf("# reference failed: %s\n", e.what());
+    std::fflush(stdout);
+    return "";
+  }
+}
+
+std::string default_torch_python() {
+  namespace fs = std::filesystem;
+  std::string venv;
+  if (const char* v = std::getenv("GPIPE_BENCH_VENV")) venv = v;
+  else if (const char* home = std::getenv("HOME")) venv = std::string(home) + "/.cache/gpipe-bench-venv";
+  if (!venv.empty() && fs::exists(fs::path(venv) / "bin" / "python")) return (fs::path(venv) / "bin" / "python").string();
+  return "/usr/bin/python3";
+}
+
 }  // namespace gpipe::bench

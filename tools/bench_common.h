@@ -34,5 +34,28 @@ std::string data_path(const std::string& relative);
 // Minimal JSON field readers for the one-line JSON objects the Python sides print.
 double json_number(const std::string& line, const std::string& key);
 bool json_bool(const std::string& line, const std::string& key);
+std::string json_string(const std::string& line, const std::string& key);
+bool json_has(const std::string& line, const std::string& key);
+
+// Absolute path of this executable (to run one measurement in a fresh
+// process of itself: BENCHMARKS.md wants a fresh process per measurement).
+std::string self_exe();
+
+// "OMP_NUM_THREADS=t OPENBLAS_NUM_THREADS=t MKL_NUM_THREADS=t <python> <script> <args>"
+// for a reference script shipped under benchmarks/.
+std::string python_command(const std::string& python, const std::string& script, int threads,
+                           const std::string& args);
+
+// The last line of `command`'s output that starts with '{' (its JSON result).
+std::string run_json(const std::string& command);
+
+// run_json, but a failure prints "# reference failed: <why>" to stdout and
+// returns "" (the gpipe side of a comparison still runs).
+std::string try_run_json(const std::string& command);
+
+// The PyTorch reference's python: the venv benchmarks/setup_torch.sh makes
+// ($GPIPE_BENCH_VENV, else ~/.cache/gpipe-bench-venv) when it exists, else
+// /usr/bin/python3 (Debian's python3-torch fallback).
+std::string default_torch_python();
 
 }  // namespace gpipe::bench

@@ -1,5 +1,7 @@
 // The benchmarks behind `gpipe_bench <name>`; each prints gpipe's figures
 // beside the reference's from the same run (ratios, not lone times).
+// Workloads W1..W5 are defined in shared/BENCHMARKS.md; docs/BENCHMARKS.md
+// holds the latest figures and the commands that produced them.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +19,83 @@ struct GemmBenchOptions {
   std::string env_note;
 };
 int run_gemm(const GemmBenchOptions& opt);
+
+// ---- one gpipe measurement, in a fresh process -------------------------------
+// `gpipe_bench measure ...` (hidden) builds one workload, trains it through a
+// Pipeline and prints one JSON line: median/best step seconds, first/last
+// loss, parameter count, the partition, and per-device allocator statistics
+// (peak activation bytes since the peaks were reset after the warm-up steps,
+// which also created the optimizer state).
+struct MeasureOptions {
+  std::string workload = "transformer";  // transformer (Adam 1e-4) | amoebanet (SGD 0.01, momentum 0.9)
+  int64_t layers = 3;                    // transformer: encoder (= decoder) layers; amoebanet: N
+  int64_t batch = 32;                    // N
+  int threads = 1;                       // intra-op threads per stage
+  int partitions = 1;                    // K
+  int micro_batches = 1;                 // M
+  std::string remat = "never";           // never | except_last | always
+  std::string balance;                   // "12,7": explicit layers per cell (else by cost)
+  int warmup = 3, steps = 20;
+  double max_seconds = 30;               // stop timing after this many seconds (>= 1 timed step)
+  bool quirk_maxpool = false;            // amoebanet: torchgpipe's AvgPool for max_pool_3x3
+};
+int run_measure(const MeasureOptions& opt);
+// Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.
+std::string measure_in_child(const MeasureOptions& opt);
+
+// Options every comparison against PyTorch shares.
+struct TorchSide {
+  std::string python;  // empty: default_torch_python()
+  bool skip = false;   // --no-torch
+  std::string env_note;
+};
+
+// W2: one training step of the 3+3 Transformer, N = 32, at each thread count.
+struct TransformerBenchOptions {
+  TorchSide torch;
+  std::vector<int> threads{1, 2};
+  int warmup = 3, steps = 20;
+  double max_seconds = 30;
+};
+int run_transformer(const TransformerBenchOptions& opt);
+
+// W3: pipeline scaling of the 8+8 model, N = 64: K = 1 (one core) vs K = 2
+// (one core per stage) for each M and remat mode; PyTorch's hand-rolled
+// `seq` baseline (and Pipe where the installed torch still has it).
+struct PipelineBenchOptions {
+  TorchSide torch;
+  std::vector<int> micro_batches{1, 8};
+  std::vector<std::string> remat{"except_last", "never"};
+  std::vector<int> torch_threads{1, 2};
+  std::string balance;  // explicit K = 2 split, e.g. "12,7"
+  int warmup = 1, steps = 3;
+  bool try_pipe = true;
+};
+int run_pipeline(const PipelineBenchOptions& opt);
+
+// W4: activation memory and step time with and without rematerialisation.
+struct RematBenchOptions {
+  TorchSide torch;
+  std::vector<int> partitions{1, 2};
+  std::vector<int> micro_batches{1, 8};
+  std::vector<std::string> remat{"never", "except_last", "always"};  // except_last is skipped at M = 1 (= never)
+  int warmup = 1, steps = 2;
+};
+int run_remat(const RematBenchOptions& opt);
+
+// W5: AmoebaNet-D(2, 32), N = 64, 32x32x3, at each thread count.
+struct AmoebaNetBenchOptions {
+  TorchSide torch;
+  std::vector<int> threads{1, 2};
+  bool quirk_maxpool = false;  // both sides: torchgpipe's AvgPool for max_pool_3x3
+  int warmup = 2, steps = 10;
+  double max_seconds = 30;
+};
+int run_amoebanet(const AmoebaNetBenchOptions& opt);
+
+// Matmul FLOPs of one training step of the encoder-decoder Transformer
+// (3 x forward, dense attention), as BENCHMARKS.md counts them.
+double transformer_step_flops(int64_t layers, int64_t n, int64_t src_len, int64_t tgt_len, int64_t dim, int64_t ffn,
+                              int64_t vocab);
 
 }  // namespace gpipe::bench

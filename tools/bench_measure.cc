@@ -1,0 +1,176 @@
+// gpipe_bench measure: one gpipe measurement of a BENCHMARKS.md workload, run
+// by the other subcommands in a fresh process each (so allocator peaks, thread
+// pools and caches start clean, as on the PyTorch side).
+//
+// A step is what PyTorch's reference times: zero the gradients, forward +
+// loss + backward of every micro-batch (Pipeline::train_step), optimizer step.
+// The optimizer runs on the calling thread with K x threads intra-op threads
+// (all the cores the stages use). The memory peaks are reset after the
+// warm-up steps, when the optimizer state and the gradients exist, so the
+// activation peak is that of the timed steps alone.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "core/parallel.h"
+#include "models/amoebanet.h"
+#include "models/transformer.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "pipeline/pipeline.h"
+#include "tools/bench_common.h"
+#include "tools/benchmarks.h"
+
+namespace gpipe::bench {
+namespace {
+
+constexpr int64_t kSrcLen = 32, kTgtLen = 32, kVocab = 8192;
+
+// Uniform tokens in [1, vocab): token 0 is the zoo's pad_id, and W2 has no
+// padding, so no token is masked or ignored.
+Batch transformer_batch(int64_t n, uint64_t seed) {
+  uint64_t x = seed;
+  auto next = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>(1 + (x >> 33) % (kVocab - 1));
+  };
+  std::vector<int64_t> src(n * kSrcLen), target(n * (kTgtLen + 1)), tin, tout;
+  for (auto& t : src) t = next();
+  for (auto& t : target) t = next();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < kTgtLen; ++j) {
+      tin.push_back(target[i * (kTgtLen + 1) + j]);
+      tout.push_back(target[i * (kTgtLen + 1) + j + 1]);
+    }
+  return {{Tensor::from_vector(src, Shape{n, kSrcLen}), Tensor::from_vector(tin, Shape{n, kTgtLen})},
+          {Tensor::from_vector(tout, Shape{n, kTgtLen})}};
+}
+
+Batch image_batch(int64_t n, uint64_t seed) {
+  std::vector<int64_t> labels(n);
+  uint64_t x = seed;
+  for (auto& l : labels) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    l = static_cast<int64_t>((x >> 33) % 10);
+  }
+  return {{Tensor::randn(Shape{n, 3, 32, 32}, seed)}, {Tensor::from_vector(labels, Shape{n})}};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, int64_t d, int64_t ffn,
+                              int64_t vocab) {
+  const double nd = static_cast<double>(d);
+  const double enc = n * s * (8 * nd * d + 4.0 * s * d + 4 * nd * ffn);
+  const double self_attn = n * t * (8 * nd * d + 4.0 * t * d);
+  const double cross = n * t * 4 * nd * d + n * s * 4 * nd * d + n * t * 4.0 * s * d;
+  const double dec = self_attn + cross + n * t * 4 * nd * ffn;
+  const double head = 2.0 * n * t * d * vocab;
+  return 3.0 * (layers * (enc + dec) + head);
+}
+
+int run_measure(const MeasureOptions& o) {
+  Model model;
+  Batch batch;
+  int64_t expected_params = 0;
+  if (o.workload == "transformer") {
+    models::TransformerConfig c;
+    c.layers = o.layers;
+    c.ffn = 1024;
+    c.heads = 4;
+    c.dim = 256;
+    c.vocab = kVocab;
+    c.max_len = 64;
+    expected_params = models::transformer_parameter_count(c);
+    model = models::transformer(c);
+    batch = transformer_batch(o.batch, 1234);
+  } else if (o.workload == "amoebanet") {
+    models::AmoebaNetConfig c;
+    c.num_normal_cells = o.layers;
+    c.filters = 32;
+    c.torchgpipe_maxpool_quirk = o.quirk_maxpool;
+    expected_params = models::amoebanet_parameter_count(c);
+    model = models::amoebanet_d(c);
+    batch = image_batch(o.batch, 7);
+  } else {
+    throw Error(detail::concat("measure: unknown workload '", o.workload, "' (transformer | amoebanet)"));
+  }
+
+  set_default_intra_op_threads(o.partitions * o.threads);  // the optimizer's thread budget
+  PipelineOptions po;
+  po.partitions = o.partitions;
+  po.micro_batches = o.micro_batches;
+  po.remat = parse_remat(o.remat);
+  po.threads_per_stage = o.threads;
+  if (!o.balance.empty()) po.balance = parse_balance(o.balance);
+  Pipeline pipe(std::move(model), po, batch);
+
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.workload == "transformer") opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
+  else opt = std::make_unique<optim::Sgd>(pipe.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  // Trained elements; with K > 1 a tied table has one copy per cell holding it.
+  int64_t params = 0;
+  for (const NamedTensor& p : opt->parameters()) params += p.tensor->numel();
+
+  std::vector<double> losses;
+  auto step = [&] {
+    pipe.zero_grad();
+    losses.push_back(pipe.train_step(batch).loss);
+    opt->step();
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+  pipe.reset_memory_peaks();
+  std::vector<double> times;
+  const auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(times.size()) < o.steps && (times.empty() || seconds_since(start) < o.max_seconds)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    times.push_back(seconds_since(t0));
+  }
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t h = sorted.size() / 2;
+  const double median = sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
+
+  int64_t act_max = 0, act_sum = 0, total_max = 0, param_b = 0, grad_b = 0, opt_b = 0;
+  std::string per_device;
+  for (const DeviceMemory& m : pipe.memory()) {
+    act_max = std::max(act_max, m.peak_activation_bytes);
+    act_sum += m.peak_activation_bytes;
+    total_max = std::max(total_max, m.peak_total_bytes);
+    param_b += m.parameter_bytes;
+    grad_b += m.gradient_bytes;
+    opt_b += m.optimizer_bytes;
+    per_device += (per_device.empty() ? "" : " ") + m.device.str() + "=" + std::to_string(m.peak_activation_bytes);
+  }
+  std::printf(
+      "{\"median_s\": %.6f, \"best_s\": %.6f, \"steps\": %zu, \"params\": %ld, \"expected_params\": %ld, "
+      "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
+      "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
+      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\"}\n",
+      median, sorted.front(), times.size(), static_cast<long>(params), static_cast<long>(expected_params),
+      losses.front(), losses.back(), static_cast<long>(act_max), static_cast<long>(act_sum),
+      static_cast<long>(total_max), static_cast<long>(param_b), static_cast<long>(grad_b), static_cast<long>(opt_b),
+      per_device.c_str(), pipe.partition().str().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+std::string measure_in_child(const MeasureOptions& o) {
+  std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " + std::to_string(o.layers) +
+                    " --batch " + std::to_string(o.batch) + " --threads " + std::to_string(o.threads) +
+                    " --partitions " + std::to_string(o.partitions) + " --micro-batches " +
+                    std::to_string(o.micro_batches) + " --remat " + o.remat + " --warmup " + std::to_string(o.warmup) +
+                    " --steps " + std::to_string(o.steps) + " --max-seconds " + std::to_string(o.max_seconds);
+  if (!o.balance.empty()) cmd += " --balance " + o.balance;
+  if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";
+  return run_json(cmd);
+}
+
+}  // namespace gpipe::bench

@@ -1,0 +1,125 @@
+// gpipe_bench remat: W4 of shared/BENCHMARKS.md. Activation memory and step
+// time of the 8+8-layer Transformer (N = 64, Adam) with and without
+// rematerialisation, for each K (K = 1: one stage with 2 threads; K = 2: one
+// thread per stage) and M. gpipe's figure is the allocator's peak of
+// activation bytes on the busiest device during the timed steps (peaks reset
+// after the warm-up, so parameters, gradients and Adam state are not in it).
+//
+// The bound O(N + (L/K)(N/M)) is checked with a least-squares fit
+// peak = a + b * u over all rows, where u counts layer-examples of
+// activations alive at once on one device: (L/K) N without remat (every
+// micro-batch's graph is kept until its backward), (L/K)(N/M) with `always`
+// (only one micro-batch's graph is rebuilt at a time), 2 (L/K)(N/M) with
+// `except_last` and M > 1 (the last micro-batch's graph is kept while the
+// next one is rebuilt). Micro-batch inputs kept at cell boundaries are the
+// O(N) term, inside a.
+//
+// PyTorch's side is BENCHMARKS.md's: K = 1, the hand-rolled seq schedule
+// (gradient accumulation), per-layer torch.utils.checkpoint, 2 threads;
+// activation memory = peak maxRSS - maxRSS after gradients + Adam state.
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "tools/bench_common.h"
+#include "tools/benchmarks.h"
+
+namespace gpipe::bench {
+namespace {
+
+constexpr double kMB = 1e6;
+
+double live_units(const std::string& remat, int k, int m) {
+  const double per_cell = 16.0 / k, n = 64;
+  if (remat == "never" || (m == 1 && remat == "except_last")) return per_cell * n;
+  if (remat == "always") return per_cell * n / m;
+  return 2 * per_cell * n / m;  // except_last, M > 1
+}
+
+}  // namespace
+
+int run_remat(const RematBenchOptions& opt) {
+  const std::string python = opt.torch.python.empty() ? default_torch_python() : opt.torch.python;
+  std::printf("# W4 activation memory: 8+8 layers, N=64, Adam(lr=1e-4), 2 cores (K=1: 2 threads; K=2: 1 thread per "
+              "stage);\n# %d warm-up + %d timed steps (median); %s\n",
+              opt.warmup, opt.steps, opt.torch.env_note.c_str());
+  struct Row {
+    int k, m;
+    std::string remat;
+    double step_s, act, units;
+    std::string devices;
+  };
+  std::vector<Row> rows;
+  std::map<std::pair<int, int>, double> never_s;
+  for (int k : opt.partitions)
+    for (int m : opt.micro_batches)
+      for (const std::string& remat : opt.remat) {
+        if (remat == "except_last" && m == 1) continue;  // the same run as never
+        MeasureOptions mo;
+        mo.layers = 8;
+        mo.batch = 64;
+        mo.threads = 2 / k > 0 ? 2 / k : 1;
+        mo.partitions = k;
+        mo.micro_batches = m;
+        mo.remat = remat;
+        mo.warmup = opt.warmup;
+        mo.steps = opt.steps;
+        mo.max_seconds = 1e9;
+        const std::string j = measure_in_child(mo);
+        rows.push_back({k, m, remat, json_number(j, "median_s"), json_number(j, "act_peak_max"),
+                        live_units(remat, k, m), json_string(j, "act_peak_devices")});
+        if (remat == "never") never_s[{k, m}] = rows.back().step_s;
+      }
+  // Least squares act = a + b * units.
+  double su = 0, sa = 0, suu = 0, sua = 0;
+  for (const Row& r : rows) {
+    su += r.units;
+    sa += r.act;
+    suu += r.units * r.units;
+    sua += r.units * r.act;
+  }
+  const double n = static_cast<double>(rows.size());
+  const double den = n * suu - su * su;
+  const double b = den != 0 ? (n * sua - su * sa) / den : 0, a = (sa - b * su) / n;
+  std::printf("%2s %3s %-12s %9s %10s %9s %8s %10s %7s   %s\n", "K", "M", "remat", "step s", "act MB", "remat +%",
+              "u", "fit MB", "fit err", "peak activation bytes per device");
+  for (const Row& r : rows) {
+    const auto it = never_s.find({r.k, r.m});
+    const double cost = it != never_s.end() && r.remat != "never" ? 100 * (r.step_s / it->second - 1) : 0;
+    const double fit = a + b * r.units;
+    std::printf("%2d %3d %-12s %9.3f %10.1f %8.1f%% %8.0f %10.1f %6.1f%%   %s\n", r.k, r.m, r.remat.c_str(), r.step_s,
+                r.act / kMB, cost, r.units, fit / kMB, 100 * (r.act - fit) / r.act, r.devices.c_str());
+  }
+  std::printf("# fit: act = %.1f MB + %.3f MB x u, u = layer-examples alive on one device ((L/K)N never, (L/K)(N/M) "
+              "always, 2(L/K)(N/M) except_last with M>1; L=16, N=64)\n",
+              a / kMB, b / kMB);
+  std::printf("# remat +%% = step time vs never at the same K and M; goal <= 20%%\n");
+  std::fflush(stdout);
+
+  if (opt.torch.skip) return 0;
+  std::printf("# PyTorch (K=1, seq schedule, 2 threads): activation = peak maxRSS - maxRSS after grads+Adam state\n");
+  std::printf("%3s %-6s %9s %10s %9s %12s %12s\n", "M", "remat", "step s", "act MB", "remat +%", "after st. MB",
+              "peak RSS MB");
+  std::string torch_version;
+  for (int m : opt.micro_batches) {
+    double none_s = 0;
+    for (const std::string& remat : {std::string("none"), std::string("layer")}) {
+      const std::string j = try_run_json(python_command(
+          python, "transformer_torch.py", 2,
+          "memory --threads 2 --layers 8 --batch 64 --micro-batches " + std::to_string(m) + " --remat " + remat +
+              " --warmup " + std::to_string(opt.warmup) + " --steps " + std::to_string(opt.steps)));
+      if (j.empty()) continue;
+      torch_version = json_string(j, "torch");
+      const double s = json_number(j, "median_s");
+      if (remat == "none") none_s = s;
+      std::printf("%3d %-6s %9.3f %10.1f %8.1f%% %12.1f %12.1f\n", m, remat.c_str(), s, json_number(j, "activation_bytes") / kMB,
+                  remat == "layer" && none_s > 0 ? 100 * (s / none_s - 1) : 0.0,
+                  json_number(j, "rss_after_state") / kMB, json_number(j, "peak_rss") / kMB);
+      std::fflush(stdout);
+    }
+  }
+  if (!torch_version.empty()) std::printf("# reference: torch %s (%s)\n", torch_version.c_str(), python.c_str());
+  return 0;
+}
+
+}  // namespace gpipe::bench

@@ -1,0 +1,409 @@
+// gpipe_train's flags. CLI11 checks what it can (ranges, choices, the
+// --steps/--epochs exclusion, required --model); validate() then checks the
+// combinations CLI11 cannot express, and parse_train_flags rejects flags
+// that do not apply to the chosen model instead of silently ignoring them.
+#include "tools/train/config.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "core/device.h"
+#include "models/transformer.h"
+#include "optim/schedule.h"
+#include "pipeline/checkpoint.h"
+#include "pipeline/partition.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/schedule.h"
+
+namespace gpipe::train {
+namespace {
+
+const char* kDefaultsTable =
+    "Per-model defaults (S = total steps):\n"
+    "                  transformer                  amoebanet\n"
+    "  --optimizer     adam                         sgd (Nesterov)\n"
+    "  --lr            2e-3                         0.05\n"
+    "  --lr-schedule   cosine:total=S,warmup=S/10   cosine:total=S,warmup=S/50\n"
+    "  --weight-decay  0                            5e-4\n"
+    "  --momentum      - (adam takes none)          0.9\n"
+    "  --batch         32                           128\n";
+
+// Throws UsageError(parts...) unless `ok`.
+template <class... Parts>
+void usage(bool ok, const Parts&... parts) {
+  if (!ok) throw UsageError(detail::concat(parts...));
+}
+
+// Runs `f`, turning a gpipe::Error into a UsageError naming `flag`.
+template <class F>
+void check_flag(const char* flag, F&& f) {
+  try {
+    f();
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(detail::concat(flag, ": ", e.what()));
+  }
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](unsigned char ch) { return std::isdigit(ch); });
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int64_t model_layer_count(const TrainConfig& c) {
+  if (c.model == "transformer") {
+    int64_t layers = c.layers;
+    if (!c.preset.empty()) layers = models::transformer_preset(c.preset).layers;
+    return 2 * layers +
+           3;  // source embedding, L encoders, target embedding, L decoders, projection
+  }
+  return 3 * c.normal_cells + 6;  // stem, 3N + 4 cells, classifier
+}
+
+int64_t default_batch(const std::string& model) { return model == "amoebanet" ? 128 : 32; }
+
+static void validate_model(const TrainConfig& c) {
+  if (c.model == "transformer") {
+    if (!c.preset.empty()) check_flag("--preset", [&] { models::transformer_preset(c.preset); });
+    usage(c.layers >= 1, "--layers: expected >= 1, got ", c.layers);
+    usage(c.ffn >= 1, "--ffn: expected >= 1, got ", c.ffn);
+    usage(c.heads >= 1, "--heads: expected >= 1, got ", c.heads);
+    usage(c.dim >= 2 && c.dim % c.heads == 0, "--dim: expected a multiple of --heads (", c.heads,
+          "), got ", c.dim);
+    usage(c.dropout >= 0 && c.dropout < 1, "--dropout: expected a value in [0, 1), got ",
+          c.dropout);
+    usage(c.label_smoothing >= 0 && c.label_smoothing < 1,
+          "--label-smoothing: expected a value in [0, 1), got ", c.label_smoothing);
+    usage(c.logit_clip >= 0, "--logit-clip: expected >= 0 (0 = off), got ", c.logit_clip);
+    usage(c.max_len >= 4 && c.max_len <= 512, "--max-len: expected 4..512 bytes, got ", c.max_len);
+    usage(c.eval_sentences >= 0, "--eval-sentences: expected >= 0, got ", c.eval_sentences);
+  } else {
+    usage(c.normal_cells >= 0, "--normal-cells: expected N >= 0, got ", c.normal_cells);
+    usage(c.filters >= 8 && c.filters % 8 == 0,
+          "--filters: expected F >= 8 and a multiple of 8, got ", c.filters);
+    usage(c.image_size >= 32 && c.image_size % 32 == 0,
+          "--image-size: expected 32 or a multiple of 32, got ", c.image_size);
+  }
+}
+
+static void validate_pipeline(const TrainConfig& c) {
+  const int64_t batch = c.batch > 0 ? c.batch : default_batch(c.model);
+  usage(c.partitions >= 1, "--K: expected >= 1 partitions, got ", c.partitions);
+  usage(c.micro_batches >= 1, "--M: expected >= 1 micro-batches, got ", c.micro_batches);
+  usage(c.micro_batches <= batch, "--M: ", c.micro_batches,
+        " micro-batches need --batch >= M, but the batch is ", batch);
+  const int64_t layers = model_layer_count(c);
+  usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model,
+        " has only ", layers, " layers to cut (expected K <= ", layers, ")");
+  check_flag("--schedule", [&] { parse_schedule(c.schedule); });
+  check_flag("--remat", [&] { parse_remat(c.remat); });
+  check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
+  int64_t k = c.partitions;
+  if (!c.balance.empty()) {
+    std::vector<int64_t> sizes;
+    check_flag("--balance", [&] { sizes = parse_balance(c.balance); });
+    int64_t sum = 0;
+    for (int64_t s : sizes) sum += s;
+    usage(static_cast<int>(sizes.size()) == c.partitions || c.partitions == 1,
+          "--balance: ", sizes.size(), " cells but --K=", c.partitions,
+          " (give K sizes, or leave --K out)");
+    usage(sum == layers, "--balance: the sizes sum to ", sum, " but the ", c.model, " has ", layers,
+          " layers (expected sizes summing to ", layers, ")");
+    k = static_cast<int64_t>(sizes.size());
+  }
+  if (c.devices.empty()) return;
+  int64_t count = 0;
+  if (all_digits(c.devices)) {
+    count = c.devices.size() > 6 ? 1 << 30 : std::stoi(c.devices);
+    usage(count >= 1, "--devices: expected a count >= 1 or a list like cpu:0,cpu:1, got ",
+          c.devices);
+  } else {
+    const auto specs = split_commas(c.devices);
+    check_flag("--devices", [&] {
+      for (const auto& s : specs) Device d(s);
+    });
+    count = static_cast<int64_t>(specs.size());
+  }
+  usage(count == 1 || count == k, "--devices: ", count, " devices for K = ", k,
+        " cells (expected K devices, or one shared by all cells)");
+}
+
+static void validate_optimisation(const TrainConfig& c) {
+  usage(c.batch >= 0, "--batch: expected a positive size, got ", c.batch);
+  if (!c.optimizer.empty())
+    usage(c.optimizer == "adam" || c.optimizer == "adamw" || c.optimizer == "sgd" ||
+              c.optimizer == "rmsprop",
+          "--optimizer: expected adam, adamw, sgd or rmsprop, got '", c.optimizer, "'");
+  const std::string opt =
+      !c.optimizer.empty() ? c.optimizer : (c.model == "amoebanet" ? "sgd" : "adam");
+  usage(!c.momentum || opt == "sgd" || opt == "rmsprop",
+        "--momentum: applies to --optimizer=sgd or rmsprop, not ", opt);
+  usage(!c.lr || (*c.lr > 0 && std::isfinite(*c.lr)), "--lr: expected a positive rate, got ",
+        c.lr.value_or(0));
+  usage(!c.weight_decay || *c.weight_decay >= 0, "--weight-decay: expected >= 0, got ",
+        c.weight_decay.value_or(0));
+  usage(!c.momentum || *c.momentum >= 0, "--momentum: expected >= 0, got ", c.momentum.value_or(0));
+  usage(c.clip_norm >= 0, "--clip-norm: expected >= 0 (0 = off), got ", c.clip_norm);
+  if (!c.lr_schedule.empty())
+    check_flag("--lr-schedule", [&] { optim::parse_lr_schedule(c.lr_schedule, 1.0); });
+  usage(c.threads >= 0, "--threads: expected >= 0 (0 = cores / K), got ", c.threads);
+}
+
+void validate(const TrainConfig& c) {
+  usage(c.model == "transformer" || c.model == "amoebanet",
+        "--model: expected transformer or amoebanet, got '", c.model, "'");
+  if (c.print_params) {
+    if (!c.preset.empty()) check_flag("--preset", [&] { models::transformer_preset(c.preset); });
+    return;
+  }
+  usage(!(c.steps > 0 && c.epochs > 0), "--steps and --epochs: give one of them, not both");
+  usage(c.steps > 0 || c.epochs > 0,
+        "--steps or --epochs: one of them is required (a positive count)");
+  usage(c.steps >= 0, "--steps: expected a positive count, got ", c.steps);
+  usage(c.epochs >= 0, "--epochs: expected a positive count, got ", c.epochs);
+  validate_model(c);
+  validate_pipeline(c);
+  validate_optimisation(c);
+  usage(c.eval_every >= 0, "--eval-every: expected >= 0 (0 = only at the end), got ", c.eval_every);
+  usage(c.eval_batches >= 0, "--eval-batches: expected >= 0 (0 = the whole test split), got ",
+        c.eval_batches);
+  usage(c.save_every >= 0, "--save-every: expected >= 0, got ", c.save_every);
+  usage(c.save_every == 0 || !c.save.empty(), "--save-every: needs --save=PATH");
+  usage(c.log_every >= 1, "--log-every: expected >= 1, got ", c.log_every);
+  usage(c.train_limit >= 0, "--train-limit: expected >= 0 (0 = all), got ", c.train_limit);
+}
+
+TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch) {
+  const bool amoeba = c.model == "amoebanet";
+  if (c.batch == 0) c.batch = default_batch(c.model);
+  if (c.epochs > 0) {
+    GPIPE_CHECK(batches_per_epoch > 0, "--epochs: the training set makes no batch of ", c.batch);
+    c.steps = c.epochs * batches_per_epoch;
+  }
+  if (c.optimizer.empty()) c.optimizer = amoeba ? "sgd" : "adam";
+  if (!c.lr) c.lr = amoeba ? 0.05 : 2e-3;
+  if (!c.weight_decay) c.weight_decay = amoeba ? 5e-4 : 0.0;
+  if (!c.momentum && (c.optimizer == "sgd" || c.optimizer == "rmsprop")) c.momentum = 0.9;
+  if (c.lr_schedule.empty()) {
+    const int64_t warmup = std::max<int64_t>(1, c.steps / (amoeba ? 50 : 10));
+    c.lr_schedule = warmup < c.steps ? detail::concat("cosine:total=", c.steps, ",warmup=", warmup)
+                                     : "constant";
+  }
+  return c;
+}
+
+namespace {
+
+// Flags whose "given or not" matters after parsing, and optional values.
+struct Given {
+  double lr = 0, weight_decay = 0, momentum = 0;
+  CLI::Option *lr_opt = nullptr, *wd_opt = nullptr, *momentum_opt = nullptr;
+  CLI::Option* preset = nullptr;
+  std::vector<CLI::Option*> sizes;  // --layers --ffn --heads --dim
+  CLI::Option *balance = nullptr, *balance_by = nullptr;
+};
+
+void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
+  app.add_option("--model", c.model, "transformer | amoebanet")
+      ->required()
+      ->check(CLI::IsMember({"transformer", "amoebanet"}));
+  app.add_flag("--print-params", c.print_params,
+               "print the parameter count (from the formula, nothing allocated) and exit");
+  g.preset = app.add_option("--preset", c.preset,
+                            "transformer: a paper size T(L,H,A): T(6,8192,16), T(24,8192,16), "
+                            "T(12,16384,32), T(32,16384,32), T(64,16384,32)");
+  for (auto [flag, field, help] :
+       {std::tuple{"--layers", &c.layers, "transformer: L encoder (and decoder) layers"},
+        std::tuple{"--ffn", &c.ffn, "transformer: H, feed-forward width"},
+        std::tuple{"--heads", &c.heads, "transformer: A, attention heads"},
+        std::tuple{"--dim", &c.dim, "transformer: model dimension"}})
+    g.sizes.push_back(
+        app.add_option(flag, *field, help)->capture_default_str()->check(CLI::PositiveNumber));
+  app.add_option("--dropout", c.dropout, "transformer: dropout rate")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--label-smoothing", c.label_smoothing, "transformer: label smoothing")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--logit-clip", c.logit_clip, "transformer: soft-clip logits to (-c, c); 0 = off")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--scaled-init", c.scaled_init,
+               "transformer: scale residual-branch weights by 1/sqrt(2L)");
+  app.add_option("--normal-cells", c.normal_cells, "amoebanet: N, normal cells per stage")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--filters", c.filters, "amoebanet: F (the stem has F/4 channels; multiple of 8)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
+void add_data_flags(CLI::App& app, TrainConfig& c) {
+  app.add_option("--data-dir", c.data_dir,
+                 "locale dir (transformer) or Fashion-MNIST dir (amoebanet)");
+  app.add_option("--languages", c.languages,
+                 "transformer: source languages (default fr,de,es,it,nl,pl,pt,ru,sv,uk)")
+      ->delimiter(',');
+  app.add_option("--max-len", c.max_len,
+                 "transformer: longest source/target in bytes (longer pairs are dropped)")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 512));
+  app.add_option("--train-limit", c.train_limit, "train on N training examples only (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--augment", c.augment,
+               "amoebanet: random flips and +-2 pixel shifts (a function of seed and step)");
+  app.add_option("--image-size", c.image_size,
+                 "amoebanet: 32 (28x28 zero-padded) or a multiple of 32 (then upsampled)")
+      ->capture_default_str();
+}
+
+void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
+  app.add_option("--batch", c.batch, "N, examples per step (model default: see below)")
+      ->check(CLI::PositiveNumber);
+  auto* steps =
+      app.add_option("--steps", c.steps, "total steps (a resumed run counts the steps before it)")
+          ->check(CLI::PositiveNumber);
+  auto* epochs = app.add_option("--epochs", c.epochs, "total epochs over the training split")
+                     ->check(CLI::PositiveNumber);
+  steps->excludes(epochs);
+  g.lr_opt = app.add_option("--lr", g.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--lr-schedule", c.lr_schedule,
+                 "constant | inverse_sqrt:warmup=W | noam:d_model=D,warmup=W | "
+                 "cosine:total=T[,warmup=W][,floor=F] | step:every=K[,gamma=G]");
+  app.add_option("--optimizer", c.optimizer, "adam | adamw | sgd | rmsprop")
+      ->check(CLI::IsMember({"adam", "adamw", "sgd", "rmsprop"}));
+  g.wd_opt = app.add_option("--weight-decay", g.weight_decay,
+                            "L2 (adam, sgd, rmsprop) or decoupled (adamw)")
+                 ->check(CLI::NonNegativeNumber);
+  g.momentum_opt = app.add_option("--momentum", g.momentum, "sgd / rmsprop momentum")
+                       ->check(CLI::Range(0.0, 0.999));
+  app.add_option("--clip-norm", c.clip_norm, "clip the global gradient norm; 0 = off")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", c.seed, "seeds weights, data order, dropout")->capture_default_str();
+  app.add_option("--threads", c.threads, "intra-op threads per stage; 0 = cores / K")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_run_flags(CLI::App& app, TrainConfig& c) {
+  app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only at the end)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-batches", c.eval_batches,
+                 "test batches per evaluation (0 = the whole test split)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-sentences", c.eval_sentences,
+                 "transformer: test sentences greedily decoded for chrF")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--samples", c.samples, "transformer: sample translations printed at the end")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--save", c.save,
+                 "checkpoint written at the end (and every --save-every steps); {step} in it "
+                 "becomes the step");
+  app.add_option("--save-every", c.save_every, "also checkpoint every N steps")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", c.resume, "continue from this checkpoint (same model and data flags)");
+  app.add_option("--metrics", c.metrics, "JSON-lines file: one record per step and per evaluation");
+  app.add_option("--log-every", c.log_every, "progress line every N steps")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
+void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
+  app.add_option("--K", c.partitions, "partitions (cells, one per device)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--schedule", c.schedule, "gpipe | 1f1b")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--remat", c.remat, "always | except_last | never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"always", "except_last", "never"}));
+  g.balance = app.add_option("--balance", c.balance,
+                             "layers per cell, e.g. 4,4,3,3 (overrides --balance-by)");
+  g.balance_by = app.add_option("--balance-by", c.balance_by, "cost | time | memory")
+                     ->capture_default_str()
+                     ->check(CLI::IsMember({"cost", "time", "memory"}));
+  app.add_option("--devices", c.devices, "cpu:0,cpu:1,... or a count (default cpu:0..cpu:K-1)");
+  app.add_option("--trace", c.trace, "write a Chrome trace of every step to this file at the end");
+}
+
+// Flags that do not apply to the chosen model, or contradict each other,
+// are errors rather than silently ignored.
+void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& g) {
+  const bool transformer = c.model == "transformer";
+  const std::vector<std::string> transformer_only = {
+      "--preset",  "--layers",          "--ffn",        "--heads",       "--dim",
+      "--dropout", "--label-smoothing", "--logit-clip", "--scaled-init", "--languages",
+      "--max-len", "--eval-sentences", "--samples"};
+  const std::vector<std::string> amoebanet_only = {"--normal-cells", "--filters", "--augment",
+                                                   "--image-size"};
+  for (const auto& f : transformer ? amoebanet_only : transformer_only)
+    usage(app.count(f) == 0, f, ": applies to --model=", transformer ? "amoebanet" : "transformer",
+          " only, not --model=", c.model);
+  for (const CLI::Option* o : g.sizes)
+    usage(g.preset->count() == 0 || o->count() == 0, "--preset and ", o->get_name(),
+          ": the preset fixes L, H, A and dim; give one or the other");
+  usage(g.balance->count() == 0 || g.balance_by->count() == 0,
+        "--balance and --balance-by: an explicit --balance leaves nothing to balance; give one or "
+        "the other");
+}
+
+}  // namespace
+
+TrainConfig parse_train_flags(const std::vector<std::string>& args) {
+  TrainConfig c;
+  Given g;
+  CLI::App app{
+      "gpipe_train: train a Transformer (iso-codes many-to-English translation) or an "
+      "AmoebaNet-D (Fashion-MNIST) through a GPipe pipeline of K cells and M micro-batches",
+      "gpipe_train"};
+  app.footer(kDefaultsTable);
+  app.get_formatter()->column_width(34);
+  add_model_flags(app, c, g);
+  add_data_flags(app, c);
+  add_optimisation_flags(app, c, g);
+  add_run_flags(app, c);
+  add_pipeline_flags(app, c, g);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    throw HelpRequested{app.help()};
+  } catch (const CLI::CallForAllHelp&) {
+    throw HelpRequested{app.help("", CLI::AppFormatMode::All)};
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  if (g.lr_opt->count()) c.lr = g.lr;
+  if (g.wd_opt->count()) c.weight_decay = g.weight_decay;
+  if (g.momentum_opt->count()) c.momentum = g.momentum;
+  check_combinations(app, c, g);
+  validate(c);
+  return c;
+}
+
+}  // namespace gpipe::train

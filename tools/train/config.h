@@ -1,0 +1,123 @@
+// TrainConfig: everything gpipe_train can be told, and the one function that
+// turns its command line into a config (main and the tests both use it).
+//
+//   TrainConfig c = parse_train_flags({"--model=amoebanet", "--steps=100"});
+//   TrainSummary s = train(c, std::cout);   // tools/train/trainer.h
+//
+// Fields left at their "model default" value (empty string, std::nullopt, 0
+// where noted) are filled by resolve_defaults() from this per-model table
+// (also printed by --help):
+//
+//                    transformer                  amoebanet
+//   --optimizer      adam                         sgd (Nesterov)
+//   --lr             2e-3                         0.05
+//   --lr-schedule    cosine:total=S,warmup=S/10   cosine:total=S,warmup=S/50
+//   --weight-decay   0                            5e-4
+//   --momentum       - (adam takes none)          0.9
+//   --batch          32                           128
+//
+// (S = the run's total number of steps.)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace gpipe::train {
+
+// A flag the trainer cannot honour: bad value, bad combination, a flag that
+// does not apply to the chosen model. main exits with status 2 for these
+// (1 for every other gpipe::Error, e.g. a missing or corrupt file).
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// --help: `text` is the usage to print (main exits 0).
+struct HelpRequested {
+  std::string text;
+};
+
+struct TrainConfig {
+  // ---- model ----
+  std::string model;  // "transformer" | "amoebanet" (required)
+  bool print_params = false;
+  // Transformer: a paper preset "T(6,8192,16)" (dim 1024; the byte vocabulary
+  // replaces the paper's 32k when training) or explicit sizes.
+  std::string preset;
+  int64_t layers = 2, ffn = 512, heads = 4, dim = 128;
+  double dropout = 0.1;
+  double label_smoothing = 0.1;
+  double logit_clip = 0.0;
+  bool scaled_init = false;
+  // AmoebaNet-D (N, F).
+  int64_t normal_cells = 1;
+  int64_t filters = 32;
+
+  // ---- data ----
+  std::string data_dir;  // "" = /usr/share/locale or /usr/share/datasets/fashion-mnist
+  std::vector<std::string> languages;  // transformer; empty = default_translation_languages()
+  int64_t max_len = 32;                // transformer: longest source / target string in bytes
+  int64_t train_limit = 0;             // > 0: train on the first N training examples only (tests)
+  bool augment = false;                // amoebanet: random flips and +-2 pixel shifts
+  int64_t image_size = 32;             // amoebanet: 32 (padded) or 64, 96, ... (then upsampled)
+
+  // ---- optimisation ----
+  int64_t batch = 0;   // N; 0 = model default
+  int64_t steps = 0;   // total steps of the run (resumed steps included); 0 = use epochs
+  int64_t epochs = 0;  // alternative to steps: epochs * batches per epoch
+  std::optional<double> lr;
+  std::string lr_schedule;  // optim/schedule.h spec; "" = model default
+  std::string optimizer;    // adam | adamw | sgd | rmsprop; "" = model default
+  std::optional<double> weight_decay;
+  std::optional<double> momentum;
+  double clip_norm = 0.0;  // 0 = off
+  uint64_t seed = 1;
+  int threads = 0;  // intra-op threads per stage; 0 = cores / K
+
+  // ---- evaluation, checkpoints, logs ----
+  int64_t eval_every = 0;       // 0 = only at the end
+  int64_t eval_batches = 0;     // 0 = the whole test split
+  int64_t eval_sentences = 50;  // transformer: sentences greedily decoded for chrF
+  int64_t samples = 3;          // transformer: sample translations printed at the end
+  bool final_eval = true;
+  std::string save;        // checkpoint path ("" = none)
+  int64_t save_every = 0;  // 0 = only at the end
+  std::string resume;      // checkpoint to continue from
+  std::string metrics;     // JSON-lines file ("" = none)
+  int64_t log_every = 10;
+
+  // ---- pipeline ----
+  int partitions = 1;     // K
+  int micro_batches = 1;  // M
+  std::string schedule = "gpipe";
+  std::string remat = "except_last";
+  std::string balance;  // "4,4,3,3" (overrides balance_by)
+  std::string balance_by = "cost";
+  std::string devices;  // "cpu:0,cpu:1" or a count; "" = cpu:0..cpu:K-1
+  std::string trace;    // Chrome trace file written at the end
+};
+
+// Parses gpipe_train's arguments (without the program name). Throws
+// UsageError "--flag: what was wrong (expected ...)" for anything it cannot
+// honour, HelpRequested for --help. The result has passed validate().
+TrainConfig parse_train_flags(const std::vector<std::string>& args);
+
+// Value and combination checks that need no data (also run by train()).
+// Throws UsageError naming the flag.
+void validate(const TrainConfig& c);
+
+// Fills the model-default fields (see the table above); needs the number of
+// batches per epoch when steps come from epochs.
+TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch);
+
+// The model's default --batch (32 transformer, 128 amoebanet).
+int64_t default_batch(const std::string& model);
+
+// Layers in the model's flat list (the most cells K can have).
+int64_t model_layer_count(const TrainConfig& c);
+
+}  // namespace gpipe::train

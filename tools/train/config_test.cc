@@ -1,0 +1,161 @@
+// gpipe_train's flag handling, through parse_train_flags (what main calls):
+// every flag it cannot honour is a UsageError naming the flag and what it
+// accepts; --print-params counts without allocating.
+#include "tools/train/config.h"
+
+#include <catch2/catch.hpp>
+#include <sstream>
+
+#include "models/amoebanet.h"
+#include "models/transformer.h"
+#include "tools/train/trainer.h"
+
+using namespace gpipe;
+using namespace gpipe::train;
+using Catch::Contains;
+
+namespace {
+
+std::string usage_error(std::vector<std::string> args) {
+  try {
+    parse_train_flags(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  FAIL("no UsageError for the arguments");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("gpipe_train flags: a good command line parses") {
+  const TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=4", "--steps=200",
+                                           "--languages=fr,de", "--lr=1e-3", "--balance=4,3",
+                                           "--devices=cpu:0,cpu:1", "--schedule=1f1b"});
+  CHECK(c.model == "transformer");
+  CHECK(c.partitions == 2);
+  CHECK(c.micro_batches == 4);
+  CHECK(c.steps == 200);
+  CHECK(c.languages == std::vector<std::string>{"fr", "de"});
+  REQUIRE(c.lr.has_value());
+  CHECK(*c.lr == 1e-3);
+  CHECK_FALSE(c.momentum.has_value());
+  const TrainConfig r = resolve_defaults(c, 100);
+  CHECK(r.optimizer == "adam");
+  CHECK(r.batch == 32);
+  CHECK(r.lr_schedule == "cosine:total=200,warmup=20");
+
+  const TrainConfig a =
+      resolve_defaults(parse_train_flags({"--model=amoebanet", "--epochs=2"}), 468);
+  CHECK(a.steps == 936);
+  CHECK(a.optimizer == "sgd");
+  CHECK(a.momentum.value_or(0) == 0.9);
+}
+
+TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values") {
+  CHECK_THAT(usage_error({"--steps=10"}), Contains("--model") && Contains("required"));
+  CHECK_THAT(usage_error({"--model=gpt", "--steps=10"}),
+             Contains("--model") && Contains("transformer") && Contains("amoebanet"));
+  CHECK_THAT(usage_error({"--model=transformer"}), Contains("--steps or --epochs"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--epochs=1"}),
+             Contains("--steps") && Contains("--epochs"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--batch=4", "--M=8"}),
+             Contains("--M") && Contains("batch"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=8"}),
+             Contains("--K") && Contains("7 layers"));
+  CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--K=12", "--normal-cells=1"}),
+             Contains("--K") && Contains("9 layers"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=0"}), Contains("--K"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--schedule=zigzag"}),
+             Contains("--schedule") && Contains("gpipe") && Contains("1f1b"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--remat=sometimes"}),
+             Contains("--remat") && Contains("except_last"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--balance-by=luck"}),
+             Contains("--balance-by") && Contains("memory"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=2", "--balance=3,3"}),
+             Contains("--balance") && Contains("sum to 6") && Contains("7 layers"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--balance=3,x"}),
+             Contains("--balance"));
+  CHECK_THAT(
+      usage_error({"--model=transformer", "--steps=10", "--balance=4,3", "--balance-by=time"}),
+      Contains("--balance") && Contains("--balance-by"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=2", "--devices=tpu:0"}),
+             Contains("--devices"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=3", "--devices=2"}),
+             Contains("--devices") && Contains("K = 3"));
+  CHECK_THAT(
+      usage_error({"--model=transformer", "--steps=10", "--K=2", "--devices=cpu:0,cpu:1,cpu:2"}),
+      Contains("--devices") && Contains("K = 2"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--optimizer=lion"}),
+             Contains("--optimizer") && Contains("adam") && Contains("rmsprop"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--momentum=0.9"}),
+             Contains("--momentum") && Contains("sgd or rmsprop"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--lr-schedule=wavy"}),
+             Contains("--lr-schedule") && Contains("cosine"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--preset=T(1,2,3)"}),
+             Contains("--preset") && Contains("T(6,8192,16)"));
+  CHECK_THAT(
+      usage_error({"--model=transformer", "--steps=10", "--preset=T(6,8192,16)", "--layers=3"}),
+      Contains("--preset") && Contains("--layers"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--heads=3", "--dim=128"}),
+             Contains("--dim") && Contains("--heads"));
+  CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--dropout=0.1"}),
+             Contains("--dropout") && Contains("--model=transformer only"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--filters=64"}),
+             Contains("--filters") && Contains("--model=amoebanet only"));
+  CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--filters=12"}),
+             Contains("--filters") && Contains("multiple of 8"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--save-every=5"}),
+             Contains("--save-every") && Contains("--save"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--max-len=1000"}),
+             Contains("--max-len"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--bogus"}), Contains("--bogus"));
+}
+
+TEST_CASE("gpipe_train flags: --help is not an error") {
+  try {
+    parse_train_flags({"--help"});
+    FAIL("no HelpRequested");
+  } catch (const HelpRequested& h) {
+    CHECK_THAT(h.text,
+               Contains("--model") && Contains("--balance-by") && Contains("Per-model defaults"));
+  }
+}
+
+TEST_CASE(
+    "gpipe_train --print-params: the formula's count for the paper presets, nothing allocated") {
+  for (const char* preset : {"T(6,8192,16)", "T(64,16384,32)"}) {
+    std::ostringstream log;
+    const TrainSummary s = train::train(parse_train_flags({"--model=transformer", "--print-params",
+                                                           std::string("--preset=") + preset}),
+                                        log);
+    CHECK(s.parameters == models::transformer_parameter_count(models::transformer_preset(preset)));
+    CHECK_THAT(log.str(), Contains(preset) && Contains("vocab=32000"));
+  }
+  std::ostringstream log;
+  const TrainSummary a = train::train(parse_train_flags({"--model=amoebanet", "--print-params",
+                                                         "--normal-cells=6", "--filters=208"}),
+                                      log);
+  models::AmoebaNetConfig ac;
+  ac.num_normal_cells = 6;
+  ac.filters = 208;
+  ac.in_channels = 1;
+  CHECK(a.parameters == models::amoebanet_parameter_count(ac));
+  CHECK_THAT(log.str(), Contains("AmoebaNet-D(N=6, F=208)"));
+}
+
+TEST_CASE("gpipe_train: a missing data directory is a runtime error naming it") {
+  TrainConfig c =
+      parse_train_flags({"--model=amoebanet", "--steps=1", "--data-dir=/nonexistent/fmnist"});
+  std::ostringstream log;
+  try {
+    train::train(c, log);
+    FAIL("no error");
+  } catch (const UsageError&) {
+    FAIL("a missing directory is not a usage error");
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains("--data-dir") && Contains("/nonexistent/fmnist"));
+  }
+  c = parse_train_flags({"--model=transformer", "--steps=1", "--data-dir=/nonexistent/locale"});
+  CHECK_THROWS_WITH(train::train(c, log), Contains("/nonexistent/locale"));
+}

@@ -1,0 +1,156 @@
+// AmoebaNet-D on Fashion-MNIST. Pixels are scaled to [0, 1] / std (the
+// training set's pixel standard deviation; no mean subtraction, see the
+// constructor), then padded from 28x28 to 32x32 with zeros (black, like the
+// background): AmoebaNet's reductions need sides that halve evenly (see
+// models/amoebanet.h).
+// With --augment each training image is mirrored left-right with
+// probability 1/2 and shifted by up to 2 pixels each way on the canvas (a
+// random 32x32 crop of the image padded by 4), the draws a function of
+// (seed, step, row in batch).
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/rng.h"
+#include "data/fashion_mnist.h"
+#include "data/metrics.h"
+#include "tools/train/task.h"
+
+namespace gpipe::train {
+namespace {
+
+constexpr int64_t kSide = 32;
+
+class ImageTask final : public Task {
+ public:
+  explicit ImageTask(const TrainConfig& c)
+      : c_(c), dir_(c.data_dir.empty() ? kFashionMnistDir : c.data_dir) {
+    require_directory(dir_, "--data-dir");
+    // x / std, without subtracting the mean: the stem starts with a ReLU
+    // (models/amoebanet.h), which would zero every pixel darker than the mean.
+    FashionMnistOptions train_opt;
+    train_opt.normalize = true;
+    train_opt.mean = 0.0;
+    if (c.train_limit > 0) train_opt.limit = c.train_limit;
+    FashionMnistOptions test_opt = train_opt;
+    test_opt.limit = -1;
+    train_ = load_fashion_mnist(dir_, /*train=*/true, train_opt);
+    test_ = load_fashion_mnist(dir_, /*train=*/false, test_opt);
+    rows_ = std::make_unique<StepRows>(train_.size(), c.batch, data_seed(c));
+  }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "Fashion-MNIST from " << dir_ << ": " << train_.size() << " training, " << test_.size()
+       << " test images, scaled by 1/std, zero-padded 28x28 -> 32x32"
+       << (c_.image_size != kSide
+               ? detail::concat(", upsampled to ", c_.image_size, "x", c_.image_size)
+               : "")
+       << (c_.augment ? ", random flips and shifts" : "") << "; " << rows_->batches_per_epoch()
+       << " batches of " << c_.batch << " per epoch";
+    return os.str();
+  }
+
+  Model make_model() const override { return models::amoebanet_d(amoebanet_config(c_)); }
+  int64_t train_size() const override { return train_.size(); }
+  bool counts_tokens() const override { return false; }
+
+  Batch batch_at(int64_t step) const override {
+    MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
+    const std::vector<int64_t> rows = rows_->rows(step);
+    std::vector<Placement> place(rows.size());
+    if (c_.augment)
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const uint64_t coin =
+            mix_key(mix_key(data_seed(c_) ^ 0xf11b, static_cast<uint64_t>(step)), i);
+        place[i] = {static_cast<bool>(coin & 1), static_cast<int64_t>((coin >> 8) % 5),
+                    static_cast<int64_t>((coin >> 16) % 5)};
+      }
+    return {{padded(gather_rows(train_.images, rows), place)}, {gather_rows(train_.labels, rows)}};
+  }
+
+  EvalResult evaluate(Pipeline& pipe) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    EvalMode eval(pipe);
+    CrossEntropyLoss loss;
+    EvalResult r;
+    AccuracyCount acc;
+    double sum = 0;
+    const int64_t n = test_.size();
+    int64_t batches = 0;
+    for (int64_t first = 0; first < n; first += c_.batch) {
+      if (c_.eval_batches > 0 && batches++ >= c_.eval_batches) break;
+      std::vector<int64_t> rows;
+      for (int64_t i = first; i < std::min(n, first + c_.batch); ++i) rows.push_back(i);
+      MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
+      const Tensor x = padded(gather_rows(test_.images, rows), std::vector<Placement>(rows.size()));
+      const Tensor y = gather_rows(test_.labels, rows);
+      const Bundle out = pipe.predict({x});
+      const Tensor labels = y.to(out[0].device());
+      sum += loss.sum(out, {labels}).item();
+      const AccuracyCount a = count_correct(out[0], labels);
+      acc.correct += a.correct;
+      acc.total += a.total;
+    }
+    r.examples = acc.total;
+    r.loss = acc.total > 0 ? sum / static_cast<double>(acc.total) : 0.0;
+    r.accuracy = acc.value();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
+  std::map<std::string, std::string> metadata() const override {
+    return {
+        {"train.data", detail::concat("fashion-mnist train_limit=", c_.train_limit,
+                                      " augment=", c_.augment, " image_size=", c_.image_size)},
+        {"train.model_config", detail::concat("amoebanet N=", c_.normal_cells, " F=", c_.filters)}};
+  }
+
+ private:
+  // Where an image goes on the 32x32 canvas: offsets of its top-left corner
+  // (2, 2 = centred) and whether it is mirrored left-right.
+  struct Placement {
+    bool flip = false;
+    int64_t top = 2, left = 2;
+  };
+
+  // [B, 1, 28, 28] -> [B, 1, S, S], S = --image-size: placed on a zero 32x32
+  // canvas, then each pixel repeated S/32 times in both directions
+  // (nearest-neighbour upsampling).
+  Tensor padded(const Tensor& images, const std::vector<Placement>& place) const {
+    const int64_t b = images.size(0), side = images.size(2);
+    const int64_t scale = c_.image_size / kSide, out_side = kSide * scale;
+    GPIPE_ASSERT(side + 4 == kSide);
+    Tensor out = Tensor::zeros(Shape{b, 1, out_side, out_side});
+    const Tensor in = images.contiguous();
+    const float* src = in.data<float>();
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t y = 0; y < side; ++y) {
+        const float* in_row = src + (i * side + y) * side;
+        float* out_row =
+            dst + (i * out_side + (y + place[i].top) * scale) * out_side + place[i].left * scale;
+        for (int64_t x = 0; x < side; ++x) {
+          const float v = in_row[place[i].flip ? side - 1 - x : x];
+          for (int64_t r = 0; r < scale; ++r) out_row[x * scale + r] = v;
+        }
+        for (int64_t r = 1; r < scale; ++r)
+          std::memcpy(out_row + r * out_side, out_row, sizeof(float) * side * scale);
+      }
+    return out;
+  }
+
+  TrainConfig c_;
+  std::string dir_;
+  ImageDataset train_, test_;
+  std::unique_ptr<StepRows> rows_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_image_task(const TrainConfig& c) {
+  return std::make_unique<ImageTask>(c);
+}
+
+}  // namespace gpipe::train

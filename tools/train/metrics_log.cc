@@ -1,0 +1,83 @@
+#include "tools/train/metrics_log.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace gpipe::train {
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof(esc), "\\u%04x", ch);
+      out += esc;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+void JsonLine::key(std::string_view k) {
+  if (!body_.empty()) body_ += ",";
+  body_ += json_string(k) + ":";
+}
+
+JsonLine& JsonLine::add(std::string_view k, double value) {
+  key(k);
+  body_ += json_number(value);
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, int64_t value) {
+  key(k);
+  body_ += std::to_string(value);
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, bool value) {
+  key(k);
+  body_ += value ? "true" : "false";
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, std::string_view value) {
+  key(k);
+  body_ += json_string(value);
+  return *this;
+}
+
+JsonLine& JsonLine::add(std::string_view k, const std::vector<double>& values) {
+  key(k);
+  body_ += "[";
+  for (size_t i = 0; i < values.size(); ++i) body_ += (i ? "," : "") + json_number(values[i]);
+  body_ += "]";
+  return *this;
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc) {
+  GPIPE_CHECK(out_.is_open(), "--metrics: cannot open '", path, "' for writing");
+}
+
+void MetricsLog::write(const JsonLine& line) {
+  if (!out_.is_open()) return;
+  out_ << line.str() << '\n';
+  out_.flush();
+}
+
+}  // namespace gpipe::train

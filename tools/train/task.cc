@@ -1,0 +1,108 @@
+// What the two tasks share: the (seed, step) -> rows map, the seeds, the
+// model configs and the factory.
+#include "tools/train/task.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "core/rng.h"
+#include "data/batch.h"
+#include "data/translation.h"
+
+namespace gpipe::train {
+
+StepRows::StepRows(int64_t n, int64_t batch, uint64_t seed, std::vector<int64_t> lengths)
+    : n_(n), batch_(batch), seed_(seed), lengths_(std::move(lengths)) {
+  GPIPE_CHECK(batch >= 1, "--batch: expected a positive size, got ", batch);
+  GPIPE_CHECK(n >= batch, "--batch: the training split has ", n,
+              " examples, fewer than one batch of ", batch, " (expected --batch <= ", n, ")");
+  GPIPE_ASSERT(lengths_.empty() || static_cast<int64_t>(lengths_.size()) == n);
+}
+
+void StepRows::build_epoch(int64_t epoch) const {
+  const std::vector<int64_t> order = epoch_order(n_, seed_, epoch, /*shuffle=*/true);
+  const int64_t count = batches_per_epoch();
+  batches_.assign(count, {});
+  if (lengths_.empty()) {
+    for (int64_t b = 0; b < count; ++b)
+      batches_[b].assign(order.begin() + b * batch_, order.begin() + (b + 1) * batch_);
+    return;
+  }
+  std::vector<std::vector<int64_t>> sorted;
+  for (int64_t w = 0; w < count; w += kLengthWindow) {
+    const int64_t w_end = std::min(count, w + kLengthWindow);
+    std::vector<int64_t> window(order.begin() + w * batch_, order.begin() + w_end * batch_);
+    std::stable_sort(window.begin(), window.end(),
+                     [&](int64_t a, int64_t b) { return lengths_[a] < lengths_[b]; });
+    for (int64_t b = 0; b < w_end - w; ++b)
+      sorted.emplace_back(window.begin() + b * batch_, window.begin() + (b + 1) * batch_);
+  }
+  const std::vector<int64_t> shuffle =
+      permutation(count, mix_key(mix_key(seed_, 0xba7c), static_cast<uint64_t>(epoch)));
+  for (int64_t b = 0; b < count; ++b) batches_[b] = std::move(sorted[shuffle[b]]);
+}
+
+std::vector<int64_t> StepRows::rows(int64_t step) const {
+  GPIPE_ASSERT(step >= 0);
+  const int64_t epoch = step / batches_per_epoch();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != cached_epoch_) {
+    build_epoch(epoch);
+    cached_epoch_ = epoch;
+  }
+  return batches_[step % batches_per_epoch()];
+}
+
+uint64_t data_seed(const TrainConfig& c) { return mix_key(c.seed, 0xda7a); }
+uint64_t dropout_seed(const TrainConfig& c) { return mix_key(c.seed, 0xd209); }
+uint64_t weight_seed(const TrainConfig& c) { return mix_key(c.seed, 0x3e1); }
+
+void require_directory(const std::string& dir, const char* flag) {
+  struct stat st {};
+  GPIPE_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), flag, ": directory '", dir,
+              "' does not exist (expected ",
+              std::string(flag) == "--data-dir" ? "the data set's directory" : "a directory", ")");
+}
+
+std::vector<std::string> languages_of(const TrainConfig& c) {
+  return c.languages.empty() ? default_translation_languages() : c.languages;
+}
+
+models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vocab) {
+  models::TransformerConfig t;
+  if (!c.preset.empty()) {
+    t = models::transformer_preset(c.preset);
+    if (paper_vocab) return t;
+  } else {
+    t.layers = c.layers;
+    t.ffn = c.ffn;
+    t.heads = c.heads;
+    t.dim = c.dim;
+  }
+  t.vocab = ByteTokenizer(languages_of(c)).vocab_size();
+  t.pad_id = ByteTokenizer::kPad;
+  t.max_len = c.max_len + 1;  // language tag + source bytes; BOS + target bytes
+  t.dropout = c.dropout;
+  t.label_smoothing = c.label_smoothing;
+  t.logit_clip = c.logit_clip;
+  t.scaled_init = c.scaled_init;
+  t.seed = weight_seed(c);
+  return t;
+}
+
+models::AmoebaNetConfig amoebanet_config(const TrainConfig& c) {
+  models::AmoebaNetConfig a;
+  a.num_normal_cells = c.normal_cells;
+  a.filters = c.filters;
+  a.in_channels = 1;
+  a.num_classes = 10;
+  a.seed = weight_seed(c);
+  return a;
+}
+
+std::unique_ptr<Task> make_task(const TrainConfig& c) {
+  return c.model == "amoebanet" ? make_image_task(c) : make_translation_task(c);
+}
+
+}  // namespace gpipe::train

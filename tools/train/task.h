@@ -1,0 +1,128 @@
+// A training task: a data set, the model that fits it, how its batches are
+// made and how it is evaluated. Two tasks exist:
+//
+//   amoebanet    Fashion-MNIST, 28x28 padded to 32x32, normalised;
+//                evaluation = test loss and accuracy.
+//   transformer  iso-codes many-to-English translation, byte tokens;
+//                evaluation = held-out loss, token accuracy, and corpus chrF
+//                of greedy translations of a fixed sample of test sources.
+//
+// Data order is a pure function of (seed, step): batch_at(s) is the s-th
+// batch of the run (epoch s / E shuffled by the seed, E = batches per epoch,
+// incomplete tail dropped), so a resumed run sees exactly the batches an
+// uninterrupted one would, without replaying the ones before.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "layers/batch.h"
+#include "layers/loss.h"
+#include "models/amoebanet.h"
+#include "models/transformer.h"
+#include "pipeline/pipeline.h"
+#include "tools/train/config.h"
+
+namespace gpipe::train {
+
+struct SampleTranslation {
+  std::string language, source, reference, hypothesis;
+};
+
+struct EvalResult {
+  double loss = 0;                         // mean held-out loss (no label smoothing)
+  int64_t examples = 0;                    // test examples the loss covers
+  std::optional<double> accuracy;          // amoebanet: top-1 accuracy in [0, 1]
+  std::optional<double> token_accuracy;    // transformer: teacher-forced next-byte accuracy
+  std::optional<double> chrf;              // transformer: corpus chrF in [0, 100] of greedy outputs
+  int64_t sentences = 0;                   // transformer: sentences decoded for chrF
+  std::vector<SampleTranslation> samples;  // transformer: every decoded sentence, in order
+  double seconds = 0;
+};
+
+// Which rows of an n-example training set make the batch of step s. Epoch
+// e = s / E (E = n / batch, the incomplete tail dropped) walks
+// epoch_order(n, seed, e); with `lengths` (one per example) the order is
+// cut into windows of kLengthWindow batches, each window sorted by length
+// (stable) and cut into batches, and the epoch's batches are then shuffled
+// (seeded by (seed, e)): batches of similar lengths waste little on padding
+// and the order stays random. Thread-safe (the prefetch thread calls it);
+// the current epoch's batches are cached.
+class StepRows {
+ public:
+  static constexpr int64_t kLengthWindow = 32;
+  StepRows(int64_t n, int64_t batch, uint64_t seed, std::vector<int64_t> lengths = {});
+  std::vector<int64_t> rows(int64_t step) const;
+  int64_t batches_per_epoch() const { return n_ / batch_; }
+
+ private:
+  void build_epoch(int64_t epoch) const;
+
+  int64_t n_, batch_;
+  uint64_t seed_;
+  std::vector<int64_t> lengths_;
+  mutable std::mutex mu_;
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<std::vector<int64_t>> batches_;  // of cached_epoch_
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  // One line on the data: sizes, languages, preprocessing.
+  virtual std::string describe() const = 0;
+  virtual Model make_model() const = 0;
+  virtual int64_t train_size() const = 0;
+  // The batch of step `step` (0-based); thread-safe.
+  virtual Batch batch_at(int64_t step) const = 0;
+  // Evaluates `pipe` on the test split (eval mode for the call).
+  virtual EvalResult evaluate(Pipeline& pipe) const = 0;
+  // True if throughput is also reported in tokens (target bytes) per second.
+  virtual bool counts_tokens() const = 0;
+  // Checkpoint metadata: what the model and the data order depend on.
+  virtual std::map<std::string, std::string> metadata() const = 0;
+};
+
+// Loads the data `c` names (throws gpipe::Error naming a missing directory
+// or file). `c` must have passed resolve_defaults.
+std::unique_ptr<Task> make_task(const TrainConfig& c);
+std::unique_ptr<Task> make_image_task(const TrainConfig& c);  // tools/train/image_task.cc
+std::unique_ptr<Task> make_translation_task(
+    const TrainConfig& c);  // tools/train/translation_task.cc
+
+// Seeds derived from --seed, one per use, so no two draw the same stream.
+uint64_t data_seed(const TrainConfig& c);     // epoch shuffles, augmentation
+uint64_t dropout_seed(const TrainConfig& c);  // the pipeline's dropout keys
+uint64_t weight_seed(const TrainConfig& c);   // initial weights
+
+// Throws gpipe::Error "<flag>: directory '<dir>' does not exist" unless `dir` is one.
+void require_directory(const std::string& dir, const char* flag);
+
+// Puts the pipeline's layers in eval mode for its lifetime (Pipeline::predict
+// runs in whatever mode the layers are in).
+class EvalMode {
+ public:
+  explicit EvalMode(Pipeline& pipe) : pipe_(pipe) { pipe_.train(false); }
+  ~EvalMode() { pipe_.train(true); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  Pipeline& pipe_;
+};
+
+// The model configs `c` describes, without loading any data: the
+// transformer's vocabulary is the byte tokenizer's for c.languages (the
+// paper's 32k when `paper_vocab` and a preset is given), its max_len covers
+// --max-len plus the language tag / BOS / EOS.
+models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vocab = false);
+models::AmoebaNetConfig amoebanet_config(const TrainConfig& c);
+// c.languages, or the default ten.
+std::vector<std::string> languages_of(const TrainConfig& c);
+
+}  // namespace gpipe::train

@@ -1,0 +1,423 @@
+// The training loop around Pipeline::train_step.
+//
+// Exact resumption: everything a step depends on is a function of the step
+// number or is in the checkpoint. The batch is Task::batch_at(step); the
+// dropout keys are (seed, step, micro-batch, layer), restored through
+// Pipeline::set_step; the learning rate is the schedule at step + 1; the
+// parameters, BatchNorm statistics and optimizer moments are in the file.
+// So a run resumed at step s takes bitwise the same steps s+1.. as one that
+// never stopped, with the same K, M and thread counts.
+#include "tools/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+
+#include "core/parallel.h"
+#include "data/loader.h"
+#include "optim/adam.h"
+#include "optim/checkpoint.h"
+#include "optim/clip.h"
+#include "optim/rmsprop.h"
+#include "optim/safetensors.h"
+#include "optim/schedule.h"
+#include "optim/sgd.h"
+#include "tools/train/metrics_log.h"
+
+namespace gpipe::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0 && s[i - 1] != '-') out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+std::string duration_text(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", static_cast<long>(s / 3600),
+                  static_cast<long>(s / 60 % 60));
+  else if (s >= 60)
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", static_cast<long>(s / 60),
+                  static_cast<long>(s % 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%lds", static_cast<long>(s));
+  return buf;
+}
+
+std::vector<Device> parse_devices(const std::string& spec) {
+  if (spec.empty()) return {};
+  if (std::all_of(spec.begin(), spec.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+    return devices("cpu", std::stoi(spec));
+  std::vector<Device> out;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.emplace_back(item);
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& pattern, int64_t step) {
+  std::string out = pattern;
+  for (size_t at = out.find("{step}"); at != std::string::npos; at = out.find("{step}", at))
+    out.replace(at, 6, std::to_string(step));
+  return out;
+}
+
+namespace {
+
+PipelineOptions pipeline_options(const TrainConfig& c) {
+  PipelineOptions o;
+  o.partitions = c.partitions;
+  o.micro_batches = c.micro_batches;
+  o.devices = parse_devices(c.devices);
+  o.schedule = parse_schedule(c.schedule);
+  o.remat = parse_remat(c.remat);
+  if (!c.balance.empty()) o.balance = parse_balance(c.balance);
+  o.balance_by = parse_balance_by(c.balance_by);
+  o.threads_per_stage = c.threads;
+  o.seed = dropout_seed(c);
+  o.check_finite = true;  // a non-finite loss fails the step cleanly; train() skips it
+  o.trace = !c.trace.empty();
+  return o;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c,
+                                                 std::vector<NamedTensor> params) {
+  const double lr = *c.lr, wd = c.weight_decay.value_or(0), momentum = c.momentum.value_or(0);
+  if (c.optimizer == "adam")
+    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = lr, .weight_decay = wd});
+  if (c.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(params, optim::AdamOptions{.lr = lr, .weight_decay = wd});
+  if (c.optimizer == "rmsprop")
+    return std::make_unique<optim::RmsProp>(
+        params, optim::RmsPropOptions{.lr = lr, .momentum = momentum, .weight_decay = wd});
+  return std::make_unique<optim::Sgd>(
+      params, optim::SgdOptions{
+                  .lr = lr, .momentum = momentum, .weight_decay = wd, .nesterov = momentum > 0});
+}
+
+// What a checkpoint records beyond the tensors: enough to tell whether a
+// resumed run continues the same trajectory.
+std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task& task) {
+  std::map<std::string, std::string> m = task.metadata();
+  m["train.model"] = c.model;
+  m["train.seed"] = std::to_string(c.seed);
+  m["train.batch"] = std::to_string(c.batch);
+  m["train.pipeline"] = detail::concat("K=", c.partitions, " M=", c.micro_batches);
+  m["train.optimizer"] = c.optimizer;
+  m["train.lr_schedule"] = detail::concat(c.lr_schedule, " lr=", *c.lr);
+  m["train.steps"] = std::to_string(c.steps);
+  return m;
+}
+
+int64_t model_parameter_count(const TrainConfig& c) {
+  return c.model == "transformer" ? models::transformer_parameter_count(transformer_config(c))
+                                  : models::amoebanet_parameter_count(amoebanet_config(c));
+}
+
+int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
+  int64_t count = 0;
+  if (c.model == "transformer") {
+    const models::TransformerConfig t = transformer_config(c, /*paper_vocab=*/true);
+    count = models::transformer_parameter_count(t);
+    log << (c.preset.empty() ? "Transformer" : c.preset) << ": L=" << t.layers << " H=" << t.ffn
+        << " A=" << t.heads << " dim=" << t.dim << " vocab=" << t.vocab << ": "
+        << with_commas(count) << " parameters\n";
+    if (!c.preset.empty()) {
+      const int64_t ours = models::transformer_parameter_count(transformer_config(c));
+      log << "  (with this run's byte vocabulary of " << transformer_config(c).vocab << ": "
+          << with_commas(ours) << ")\n";
+    }
+  } else {
+    const models::AmoebaNetConfig a = amoebanet_config(c);
+    count = models::amoebanet_parameter_count(a);
+    log << "AmoebaNet-D(N=" << a.num_normal_cells << ", F=" << a.filters << "), " << a.in_channels
+        << " input channel, " << a.num_classes << " classes: " << with_commas(count)
+        << " parameters\n";
+  }
+  return count;
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, std::ostream& log) : log_(log) {
+    c_ = config;
+    if (c_.batch == 0) c_.batch = default_batch(c_.model);
+    task_ = make_task(c_);  // loads the data; before anything slow is built
+    c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
+    log_ << task_->describe() << "\n";
+    // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all stages.
+    if (c_.threads > 0) set_default_intra_op_threads(c_.threads * c_.partitions);
+    pipe_ =
+        std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_), task_->batch_at(0));
+    summary_.parameters = model_parameter_count(c_);
+    log_ << pipe_->describe() << setup_line() << "\n";
+    opt_ = make_optimizer(c_, pipe_->parameters());
+    schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
+    if (!c_.resume.empty()) resume();
+    summary_.first_step = summary_.last_step = pipe_->steps_done();
+    summary_.ideal_bubble =
+        Pipeline::ideal_bubble_fraction(pipe_->cells().size(), c_.micro_batches);
+    if (!c_.metrics.empty()) metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
+  }
+
+  TrainSummary run() {
+    int64_t step = pipe_->steps_done();
+    if (step >= c_.steps)
+      log_ << "already at step " << step << " of " << c_.steps << ": nothing to train\n";
+    PrefetchLoader loader(
+        [task = task_.get(), s = step, end = c_.steps]() mutable -> std::optional<Batch> {
+          if (s >= end) return std::nullopt;
+          return task->batch_at(s++);
+        },
+        2);
+    while (step < c_.steps) {
+      const auto t0 = Clock::now();
+      std::optional<Batch> batch = loader.next();
+      GPIPE_ASSERT(batch.has_value(), "the batch stream ended early at step ", step);
+      train_one(*batch, step, t0);
+      ++step;
+      summary_.seconds += since(t0);
+      summary_.last_step = step;
+      if (step % c_.log_every == 0 || step == c_.steps) log_progress(step);
+      if (c_.save_every > 0 && step % c_.save_every == 0 && step < c_.steps) save(step);
+      if (c_.eval_every > 0 && step % c_.eval_every == 0 && step < c_.steps)
+        evaluate(step, /*final=*/false);
+    }
+    finish(step);
+    return summary_;
+  }
+
+ private:
+  // "transformer: 960,768 parameters; adam lr 0.002 (cosine:...); batch 32, 600 steps"
+  std::string setup_line() {
+    int64_t stored = 0;
+    for (const auto& p : pipe_->parameters()) stored += p.tensor->numel();
+    std::ostringstream os;
+    os << c_.model << ": " << with_commas(summary_.parameters) << " parameters";
+    if (stored != summary_.parameters)
+      os << " (" << with_commas(stored)
+         << " stored: tied weights have a copy in each cell using them)";
+    os << "; " << c_.optimizer << " lr " << *c_.lr << " (" << c_.lr_schedule << ")";
+    if (c_.weight_decay.value_or(0) > 0) os << ", weight decay " << *c_.weight_decay;
+    if (c_.momentum) os << ", momentum " << *c_.momentum;
+    if (c_.clip_norm > 0) os << ", clip norm " << c_.clip_norm;
+    os << "; batch " << c_.batch << ", " << c_.steps << " steps";
+    return os.str();
+  }
+
+  void resume() {
+    int64_t step = 0;
+    optim::load_checkpoint(c_.resume, pipe_->named_state(), opt_.get(), &step);
+    pipe_->set_step(step);
+    const auto saved = optim::load_safetensors(c_.resume).metadata;
+    for (const auto& [key, now] : run_metadata(c_, *task_)) {
+      if (key == "train.steps") continue;  // extending a run is what resuming is for
+      auto it = saved.find(key);
+      const std::string then = it == saved.end() ? "(absent)" : it->second;
+      if (then != now)
+        log_ << "warning: --resume: the checkpoint was saved with " << key << " = '" << then
+             << "', this run has '" << now << "'; the steps after " << step
+             << " will differ from an uninterrupted run\n";
+    }
+    log_ << "resumed from " << c_.resume << " at step " << step << "\n";
+  }
+
+  void train_one(const Batch& batch, int64_t step, Clock::time_point t0) {
+    const double lr = schedule_->lr_at(step + 1);
+    opt_->set_lr(lr);
+    pipe_->reset_memory_peaks();
+    StepResult r;
+    std::string skip_reason;
+    try {
+      r = pipe_->train_step(batch);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("is not finite") == std::string::npos) throw;
+      pipe_->set_step(step + 1);  // keep the dropout keys of later steps where they would have been
+      skip_reason = "the loss is not finite";
+      r.loss = NAN;
+      r.examples = batch.inputs[0].size(0);
+    }
+    if (skip_reason.empty()) {
+      const auto params = pipe_->parameters();
+      if (c_.clip_norm > 0) {
+        const double norm = optim::clip_grad_norm(params, c_.clip_norm);
+        if (!std::isfinite(norm)) skip_reason = "the gradient norm is not finite";
+      } else if (!optim::all_finite(params)) {
+        skip_reason = "a gradient is not finite";
+      }
+    }
+    const double t_opt = pipe_->tracer().now_us();
+    if (skip_reason.empty()) opt_->step();
+    pipe_->zero_grad();
+    if (!c_.trace.empty())
+      for (size_t s = 0; s < pipe_->cells().size(); ++s)
+        pipe_->tracer().add({"optimizer", "optimizer", static_cast<int>(s), t_opt,
+                             pipe_->tracer().now_us() - t_opt, -1, static_cast<int>(step)});
+    if (!skip_reason.empty()) {
+      ++summary_.skipped_steps;
+      log_ << "warning: step " << step + 1 << " skipped (" << skip_reason << "); "
+           << summary_.skipped_steps << " skipped so far\n";
+    }
+    record(r, step + 1, lr, !skip_reason.empty(), since(t0));
+  }
+
+  void record(const StepResult& r, int64_t step, double lr, bool skipped, double secs) {
+    summary_.losses.push_back(r.loss);
+    bubble_sum_ += r.bubble_fraction;
+    ++bubble_count_;
+    examples_ += r.examples;
+    tokens_ += r.loss_terms;
+    window_loss_ += std::isfinite(r.loss) ? r.loss : 0;
+    window_steps_ += std::isfinite(r.loss) ? 1 : 0;
+    window_examples_ += r.examples;
+    window_tokens_ += r.loss_terms;
+    window_seconds_ += secs;
+    std::vector<double> peaks;
+    for (const DeviceMemory& m : pipe_->memory()) peaks.push_back(m.peak_activation_bytes / 1e6);
+    if (window_peaks_.size() < peaks.size()) window_peaks_.resize(peaks.size(), 0);
+    for (size_t i = 0; i < peaks.size(); ++i)
+      window_peaks_[i] = std::max(window_peaks_[i], peaks[i]);
+    last_lr_ = lr;
+    if (!metrics_.enabled()) return;
+    JsonLine line;
+    line.add("type", "train").add("step", step).add("loss", r.loss).add("lr", lr);
+    line.add("examples_per_s", r.examples / std::max(secs, 1e-9));
+    if (task_->counts_tokens()) line.add("tokens_per_s", r.loss_terms / std::max(secs, 1e-9));
+    line.add("seconds", secs)
+        .add("elapsed", summary_.seconds + secs)
+        .add("peak_activation_mb", peaks);
+    line.add("bubble_fraction", r.bubble_fraction).add("skipped", skipped);
+    metrics_.write(line);
+  }
+
+  void log_progress(int64_t step) {
+    const double secs =
+        std::max(window_seconds_, 1e-9);  // training time only: evaluations excluded
+    const int64_t done = step - summary_.first_step;
+    const double eta = summary_.seconds / std::max<int64_t>(done, 1) * (c_.steps - step);
+    std::ostringstream os;
+    const int width = static_cast<int>(std::to_string(c_.steps).size());
+    os << "step " << std::setw(width) << step << "/" << c_.steps << "  loss " << std::fixed
+       << std::setprecision(4) << (window_steps_ > 0 ? window_loss_ / window_steps_ : NAN)
+       << "  lr " << std::scientific << std::setprecision(2) << last_lr_ << std::fixed
+       << std::setprecision(0);
+    if (task_->counts_tokens()) os << "  " << window_tokens_ / secs << " tok/s";
+    os << "  " << std::setprecision(1) << window_examples_ / secs << " ex/s  act peak";
+    for (size_t i = 0; i < window_peaks_.size(); ++i)
+      os << (i ? "/" : " ") << std::setprecision(1) << window_peaks_[i];
+    os << " MB  ETA " << duration_text(eta) << "\n";
+    log_ << os.str() << std::flush;
+    window_loss_ = window_examples_ = window_tokens_ = window_seconds_ = 0;
+    window_steps_ = 0;
+    window_peaks_.assign(window_peaks_.size(), 0.0);
+  }
+
+  void evaluate(int64_t step, bool final) {
+    const EvalResult r = task_->evaluate(*pipe_);
+    std::ostringstream os;
+    os << std::fixed << "eval at step " << step << ": held-out loss " << std::setprecision(4)
+       << r.loss << " (" << r.examples << " examples)";
+    if (r.accuracy) os << ", accuracy " << std::setprecision(2) << 100 * *r.accuracy << "%";
+    if (r.token_accuracy)
+      os << ", token accuracy " << std::setprecision(2) << 100 * *r.token_accuracy << "%";
+    if (r.chrf)
+      os << ", chrF " << std::setprecision(2) << *r.chrf << " (" << r.sentences
+         << " greedy translations)";
+    os << "  [" << duration_text(r.seconds) << "]\n";
+    if (final)
+      for (int64_t i = 0; i < std::min<int64_t>(c_.samples, r.samples.size()); ++i) {
+        const SampleTranslation& s = r.samples[i];
+        os << "  <" << s.language << "> " << s.source << "\n    reference:  " << s.reference
+           << "\n    hypothesis: " << s.hypothesis << "\n";
+      }
+    log_ << os.str() << std::flush;
+    JsonLine line;
+    line.add("type", "eval").add("step", step).add("loss", r.loss).add("examples", r.examples);
+    if (r.accuracy) line.add("accuracy", *r.accuracy);
+    if (r.token_accuracy) line.add("token_accuracy", *r.token_accuracy);
+    if (r.chrf) line.add("chrf", *r.chrf).add("sentences", r.sentences);
+    line.add("seconds", r.seconds);
+    metrics_.write(line);
+    if (final) summary_.final_eval = r;
+  }
+
+  void save(int64_t step) {
+    const std::string path = checkpoint_path(c_.save, step);
+    optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+    log_ << "saved checkpoint " << path << " at step " << step << "\n";
+  }
+
+  void finish(int64_t step) {
+    const int64_t done = step - summary_.first_step;
+    if (done > 0 && summary_.seconds > 0) {
+      summary_.examples_per_s = examples_ / summary_.seconds;
+      summary_.tokens_per_s = tokens_ / summary_.seconds;
+      summary_.measured_bubble = bubble_sum_ / std::max<int64_t>(bubble_count_, 1);
+      std::ostringstream os;
+      os << std::fixed << std::setprecision(1) << "trained " << done << " steps in "
+         << duration_text(summary_.seconds) << ": " << summary_.examples_per_s << " examples/s";
+      if (task_->counts_tokens())
+        os << ", " << std::setprecision(0) << summary_.tokens_per_s << " tokens/s";
+      os << std::setprecision(3) << "; bubble fraction measured " << summary_.measured_bubble
+         << ", ideal (K-1)/(M+K-1) " << summary_.ideal_bubble << " (K=" << pipe_->cells().size()
+         << ", M=" << c_.micro_batches << ")";
+      if (summary_.skipped_steps > 0)
+        os << "; " << summary_.skipped_steps << " steps skipped (not finite)";
+      log_ << os.str() << "\n";
+    }
+    if (!c_.save.empty() && done > 0) save(step);
+    if (!c_.trace.empty()) {
+      pipe_->write_trace(c_.trace);
+      log_ << "wrote Chrome trace " << c_.trace << "\n";
+    }
+    if (c_.final_eval) evaluate(step, /*final=*/true);
+  }
+
+  std::ostream& log_;
+  TrainConfig c_;
+  std::unique_ptr<Task> task_;
+  std::unique_ptr<Pipeline> pipe_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  MetricsLog metrics_;
+  TrainSummary summary_;
+  double bubble_sum_ = 0, examples_ = 0, tokens_ = 0;
+  int64_t bubble_count_ = 0;
+  double window_seconds_ = 0, window_loss_ = 0, window_examples_ = 0, window_tokens_ = 0,
+         last_lr_ = 0;
+  int64_t window_steps_ = 0;
+  std::vector<double> window_peaks_;
+};
+
+}  // namespace
+
+TrainSummary train(const TrainConfig& config, std::ostream& log) {
+  validate(config);
+  if (config.print_params) {
+    TrainSummary s;
+    s.parameters = print_parameter_count(config, log);
+    return s;
+  }
+  Trainer trainer(config, log);
+  return trainer.run();
+}
+
+}  // namespace gpipe::train

@@ -1,0 +1,205 @@
+// Whole training runs through train(), on slices of the real data sets
+// (iso-codes, Fashion-MNIST from /usr/share), with tiny models and a few
+// steps: the metrics file, exact resumption, and checkpoint errors.
+#include "tools/train/trainer.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tools/train/config.h"
+
+using namespace gpipe;
+using namespace gpipe::train;
+using Catch::Contains;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("gpipe_train_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+std::vector<std::string> tiny_transformer(double dropout) {
+  return {"--model=transformer",
+          "--layers=1",
+          "--ffn=64",
+          "--heads=2",
+          "--dim=32",
+          "--languages=fr,de",
+          "--max-len=16",
+          "--train-limit=512",
+          "--batch=16",
+          "--K=2",
+          "--M=2",
+          "--threads=1",
+          "--dropout=" + std::to_string(dropout),
+          "--eval-batches=2",
+          "--eval-sentences=4",
+          "--log-every=1"};
+}
+
+std::vector<std::string> tiny_amoebanet() {
+  return {"--model=amoebanet",
+          "--normal-cells=0",
+          "--filters=8",
+          "--train-limit=256",
+          "--batch=16",
+          "--K=2",
+          "--M=2",
+          "--threads=1",
+          "--eval-batches=2",
+          "--log-every=1"};
+}
+
+std::vector<std::string> with(std::vector<std::string> args,
+                              std::initializer_list<std::string> more) {
+  args.insert(args.end(), more);
+  return args;
+}
+
+// Runs 4 steps saving at step 2, then a second run resumed from that
+// checkpoint; its two steps must have bitwise the losses of steps 3 and 4.
+void check_resume_is_exact(const std::vector<std::string>& base, const std::string& tag) {
+  const std::string pattern = temp_path(tag + "-{step}.safetensors");
+  std::ostringstream log1, log2;
+  TrainConfig first =
+      parse_train_flags(with(base, {"--steps=4", "--save=" + pattern, "--save-every=2"}));
+  first.final_eval = false;
+  const TrainSummary a = train::train(first, log1);
+  REQUIRE(a.losses.size() == 4);
+  TrainConfig second =
+      parse_train_flags(with(base, {"--steps=4", "--resume=" + checkpoint_path(pattern, 2)}));
+  second.final_eval = false;
+  const TrainSummary b = train::train(second, log2);
+  INFO(log1.str() << "\n---- resumed ----\n" << log2.str());
+  CHECK(b.first_step == 2);
+  CHECK(b.last_step == 4);
+  REQUIRE(b.losses.size() == 2);
+  CHECK(b.losses[0] == a.losses[2]);  // bitwise
+  CHECK(b.losses[1] == a.losses[3]);
+  CHECK_THAT(log2.str(), Contains("resumed from") && !Contains("warning"));
+}
+
+}  // namespace
+
+TEST_CASE("gpipe_train: a tiny transformer on a slice of iso-codes learns and writes its metrics") {
+  const std::string metrics = temp_path("metrics.jsonl");
+  std::ostringstream log;
+  const TrainSummary s = train::train(
+      parse_train_flags(
+          with(tiny_transformer(0.1),
+               {"--steps=3", "--lr=1e-2", "--lr-schedule=constant", "--metrics=" + metrics})),
+      log);
+  INFO(log.str());
+  REQUIRE(s.losses.size() == 3);
+  for (double l : s.losses) CHECK(std::isfinite(l));
+  CHECK(s.losses.back() < s.losses.front());
+  CHECK(s.skipped_steps == 0);
+  CHECK(s.ideal_bubble == Approx(1.0 / 3));
+  REQUIRE(s.final_eval.has_value());
+  CHECK(s.final_eval->chrf.has_value());
+  CHECK(s.final_eval->samples.size() == 4);
+  CHECK_THAT(log.str(), Contains("cell") && Contains("cpu:1") && Contains("parameters") &&
+                            Contains("step 3/3") && Contains("tok/s") && Contains("ETA") &&
+                            Contains("bubble fraction measured") && Contains("chrF") &&
+                            Contains("reference:"));
+
+  std::ifstream in(metrics);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 4);  // 3 steps + the final evaluation
+  for (int i = 0; i < 3; ++i) {
+    INFO(lines[i]);
+    for (const char* key :
+         {"\"type\":\"train\"", "\"step\":", "\"loss\":", "\"lr\":", "\"examples_per_s\":",
+          "\"tokens_per_s\":", "\"seconds\":", "\"peak_activation_mb\":[", "\"bubble_fraction\":"})
+      CHECK_THAT(lines[i], Contains(key));
+  }
+  CHECK_THAT(lines[0], Contains("\"step\":1,"));
+  CHECK_THAT(lines[3],
+             Contains("\"type\":\"eval\"") && Contains("\"chrf\":") && Contains("\"loss\":"));
+}
+
+TEST_CASE(
+    "gpipe_train: a resumed transformer (dropout > 0, K=2, M=2) repeats the uninterrupted losses "
+    "bitwise") {
+  check_resume_is_exact(tiny_transformer(0.2), "transformer");
+}
+
+TEST_CASE(
+    "gpipe_train: a resumed AmoebaNet (BatchNorm, K=2, M=2) repeats the uninterrupted losses "
+    "bitwise") {
+  check_resume_is_exact(with(tiny_amoebanet(), {"--augment", "--lr=0.02"}), "amoebanet");
+}
+
+TEST_CASE("gpipe_train: a tiny AmoebaNet on Fashion-MNIST reports test accuracy") {
+  std::ostringstream log;
+  const TrainSummary s =
+      train::train(parse_train_flags(with(tiny_amoebanet(), {"--steps=2", "--lr=0.02"})), log);
+  INFO(log.str());
+  REQUIRE(s.final_eval.has_value());
+  REQUIRE(s.final_eval->accuracy.has_value());
+  CHECK(s.final_eval->examples == 32);
+  CHECK(*s.final_eval->accuracy >= 0.0);
+  CHECK_THAT(log.str(), Contains("accuracy") && Contains("ex/s") && !Contains("tok/s"));
+}
+
+TEST_CASE("gpipe_train: a truncated or mismatched checkpoint is a clear error") {
+  const std::string path = temp_path("small.safetensors");
+  std::ostringstream log;
+  TrainConfig c = parse_train_flags(with(tiny_transformer(0.0), {"--steps=1", "--save=" + path}));
+  c.final_eval = false;
+  train::train(c, log);
+
+  // Truncated: half the file.
+  const std::string cut = temp_path("truncated.safetensors");
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  TrainConfig r = parse_train_flags(with(tiny_transformer(0.0), {"--steps=2", "--resume=" + cut}));
+  r.final_eval = false;
+  try {
+    train::train(r, log);
+    FAIL("no error");
+  } catch (const UsageError&) {
+    FAIL("a corrupt file is not a usage error");
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains(cut) && Contains("truncated"));
+  }
+
+  // Another model config: the loader lists the mismatched shapes.
+  TrainConfig wide =
+      parse_train_flags({"--model=transformer", "--layers=1", "--ffn=128", "--heads=2", "--dim=32",
+                         "--languages=fr,de", "--max-len=16", "--train-limit=512", "--batch=16",
+                         "--K=2", "--M=2", "--steps=2", "--resume=" + path});
+  wide.final_eval = false;
+  CHECK_THROWS_WITH(train::train(wide, log),
+                    Contains(path) && Contains("shape") && Contains("128"));
+
+  // A missing file.
+  r.resume = temp_path("does-not-exist.safetensors");
+  CHECK_THROWS_WITH(train::train(r, log), Contains("does-not-exist.safetensors"));
+}
+
+TEST_CASE("gpipe_train: steps with a non-finite loss are skipped and counted, not fatal") {
+  std::ostringstream log;
+  TrainConfig c = parse_train_flags(
+      with(tiny_amoebanet(), {"--steps=3", "--lr=1e30", "--lr-schedule=constant"}));
+  c.final_eval = false;
+  const TrainSummary s = train::train(c, log);
+  INFO(log.str());
+  REQUIRE(s.losses.size() == 3);
+  CHECK(std::isfinite(s.losses[0]));
+  CHECK(s.skipped_steps == 2);
+  CHECK_THAT(log.str(), Contains("warning: step 2 skipped") && Contains("2 steps skipped"));
+}

@@ -1,0 +1,180 @@
+// The Transformer on iso-codes many-to-English translation (data/translation.h),
+// byte tokens with a language tag on the source.
+//
+// Pairs whose source or target exceeds --max-len bytes are dropped, so no
+// batch is ever truncated. Evaluation walks the test split in one fixed
+// shuffled order (independent of --seed, so runs are comparable): the
+// held-out loss (plain cross-entropy, no label smoothing) and token accuracy
+// over the first --eval-batches batches' worth of it, and chrF of greedy
+// translations of its first --eval-sentences sources. Training batches are
+// length-bucketed (StepRows), which roughly halves the padding.
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "data/batch.h"
+#include "data/metrics.h"
+#include "data/translation.h"
+#include "data/translation_batch.h"
+#include "tools/train/decode.h"
+#include "tools/train/task.h"
+
+namespace gpipe::train {
+namespace {
+
+constexpr uint64_t kEvalOrderSeed = 0x7e57;  // fixed: the same test sample for every run
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+int64_t pair_length(const TranslationPair& p) {
+  return static_cast<int64_t>(std::max(p.source.size(), p.target.size()));
+}
+
+class TranslationTask final : public Task {
+ public:
+  explicit TranslationTask(const TrainConfig& c)
+      : c_(c), dir_(c.data_dir.empty() ? kLocaleDir : c.data_dir) {
+    require_directory(dir_, "--data-dir");
+    TranslationCorpusOptions o;
+    o.locale_dir = dir_;
+    o.languages = languages_of(c);
+    o.max_bytes = c.max_len;
+    corpus_ = load_translation_corpus(o);
+    if (c.train_limit > 0 && c.train_limit < static_cast<int64_t>(corpus_.train.size())) {
+      // A slice spread over every language (the corpus is grouped by language).
+      const std::vector<int64_t> pick =
+          permutation(static_cast<int64_t>(corpus_.train.size()), kEvalOrderSeed);
+      std::vector<TranslationPair> slice;
+      for (int64_t i = 0; i < c.train_limit; ++i) slice.push_back(corpus_.train[pick[i]]);
+      corpus_.train = std::move(slice);
+    }
+    GPIPE_CHECK(!corpus_.test.empty(), "--data-dir: the corpus in '", dir_, "' has no test pairs");
+    tokenizer_ = std::make_unique<ByteTokenizer>(corpus_.tokenizer());
+    batch_opt_.batch_size = c.batch;
+    batch_opt_.max_src_len = c.max_len + 1;  // tag + bytes
+    batch_opt_.max_tgt_len = c.max_len + 1;  // BOS + bytes, bytes + EOS
+    batch_opt_.shuffle = false;
+    batch_opt_.drop_last = false;
+    std::vector<int64_t> lengths;
+    for (const TranslationPair& p : corpus_.train) lengths.push_back(pair_length(p));
+    rows_ = std::make_unique<StepRows>(static_cast<int64_t>(corpus_.train.size()), c.batch,
+                                       data_seed(c), std::move(lengths));
+    // The evaluated test pairs: a fixed random subset (all of them without
+    // --eval-batches), sorted by length so its batches carry little padding.
+    eval_order_ = permutation(static_cast<int64_t>(corpus_.test.size()), kEvalOrderSeed);
+    decode_order_.assign(
+        eval_order_.begin(),
+        eval_order_.begin() + std::min<int64_t>(c.eval_sentences, eval_order_.size()));
+    if (c.eval_batches > 0 && c.eval_batches * c.batch < static_cast<int64_t>(eval_order_.size()))
+      eval_order_.resize(c.eval_batches * c.batch);
+    std::stable_sort(eval_order_.begin(), eval_order_.end(), [&](int64_t a, int64_t b) {
+      return pair_length(corpus_.test[a]) < pair_length(corpus_.test[b]);
+    });
+  }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "iso-codes translation from " << dir_ << " (" << join(corpus_.languages, ",")
+       << " -> en): " << corpus_.train.size() << " training, " << corpus_.test.size()
+       << " test pairs of at most " << c_.max_len << " bytes; vocabulary "
+       << tokenizer_->vocab_size() << " (bytes + tags); " << rows_->batches_per_epoch()
+       << " batches of " << c_.batch << " per epoch";
+    return os.str();
+  }
+
+  Model make_model() const override { return models::transformer(transformer_config(c_)); }
+  int64_t train_size() const override { return static_cast<int64_t>(corpus_.train.size()); }
+  bool counts_tokens() const override { return true; }
+
+  Batch batch_at(int64_t step) const override {
+    MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
+    return to_batch(
+        make_translation_batch(corpus_.train, rows_->rows(step), *tokenizer_, batch_opt_));
+  }
+
+  EvalResult evaluate(Pipeline& pipe) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    EvalMode eval(pipe);
+    EvalResult r;
+    CrossEntropyLoss loss(CrossEntropyLossOptions{.ignore_index = ByteTokenizer::kPad});
+    const int64_t n = static_cast<int64_t>(eval_order_.size());
+    double sum = 0, terms = 0;
+    AccuracyCount acc;
+    for (int64_t first = 0; first < n; first += c_.batch) {
+      const std::vector<int64_t> rows(eval_order_.begin() + first,
+                                      eval_order_.begin() + std::min(n, first + c_.batch));
+      MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
+      const TranslationBatch b =
+          make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
+      const Bundle out = pipe.predict({b.src, b.tgt_in});
+      const Tensor labels = b.tgt_out.to(out[0].device());
+      sum += loss.sum(out, {labels}).item();
+      terms += loss.count({labels});
+      const AccuracyCount a = count_correct(out[0], labels, ByteTokenizer::kPad);
+      acc.correct += a.correct;
+      acc.total += a.total;
+      r.examples += static_cast<int64_t>(rows.size());
+    }
+    r.loss = terms > 0 ? sum / terms : 0.0;
+    r.token_accuracy = acc.value();
+
+    // chrF of greedy translations.
+    const int64_t sentences = static_cast<int64_t>(decode_order_.size());
+    ChrfAccumulator chrf;
+    for (int64_t first = 0; first < sentences; first += c_.batch) {
+      const std::vector<int64_t> rows(
+          decode_order_.begin() + first,
+          decode_order_.begin() + std::min(sentences, first + c_.batch));
+      MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
+      const TranslationBatch b =
+          make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
+      const auto hyps = greedy_decode(pipe, b.src, batch_opt_.max_tgt_len, ByteTokenizer::kBos,
+                                      ByteTokenizer::kEos, ByteTokenizer::kPad);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const TranslationPair& p = corpus_.test[rows[i]];
+        SampleTranslation s{p.language, p.source, p.target, tokenizer_->decode(hyps[i])};
+        chrf.add(s.hypothesis, s.reference);
+        r.samples.push_back(std::move(s));
+      }
+    }
+    r.sentences = sentences;
+    if (sentences > 0) r.chrf = chrf.score();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
+  std::map<std::string, std::string> metadata() const override {
+    const models::TransformerConfig t = transformer_config(c_);
+    return {
+        {"train.data", detail::concat("iso-codes languages=", join(corpus_.languages, ","),
+                                      " max_len=", c_.max_len, " train_limit=", c_.train_limit)},
+        {"train.model_config",
+         detail::concat("transformer L=", t.layers, " H=", t.ffn, " A=", t.heads, " dim=", t.dim,
+                        " vocab=", t.vocab, " dropout=", t.dropout,
+                        " label_smoothing=", t.label_smoothing, " logit_clip=", t.logit_clip,
+                        " scaled_init=", t.scaled_init)}};
+  }
+
+ private:
+  TrainConfig c_;
+  std::string dir_;
+  TranslationCorpus corpus_;
+  std::unique_ptr<ByteTokenizer> tokenizer_;
+  TranslationBatchOptions batch_opt_;
+  std::unique_ptr<StepRows> rows_;
+  std::vector<int64_t> eval_order_;    // test pairs for the held-out loss, by length
+  std::vector<int64_t> decode_order_;  // test pairs decoded for chrF, in random order
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_translation_task(const TrainConfig& c) {
+  return std::make_unique<TranslationTask>(c);
+}
+
+}  // namespace gpipe::train
