@@ -9,10 +9,10 @@
 // peak = a + b * u over all rows, where u counts layer-examples of
 // activations alive at once on one device: (L/K) N without remat (every
 // micro-batch's graph is kept until its backward), (L/K)(N/M) with `always`
-// (only one micro-batch's graph is rebuilt at a time), 2 (L/K)(N/M) with
-// `except_last` and M > 1 (the last micro-batch's graph is kept while the
-// next one is rebuilt). Micro-batch inputs kept at cell boundaries are the
-// O(N) term, inside a.
+// and with `except_last` when M > 1 (one micro-batch's graph at a time: the
+// last micro-batch's graph is freed by its own backward before the next one
+// is rebuilt). Micro-batch inputs kept at cell boundaries are the O(N) term,
+// inside a.
 //
 // PyTorch's side is BENCHMARKS.md's: K = 1, the hand-rolled seq schedule
 // (gradient accumulation), per-layer torch.utils.checkpoint, 2 threads;
@@ -32,8 +32,7 @@ constexpr double kMB = 1e6;
 double live_units(const std::string& remat, int k, int m) {
   const double per_cell = 16.0 / k, n = 64;
   if (remat == "never" || (m == 1 && remat == "except_last")) return per_cell * n;
-  if (remat == "always") return per_cell * n / m;
-  return 2 * per_cell * n / m;  // except_last, M > 1
+  return per_cell * n / m;  // always; except_last with M > 1
 }
 
 }  // namespace
@@ -91,7 +90,7 @@ int run_remat(const RematBenchOptions& opt) {
                 r.act / kMB, cost, r.units, fit / kMB, 100 * (r.act - fit) / r.act, r.devices.c_str());
   }
   std::printf("# fit: act = %.1f MB + %.3f MB x u, u = layer-examples alive on one device ((L/K)N never, (L/K)(N/M) "
-              "always, 2(L/K)(N/M) except_last with M>1; L=16, N=64)\n",
+              "always and except_last with M>1; L=16, N=64)\n",
               a / kMB, b / kMB);
   std::printf("# remat +%% = step time vs never at the same K and M; goal <= 20%%\n");
   std::fflush(stdout);
