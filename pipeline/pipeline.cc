@@ -338,6 +338,14 @@ double Pipeline::evaluate(const Batch& batch) {
 
 Bundle Pipeline::predict(const Bundle& inputs) {
   NoGradGuard no_grad;
+  // Eval mode for this call (dropout off, BatchNorm on running statistics).
+  const bool was_training = model_.layers.front()->training();
+  struct RestoreMode {
+    Pipeline* p;
+    bool on;
+    ~RestoreMode() { p->train(on); }
+  } restore{this, was_training};
+  train(false);
   Bundle x = inputs;
   for (auto& st : stages_) {
     x = to_device(x, st->device());
