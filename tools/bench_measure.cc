@@ -109,6 +109,7 @@ int run_measure(const MeasureOptions& o) {
   po.remat = parse_remat(o.remat);
   po.threads_per_stage = o.threads;
   if (!o.balance.empty()) po.balance = parse_balance(o.balance);
+  po.trace = !o.trace_path.empty();
   Pipeline pipe(std::move(model), po, batch);
 
   std::unique_ptr<optim::Optimizer> opt;
@@ -118,14 +119,18 @@ int run_measure(const MeasureOptions& o) {
   int64_t params = 0;
   for (const NamedTensor& p : opt->parameters()) params += p.tensor->numel();
 
-  std::vector<double> losses;
+  std::vector<double> losses, bubbles;
   auto step = [&] {
     pipe.zero_grad();
-    losses.push_back(pipe.train_step(batch).loss);
+    const StepResult r = pipe.train_step(batch);
+    losses.push_back(r.loss);
+    bubbles.push_back(r.bubble_fraction);
     opt->step();
   };
   for (int i = 0; i < o.warmup; ++i) step();
   pipe.reset_memory_peaks();
+  if (po.trace) pipe.tracer().clear();
+  bubbles.clear();
   std::vector<double> times;
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(times.size()) < o.steps && (times.empty() || seconds_since(start) < o.max_seconds)) {
@@ -133,6 +138,9 @@ int run_measure(const MeasureOptions& o) {
     step();
     times.push_back(seconds_since(t0));
   }
+  if (po.trace) pipe.write_trace(o.trace_path);
+  double bubble = 0;
+  for (double b : bubbles) bubble += b / static_cast<double>(bubbles.size());
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const size_t h = sorted.size() / 2;
@@ -153,11 +161,11 @@ int run_measure(const MeasureOptions& o) {
       "{\"median_s\": %.6f, \"best_s\": %.6f, \"steps\": %zu, \"params\": %ld, \"expected_params\": %ld, "
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
       "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
-      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\"}\n",
+      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"bubble\": %.4f}\n",
       median, sorted.front(), times.size(), static_cast<long>(params), static_cast<long>(expected_params),
       losses.front(), losses.back(), static_cast<long>(act_max), static_cast<long>(act_sum),
       static_cast<long>(total_max), static_cast<long>(param_b), static_cast<long>(grad_b), static_cast<long>(opt_b),
-      per_device.c_str(), pipe.partition().str().c_str());
+      per_device.c_str(), pipe.partition().str().c_str(), bubble);
   std::fflush(stdout);
   return 0;
 }

@@ -38,6 +38,7 @@ struct MeasureOptions {
   int warmup = 3, steps = 20;
   double max_seconds = 30;               // stop timing after this many seconds (>= 1 timed step)
   bool quirk_maxpool = false;            // amoebanet: torchgpipe's AvgPool for max_pool_3x3
+  std::string trace_path;                // write a Chrome trace of the timed steps here
 };
 int run_measure(const MeasureOptions& opt);
 // Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   m->add_option("--steps", me.steps, "timed steps");
   m->add_option("--max-seconds", me.max_seconds, "timing budget");
   m->add_flag("--torchgpipe-maxpool", me.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
+  m->add_option("--trace", me.trace_path, "Chrome trace of the timed steps (measured bubble in the JSON)");
 
   CLI11_PARSE(app, argc, argv);
   try {
