@@ -75,10 +75,16 @@ double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, i
   return 3.0 * (layers * (enc + dec) + head);
 }
 
-int run_measure(const MeasureOptions& o) {
+namespace {
+
+struct Workload {
   Model model;
   Batch batch;
   int64_t expected_params = 0;
+};
+
+Workload make_workload(const MeasureOptions& o) {
+  Workload w;
   if (o.workload == "transformer") {
     models::TransformerConfig c;
     c.layers = o.layers;
@@ -87,65 +93,60 @@ int run_measure(const MeasureOptions& o) {
     c.dim = 256;
     c.vocab = kVocab;
     c.max_len = 64;
-    expected_params = models::transformer_parameter_count(c);
-    model = models::transformer(c);
-    batch = transformer_batch(o.batch, 1234);
+    w.expected_params = models::transformer_parameter_count(c);
+    w.model = models::transformer(c);
+    w.batch = transformer_batch(o.batch, 1234);
   } else if (o.workload == "amoebanet") {
     models::AmoebaNetConfig c;
     c.num_normal_cells = o.layers;
     c.filters = 32;
     c.torchgpipe_maxpool_quirk = o.quirk_maxpool;
-    expected_params = models::amoebanet_parameter_count(c);
-    model = models::amoebanet_d(c);
-    batch = image_batch(o.batch, 7);
+    w.expected_params = models::amoebanet_parameter_count(c);
+    w.model = models::amoebanet_d(c);
+    w.batch = image_batch(o.batch, 7);
   } else {
     throw Error(detail::concat("measure: unknown workload '", o.workload, "' (transformer | amoebanet)"));
   }
+  return w;
+}
 
-  set_default_intra_op_threads(o.partitions * o.threads);  // the optimizer's thread budget
-  PipelineOptions po;
-  po.partitions = o.partitions;
-  po.micro_batches = o.micro_batches;
-  po.remat = parse_remat(o.remat);
-  po.threads_per_stage = o.threads;
-  if (!o.balance.empty()) po.balance = parse_balance(o.balance);
-  po.trace = !o.trace_path.empty();
-  Pipeline pipe(std::move(model), po, batch);
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
 
-  std::unique_ptr<optim::Optimizer> opt;
-  if (o.workload == "transformer") opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
-  else opt = std::make_unique<optim::Sgd>(pipe.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-  // Trained elements; with K > 1 a tied table has one copy per cell holding it.
-  int64_t params = 0;
-  for (const NamedTensor& p : opt->parameters()) params += p.tensor->numel();
+struct Timed {
+  std::vector<double> seconds, losses;
+  double mean_bubble = 0;
+};
 
-  std::vector<double> losses, bubbles;
+// Warm-up steps, peak reset, then timed steps (zero_grad, train_step, optimizer step).
+Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch, const MeasureOptions& o) {
+  Timed t;
+  std::vector<double> bubbles;
   auto step = [&] {
     pipe.zero_grad();
     const StepResult r = pipe.train_step(batch);
-    losses.push_back(r.loss);
+    t.losses.push_back(r.loss);
     bubbles.push_back(r.bubble_fraction);
-    opt->step();
+    opt.step();
   };
   for (int i = 0; i < o.warmup; ++i) step();
   pipe.reset_memory_peaks();
-  if (po.trace) pipe.tracer().clear();
+  pipe.tracer().clear();
   bubbles.clear();
-  std::vector<double> times;
   const auto start = std::chrono::steady_clock::now();
-  while (static_cast<int>(times.size()) < o.steps && (times.empty() || seconds_since(start) < o.max_seconds)) {
+  while (static_cast<int>(t.seconds.size()) < o.steps && (t.seconds.empty() || seconds_since(start) < o.max_seconds)) {
     const auto t0 = std::chrono::steady_clock::now();
     step();
-    times.push_back(seconds_since(t0));
+    t.seconds.push_back(seconds_since(t0));
   }
-  if (po.trace) pipe.write_trace(o.trace_path);
-  double bubble = 0;
-  for (double b : bubbles) bubble += b / static_cast<double>(bubbles.size());
-  std::vector<double> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t h = sorted.size() / 2;
-  const double median = sorted.size() % 2 ? sorted[h] : 0.5 * (sorted[h - 1] + sorted[h]);
+  for (double b : bubbles) t.mean_bubble += b / static_cast<double>(bubbles.size());
+  return t;
+}
 
+void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t expected_params) {
   int64_t act_max = 0, act_sum = 0, total_max = 0, param_b = 0, grad_b = 0, opt_b = 0;
   std::string per_device;
   for (const DeviceMemory& m : pipe.memory()) {
@@ -162,11 +163,39 @@ int run_measure(const MeasureOptions& o) {
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
       "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
       "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"bubble\": %.4f}\n",
-      median, sorted.front(), times.size(), static_cast<long>(params), static_cast<long>(expected_params),
-      losses.front(), losses.back(), static_cast<long>(act_max), static_cast<long>(act_sum),
-      static_cast<long>(total_max), static_cast<long>(param_b), static_cast<long>(grad_b), static_cast<long>(opt_b),
-      per_device.c_str(), pipe.partition().str().c_str(), bubble);
+      median_of(t.seconds), *std::min_element(t.seconds.begin(), t.seconds.end()), t.seconds.size(),
+      static_cast<long>(params), static_cast<long>(expected_params), t.losses.front(), t.losses.back(),
+      static_cast<long>(act_max), static_cast<long>(act_sum), static_cast<long>(total_max), static_cast<long>(param_b),
+      static_cast<long>(grad_b), static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(),
+      t.mean_bubble);
   std::fflush(stdout);
+}
+
+}  // namespace
+
+int run_measure(const MeasureOptions& o) {
+  GPIPE_CHECK(o.steps >= 1 && o.warmup >= 0, "measure: need --steps >= 1 and --warmup >= 0");
+  Workload w = make_workload(o);
+  set_default_intra_op_threads(o.partitions * o.threads);  // the optimizer's thread budget
+  PipelineOptions po;
+  po.partitions = o.partitions;
+  po.micro_batches = o.micro_batches;
+  po.remat = parse_remat(o.remat);
+  po.threads_per_stage = o.threads;
+  if (!o.balance.empty()) po.balance = parse_balance(o.balance);
+  po.trace = !o.trace_path.empty();
+  Pipeline pipe(std::move(w.model), po, w.batch);
+
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.workload == "transformer") opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
+  else opt = std::make_unique<optim::Sgd>(pipe.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  // Trained elements; with K > 1 a tied table has one copy per cell holding it.
+  int64_t params = 0;
+  for (const NamedTensor& p : opt->parameters()) params += p.tensor->numel();
+
+  const Timed t = run_steps(pipe, *opt, w.batch, o);
+  if (po.trace) pipe.write_trace(o.trace_path);
+  print_json(pipe, t, params, w.expected_params);
   return 0;
 }
 

@@ -35,21 +35,15 @@ double live_units(const std::string& remat, int k, int m) {
   return per_cell * n / m;  // always; except_last with M > 1
 }
 
-}  // namespace
+struct Row {
+  int k, m;
+  std::string remat;
+  double step_s, act, units;
+  std::string devices;
+};
 
-int run_remat(const RematBenchOptions& opt) {
-  const std::string python = opt.torch.python.empty() ? default_torch_python() : opt.torch.python;
-  std::printf("# W4 activation memory: 8+8 layers, N=64, Adam(lr=1e-4), 2 cores (K=1: 2 threads; K=2: 1 thread per "
-              "stage);\n# %d warm-up + %d timed steps (median); %s\n",
-              opt.warmup, opt.steps, opt.torch.env_note.c_str());
-  struct Row {
-    int k, m;
-    std::string remat;
-    double step_s, act, units;
-    std::string devices;
-  };
+std::vector<Row> gpipe_rows(const RematBenchOptions& opt) {
   std::vector<Row> rows;
-  std::map<std::pair<int, int>, double> never_s;
   for (int k : opt.partitions)
     for (int m : opt.micro_batches)
       for (const std::string& remat : opt.remat) {
@@ -67,15 +61,20 @@ int run_remat(const RematBenchOptions& opt) {
         const std::string j = measure_in_child(mo);
         rows.push_back({k, m, remat, json_number(j, "median_s"), json_number(j, "act_peak_max"),
                         live_units(remat, k, m), json_string(j, "act_peak_devices")});
-        if (remat == "never") never_s[{k, m}] = rows.back().step_s;
       }
-  // Least squares act = a + b * units.
+  return rows;
+}
+
+// Prints the rows with their remat cost and the least-squares fit act = a + b * units.
+void print_gpipe_rows(const std::vector<Row>& rows) {
   double su = 0, sa = 0, suu = 0, sua = 0;
+  std::map<std::pair<int, int>, double> never_s;
   for (const Row& r : rows) {
     su += r.units;
     sa += r.act;
     suu += r.units * r.units;
     sua += r.units * r.act;
+    if (r.remat == "never") never_s[{r.k, r.m}] = r.step_s;
   }
   const double n = static_cast<double>(rows.size());
   const double den = n * suu - su * su;
@@ -94,12 +93,14 @@ int run_remat(const RematBenchOptions& opt) {
               a / kMB, b / kMB);
   std::printf("# remat +%% = step time vs never at the same K and M; goal <= 20%%\n");
   std::fflush(stdout);
+}
 
-  if (opt.torch.skip) return 0;
+// PyTorch's side (K = 1, seq schedule, 2 threads); returns the torch version.
+std::string torch_rows(const RematBenchOptions& opt, const std::string& python) {
   std::printf("# PyTorch (K=1, seq schedule, 2 threads): activation = peak maxRSS - maxRSS after grads+Adam state\n");
   std::printf("%3s %-6s %9s %10s %9s %12s %12s\n", "M", "remat", "step s", "act MB", "remat +%", "after st. MB",
               "peak RSS MB");
-  std::string torch_version;
+  std::string version;
   for (int m : opt.micro_batches) {
     double none_s = 0;
     for (const std::string& remat : {std::string("none"), std::string("layer")}) {
@@ -108,16 +109,29 @@ int run_remat(const RematBenchOptions& opt) {
           "memory --threads 2 --layers 8 --batch 64 --micro-batches " + std::to_string(m) + " --remat " + remat +
               " --warmup " + std::to_string(opt.warmup) + " --steps " + std::to_string(opt.steps)));
       if (j.empty()) continue;
-      torch_version = json_string(j, "torch");
+      version = json_string(j, "torch");
       const double s = json_number(j, "median_s");
       if (remat == "none") none_s = s;
-      std::printf("%3d %-6s %9.3f %10.1f %8.1f%% %12.1f %12.1f\n", m, remat.c_str(), s, json_number(j, "activation_bytes") / kMB,
-                  remat == "layer" && none_s > 0 ? 100 * (s / none_s - 1) : 0.0,
+      std::printf("%3d %-6s %9.3f %10.1f %8.1f%% %12.1f %12.1f\n", m, remat.c_str(), s,
+                  json_number(j, "activation_bytes") / kMB, remat == "layer" && none_s > 0 ? 100 * (s / none_s - 1) : 0.0,
                   json_number(j, "rss_after_state") / kMB, json_number(j, "peak_rss") / kMB);
       std::fflush(stdout);
     }
   }
-  if (!torch_version.empty()) std::printf("# reference: torch %s (%s)\n", torch_version.c_str(), python.c_str());
+  return version;
+}
+
+}  // namespace
+
+int run_remat(const RematBenchOptions& opt) {
+  const std::string python = opt.torch.python.empty() ? default_torch_python() : opt.torch.python;
+  std::printf("# W4 activation memory: 8+8 layers, N=64, Adam(lr=1e-4), 2 cores (K=1: 2 threads; K=2: 1 thread per "
+              "stage);\n# %d warm-up + %d timed steps (median); %s\n",
+              opt.warmup, opt.steps, opt.torch.env_note.c_str());
+  print_gpipe_rows(gpipe_rows(opt));
+  if (opt.torch.skip) return 0;
+  const std::string version = torch_rows(opt, python);
+  if (!version.empty()) std::printf("# reference: torch %s (%s)\n", version.c_str(), python.c_str());
   return 0;
 }
 

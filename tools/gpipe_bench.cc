@@ -21,6 +21,86 @@ void add_torch_flags(CLI::App* c, gpipe::bench::TorchSide& t) {
   c->add_flag("--no-torch", t.skip, "skip the PyTorch reference");
 }
 
+CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
+  CLI::App* c = app.add_subcommand("gemm", "W1: fp32 square GEMM vs numpy/OpenBLAS");
+  c->add_option("--sizes", o.sizes, "matrix sizes n")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--min-seconds", o.min_seconds, "timing budget per measurement")->check(CLI::PositiveNumber);
+  c->add_option("--python", o.python, "python with numpy for the reference");
+  c->add_flag("--no-numpy", o.skip_numpy, "skip the numpy reference");
+  return c;
+}
+
+CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& o) {
+  CLI::App* c = app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
+  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")->check(CLI::PositiveNumber);
+  add_torch_flags(c, o.torch);
+  return c;
+}
+
+CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
+  CLI::App* c = app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
+  c->add_option("--micro-batches", o.micro_batches, "M values (full sweep: 1,4,8,16)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
+  c->add_option("--torch-threads", o.torch_threads, "thread counts of PyTorch's seq baseline")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--balance", o.balance, "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_flag("!--no-pipe", o.try_pipe, "do not try torch.distributed.pipeline.sync.Pipe");
+  add_torch_flags(c, o.torch);
+  return c;
+}
+
+CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
+  CLI::App* c = app.add_subcommand("remat", "W4: activation memory and step time with / without remat");
+  c->add_option("--partitions", o.partitions, "K values (1 or 2)")->delimiter(',')->check(CLI::Range(1, 2));
+  c->add_option("--micro-batches", o.micro_batches, "M values")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  add_torch_flags(c, o.torch);
+  return c;
+}
+
+CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
+  CLI::App* c = app.add_subcommand("amoebanet", "W5: AmoebaNet-D(2,32) training step (N=64, 32x32) vs PyTorch");
+  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "both sides: torchgpipe's AvgPool for max_pool_3x3");
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")->check(CLI::PositiveNumber);
+  add_torch_flags(c, o.torch);
+  return c;
+}
+
+// One gpipe measurement in this process (the subcommands above run it in a
+// fresh process per measurement); prints one JSON line.
+CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
+  CLI::App* c = app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
+  c->group("");  // hidden from --help
+  c->add_option("--workload", o.workload, "transformer | amoebanet");
+  c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
+  c->add_option("--batch", o.batch, "N");
+  c->add_option("--threads", o.threads, "intra-op threads per stage");
+  c->add_option("--partitions", o.partitions, "K");
+  c->add_option("--micro-batches", o.micro_batches, "M");
+  c->add_option("--remat", o.remat, "never | except_last | always");
+  c->add_option("--balance", o.balance, "layers per cell");
+  c->add_option("--warmup", o.warmup, "untimed steps");
+  c->add_option("--steps", o.steps, "timed steps");
+  c->add_option("--max-seconds", o.max_seconds, "timing budget");
+  c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
+  c->add_option("--trace", o.trace_path, "Chrome trace of the timed steps (measured bubble in the JSON)");
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -29,77 +109,18 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   gpipe::bench::GemmBenchOptions gemm;
-  gemm.env_note = env_note;
-  CLI::App* g = app.add_subcommand("gemm", "W1: fp32 square GEMM vs numpy/OpenBLAS");
-  g->add_option("--sizes", gemm.sizes, "matrix sizes n")->delimiter(',')->check(CLI::PositiveNumber);
-  g->add_option("--threads", gemm.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
-  g->add_option("--min-seconds", gemm.min_seconds, "timing budget per measurement")->check(CLI::PositiveNumber);
-  g->add_option("--python", gemm.python, "python with numpy for the reference");
-  g->add_flag("--no-numpy", gemm.skip_numpy, "skip the numpy reference");
-
   gpipe::bench::TransformerBenchOptions tr;
-  tr.torch.env_note = env_note;
-  CLI::App* t = app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
-  t->add_option("--threads", tr.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
-  t->add_option("--warmup", tr.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  t->add_option("--steps", tr.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  t->add_option("--max-seconds", tr.max_seconds, "stop timing after this long")->check(CLI::PositiveNumber);
-  add_torch_flags(t, tr.torch);
-
   gpipe::bench::PipelineBenchOptions pl;
-  pl.torch.env_note = env_note;
-  CLI::App* p = app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
-  p->add_option("--micro-batches", pl.micro_batches, "M values (full sweep: 1,4,8,16)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  p->add_option("--remat", pl.remat, "remat modes: never, except_last, always")->delimiter(',');
-  p->add_option("--torch-threads", pl.torch_threads, "thread counts of PyTorch's seq baseline")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  p->add_option("--balance", pl.balance, "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
-  p->add_option("--warmup", pl.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  p->add_option("--steps", pl.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  p->add_flag("!--no-pipe", pl.try_pipe, "do not try torch.distributed.pipeline.sync.Pipe");
-  add_torch_flags(p, pl.torch);
-
   gpipe::bench::RematBenchOptions rm;
-  rm.torch.env_note = env_note;
-  CLI::App* r = app.add_subcommand("remat", "W4: activation memory and step time with / without remat");
-  r->add_option("--partitions", rm.partitions, "K values (1 or 2)")->delimiter(',')->check(CLI::Range(1, 2));
-  r->add_option("--micro-batches", rm.micro_batches, "M values")->delimiter(',')->check(CLI::PositiveNumber);
-  r->add_option("--remat", rm.remat, "remat modes: never, except_last, always")->delimiter(',');
-  r->add_option("--warmup", rm.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  r->add_option("--steps", rm.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  add_torch_flags(r, rm.torch);
-
   gpipe::bench::AmoebaNetBenchOptions am;
-  am.torch.env_note = env_note;
-  CLI::App* a = app.add_subcommand("amoebanet", "W5: AmoebaNet-D(2,32) training step (N=64, 32x32) vs PyTorch");
-  a->add_option("--threads", am.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
-  a->add_flag("--torchgpipe-maxpool", am.quirk_maxpool, "both sides: torchgpipe's AvgPool for max_pool_3x3");
-  a->add_option("--warmup", am.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  a->add_option("--steps", am.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  a->add_option("--max-seconds", am.max_seconds, "stop timing after this long")->check(CLI::PositiveNumber);
-  add_torch_flags(a, am.torch);
-
-  // One gpipe measurement in this process (the subcommands above run it in a
-  // fresh process per measurement); prints one JSON line.
   gpipe::bench::MeasureOptions me;
-  CLI::App* m = app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
-  m->group("");  // hidden from --help
-  m->add_option("--workload", me.workload, "transformer | amoebanet");
-  m->add_option("--layers", me.layers, "transformer: layers per side; amoebanet: N");
-  m->add_option("--batch", me.batch, "N");
-  m->add_option("--threads", me.threads, "intra-op threads per stage");
-  m->add_option("--partitions", me.partitions, "K");
-  m->add_option("--micro-batches", me.micro_batches, "M");
-  m->add_option("--remat", me.remat, "never | except_last | always");
-  m->add_option("--balance", me.balance, "layers per cell");
-  m->add_option("--warmup", me.warmup, "untimed steps");
-  m->add_option("--steps", me.steps, "timed steps");
-  m->add_option("--max-seconds", me.max_seconds, "timing budget");
-  m->add_flag("--torchgpipe-maxpool", me.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
-  m->add_option("--trace", me.trace_path, "Chrome trace of the timed steps (measured bubble in the JSON)");
+  gemm.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note = am.torch.env_note = env_note;
+  CLI::App* g = add_gemm(app, gemm);
+  CLI::App* t = add_transformer(app, tr);
+  CLI::App* p = add_pipeline(app, pl);
+  CLI::App* r = add_remat(app, rm);
+  CLI::App* a = add_amoebanet(app, am);
+  CLI::App* m = add_measure(app, me);
 
   CLI11_PARSE(app, argc, argv);
   try {
