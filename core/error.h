@@ -19,6 +19,15 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A training step whose loss or gradients are not finite (NaN or Inf). The
+// pipeline leaves no trace of the step (no gradients, no statistics), so a
+// training loop may catch it and skip the step; across processes every rank
+// throws it for the same step.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A bug in gpipe: an invariant that our own code should have kept.
 class InternalError : public std::logic_error {
  public:

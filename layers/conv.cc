@@ -138,6 +138,23 @@ void BatchNorm::discard_step() {
   count_ = 0;
 }
 
+std::vector<double> BatchNorm::step_statistics() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<double> out(sum_);
+  out.insert(out.end(), sumsq_.begin(), sumsq_.end());
+  out.push_back(static_cast<double>(count_));
+  return out;
+}
+
+void BatchNorm::set_step_statistics(const std::vector<double>& summed) {
+  GPIPE_CHECK(summed.size() == static_cast<size_t>(2 * channels_ + 1), "BatchNorm '", name(),
+              "': set_step_statistics expects ", 2 * channels_ + 1, " values, got ", summed.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  std::copy(summed.begin(), summed.begin() + channels_, sum_.begin());
+  std::copy(summed.begin() + channels_, summed.begin() + 2 * channels_, sumsq_.begin());
+  count_ = static_cast<int64_t>(summed.back());
+}
+
 TensorSpec BatchNorm::output_spec(const TensorSpec& in) const {
   GPIPE_CHECK((in.shape.rank() == 4 || in.shape.rank() == 2) && in.shape[1] == channels_, "BatchNorm '", name(),
               "': expected input [N, ", channels_, "(, H, W)], got ", in.shape);

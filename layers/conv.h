@@ -51,6 +51,8 @@ class BatchNorm final : public UnaryLayer {
   double cost(const BundleSpec& in) const override;
   void finish_step() override;
   void discard_step() override;
+  std::vector<double> step_statistics() const override;  // [sum (C), sum of squares (C), count]
+  void set_step_statistics(const std::vector<double>& summed) override;
   Tensor gamma, beta, running_mean, running_var;
 
  private:
@@ -58,7 +60,7 @@ class BatchNorm final : public UnaryLayer {
   double momentum_, eps_;
   // Statistics recorded since the last finish_step (sum and sum of squares
   // per channel, in float64, and the count of values per channel).
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<double> sum_, sumsq_;
   int64_t count_ = 0;
 };

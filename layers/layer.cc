@@ -97,6 +97,26 @@ void Layer::discard_step() {
   for (auto& [n, l] : sublayers_) l->discard_step();
 }
 
+std::vector<double> Layer::step_statistics() const {
+  std::vector<double> out;
+  for (const auto& [n, l] : sublayers_) {
+    const std::vector<double> part = l->step_statistics();
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+void Layer::set_step_statistics(const std::vector<double>& summed) {
+  size_t at = 0;
+  for (auto& [n, l] : sublayers_) {
+    const size_t len = l->step_statistics().size();
+    GPIPE_CHECK(at + len <= summed.size(), "layer '", name_, "': set_step_statistics got ", summed.size(), " values, too few");
+    if (len > 0) l->set_step_statistics(std::vector<double>(summed.begin() + at, summed.begin() + at + len));
+    at += len;
+  }
+  GPIPE_CHECK(at == summed.size(), "layer '", name_, "': set_step_statistics got ", summed.size(), " values, expected ", at);
+}
+
 void Layer::expect_inputs(const BundleSpec& in, size_t count) const {
   GPIPE_CHECK(in.size() == count, "layer '", name_, "': expected a bundle of ", count, " tensors, got ",
               in.size(), " ", to_string(in));

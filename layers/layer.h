@@ -82,6 +82,12 @@ class Layer {
   virtual void finish_step();
   // Called instead of finish_step when a step failed: forget its side effects.
   virtual void discard_step();
+  // Statistics gathered since the last finish_step that data-parallel
+  // replicas should combine (summed element-wise across replicas) before
+  // finish_step folds them: BatchNorm's per-channel sums and count. Empty
+  // for most layers; the default concatenates the sublayers'.
+  virtual std::vector<double> step_statistics() const;
+  virtual void set_step_statistics(const std::vector<double>& summed);
 
   // Checks `in` has `count` tensors; throws naming this layer otherwise.
   void expect_inputs(const BundleSpec& in, size_t count) const;

@@ -8,7 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -72,6 +77,34 @@ std::string task_name(const Task& t) {
          std::to_string(t.micro_batch);
 }
 
+// Note [Fault injection]: GPIPE_FAULT="rank=R,step=S,micro=M,kind=K" makes
+// world rank R fail at the forward of micro-batch M in step S (1-based, as
+// the trainer counts): kind "throw" raises an error, "exit" ends the process
+// with code 3, "kill" sends itself SIGKILL, "hang" stops making progress.
+// Tests use it to check that the job ends everywhere, in bounded time, with
+// the failure named. Unset in normal runs.
+void inject_fault(const char* spec, int rank, int64_t step, int m, TaskKind kind) {
+  if (kind != TaskKind::kForward) return;
+  int want_rank = -1, want_micro = 0;
+  long want_step = -1;
+  char what[16] = "throw";
+  for (const char* p = spec; *p;) {
+    if (std::sscanf(p, "rank=%d", &want_rank) == 1 || std::sscanf(p, "step=%ld", &want_step) == 1 ||
+        std::sscanf(p, "micro=%d", &want_micro) == 1 || std::sscanf(p, "kind=%15[a-z]", what) == 1) {
+    }
+    const char* comma = std::strchr(p, ',');
+    if (!comma) break;
+    p = comma + 1;
+  }
+  if (want_rank != rank || want_step != step + 1 || want_micro != m) return;
+  const std::string kind_name = what;
+  if (kind_name == "kill") std::raise(SIGKILL);
+  if (kind_name == "exit") std::_Exit(3);
+  if (kind_name == "hang")
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+  throw Error(detail::concat("injected fault (GPIPE_FAULT=", spec, ")"));
+}
+
 }  // namespace
 
 BalanceBy parse_balance_by(const std::string& name) {
@@ -81,11 +114,95 @@ BalanceBy parse_balance_by(const std::string& name) {
   throw Error(detail::concat("unknown balance-by '", name, "' (expected cost, time or memory)"));
 }
 
+RankLayout parse_rank_layout(const std::string& name) {
+  if (name == "pipeline") return RankLayout::kPipelineMajor;
+  if (name == "stage") return RankLayout::kStageMajor;
+  throw Error(detail::concat("unknown rank layout '", name, "' (expected pipeline or stage)"));
+}
+
+const char* rank_layout_name(RankLayout l) { return l == RankLayout::kPipelineMajor ? "pipeline" : "stage"; }
+
+// Note [Processes]: in a multi-process job every rank builds the whole model
+// (same seed, so the same initial weights), partitions it identically, keeps
+// only its own cell and drops the other layers. `pipe` holds the K ranks of
+// this replica (rank = stage), `replicas` the R ranks running this stage.
+struct Pipeline::Dist {
+  std::shared_ptr<Communicator> world, pipe, replicas;
+  RankInfo info;
+  std::string who;  // "rank 3 (stage 1, replica 1)"
+};
+
+// Prints, when a step runs longer than its limit, what every local stage is
+// doing or waiting for; one report per limit elapsed.
+class Pipeline::Watchdog {
+ public:
+  Watchdog(std::string who, double limit, int rows) : who_(std::move(who)), limit_(limit), state_(rows, "idle") {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void start_step(int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    step_ = step;
+    running_ = true;
+    started_ = std::chrono::steady_clock::now();
+    reports_ = 0;
+  }
+  void end_step() {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    for (auto& s : state_) s = "idle";
+  }
+  void set(int row, std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_[row] = std::move(what);
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      if (!running_ || stop_) continue;
+      const double secs = seconds_since(started_);
+      if (secs < limit_ * (reports_ + 1)) continue;
+      ++reports_;
+      std::ostringstream os;
+      os << "gpipe watchdog: " << who_ << ": step " << step_ + 1 << " has run for " << static_cast<int64_t>(secs)
+         << " s;";
+      for (size_t i = 0; i < state_.size(); ++i) os << (state_.size() > 1 ? " [" + std::to_string(i) + "] " : " ") << state_[i];
+      os << "\n";
+      std::fputs(os.str().c_str(), stderr);
+      std::fflush(stderr);
+    }
+  }
+
+  std::string who_;
+  double limit_;
+  std::vector<std::string> state_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, running_ = false;
+  int64_t step_ = 0;
+  int reports_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  std::thread thread_;
+};
+
 Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : opt_(std::move(options)), model_(std::move(model)) {
   GPIPE_CHECK(!model_.layers.empty(), "pipeline: the model has no layers");
   GPIPE_CHECK(model_.loss != nullptr, "pipeline: the model has no loss");
   GPIPE_CHECK(opt_.micro_batches >= 1, "pipeline: M (micro-batches) must be >= 1, got ", opt_.micro_batches);
   GPIPE_CHECK(opt_.timeout_seconds > 0, "pipeline: timeout must be positive, got ", opt_.timeout_seconds);
+  GPIPE_CHECK(opt_.replicas >= 1, "pipeline: the replica count R must be >= 1, got ", opt_.replicas);
+  GPIPE_CHECK(opt_.replicas == 1 || opt_.world != nullptr, "pipeline: R = ", opt_.replicas,
+              " replicas need one process per stage and replica (launch with mpirun -np K*R)");
   if (!opt_.balance.empty()) {
     GPIPE_CHECK(opt_.partitions == 1 || opt_.partitions == static_cast<int>(opt_.balance.size()), "pipeline: --balance has ",
                 opt_.balance.size(), " cells but K = ", opt_.partitions);
@@ -94,9 +211,37 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   const int k = opt_.partitions;
   GPIPE_CHECK(k >= 1, "pipeline: K (partitions) must be >= 1, got ", k);
   std::set<std::string> names;
-  for (const auto& l : model_.layers)
+  for (const auto& l : model_.layers) {
     GPIPE_CHECK(names.insert(l->name()).second, "pipeline: two layers are named '", l->name(),
                 "'; layer names must be unique (they name parameters in checkpoints)");
+    layer_names_.push_back(l->name());
+  }
+  if (opt_.world) {
+    dist_ = std::make_unique<Dist>();
+    Dist& d = *dist_;
+    d.world = opt_.world;
+    d.world->set_timeout(opt_.timeout_seconds);
+    RankInfo& r = d.info;
+    r.world_rank = d.world->rank();
+    r.world_size = d.world->size();
+    r.stages = k;
+    r.replicas = opt_.replicas;
+    GPIPE_CHECK(r.world_size == k * opt_.replicas, "pipeline: the job has ", r.world_size, " processes but K x R = ", k,
+                " x ", opt_.replicas, " = ", k * opt_.replicas, " (run mpirun -np ", k * opt_.replicas,
+                ", or change --K/--replicas)");
+    if (opt_.layout == RankLayout::kPipelineMajor) {
+      r.stage = r.world_rank % k;
+      r.replica = r.world_rank / k;
+    } else {
+      r.stage = r.world_rank / opt_.replicas;
+      r.replica = r.world_rank % opt_.replicas;
+    }
+    d.who = detail::concat("rank ", r.world_rank, " (stage ", r.stage, " of ", k, ", replica ", r.replica, " of ",
+                           opt_.replicas, ")");
+    d.pipe = d.world->split(r.replica, r.stage);
+    d.replicas = d.world->split(r.stage, r.replica);
+    GPIPE_ASSERT(d.pipe->rank() == r.stage && d.replicas->rank() == r.replica);
+  }
 
   // Costs, from the shapes of one micro-batch of the sample.
   const std::vector<Batch> sample_micro = split_micro_batches(sample, std::min<int64_t>(opt_.micro_batches, batch_size(sample)));
@@ -105,7 +250,14 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   specs.push_back(final_spec);
   std::vector<double> costs;
   if (opt_.balance_by == BalanceBy::kTime && opt_.balance.empty()) {
-    costs = profile_layers(model_.layers, sample_micro[0].inputs);
+    // Measured on one rank and shared, so every rank cuts the model alike.
+    if (!dist_ || dist_->info.world_rank == 0) costs = profile_layers(model_.layers, sample_micro[0].inputs);
+    if (dist_) {
+      std::string bytes(reinterpret_cast<const char*>(costs.data()), costs.size() * sizeof(double));
+      dist_->world->broadcast(bytes, 0, "sharing the measured layer times");
+      costs.resize(bytes.size() / sizeof(double));
+      std::memcpy(costs.data(), bytes.data(), bytes.size());
+    }
   } else {
     for (size_t i = 0; i < model_.layers.size(); ++i) {
       if (opt_.balance_by == BalanceBy::kMemory) {
@@ -124,22 +276,63 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == k, "pipeline: got ",
               opt_.devices.size(), " devices for K = ", k, " cells (give K devices, or one for all cells)");
   for (int s = 0; s < k; ++s) stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s]);
+  for (int s = 0; s < k; ++s) {
+    int64_t params = 0;
+    for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) params += model_.layers[i]->parameter_count();
+    cells_.push_back({partition_.begin(s), partition_.end(s), stage_devices_[s], partition_.cell_costs[s], params});
+  }
 
-  // Placement. A parameter used by several cells (tied weights) gets its own
-  // copy in every cell after the first, even on a shared device, so no two
-  // workers ever accumulate into one tensor; sync_tied_gradients sums them.
+  place_parameters();
+  const int first = dist_ ? dist_->info.stage : 0, last = dist_ ? dist_->info.stage + 1 : k;
+  first_stage_ = first;
+  const int local_stages = last - first;
+  // Cores: split between this process's stages and the other processes on this host.
+  const int per_host = dist_ ? dist_->world->local_size() : 1;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_host);
+  for (int s = first; s < last; ++s) {
+    LayerList cell(model_.layers.begin() + partition_.begin(s), model_.layers.begin() + partition_.end(s));
+    stages_.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), stage_devices_[s],
+                                              s == k - 1 ? model_.loss : nullptr));
+    const int threads = opt_.threads_per_stage > 0 ? opt_.threads_per_stage : std::max(1, cores / local_stages);
+    workers_.push_back(std::make_unique<DeviceWorker>(stage_devices_[s], threads));
+  }
+  if (dist_) {
+    // Only this rank's cell stays; the other layers (and their weights) go.
+    model_.layers = LayerList(model_.layers.begin() + partition_.begin(first), model_.layers.begin() + partition_.end(first));
+    if (first != k - 1) model_.loss.reset();
+  }
+  make_links();
+  schedule_ = make_schedule(opt_.schedule, k, opt_.micro_batches);
+  const double watchdog = opt_.watchdog_seconds > 0 ? opt_.watchdog_seconds : opt_.timeout_seconds / 2;
+  watchdog_ = std::make_unique<Watchdog>(dist_ ? dist_->who : "pipeline", watchdog, local_stages);
+}
+
+// Placement. A parameter used by several cells (tied weights) gets its own
+// copy in every cell after the first, even on a shared device, so no two
+// workers ever accumulate into one tensor; sync_tied_gradients sums them.
+// In a multi-process job only this rank's cell is placed.
+void Pipeline::place_parameters() {
+  const int k = static_cast<int>(partition_.cells());
   std::unordered_map<TensorImpl*, std::vector<int>> stages_of;
+  std::map<TensorImpl*, std::vector<std::string>> names_of;
+  std::vector<TensorImpl*> order;  // first appearance
   std::vector<std::vector<std::pair<TensorImpl*, Tensor*>>> slots(k);
   for (int s = 0; s < k; ++s)
     for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i)
       for (auto& p : model_.layers[i]->parameters()) {
         TensorImpl* impl = p.tensor->impl_ptr().get();
         auto& st = stages_of[impl];
+        if (st.empty()) order.push_back(impl);
         if (st.empty() || st.back() != s) st.push_back(s);
+        names_of[impl].push_back(model_.layers[i]->name() + "." + p.name);
         slots[s].push_back({impl, p.tensor});
       }
+  for (TensorImpl* impl : order)
+    if (names_of[impl].size() > 1) tied_names_.push_back(names_of[impl]);
+  const int first = dist_ ? dist_->info.stage : 0, last = dist_ ? dist_->info.stage + 1 : k;
   std::map<TensorImpl*, std::vector<Tensor*>> tie_copies;
-  for (int s = 0; s < k; ++s) {
+  std::unordered_map<TensorImpl*, Tensor*> local_copy;
+  for (int s = first; s < last; ++s) {
     const Device dev = stage_devices_[s];
     std::unordered_map<TensorImpl*, Tensor> placed;  // this cell's tensor for each original
     for (auto& [impl, slot] : slots[s]) {
@@ -154,70 +347,120 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
           t.set_requires_grad(slot->requires_grad());
         }
         it = placed.emplace(impl, t).first;
-        if (tied) tie_copies[impl].push_back(slot);
+        if (tied) {
+          tie_copies[impl].push_back(slot);
+          local_copy[impl] = slot;
+        }
       }
       *slot = it->second;
     }
     for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) model_.layers[i]->to(dev);
   }
-  for (auto& [impl, copies] : tie_copies) ties_.push_back(copies);
-
-  for (int s = 0; s < k; ++s) {
-    LayerList cell(model_.layers.begin() + partition_.begin(s), model_.layers.begin() + partition_.end(s));
-    stages_.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), stage_devices_[s],
-                                              s == k - 1 ? model_.loss : nullptr));
-    const int threads = opt_.threads_per_stage > 0
-                            ? opt_.threads_per_stage
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / k);
-    workers_.push_back(std::make_unique<DeviceWorker>(stage_devices_[s], threads));
-    transports_.push_back(std::make_unique<InProcessTransport>());
-    if (s + 1 < k) {
-      forward_box_.push_back(std::make_unique<Mailbox>("activations from stage " + std::to_string(s) + " to " + std::to_string(s + 1)));
-      backward_box_.push_back(std::make_unique<Mailbox>("gradients from stage " + std::to_string(s + 1) + " to " + std::to_string(s)));
-    }
+  if (!dist_) {
+    for (auto& [impl, copies] : tie_copies) ties_.push_back(copies);
+    return;
   }
-  schedule_ = make_schedule(opt_.schedule, k, opt_.micro_batches);
+  for (TensorImpl* impl : order) {
+    if (stages_of[impl].size() < 2) continue;
+    auto it = local_copy.find(impl);
+    dist_ties_.push_back({impl->shape.numel(), stages_of[impl], it == local_copy.end() ? nullptr : it->second});
+  }
+}
+
+void Pipeline::make_links() {
+  const int k = static_cast<int>(partition_.cells());
+  if (!dist_) {
+    std::vector<Transport*> fwd(k, nullptr), bwd(k, nullptr);  // [s]: between s and s+1
+    for (int s = 0; s + 1 < k; ++s) {
+      links_.push_back(std::make_unique<InProcessTransport>(
+          detail::concat("activations from stage ", s, " to ", s + 1), stage_devices_[s + 1]));
+      fwd[s] = links_.back().get();
+      links_.push_back(std::make_unique<InProcessTransport>(
+          detail::concat("gradients from stage ", s + 1, " to ", s), stage_devices_[s]));
+      bwd[s] = links_.back().get();
+    }
+    for (int s = 0; s < k; ++s) {
+      fwd_in_.push_back(s > 0 ? fwd[s - 1] : nullptr);
+      fwd_out_.push_back(fwd[s]);
+      bwd_in_.push_back(bwd[s]);
+      bwd_out_.push_back(s > 0 ? bwd[s - 1] : nullptr);
+    }
+    return;
+  }
+  const int s = dist_->info.stage;
+  Communicator& pipe = *dist_->pipe;
+  const Device dev = stage_devices_[s];
+  auto link = [&](int peer, int channel, const char* what, int from, int to) -> Transport* {
+    links_.push_back(pipe.transport(peer, channel, dev,
+                                    detail::concat(what, " of stage ", from, " to stage ", to, " (replica ",
+                                                   dist_->info.replica, ")")));
+    return links_.back().get();
+  };
+  enum Channel { kActivations = 0, kGradients = 1, kPredict = 2 };
+  fwd_in_.push_back(s > 0 ? link(s - 1, kActivations, "activations", s - 1, s) : nullptr);
+  fwd_out_.push_back(s + 1 < k ? link(s + 1, kActivations, "activations", s, s + 1) : nullptr);
+  bwd_in_.push_back(s + 1 < k ? link(s + 1, kGradients, "gradients", s + 1, s) : nullptr);
+  bwd_out_.push_back(s > 0 ? link(s - 1, kGradients, "gradients", s, s - 1) : nullptr);
+  if (s > 0) predict_in_ = pipe.transport(s - 1, kPredict, dev, detail::concat("predictions of stage ", s - 1, " to stage ", s));
+  if (s + 1 < k) predict_out_ = pipe.transport(s + 1, kPredict, dev, detail::concat("predictions of stage ", s, " to stage ", s + 1));
 }
 
 Pipeline::~Pipeline() = default;
 
+RankInfo Pipeline::rank_info() const { return dist_ ? dist_->info : RankInfo{0, 1, 0, 0, static_cast<int>(partition_.cells()), 1}; }
+
+std::vector<std::pair<std::string, int64_t>> Pipeline::bytes_sent() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const Transport* t : fwd_out_)
+    if (t) out.emplace_back(t->name(), t->bytes_sent());
+  for (const Transport* t : bwd_out_)
+    if (t) out.emplace_back(t->name(), t->bytes_sent());
+  return out;
+}
+
 void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& ctx, bool train) {
-  const int k = static_cast<int>(stages_.size());
+  const int k = static_cast<int>(partition_.cells());
+  const int local_stages = static_cast<int>(stages_.size());
   const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
-  for (auto& b : forward_box_) b->reset();
-  for (auto& b : backward_box_) b->reset();
+  for (auto& l : links_) l->reset();
   for (auto& s : stages_) s->clear();
 
   struct Failure {
     int stage = -1;
     Task task{TaskKind::kForward, 0};
     std::string what;
+    bool non_finite = false;
   };
   std::mutex fail_mu;
   Failure failure;
   auto abort_all = [&] {
-    for (auto& b : forward_box_) b->abort();
-    for (auto& b : backward_box_) b->abort();
+    for (auto& l : links_) l->abort();
   };
+  const char* fault = std::getenv("GPIPE_FAULT");  // testing hook: Note [Fault injection]
 
+  watchdog_->start_step(ctx.step);
   std::vector<std::function<void()>> jobs;
-  for (int s = 0; s < k; ++s) {
-    jobs.push_back([&, s] {
-      Stage& stage = *stages_[s];
+  for (int i = 0; i < local_stages; ++i) {
+    jobs.push_back([&, i] {
+      const int s = first_stage_ + i;
+      Stage& stage = *stages_[i];
       Task current{TaskKind::kForward, 0};
       try {
         for (const Task& t : schedule_[s]) {
           current = t;
           if (!train && t.kind == TaskKind::kBackward) continue;
           const int m = t.micro_batch;
+          if (fault) inject_fault(fault, dist_ ? dist_->info.world_rank : 0, ctx.step, m, t.kind);
           if (t.kind == TaskKind::kForward) {
             Message in;
             if (s == 0) {
               in.tensors = micro[m].inputs;
               in.requires_grad.assign(in.tensors.size(), false);
             } else {
-              in = forward_box_[s - 1]->take(m, timeout);
+              watchdog_->set(i, detail::concat("waiting for ", fwd_in_[i]->name(), ", micro-batch ", m));
+              in = fwd_in_[i]->receive(m, timeout);
             }
+            watchdog_->set(i, detail::concat("running the forward of micro-batch ", m, " in stage ", s));
             const bool remat = train && rematerialises(opt_.remat, m, opt_.micro_batches);
             Message out;
             if (train) {
@@ -228,28 +471,33 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
             }
             if (s + 1 < k) {
               const double t0 = tracer_.now_us();
-              out.tensors = transports_[s]->send(out.tensors, stage_devices_[s + 1]);
+              fwd_out_[i]->send(m, std::move(out));
               tracer_.add({"send F" + std::to_string(m), "transfer", s, t0, tracer_.now_us() - t0, m, static_cast<int>(ctx.step)});
-              forward_box_[s]->put(m, std::move(out));
             }
           } else {
             Message g;
-            if (s + 1 < k) g = backward_box_[s]->take(m, timeout);
+            if (s + 1 < k) {
+              watchdog_->set(i, detail::concat("waiting for ", bwd_in_[i]->name(), ", micro-batch ", m));
+              g = bwd_in_[i]->receive(m, timeout);
+            }
+            watchdog_->set(i, detail::concat("running the backward of micro-batch ", m, " in stage ", s));
             Message gin = stage.backward(m, g, ctx, &tracer_);
             if (s > 0) {
               const double t0 = tracer_.now_us();
-              gin.tensors = transports_[s]->send(gin.tensors, stage_devices_[s - 1]);
+              bwd_out_[i]->send(m, std::move(gin));
               tracer_.add({"send B" + std::to_string(m), "transfer", s, t0, tracer_.now_us() - t0, m, static_cast<int>(ctx.step)});
-              backward_box_[s - 1]->put(m, std::move(gin));
             }
           }
         }
+        watchdog_->set(i, "waiting for its last messages to leave");
+        if (fwd_out_[i]) fwd_out_[i]->flush(timeout);
+        if (bwd_out_[i]) bwd_out_[i]->flush(timeout);
       } catch (const Aborted&) {
         throw;
       } catch (const std::exception& e) {
         {
           std::lock_guard<std::mutex> lock(fail_mu);
-          if (failure.stage < 0) failure = {s, current, e.what()};
+          if (failure.stage < 0) failure = {s, current, e.what(), dynamic_cast<const NonFiniteError*>(&e) != nullptr};
         }
         abort_all();
         throw;
@@ -257,13 +505,13 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
     });
   }
   const auto errors = run_all(workers_, std::move(jobs));
+  watchdog_->end_step();
   bool any = false;
   for (auto& e : errors) any = any || e != nullptr;
   if (!any) return;
   // Leave no trace of the failed step: no saved activations, gradients or statistics.
   for (auto& s : stages_) s->clear();
-  for (auto& b : forward_box_) b->reset();
-  for (auto& b : backward_box_) b->reset();
+  for (auto& l : links_) l->reset();
   if (train) {
     zero_grad();
     for (auto& l : model_.layers) l->discard_step();
@@ -272,46 +520,213 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
   }
-  throw Error(detail::concat("pipeline step ", ctx.step, " failed in stage ", failure.stage, " (",
-                             stage_devices_[failure.stage], ", layers [", partition_.begin(failure.stage), ", ",
-                             partition_.end(failure.stage), ")) during ", task_name(failure.task), ": ", failure.what));
+  const std::string msg = detail::concat(
+      "pipeline step ", ctx.step + 1, " failed in ", dist_ ? dist_->who + ", " : std::string(), "stage ", failure.stage,
+      " (", stage_devices_[failure.stage], ", layers [", partition_.begin(failure.stage), ", ",
+      partition_.end(failure.stage), ")) during ", task_name(failure.task), ": ", failure.what);
+  if (failure.non_finite) throw NonFiniteError(msg);
+  throw Error(msg);
 }
 
 StepResult Pipeline::train_step(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
-  r.examples = batch_size(batch);
-  std::vector<Batch> micro = split_micro_batches(batch, opt_.micro_batches);
-  for (Batch& b : micro) {
-    b.inputs = to_device(b.inputs, stage_devices_.front());
-    b.targets = to_device(b.targets, stage_devices_.back());
+  const int k = static_cast<int>(partition_.cells());
+  const int last_local = first_stage_ + static_cast<int>(stages_.size()) - 1;
+  const bool has_first = first_stage_ == 0, has_last = last_local == k - 1;
+  std::vector<Batch> micro(opt_.micro_batches);
+  double local_terms = 0;
+  int64_t local_examples = 0;
+  if (has_first || has_last) {
+    Batch mine = batch;
+    if (dist_) {
+      // Replica r takes the rows of micro-batches [rM, rM + M) of the job's R x M.
+      GPIPE_CHECK(!has_first || !batch.inputs.empty(), dist_->who, ": train_step needs the batch's inputs on the first stage");
+      GPIPE_CHECK(!has_last || !batch.targets.empty(), dist_->who, ": train_step needs the batch's targets on the last stage");
+      const int64_t n = batch_size(batch);
+      const int rm = opt_.replicas * opt_.micro_batches;
+      GPIPE_CHECK(n >= rm, "pipeline: a batch of ", n, " examples cannot feed R x M = ", opt_.replicas, " x ",
+                  opt_.micro_batches, " micro-batches (expected at least ", rm, " examples)");
+      const std::vector<int64_t> sizes = micro_batch_sizes(n, rm);
+      int64_t begin = 0, len = 0;
+      for (int i = 0; i < rm; ++i) {
+        if (i < dist_->info.replica * opt_.micro_batches) begin += sizes[i];
+        else if (i < (dist_->info.replica + 1) * opt_.micro_batches) len += sizes[i];
+      }
+      for (Tensor& t : mine.inputs) t = ops::narrow(t, 0, begin, len);
+      for (Tensor& t : mine.targets) t = ops::narrow(t, 0, begin, len);
+    }
+    micro = split_micro_batches(mine, opt_.micro_batches);
+    local_examples = batch_size(mine);
+    for (Batch& b : micro) {
+      b.inputs = has_first ? to_device(b.inputs, stage_devices_.front()) : Bundle{};
+      b.targets = has_last ? to_device(b.targets, stage_devices_.back()) : Bundle{};
+    }
+    if (has_last) local_terms = model_.loss->count(mine.targets);
   }
-  r.loss_terms = model_.loss->count(batch.targets);
-  StepContext ctx{opt_.seed, step_, opt_.micro_batches, r.loss_terms > 0 ? 1.0 / r.loss_terms : 0.0, opt_.check_finite};
+  // The loss is scaled by 1 / (terms of the whole job's mini-batch): Note [Micro-batch weighting].
+  double terms = local_terms;
+  if (dist_ && has_last && opt_.replicas > 1) dist_->replicas->allreduce(&terms, 1, ReduceOp::kSum, "summing the loss terms of all replicas");
+  StepContext ctx{opt_.seed, step_, opt_.micro_batches, 0, terms > 0 ? 1.0 / terms : 0.0,
+                  opt_.check_finite && !dist_};
+  if (dist_) ctx.micro_batch_offset = dist_->info.replica * opt_.micro_batches;
   if (!opt_.trace) tracer_.clear();
   const double trace_from = tracer_.now_us();
   run_schedule(micro, ctx, /*train=*/true);
-  sync_tied_gradients();
+  double loss = 0;
+  if (has_last)
+    for (int m = 0; m < opt_.micro_batches; ++m) loss += stages_.back()->loss(m);
+  if (dist_) {
+    sync_replicas();
+    // One all-ranks reduction carries the tied gradients and the step's totals.
+    std::vector<double> buf;
+    for (const DistTie& t : dist_ties_) {
+      const size_t at = buf.size();
+      buf.resize(at + t.numel, 0.0);
+      if (t.local && t.local->grad().defined()) {
+        const Tensor g = t.local->grad().to(kCpu).to(DType::kFloat64).contiguous();
+        std::memcpy(buf.data() + at, g.data<double>(), t.numel * sizeof(double));
+      }
+    }
+    const size_t totals = buf.size();
+    buf.push_back(has_last ? loss : 0.0);
+    buf.push_back(has_last ? local_terms : 0.0);
+    buf.push_back(has_last ? static_cast<double>(local_examples) : 0.0);
+    dist_->world->allreduce(buf.data(), static_cast<int64_t>(buf.size()), ReduceOp::kSum, "summing tied gradients and the step's loss");
+    size_t at = 0;
+    for (const DistTie& t : dist_ties_) {
+      if (t.local) {
+        NoGradGuard no_grad;
+        MemoryCategoryGuard cat(MemoryCategory::kGradient);
+        Tensor g = Tensor::from_vector<double>(std::vector<double>(buf.begin() + at, buf.begin() + at + t.numel),
+                                               t.local->shape());
+        t.local->set_grad(g.to(t.local->dtype()).to(t.local->device()));
+      }
+      at += t.numel;
+    }
+    loss = buf[totals];
+    r.loss_terms = buf[totals + 1];
+    r.examples = static_cast<int64_t>(buf[totals + 2]);
+    if (opt_.check_finite && !std::isfinite(loss)) {
+      zero_grad();
+      for (auto& l : model_.layers) l->discard_step();
+      for (auto& s : stages_) s->clear();
+      throw NonFiniteError(detail::concat("pipeline step ", step_ + 1, ": the loss is not finite (", loss, ")"));
+    }
+  } else {
+    sync_tied_gradients();
+    r.loss_terms = local_terms;
+    r.examples = local_examples;
+  }
   for (auto& l : model_.layers) l->finish_step();
-  for (int m = 0; m < opt_.micro_batches; ++m) r.loss += stages_.back()->loss(m);
+  r.loss = loss;
   for (auto& s : stages_) s->clear();
   ++step_;
   r.seconds = seconds_since(t0);
   // Measured bubble: idle share of K x (first start .. last end) of this step's compute.
   double lo = 1e300, hi = 0;
-  std::vector<double> busy(stages_.size(), 0.0);
+  std::vector<double> busy(k, 0.0);
+  int rows = 0;
   for (const TraceEvent& e : tracer_.events()) {
     if (e.start_us < trace_from || e.category == "transfer") continue;
     lo = std::min(lo, e.start_us);
     hi = std::max(hi, e.start_us + e.duration_us);
     busy[e.row] += e.duration_us;
   }
-  if (hi > lo) {
+  for (double b : busy) rows += b > 0 ? 1 : 0;
+  if (hi > lo && !dist_) {
     double total = 0;
     for (double b : busy) total += b;
-    r.bubble_fraction = 1.0 - total / (static_cast<double>(stages_.size()) * (hi - lo));
+    r.bubble_fraction = 1.0 - total / (static_cast<double>(k) * (hi - lo));
+  } else if (hi > lo && rows > 0) {
+    // One stage here: its idle share of the step (the others' clocks are elsewhere).
+    r.bubble_fraction = 1.0 - busy[first_stage_] / std::max(1.0, tracer_.now_us() - trace_from);
   }
   return r;
+}
+
+// Data parallelism: each stage's gradients (and BatchNorm statistics) summed
+// over its replicas. Runs as soon as this rank's last backward is done, while
+// the stages before it are still in theirs (the overlap Note [Processes]
+// describes). Tied tensors are summed with the all-ranks reduction instead.
+void Pipeline::sync_replicas() {
+  if (opt_.replicas <= 1) return;
+  std::unordered_set<TensorImpl*> tied;
+  for (const DistTie& t : dist_ties_)
+    if (t.local) tied.insert(t.local->impl_ptr().get());
+  std::vector<Tensor*> params;
+  for (auto& p : parameters())
+    if (!tied.count(p.tensor->impl_ptr().get())) params.push_back(p.tensor);
+  // Which gradients exist anywhere (a parameter no replica used keeps none).
+  std::vector<double> defined;
+  for (Tensor* p : params) defined.push_back(p->grad().defined() ? 1.0 : 0.0);
+  std::vector<double> stats;
+  std::vector<size_t> stat_sizes;
+  if (opt_.sync_batchnorm)
+    for (auto& l : model_.layers) {
+      const std::vector<double> s = l->step_statistics();
+      stat_sizes.push_back(s.size());
+      stats.insert(stats.end(), s.begin(), s.end());
+    }
+  defined.insert(defined.end(), stats.begin(), stats.end());
+  if (!defined.empty())
+    dist_->replicas->allreduce(defined.data(), static_cast<int64_t>(defined.size()), ReduceOp::kSum,
+                               "summing gradient flags and BatchNorm statistics over replicas");
+  if (!stats.empty()) {
+    size_t at = params.size();
+    for (size_t i = 0; i < model_.layers.size(); ++i) {
+      if (stat_sizes[i] > 0)
+        model_.layers[i]->set_step_statistics(std::vector<double>(defined.begin() + at, defined.begin() + at + stat_sizes[i]));
+      at += stat_sizes[i];
+    }
+  }
+  // One flat float32/float64 buffer per dtype, on the CPU.
+  NoGradGuard no_grad;
+  MemoryCategoryGuard cat(MemoryCategory::kGradient);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    int64_t n = 0;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (defined[i] > 0 && params[i]->dtype() == dt) n += params[i]->numel();
+    if (n == 0) continue;
+    Tensor flat = Tensor::zeros(Shape{n}, dt, kCpu);
+    int64_t at = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (defined[i] == 0 || params[i]->dtype() != dt) continue;
+      const int64_t len = params[i]->numel();
+      if (params[i]->grad().defined()) ops::narrow(flat, 0, at, len).copy_from(ops::reshape(params[i]->grad().to(kCpu), {len}));
+      at += len;
+    }
+    dist_->replicas->allreduce_sum(flat, "all-reducing gradients over replicas");
+    at = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (defined[i] == 0 || params[i]->dtype() != dt) continue;
+      const int64_t len = params[i]->numel();
+      params[i]->set_grad(ops::reshape(ops::narrow(flat, 0, at, len), params[i]->shape().dims()).to(params[i]->device()).clone());
+      at += len;
+    }
+  }
+}
+
+Bundle Pipeline::forward_to_last(const Bundle& inputs) {
+  const int k = static_cast<int>(partition_.cells());
+  const int s = dist_->info.stage;
+  const int tag = static_cast<int>(predict_calls_++ % (1 << 20));
+  const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
+  Bundle x = s == 0 ? to_device(inputs, stage_devices_[s]) : predict_in_->receive(tag, timeout).tensors;
+  int64_t li = partition_.begin(s);
+  for (const auto& l : model_.layers) {
+    RngScope rng({opt_.seed, static_cast<uint64_t>(step_), 0, static_cast<uint64_t>(li++)});
+    x = l->forward(x);
+  }
+  if (s + 1 < k) {
+    Message m;
+    m.tensors = x;
+    m.requires_grad.assign(x.size(), false);
+    predict_out_->send(tag, std::move(m));
+    predict_out_->flush(timeout);
+    return {};
+  }
+  return x;
 }
 
 double Pipeline::evaluate(const Batch& batch) {
@@ -323,17 +738,34 @@ double Pipeline::evaluate(const Batch& batch) {
   const bool was_training = model_.layers.front()->training();
   train(false);
   try {
-    for (const Batch& b : micro) {
-      Bundle out = predict(b.inputs);
-      sum += model_.loss->sum(out, to_device(b.targets, out[0].device())).item();
+    if (!dist_) {
+      for (const Batch& b : micro) {
+        Bundle out = predict(b.inputs);
+        sum += model_.loss->sum(out, to_device(b.targets, out[0].device())).item();
+      }
+    } else {
+      // Replica r evaluates micro-batches r, r + R, ...; the last stages hold the sums.
+      const bool last = dist_->info.stage == static_cast<int>(partition_.cells()) - 1;
+      for (int i = dist_->info.replica; i < m; i += opt_.replicas) {
+        Bundle out = forward_to_last(micro[i].inputs);
+        if (last) sum += model_.loss->sum(out, to_device(micro[i].targets, out[0].device())).item();
+      }
+      if (!last) sum = 0;
+      dist_->world->allreduce(&sum, 1, ReduceOp::kSum, "summing the evaluation loss");
     }
   } catch (...) {
     train(was_training);
     throw;
   }
   train(was_training);
-  const double terms = model_.loss->count(batch.targets);
-  return terms > 0 ? sum / terms : 0.0;
+  const double terms = model_.loss ? model_.loss->count(batch.targets) : 0.0;
+  double all_terms = terms;
+  if (dist_) {
+    const bool last = dist_->info.stage == static_cast<int>(partition_.cells()) - 1;
+    all_terms = last && dist_->info.replica == 0 ? terms : 0;
+    dist_->world->allreduce(&all_terms, 1, ReduceOp::kSum, "sharing the evaluation's loss terms");
+  }
+  return all_terms > 0 ? sum / all_terms : 0.0;
 }
 
 Bundle Pipeline::predict(const Bundle& inputs) {
@@ -346,6 +778,19 @@ Bundle Pipeline::predict(const Bundle& inputs) {
     ~RestoreMode() { p->train(on); }
   } restore{this, was_training};
   train(false);
+  if (dist_) {
+    // The last stage's output, broadcast to every rank of this replica.
+    const Bundle out = forward_to_last(inputs);
+    const int last = static_cast<int>(partition_.cells()) - 1;
+    std::string bytes;
+    if (dist_->info.stage == last) {
+      Message m;
+      m.tensors = out;
+      bytes = serialize_message(m);
+    }
+    dist_->pipe->broadcast(bytes, last, "sharing the prediction of the last stage");
+    return deserialize_message(bytes, kCpu).tensors;
+  }
   Bundle x = inputs;
   for (auto& st : stages_) {
     x = to_device(x, st->device());
@@ -374,6 +819,57 @@ void Pipeline::sync_tied_gradients() {
   }
 }
 
+namespace {
+
+double sum_of_squares(const Tensor& g) {
+  const Tensor c = (g.device().is_cpu() ? g : g.to(kCpu)).contiguous();
+  double s = 0;
+  if (c.dtype() == DType::kFloat32) {
+    const float* p = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
+  } else if (c.dtype() == DType::kFloat64) {
+    const double* p = c.data<double>();
+    for (int64_t i = 0; i < c.numel(); ++i) s += p[i] * p[i];
+  } else {
+    throw Error(detail::concat("grad_norm: gradients of dtype ", c.dtype(), " are not supported"));
+  }
+  return s;
+}
+
+}  // namespace
+
+double Pipeline::grad_norm() {
+  // Each tied tensor counts once: its copy in the first cell holding it.
+  std::unordered_set<TensorImpl*> skip;
+  for (auto& copies : ties_)
+    for (size_t i = 1; i < copies.size(); ++i) skip.insert(copies[i]->impl_ptr().get());
+  for (const DistTie& t : dist_ties_)
+    if (t.local && t.stages.front() != first_stage_) skip.insert(t.local->impl_ptr().get());
+  double sq = 0;
+  if (!dist_ || dist_->info.replica == 0)  // replicas hold identical gradients after the step
+    for (auto& p : parameters()) {
+      const Tensor g = p.tensor->grad();
+      if (g.defined() && !skip.count(p.tensor->impl_ptr().get())) sq += sum_of_squares(g);
+    }
+  if (dist_) dist_->world->allreduce(&sq, 1, ReduceOp::kSum, "summing the gradient norm");
+  return std::sqrt(sq);
+}
+
+void Pipeline::scale_grads(double factor) {
+  NoGradGuard no_grad;
+  for (auto& p : parameters()) {
+    Tensor g = p.tensor->grad();
+    if (g.defined()) g.copy_from(ops::mul_scalar(g, factor));
+  }
+}
+
+double Pipeline::clip_grad_norm(double max_norm) {
+  GPIPE_CHECK(max_norm > 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm must be positive and finite, got ", max_norm);
+  const double norm = grad_norm();
+  if (std::isfinite(norm) && norm > max_norm) scale_grads(max_norm / (norm + 1e-6));
+  return norm;
+}
+
 std::vector<NamedTensor> Pipeline::parameters() {
   std::vector<NamedTensor> out;
   std::unordered_set<TensorImpl*> seen;
@@ -400,48 +896,40 @@ void Pipeline::train(bool on) {
   for (auto& l : model_.layers) l->train(on);
 }
 
-std::vector<CellInfo> Pipeline::cells() const {
-  std::vector<CellInfo> out;
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    int64_t params = 0;
-    for (const auto& l : stages_[s]->layers()) params += l->parameter_count();
-    out.push_back({partition_.begin(s), partition_.end(s), stage_devices_[s], partition_.cell_costs[s], params});
-  }
-  return out;
-}
+std::vector<CellInfo> Pipeline::cells() const { return cells_; }
 
 std::string Pipeline::describe() const {
   std::ostringstream os;
-  const auto cs = cells();
+  const auto& cs = cells_;
   char line[256];
   const char* cost_label = !opt_.balance.empty() ? "cost (given)"
                            : opt_.balance_by == BalanceBy::kTime ? "seconds"
                            : opt_.balance_by == BalanceBy::kMemory ? "bytes" : "FLOPs";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s %10s\n", "cell", "device", "layers", "first..last",
-                cost_label, "parameters", "param MB");
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s\n", "cell", "device", "layers", "first..last",
+                cost_label, "parameters");
   os << line;
   for (size_t s = 0; s < cs.size(); ++s) {
     const std::string range = "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
-    const std::string names = model_.layers[cs[s].first_layer]->name() + ".." + model_.layers[cs[s].last_layer - 1]->name();
-    int64_t bytes = 0;
-    std::unordered_set<TensorImpl*> seen;
-    for (const auto& l : stages_[s]->layers())
-      for (auto& p : l->parameters())
-        if (seen.insert(p.tensor->impl_ptr().get()).second) bytes += static_cast<int64_t>(p.tensor->nbytes());
-    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
-                  range.c_str(), names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters), bytes / 1048576.0);
+    const std::string names = layer_names_[cs[s].first_layer] + ".." + layer_names_[cs[s].last_layer - 1];
+    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld\n", s, cs[s].device.str().c_str(),
+                  range.c_str(), names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters));
     os << line;
   }
   os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat "
      << remat_name(opt_.remat) << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches)
      << "\n";
+  if (dist_)
+    os << "processes: " << dist_->info.world_size << " = K " << static_cast<int>(partition_.cells()) << " x R " << opt_.replicas << " ("
+       << rank_layout_name(opt_.layout) << "-major ranks), links over "
+       << (links_.empty() ? "none" : links_.front()->kind()) << "\n";
   return os.str();
 }
 
 std::vector<DeviceMemory> Pipeline::memory() const {
   std::vector<DeviceMemory> out;
   std::set<std::pair<int, int>> seen;
-  for (const Device& d : stage_devices_) {
+  for (const auto& st : stages_) {
+    const Device d = st->device();
     if (!seen.insert({static_cast<int>(d.type), d.index}).second) continue;
     const MemoryStats s = allocator_for(d).stats();
     out.push_back({d, s.live_bytes(MemoryCategory::kParameter), s.live_bytes(MemoryCategory::kGradient),
@@ -451,12 +939,12 @@ std::vector<DeviceMemory> Pipeline::memory() const {
 }
 
 void Pipeline::reset_memory_peaks() {
-  for (const Device& d : stage_devices_) allocator_for(d).reset_peak();
+  for (const auto& st : stages_) allocator_for(st->device()).reset_peak();
 }
 
 void Pipeline::write_trace(const std::string& path) const {
   std::vector<std::string> rows;
-  for (size_t s = 0; s < stages_.size(); ++s) rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
+  for (size_t s = 0; s < cells_.size(); ++s) rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
   tracer_.write(path, rows);
 }
 

@@ -22,6 +22,7 @@
 #include "pipeline/partition.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage.h"
+#include "runtime/communicator.h"
 #include "runtime/trace.h"
 #include "runtime/transport.h"
 #include "runtime/worker.h"
@@ -30,6 +31,15 @@ namespace gpipe {
 
 enum class BalanceBy { kCost, kTime, kMemory };
 BalanceBy parse_balance_by(const std::string& name);  // "cost" | "time" | "memory"
+
+// Which ranks form one pipeline when the job has K x R processes
+// (Note [Processes]). Pipeline-major: ranks [rK, rK + K) are replica r's
+// stages 0..K-1 (neighbouring stages on neighbouring ranks, so on one host
+// with mpirun's by-slot mapping). Stage-major: ranks [sR, sR + R) are stage
+// s's replicas (the gradient all-reduce stays on a host).
+enum class RankLayout { kPipelineMajor, kStageMajor };
+RankLayout parse_rank_layout(const std::string& name);  // "pipeline" | "stage"
+const char* rank_layout_name(RankLayout l);
 
 struct PipelineOptions {
   int partitions = 1;                 // K
@@ -44,6 +54,24 @@ struct PipelineOptions {
   double timeout_seconds = 600;       // longest a stage waits for a neighbour
   bool check_finite = true;           // a non-finite loss fails the step
   bool trace = false;                 // record a timeline (see write_trace)
+  // A step running longer than this prints what every stage is waiting for
+  // (to stderr); 0 = timeout_seconds / 2.
+  double watchdog_seconds = 0;
+
+  // Several processes (Note [Processes]): `world` holds K x R ranks; this
+  // process runs one stage of one replica, chosen from its rank by
+  // `layout`. Null: every stage runs in this process (R must be 1).
+  std::shared_ptr<Communicator> world;
+  int replicas = 1;                   // R: data-parallel copies of the whole pipeline
+  RankLayout layout = RankLayout::kPipelineMajor;
+  bool sync_batchnorm = true;         // sum BatchNorm statistics over replicas before folding them
+};
+
+// Where this process sits in a multi-process job.
+struct RankInfo {
+  int world_rank = 0, world_size = 1;
+  int stage = 0, replica = 0;  // this process's stage (cell) and replica
+  int stages = 1, replicas = 1;
 };
 
 struct CellInfo {
@@ -73,20 +101,41 @@ class Pipeline {
   Pipeline(Model model, PipelineOptions options, const Batch& sample);
   ~Pipeline();
 
+  // `batch` is the whole mini-batch (all replicas'). In a multi-process
+  // job each rank takes its replica's rows; only the first stage needs
+  // batch.inputs and only the last batch.targets (the others may be empty).
+  // Throws NonFiniteError, on every rank alike, when the loss is not finite.
   StepResult train_step(const Batch& batch);
-  // Forward only (eval mode for the call), micro-batched, returns the final bundle on the caller's side.
+  // Forward only (eval mode for the call); returns the final bundle on the
+  // caller's side (on every rank of this replica in a multi-process job).
   Bundle predict(const Bundle& inputs);
-  // Mean loss without gradients (eval mode for the call).
+  // Mean loss without gradients (eval mode for the call); every rank gets it.
   double evaluate(const Batch& batch);
 
-  // Unique trainable tensors (tied copies on different devices are distinct).
+  // Unique trainable tensors of this process's cells (tied copies in
+  // different cells are distinct tensors).
   std::vector<NamedTensor> parameters();
-  // Every (name, tensor) of every layer, aliases included: what checkpoints store.
+  // Every (name, tensor) of this process's layers, aliases included: what checkpoints store.
   std::vector<NamedTensor> named_state();
+  // Names that denote one tied tensor anywhere in the model ({"embed.weight",
+  // "logits.weight"}): a checkpoint holding any of them restores all.
+  const std::vector<std::vector<std::string>>& tied_names() const { return tied_names_; }
+  // The global gradient norm over every cell of the model (a tied tensor
+  // counted once); a collective over all ranks in a multi-process job.
+  double grad_norm();
+  // Multiplies every gradient of this process by `factor`.
+  void scale_grads(double factor);
+  // grad_norm(), then if it is finite and above max_norm scales every
+  // gradient by max_norm / (norm + 1e-6) (as optim::clip_grad_norm).
+  double clip_grad_norm(double max_norm);
   void zero_grad();
   void train(bool on);
 
   const Partition& partition() const { return partition_; }
+  bool distributed() const { return dist_ != nullptr; }
+  RankInfo rank_info() const;
+  // Bytes each of this process's outgoing links has sent (activations and gradients), by name.
+  std::vector<std::pair<std::string, int64_t>> bytes_sent() const;
   std::vector<CellInfo> cells() const;
   std::string describe() const;  // per-cell table: layers, device, cost, parameters
   std::vector<DeviceMemory> memory() const;
@@ -100,8 +149,14 @@ class Pipeline {
   static double ideal_bubble_fraction(int k, int m) { return static_cast<double>(k - 1) / (m + k - 1); }
 
  private:
+  struct Dist;
+  void place_parameters();
+  void make_links();
   void run_schedule(const std::vector<Batch>& micro, const StepContext& ctx, bool train);
   void sync_tied_gradients();
+  void sync_replicas();
+  Bundle forward_to_last(const Bundle& inputs);  // multi-process: the last stage's output, empty elsewhere
+  Stage& local(int s) { return *stages_[s - first_stage_]; }
 
   PipelineOptions opt_;
   Model model_;
@@ -109,9 +164,26 @@ class Pipeline {
   std::vector<Device> stage_devices_;
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
-  std::vector<std::unique_ptr<Mailbox>> forward_box_, backward_box_;  // [s]: between s and s+1
-  std::vector<std::unique_ptr<Transport>> transports_;               // one per stage (its sends)
-  std::vector<std::vector<Tensor*>> ties_;  // per tied parameter: its copy in each cell holding it
+  int first_stage_ = 0;  // global index of stages_[0]
+  // Per local stage: where activations come from / go to, and gradients.
+  // In one process fwd_out_[s] and fwd_in_[s + 1] are the same link.
+  std::vector<std::unique_ptr<Transport>> links_;
+  std::vector<Transport*> fwd_in_, fwd_out_, bwd_in_, bwd_out_;
+  std::unique_ptr<Transport> predict_in_, predict_out_;
+  int64_t predict_calls_ = 0;
+  std::vector<std::vector<Tensor*>> ties_;  // per tied parameter: its copy in each local cell holding it
+  struct DistTie {
+    int64_t numel;
+    std::vector<int> stages;  // cells holding it
+    Tensor* local;            // this process's copy, or null
+  };
+  std::vector<DistTie> dist_ties_;
+  std::vector<std::vector<std::string>> tied_names_;
+  std::vector<CellInfo> cells_;
+  std::vector<std::string> layer_names_;
+  std::unique_ptr<Dist> dist_;
+  class Watchdog;
+  std::unique_ptr<Watchdog> watchdog_;
   Schedule schedule_;
   Tracer tracer_;
   int64_t step_ = 0;

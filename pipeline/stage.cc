@@ -35,7 +35,7 @@ Bundle Stage::run(int m, const Bundle& x, const Bundle& targets, const StepConte
   Bundle h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
-    RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step), static_cast<uint64_t>(m),
+    RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step), static_cast<uint64_t>(m + ctx.micro_batch_offset),
                   static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
     h = layers_[i]->forward(h);
   }
@@ -68,8 +68,8 @@ Message Stage::forward(int m, const Message& in, const Bundle& targets, bool rem
   if (loss_) {
     GPIPE_ASSERT(out.size() == 1 && out[0].numel() == 1);
     const double value = out[0].item();
-    GPIPE_CHECK(!ctx.check_finite || std::isfinite(value), "the loss of micro-batch ", m, " is not finite (",
-                value, ")");
+    if (ctx.check_finite && !std::isfinite(value))
+      throw NonFiniteError(detail::concat("the loss of micro-batch ", m, " is not finite (", value, ")"));
     losses_[m] = value;
   } else {
     msg.tensors = out;

@@ -20,6 +20,7 @@ struct StepContext {
   uint64_t seed = 0;
   int64_t step = 0;
   int micro_batches = 1;
+  int micro_batch_offset = 0;  // replica r's micro-batch m is the job's r * M + m (dropout keys)
   double loss_scale = 1.0;  // 1 / (terms in the whole mini-batch): Note [Micro-batch weighting]
   bool check_finite = true;
 };

@@ -1,21 +1,21 @@
 #include "runtime/transport.h"
 
+#include "core/autograd.h"
+
 namespace gpipe {
 
-Bundle InProcessTransport::send(const Bundle& bundle, Device dst) {
-  NoGradGuard no_grad;
-  MemoryCategoryGuard cat(MemoryCategory::kActivation);
-  Bundle out;
-  out.reserve(bundle.size());
-  for (const Tensor& t : bundle) {
-    if (!t.defined()) {
-      out.push_back(t);
-      continue;
+void InProcessTransport::send(int m, Message msg) {
+  {
+    NoGradGuard no_grad;
+    MemoryCategoryGuard cat(MemoryCategory::kActivation);
+    for (Tensor& t : msg.tensors) {
+      if (!t.defined()) continue;
+      if (t.device() != dst_) bytes_sent_ += static_cast<int64_t>(t.nbytes());
+      t = t.device() == dst_ ? t.detach() : t.to(dst_).detach();
     }
-    if (t.device() != dst) bytes_sent_ += static_cast<int64_t>(t.nbytes());
-    out.push_back(t.device() == dst ? t.detach() : t.to(dst).detach());
   }
-  return out;
+  ++messages_sent_;
+  box_.put(m, std::move(msg));
 }
 
 }  // namespace gpipe

@@ -1,33 +1,67 @@
-// Transport: moves a boundary bundle (activations forward, gradients
-// backward) from one stage's device to the next one's. The in-process
-// transport copies tensors between devices of this process; CUDA peer copy,
-// MPI and NCCL transports implement the same interface.
+// Transport: one direction of one pipeline boundary (activations from stage
+// s to s+1, or gradients from s+1 back to s). The sending stage calls send(),
+// the receiving stage receive(); messages are keyed by micro-batch, so
+// arrival order never matters, and a receive never waits forever (timeout,
+// or abort() when another stage failed).
+//
+// Implementations: InProcessTransport (stages in one process: a copy to the
+// destination device and a Mailbox), MpiTransport (runtime/mpi.h: one
+// process per stage, non-blocking MPI point-to-point of CPU tensors) and
+// NcclTransport (runtime/cuda/nccl.h: GPU tensors, header over MPI).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
-#include "layers/layer.h"
+#include "runtime/channel.h"
 
 namespace gpipe {
 
 class Transport {
  public:
   virtual ~Transport() = default;
-  // A copy of `bundle` on `dst`, without autograd history. Undefined tensors stay undefined.
-  virtual Bundle send(const Bundle& bundle, Device dst) = 0;
-  virtual const char* name() const = 0;
-  int64_t bytes_sent() const { return bytes_sent_; }
+  // Hands micro-batch `m`'s message to the other side and returns without
+  // waiting for it to arrive (the transport keeps the tensors alive until
+  // they have left). Autograd history is not sent.
+  virtual void send(int m, Message msg) = 0;
+  // Micro-batch `m`'s message, on the receiving stage's device. Throws
+  // Aborted after abort(), gpipe::Error naming this link after `timeout`.
+  virtual Message receive(int m, std::chrono::duration<double> timeout) = 0;
+  // Wakes a blocked receive with Aborted (another stage failed).
+  virtual void abort() {}
+  // Start of a step: forget undelivered messages, clear the abort flag.
+  virtual void reset() {}
+  // Waits until every send so far has left this process (end of a step).
+  virtual void flush(std::chrono::duration<double> /*timeout*/) {}
+  // "activations of stage 0 (rank 0) to stage 1 (rank 1)": for errors and the watchdog.
+  virtual const std::string& name() const = 0;
+  virtual const char* kind() const = 0;  // "in-process", "mpi", "nccl"
+  // Payload bytes that crossed a device or process boundary through this object.
+  int64_t bytes_sent() const { return bytes_sent_.load(); }
+  int64_t messages_sent() const { return messages_sent_.load(); }
 
  protected:
-  int64_t bytes_sent_ = 0;
+  std::atomic<int64_t> bytes_sent_{0}, messages_sent_{0};
 };
 
-// Copies through the destination device's allocator (a no-op view on the same device).
+// Stages in one process: send() copies the tensors to the destination device
+// (a detached view when it is the same device) and leaves them in a Mailbox.
 class InProcessTransport final : public Transport {
  public:
-  Bundle send(const Bundle& bundle, Device dst) override;
-  const char* name() const override { return "in-process"; }
+  InProcessTransport(std::string name, Device destination) : box_(std::move(name)), dst_(destination) {}
+  void send(int m, Message msg) override;
+  Message receive(int m, std::chrono::duration<double> timeout) override { return box_.take(m, timeout); }
+  void abort() override { box_.abort(); }
+  void reset() override { box_.reset(); }
+  const std::string& name() const override { return box_.name(); }
+  const char* kind() const override { return "in-process"; }
+
+ private:
+  Mailbox box_;
+  Device dst_;
 };
 
 }  // namespace gpipe

@@ -248,21 +248,16 @@ class Trainer {
     std::string skip_reason;
     try {
       r = pipe_->train_step(batch);
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("is not finite") == std::string::npos) throw;
+    } catch (const NonFiniteError&) {
       pipe_->set_step(step + 1);  // keep the dropout keys of later steps where they would have been
       skip_reason = "the loss is not finite";
       r.loss = NAN;
-      r.examples = batch.inputs[0].size(0);
+      r.examples = c_.batch;
     }
     if (skip_reason.empty()) {
-      const auto params = pipe_->parameters();
-      if (c_.clip_norm > 0) {
-        const double norm = optim::clip_grad_norm(params, c_.clip_norm);
-        if (!std::isfinite(norm)) skip_reason = "the gradient norm is not finite";
-      } else if (!optim::all_finite(params)) {
-        skip_reason = "a gradient is not finite";
-      }
+      // Over every cell of the model (all ranks of a multi-process job alike).
+      const double norm = c_.clip_norm > 0 ? pipe_->clip_grad_norm(c_.clip_norm) : pipe_->grad_norm();
+      if (!std::isfinite(norm)) skip_reason = "the gradient norm is not finite";
     }
     const double t_opt = pipe_->tracer().now_us();
     if (skip_reason.empty()) opt_->step();

@@ -1,0 +1,118 @@
+#include "runtime/communicator.h"
+
+#include <cstring>
+
+#include "core/autograd.h"
+
+namespace gpipe {
+namespace {
+
+constexpr uint32_t kMagic = 0x424d5047;  // "GPMB"
+
+template <class T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <class T>
+T get(const std::string& in, size_t& at) {
+  GPIPE_CHECK(at + sizeof(T) <= in.size(), "message header: truncated at byte ", at, " of ", in.size());
+  T v;
+  std::memcpy(&v, in.data() + at, sizeof(T));
+  at += sizeof(T);
+  return v;
+}
+
+}  // namespace
+
+void Communicator::allreduce_sum(Tensor& t, const char* what) {
+  GPIPE_CHECK(t.device().is_cpu(), what, ": this communicator reduces CPU tensors, got one on ", t.device());
+  GPIPE_CHECK(t.is_contiguous(), what, ": allreduce needs a contiguous tensor");
+  if (t.dtype() == DType::kFloat32)
+    allreduce(t.data<float>(), t.numel(), ReduceOp::kSum, what);
+  else if (t.dtype() == DType::kFloat64)
+    allreduce(t.data<double>(), t.numel(), ReduceOp::kSum, what);
+  else
+    throw Error(detail::concat(what, ": allreduce of ", t.dtype(), " tensors is not supported (float32 or float64)"));
+}
+
+std::string encode_header(const Message& m) {
+  std::string out;
+  put<uint32_t>(out, kMagic);
+  put<uint32_t>(out, static_cast<uint32_t>(m.tensors.size()));
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const Tensor& t = m.tensors[i];
+    put<uint8_t>(out, t.defined() ? 1 : 0);
+    put<uint8_t>(out, i < m.requires_grad.size() && m.requires_grad[i] ? 1 : 0);
+    if (!t.defined()) continue;
+    put<uint8_t>(out, static_cast<uint8_t>(t.dtype()));
+    put<uint8_t>(out, static_cast<uint8_t>(t.rank()));
+    for (int64_t d : t.shape().dims()) put<int64_t>(out, d);
+  }
+  return out;
+}
+
+namespace {
+
+Message decode(const std::string& bytes, size_t& at, Device device) {
+  GPIPE_CHECK(get<uint32_t>(bytes, at) == kMagic, "message header: bad magic number (not a gpipe message)");
+  const uint32_t n = get<uint32_t>(bytes, at);
+  GPIPE_CHECK(n < 4096, "message header: implausible tensor count ", n);
+  Message m;
+  MemoryCategoryGuard cat(MemoryCategory::kActivation);
+  for (uint32_t i = 0; i < n; ++i) {
+    const bool defined = get<uint8_t>(bytes, at) != 0;
+    m.requires_grad.push_back(get<uint8_t>(bytes, at) != 0);
+    if (!defined) {
+      m.tensors.emplace_back();
+      continue;
+    }
+    const auto dtype = static_cast<DType>(get<uint8_t>(bytes, at));
+    GPIPE_CHECK(static_cast<int>(dtype) <= static_cast<int>(DType::kFloat16), "message header: unknown dtype ",
+                static_cast<int>(dtype));
+    const int ndim = get<uint8_t>(bytes, at);
+    std::vector<int64_t> dims;
+    for (int d = 0; d < ndim; ++d) dims.push_back(get<int64_t>(bytes, at));
+    m.tensors.push_back(Tensor::empty(Shape(dims), dtype, device));
+  }
+  return m;
+}
+
+}  // namespace
+
+Message decode_header(const std::string& header, Device device) {
+  size_t at = 0;
+  Message m = decode(header, at, device);
+  GPIPE_CHECK(at == header.size(), "message header: ", header.size() - at, " trailing bytes");
+  return m;
+}
+
+std::string serialize_message(const Message& m) {
+  std::string out = encode_header(m);
+  put<uint64_t>(out, out.size());
+  NoGradGuard no_grad;
+  for (const Tensor& t : m.tensors) {
+    if (!t.defined()) continue;
+    const Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(kCpu).contiguous();
+    out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
+  }
+  return out;
+}
+
+Message deserialize_message(const std::string& bytes, Device device) {
+  size_t at = 0;
+  Message m = decode(bytes, at, kCpu);
+  GPIPE_CHECK(get<uint64_t>(bytes, at) == at - sizeof(uint64_t), "message: header length mismatch");
+  NoGradGuard no_grad;
+  for (Tensor& t : m.tensors) {
+    if (!t.defined()) continue;
+    GPIPE_CHECK(at + t.nbytes() <= bytes.size(), "message: payload truncated (", bytes.size(), " bytes)");
+    std::memcpy(t.raw_data(), bytes.data() + at, t.nbytes());
+    at += t.nbytes();
+    if (device != kCpu) t = t.to(device);
+  }
+  GPIPE_CHECK(at == bytes.size(), "message: ", bytes.size() - at, " trailing bytes");
+  return m;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,70 @@
+// Communicator: a group of processes that run one training job together
+// (all ranks, one pipeline's ranks, or the replicas of one stage), with the
+// collectives the pipeline needs and point-to-point Transports between its
+// members. MpiCommunicator (runtime/mpi.h) implements it over MPI; NCCL
+// collectives for GPU tensors sit on top of it (runtime/cuda/nccl.h).
+//
+// Every collective must be called by all members in the same order (as in
+// MPI). None of them waits forever: a member that has not joined after
+// timeout() seconds makes the call throw gpipe::Error naming the collective,
+// so a stuck or dead rank ends the job instead of hanging it (Invariant 5).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "runtime/transport.h"
+
+namespace gpipe {
+
+enum class ReduceOp { kSum, kMin, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // This member's rank in the whole job (for messages).
+  virtual int world_rank() const = 0;
+  // How many members run on this host (to share its cores).
+  virtual int local_size() const = 0;
+
+  virtual void allreduce(double* data, int64_t n, ReduceOp op, const char* what) = 0;
+  virtual void allreduce(float* data, int64_t n, ReduceOp op, const char* what) = 0;
+  // Sums a contiguous float32/float64 tensor across members, in place.
+  virtual void allreduce_sum(Tensor& t, const char* what);
+  // Root's bytes on every member.
+  virtual void broadcast(std::string& bytes, int root, const char* what) = 0;
+  // Every member's string, by rank.
+  virtual std::vector<std::string> allgather(const std::string& mine, const char* what) = 0;
+  virtual void barrier(const char* what) = 0;
+  // Members with the same color form a new communicator, ordered by key.
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
+  // A one-directional link between this member and `peer` for `channel`
+  // (links on different channels never see each other's messages); tensors
+  // arrive on `device`. Both ends create one with the same channel.
+  virtual std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) = 0;
+  // Ends the whole job (every rank) with `code`; does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
+
+  void set_timeout(double seconds) { timeout_ = seconds; }
+  double timeout() const { return timeout_; }
+
+ protected:
+  double timeout_ = 600;
+};
+
+// Message <-> bytes, for transports and broadcasts. The header describes
+// every tensor (defined, wants-gradient flag, dtype, shape); payloads follow
+// in order, each tensor's bytes contiguous.
+std::string encode_header(const Message& m);
+// Tensors allocated (uninitialised) on `device` with the header's shapes.
+Message decode_header(const std::string& header, Device device);
+// Header and payloads in one string (CPU copies of the tensors).
+std::string serialize_message(const Message& m);
+Message deserialize_message(const std::string& bytes, Device device);
+
+}  // namespace gpipe
