@@ -15,14 +15,47 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
 #include "core/autograd.h"
 #include "optim/safetensors.h"
+#include "runtime/communicator.h"
 
 namespace gpipe::optim {
 namespace {
 
 constexpr const char* kFormat = "checkpoint/1";
 constexpr const char* kStatePrefix = "optim/";
+constexpr const char* kManifestFormat = "checkpoint-manifest/1";
+
+// `name` and every name it may be found under in a file: its tied aliases,
+// and for optimizer state "optim/<alias>.<state>".
+std::vector<std::string> with_aliases(const std::string& name, const std::vector<std::vector<std::string>>& aliases) {
+  std::vector<std::string> out{name};
+  for (const auto& group : aliases)
+    for (const std::string& x : group) {
+      std::string rest;
+      const std::string state = kStatePrefix + x + ".";
+      if (name == x) rest = "";
+      else if (name.rfind(state, 0) == 0) rest = name.substr(state.size() - 1);
+      else continue;
+      const bool is_state = name != x;
+      for (const std::string& y : group)
+        if (y != x) out.push_back(is_state ? kStatePrefix + y + rest : y);
+    }
+  return out;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
 
 // A unique tensor and every name it was listed under, first name first.
 struct Group {
@@ -98,7 +131,11 @@ class LoadPlan {
 
   // One tensor known by `names` (tied aliases): the first name found in the
   // file supplies its value. `owner` is "model" or "optimizer".
-  void expect(const std::vector<std::string>& names, Tensor* t, const char* owner) {
+  void expect(const std::vector<std::string>& asked, Tensor* t, const char* owner,
+              const std::vector<std::vector<std::string>>& aliases) {
+    std::vector<std::string> names;
+    for (const std::string& a : asked)
+      for (const std::string& n : with_aliases(a, aliases)) names.push_back(n);
     const std::string* found = nullptr;
     for (const std::string& n : names) {
       known_.insert(n);
@@ -170,11 +207,11 @@ void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
   SafetensorsFile file;
   {
     MemoryCategoryGuard category(MemoryCategory::kWorkspace);
-    file = load_safetensors(path);
+    file = read_checkpoint(path);
   }
   const auto& meta = file.metadata;
   LoadPlan plan(file);
-  for (const Group& g : group_by_identity(tensors, where)) plan.expect(g.names, g.tensor, "model");
+  for (const Group& g : group_by_identity(tensors, where)) plan.expect(g.names, g.tensor, "model", options.aliases);
 
   int64_t step_count = 0;
   double lr = 0;
@@ -186,7 +223,7 @@ void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
       plan.problem("its optimizer state is " + name->second + "'s, the optimizer is " + opt->name());
     } else {
       for (const NamedTensor& s : opt->state())
-        plan.expect({kStatePrefix + s.name}, s.tensor, "optimizer");
+        plan.expect({kStatePrefix + s.name}, s.tensor, "optimizer", options.aliases);
       step_count = metadata_number<int64_t>(meta, "optim.step_count", plan.problems());
       lr = metadata_number<double>(meta, "optim.lr", plan.problems());
       if (!(lr >= 0 && std::isfinite(lr)) || step_count < 0)
@@ -204,6 +241,82 @@ void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
     opt->set_lr(lr);
   }
   if (step != nullptr) *step = saved_step;
+}
+
+SafetensorsFile read_checkpoint(const std::string& path) {
+  SafetensorsFile manifest = load_safetensors(path);
+  auto format = manifest.metadata.find("gpipe.format");
+  if (format == manifest.metadata.end() || format->second != kManifestFormat) return manifest;
+  const std::string where = "checkpoint " + path + ": ";
+  const std::vector<std::string> shards = split_commas(manifest.metadata["gpipe.shards"]);
+  GPIPE_CHECK(!shards.empty(), where, "the manifest lists no shards");
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  SafetensorsFile merged;
+  for (const std::string& name : shards) {
+    const std::string shard_path = (dir / name).string();
+    GPIPE_CHECK(std::filesystem::exists(shard_path), where, "shard '", shard_path,
+                "' is missing (a sharded checkpoint needs every shard the manifest lists)");
+    SafetensorsFile shard = load_safetensors(shard_path);
+    GPIPE_CHECK(shard.metadata["gpipe.step"] == manifest.metadata["gpipe.step"], where, "shard '", shard_path,
+                "' is of step ", shard.metadata["gpipe.step"], ", the manifest of step ", manifest.metadata["gpipe.step"]);
+    for (auto& [n, t] : shard.tensors) merged.tensors.emplace(n, std::move(t));
+    if (merged.metadata.empty()) merged.metadata = shard.metadata;
+  }
+  for (const auto& [k, v] : manifest.metadata) merged.metadata[k] = v;
+  return merged;
+}
+
+void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const std::string& path,
+                             const std::vector<NamedTensor>& tensors, const Optimizer& opt, int64_t step,
+                             const std::map<std::string, std::string>& metadata) {
+  const std::string base = std::filesystem::path(path).filename().string();
+  auto shard_name = [&](int i) { return detail::concat(base, ".step", step, ".shard", i, "of", who.shards); };
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::string problem;
+  if (who.writer) {
+    try {
+      save_impl((dir / shard_name(who.shard)).string(), tensors, &opt, step, metadata);
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  const std::vector<std::string> problems = world.allgather(problem, "gathering checkpoint shard results");
+  std::string failed;
+  for (size_t r = 0; r < problems.size(); ++r)
+    if (!problems[r].empty()) failed += detail::concat(failed.empty() ? "" : "; ", "rank ", r, ": ", problems[r]);
+  GPIPE_CHECK(failed.empty(), "checkpoint ", path, " at step ", step,
+              " was not taken (the previous one, if any, is intact): ", failed);
+  std::string manifest_problem;
+  if (world.rank() == 0) {
+    try {
+      std::vector<std::string> old;
+      if (std::filesystem::exists(path)) {
+        try {
+          const SafetensorsFile prev = load_safetensors(path);
+          auto it = prev.metadata.find("gpipe.shards");
+          if (it != prev.metadata.end()) old = split_commas(it->second);
+        } catch (const Error&) {
+          // Not a readable manifest: nothing of ours to clean up.
+        }
+      }
+      std::map<std::string, std::string> meta;
+      for (const auto& [k, v] : metadata) meta[k] = v;
+      meta["gpipe.format"] = kManifestFormat;
+      meta["gpipe.step"] = std::to_string(step);
+      std::string list;
+      for (int i = 0; i < who.shards; ++i) list += (i ? "," : "") + shard_name(i);
+      meta["gpipe.shards"] = list;
+      save_safetensors(path, {}, meta);
+      const std::vector<std::string> now = split_commas(list);
+      for (const std::string& o : old)
+        if (std::find(now.begin(), now.end(), o) == now.end()) std::filesystem::remove(dir / o);
+    } catch (const std::exception& e) {
+      manifest_problem = e.what();
+    }
+  }
+  world.broadcast(manifest_problem, 0, "sharing the checkpoint manifest's result");
+  GPIPE_CHECK(manifest_problem.empty(), "checkpoint ", path, " at step ", step, ": writing the manifest failed: ",
+              manifest_problem);
 }
 
 }  // namespace gpipe::optim

@@ -25,6 +25,11 @@
 
 #include "layers/layer.h"
 #include "optim/optimizer.h"
+#include "optim/safetensors.h"
+
+namespace gpipe {
+class Communicator;  // runtime/communicator.h
+}
 
 namespace gpipe::optim {
 
@@ -44,6 +49,12 @@ struct LoadCheckpointOptions {
   // Ignore file tensors nobody asked for instead of failing. ("optim/..."
   // tensors are never unexpected when no optimizer is passed.)
   bool allow_unexpected = false;
+  // Groups of names for one tied tensor (Pipeline::tied_names()): a tensor
+  // asked for under one name may come from the file under another, and so
+  // may its optimizer state ("optim/<name>.<state>"). That lets a file saved
+  // with one cut of the model (K cells, one process per stage, or one
+  // process) load into another.
+  std::vector<std::vector<std::string>> aliases;
 };
 
 // Loads `path` into `tensors` and, if non-null, `opt` (its state, lr and step
@@ -59,5 +70,41 @@ struct LoadCheckpointOptions {
 // come from load_safetensors.
 void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
                      Optimizer* opt, int64_t* step, const LoadCheckpointOptions& options = {});
+
+// ---- Sharded checkpoints (one process per stage) ----
+//
+// A sharded checkpoint is a manifest at `path` (a safetensors file with no
+// tensors; metadata "gpipe.format" = "checkpoint-manifest/1", "gpipe.step",
+// "gpipe.shards" = the shard file names, comma-separated, relative to the
+// manifest's folder, and the caller's metadata) plus one ordinary
+// checkpoint file per shard: "<path>.step<S>.shard<i>of<n>". Tensors are
+// named by layer as in a single file, so any layout can load it, and
+// load_checkpoint / read_checkpoint accept either kind.
+
+// The file at `path` as one SafetensorsFile: itself, or for a manifest the
+// union of its shards (a name found in several shards must hold the same
+// value in each; the first shard's copy is kept) with the manifest's
+// metadata over the first shard's. Throws gpipe::Error naming a missing or
+// mismatched shard (another step, another shard count).
+SafetensorsFile read_checkpoint(const std::string& path);
+
+// Called by every rank of `world`: ranks with `writer` set save `tensors`
+// and `opt` as shard `shard` of `shards`; when every writer has succeeded,
+// rank 0 writes the manifest (atomically, so the path always names a whole
+// checkpoint: the previous one until this one is complete), then removes the
+// shards of the checkpoint it replaced. If any writer fails, no manifest is
+// written and every rank throws gpipe::Error naming the ranks that failed.
+struct ShardedSave {
+  bool writer = true;
+  int shard = 0, shards = 1;
+};
+}  // namespace gpipe::optim
+namespace gpipe {
+class Communicator;
+}
+namespace gpipe::optim {
+void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const std::string& path,
+                             const std::vector<NamedTensor>& tensors, const Optimizer& opt, int64_t step,
+                             const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace gpipe::optim

@@ -390,10 +390,16 @@ void Pipeline::make_links() {
   const int s = dist_->info.stage;
   Communicator& pipe = *dist_->pipe;
   const Device dev = stage_devices_[s];
+  const int replica = dist_->info.replica, replicas = opt_.replicas;
+  auto rank_of = [&](int stage) {
+    return opt_.layout == RankLayout::kPipelineMajor ? replica * k + stage : stage * replicas + replica;
+  };
+  auto name = [&](const char* what, int from, int to) {
+    return detail::concat(what, " of stage ", from, " (rank ", rank_of(from), ") to stage ", to, " (rank ", rank_of(to),
+                          ")");
+  };
   auto link = [&](int peer, int channel, const char* what, int from, int to) -> Transport* {
-    links_.push_back(pipe.transport(peer, channel, dev,
-                                    detail::concat(what, " of stage ", from, " to stage ", to, " (replica ",
-                                                   dist_->info.replica, ")")));
+    links_.push_back(pipe.transport(peer, channel, dev, name(what, from, to)));
     return links_.back().get();
   };
   enum Channel { kActivations = 0, kGradients = 1, kPredict = 2 };
@@ -401,8 +407,8 @@ void Pipeline::make_links() {
   fwd_out_.push_back(s + 1 < k ? link(s + 1, kActivations, "activations", s, s + 1) : nullptr);
   bwd_in_.push_back(s + 1 < k ? link(s + 1, kGradients, "gradients", s + 1, s) : nullptr);
   bwd_out_.push_back(s > 0 ? link(s - 1, kGradients, "gradients", s, s - 1) : nullptr);
-  if (s > 0) predict_in_ = pipe.transport(s - 1, kPredict, dev, detail::concat("predictions of stage ", s - 1, " to stage ", s));
-  if (s + 1 < k) predict_out_ = pipe.transport(s + 1, kPredict, dev, detail::concat("predictions of stage ", s, " to stage ", s + 1));
+  if (s > 0) predict_in_ = pipe.transport(s - 1, kPredict, dev, name("predictions", s - 1, s));
+  if (s + 1 < k) predict_out_ = pipe.transport(s + 1, kPredict, dev, name("predictions", s, s + 1));
 }
 
 Pipeline::~Pipeline() = default;

@@ -145,7 +145,7 @@ class MpiTransport final : public Transport {
       header.resize(static_cast<size_t>(count));
       check(MPI_Mrecv(header.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE), "MPI_Mrecv");
     }
-    Message msg = decode_header(header, kCpu);
+    Message msg = decode_header(header, device_.is_cpu() ? device_ : kCpu);
     std::vector<MPI_Request> reqs;
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
@@ -167,7 +167,7 @@ class MpiTransport final : public Transport {
             return flag != 0;
           },
           timeout, what, &aborted_);
-    if (!device_.is_cpu()) {
+    if (!device_.is_cpu()) {  // staged through host memory
       NoGradGuard no_grad;
       for (Tensor& t : msg.tensors)
         if (t.defined()) t = t.to(device_);

@@ -111,6 +111,12 @@ static void validate_pipeline(const TrainConfig& c) {
   const int64_t layers = model_layer_count(c);
   usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model,
         " has only ", layers, " layers to cut (expected K <= ", layers, ")");
+  usage(c.replicas >= 1, "--replicas: expected >= 1, got ", c.replicas);
+  usage(c.micro_batches * c.replicas <= batch, "--M and --replicas: R x M = ", c.replicas * c.micro_batches,
+        " micro-batches need --batch >= R x M, but the batch is ", batch);
+  usage(c.timeout > 0, "--timeout: expected a positive number of seconds, got ", c.timeout);
+  usage(c.watchdog >= 0, "--watchdog: expected >= 0 seconds (0 = timeout / 2), got ", c.watchdog);
+  check_flag("--layout", [&] { parse_rank_layout(c.layout); });
   check_flag("--schedule", [&] { parse_schedule(c.schedule); });
   check_flag("--remat", [&] { parse_remat(c.remat); });
   check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
@@ -349,6 +355,21 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
                      ->check(CLI::IsMember({"cost", "time", "memory"}));
   app.add_option("--devices", c.devices, "cpu:0,cpu:1,... or a count (default cpu:0..cpu:K-1)");
   app.add_option("--trace", c.trace, "write a Chrome trace of every step to this file at the end");
+  app.add_option("--timeout", c.timeout, "seconds a stage waits for a neighbour before the step fails")
+      ->capture_default_str();
+  app.add_option("--watchdog", c.watchdog,
+                 "a step longer than this prints what every stage waits for (0 = timeout / 2)");
+  app.add_option("--replicas", c.replicas,
+                 "R data-parallel pipelines; run as mpirun -np K*R gpipe_train ...")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--layout", c.layout,
+                 "pipeline: ranks rK..rK+K-1 are replica r's stages; stage: ranks sR..sR+R-1 are "
+                 "stage s's replicas")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"pipeline", "stage"}));
+  app.add_flag("--sync-bn,!--no-sync-bn", c.sync_batchnorm,
+               "sum BatchNorm statistics over replicas before folding them (default on)");
 }
 
 // Flags that do not apply to the chosen model, or contradict each other,

@@ -82,7 +82,7 @@ std::string checkpoint_path(const std::string& pattern, int64_t step) {
 
 namespace {
 
-PipelineOptions pipeline_options(const TrainConfig& c) {
+PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communicator> world) {
   PipelineOptions o;
   o.partitions = c.partitions;
   o.micro_batches = c.micro_batches;
@@ -95,6 +95,12 @@ PipelineOptions pipeline_options(const TrainConfig& c) {
   o.seed = dropout_seed(c);
   o.check_finite = true;  // a non-finite loss fails the step cleanly; train() skips it
   o.trace = !c.trace.empty();
+  o.timeout_seconds = c.timeout;
+  o.watchdog_seconds = c.watchdog;
+  o.world = std::move(world);
+  o.replicas = c.replicas;
+  o.layout = parse_rank_layout(c.layout);
+  o.sync_batchnorm = c.sync_batchnorm;
   return o;
 }
 
@@ -120,7 +126,8 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
   m["train.model"] = c.model;
   m["train.seed"] = std::to_string(c.seed);
   m["train.batch"] = std::to_string(c.batch);
-  m["train.pipeline"] = detail::concat("K=", c.partitions, " M=", c.micro_batches);
+  // K, R and the rank layout do not change the arithmetic; the job's R x M micro-batches do.
+  m["train.micro_batches"] = std::to_string(c.replicas * c.micro_batches);
   m["train.optimizer"] = c.optimizer;
   m["train.lr_schedule"] = detail::concat(c.lr_schedule, " lr=", *c.lr);
   m["train.steps"] = std::to_string(c.steps);
@@ -155,18 +162,34 @@ int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
   return count;
 }
 
+// Swallows everything (the log of ranks other than 0).
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c; }
+};
+
 class Trainer {
  public:
-  Trainer(const TrainConfig& config, std::ostream& log) : log_(log) {
+  Trainer(const TrainConfig& config, std::ostream& log, std::shared_ptr<Communicator> world)
+      : null_stream_(&null_buffer_), log_(world && world->rank() != 0 ? null_stream_ : log), world_(world) {
     c_ = config;
+    const int processes = world_ ? world_->size() : 1;
+    if (!world_ || world_->size() == 1)
+      usage(c_.replicas == 1, "--replicas=", c_.replicas, ": R replicas of a K-stage pipeline need K x R = ",
+            c_.replicas * c_.partitions, " processes, one per stage and replica (launch with mpirun -np ",
+            c_.replicas * c_.partitions, " gpipe_train ...)");
+    if (processes > 1)
+      usage(processes == c_.partitions * c_.replicas, "the job has ", processes, " processes but --K=", c_.partitions,
+            " x --replicas=", c_.replicas, " = ", c_.partitions * c_.replicas,
+            " (expected mpirun -np K*R: one process per stage and replica)");
+    if (processes == 1) world_.reset();
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
     log_ << task_->describe() << "\n";
     // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all stages.
     if (c_.threads > 0) set_default_intra_op_threads(c_.threads * c_.partitions);
-    pipe_ =
-        std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_), task_->batch_at(0));
+    pipe_ = std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_, world_), task_->batch_at(0));
     summary_.parameters = model_parameter_count(c_);
     log_ << pipe_->describe() << setup_line() << "\n";
     opt_ = make_optimizer(c_, pipe_->parameters());
@@ -175,17 +198,29 @@ class Trainer {
     summary_.first_step = summary_.last_step = pipe_->steps_done();
     summary_.ideal_bubble =
         Pipeline::ideal_bubble_fraction(pipe_->cells().size(), c_.micro_batches);
-    if (!c_.metrics.empty()) metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
+    if (!c_.metrics.empty() && root()) metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
   }
 
   TrainSummary run() {
     int64_t step = pipe_->steps_done();
     if (step >= c_.steps)
       log_ << "already at step " << step << " of " << c_.steps << ": nothing to train\n";
+    // Each rank keeps only what its stage consumes: inputs on the first
+    // stage, targets on the last; the stages between make no batches.
+    const RankInfo me = pipe_->rank_info();
+    const bool want_inputs = me.stage == 0 || !pipe_->distributed();
+    const bool want_targets = me.stage == me.stages - 1 || !pipe_->distributed();
     PrefetchLoader loader(
-        [task = task_.get(), s = step, end = c_.steps]() mutable -> std::optional<Batch> {
+        [task = task_.get(), s = step, end = c_.steps, want_inputs, want_targets]() mutable -> std::optional<Batch> {
           if (s >= end) return std::nullopt;
-          return task->batch_at(s++);
+          if (!want_inputs && !want_targets) {
+            ++s;
+            return Batch{};
+          }
+          Batch b = task->batch_at(s++);
+          if (!want_inputs) b.inputs.clear();
+          if (!want_targets) b.targets.clear();
+          return b;
         },
         2);
     while (step < c_.steps) {
@@ -212,7 +247,9 @@ class Trainer {
     for (const auto& p : pipe_->parameters()) stored += p.tensor->numel();
     std::ostringstream os;
     os << c_.model << ": " << with_commas(summary_.parameters) << " parameters";
-    if (stored != summary_.parameters)
+    if (pipe_->distributed())
+      os << " (" << with_commas(stored) << " on rank 0's cell)";
+    else if (stored != summary_.parameters)
       os << " (" << with_commas(stored)
          << " stored: tied weights have a copy in each cell using them)";
     os << "; " << c_.optimizer << " lr " << *c_.lr << " (" << c_.lr_schedule << ")";
@@ -223,9 +260,18 @@ class Trainer {
     return os.str();
   }
 
+  bool root() const { return !world_ || world_->rank() == 0; }
+
+  static void usage(bool ok, auto&&... parts) {
+    if (!ok) throw UsageError(detail::concat(parts...));
+  }
+
   void resume() {
     int64_t step = 0;
-    optim::load_checkpoint(c_.resume, pipe_->named_state(), opt_.get(), &step);
+    // Any layout's checkpoint: a single file or a sharded one, from any K, R
+    // or one process. Each rank takes the tensors of its own layers.
+    optim::load_checkpoint(c_.resume, pipe_->named_state(), opt_.get(), &step,
+                           {.allow_unexpected = pipe_->distributed(), .aliases = pipe_->tied_names()});
     pipe_->set_step(step);
     const auto saved = optim::load_safetensors(c_.resume).metadata;
     for (const auto& [key, now] : run_metadata(c_, *task_)) {
@@ -356,7 +402,14 @@ class Trainer {
 
   void save(int64_t step) {
     const std::string path = checkpoint_path(c_.save, step);
-    optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+    if (pipe_->distributed()) {
+      // Every stage's ranks of replica 0 write a shard; rank 0 the manifest once all have.
+      const RankInfo me = pipe_->rank_info();
+      optim::save_sharded_checkpoint(*world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.stages},
+                                     path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+    } else {
+      optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+    }
     log_ << "saved checkpoint " << path << " at step " << step << "\n";
   }
 
@@ -380,13 +433,18 @@ class Trainer {
     }
     if (!c_.save.empty() && done > 0) save(step);
     if (!c_.trace.empty()) {
-      pipe_->write_trace(c_.trace);
-      log_ << "wrote Chrome trace " << c_.trace << "\n";
+      // One file per rank in a multi-process job: <trace>.rank<r>.
+      const std::string path = world_ ? detail::concat(c_.trace, ".rank", world_->rank()) : c_.trace;
+      pipe_->write_trace(path);
+      log_ << "wrote Chrome trace " << path << (world_ ? " (and one per other rank)" : "") << "\n";
     }
     if (c_.final_eval) evaluate(step, /*final=*/true);
   }
 
+  NullBuffer null_buffer_;
+  std::ostream null_stream_;
   std::ostream& log_;
+  std::shared_ptr<Communicator> world_;
   TrainConfig c_;
   std::unique_ptr<Task> task_;
   std::unique_ptr<Pipeline> pipe_;
@@ -404,14 +462,14 @@ class Trainer {
 
 }  // namespace
 
-TrainSummary train(const TrainConfig& config, std::ostream& log) {
+TrainSummary train(const TrainConfig& config, std::ostream& log, std::shared_ptr<Communicator> world) {
   validate(config);
   if (config.print_params) {
     TrainSummary s;
     s.parameters = print_parameter_count(config, log);
     return s;
   }
-  Trainer trainer(config, log);
+  Trainer trainer(config, log, std::move(world));
   return trainer.run();
 }
 

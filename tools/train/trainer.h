@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <vector>
 
+#include "runtime/communicator.h"
 #include "tools/train/config.h"
 #include "tools/train/task.h"
 
@@ -39,7 +41,13 @@ struct TrainSummary {
   std::optional<EvalResult> final_eval;  // absent with --print-params or when disabled
 };
 
-TrainSummary train(const TrainConfig& config, std::ostream& log);
+// `world`: the job's processes when launched by mpirun (one per stage and
+// replica, K x R of them; Note [Processes]); null for one process. In a
+// multi-process job rank 0 writes the log, the metrics and the manifest of
+// each checkpoint; every rank writes its own shard (replica 0's ranks) and
+// takes part in every step and evaluation.
+TrainSummary train(const TrainConfig& config, std::ostream& log,
+                   std::shared_ptr<Communicator> world = nullptr);
 
 // --save's path for `step`: every "{step}" replaced by the step number
 // ("ck-{step}.safetensors" keeps one file per save; a plain path is overwritten).
