@@ -456,7 +456,6 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
           current = t;
           if (!train && t.kind == TaskKind::kBackward) continue;
           const int m = t.micro_batch;
-          if (fault) inject_fault(fault, dist_ ? dist_->info.world_rank : 0, ctx.step, m, t.kind);
           if (t.kind == TaskKind::kForward) {
             Message in;
             if (s == 0) {
@@ -467,6 +466,7 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
               in = fwd_in_[i]->receive(m, timeout);
             }
             watchdog_->set(i, detail::concat("running the forward of micro-batch ", m, " in stage ", s));
+            if (fault) inject_fault(fault, dist_ ? dist_->info.world_rank : 0, ctx.step, m, t.kind);
             const bool remat = train && rematerialises(opt_.remat, m, opt_.micro_batches);
             Message out;
             if (train) {

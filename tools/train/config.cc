@@ -329,6 +329,8 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--save-every", c.save_every, "also checkpoint every N steps")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", c.resume, "continue from this checkpoint (same model and data flags)");
+  app.add_flag("--final-eval,!--no-final-eval", c.final_eval,
+               "evaluate on the test split at the end (default on)");
   app.add_option("--metrics", c.metrics, "JSON-lines file: one record per step and per evaluation");
   app.add_option("--log-every", c.log_every, "progress line every N steps")
       ->capture_default_str()

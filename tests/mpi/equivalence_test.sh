@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One process per stage (K=2, K=4) and data-parallel replicas (K=2 R=2,
+# K=1 R=2) against the single-process run of the same K, R x M and N: the
+# same losses for 3 steps and the same parameters (and optimizer state)
+# after them. Transformer (dropout on, tied embeddings across cells) and
+# AmoebaNet (BatchNorm statistics summed across replicas). SGD, because
+# Adam turns the rounding noise of gradients that are zero in exact
+# arithmetic (attention key biases) into lr-sized steps.
+# --threads=1 everywhere: the intra-op split changes the rounding of
+# reductions, and a few steps of training amplify rounding differences.
+set -euo pipefail
+source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
+
+T="--model=transformer --threads=1 --batch=8 --steps=3 --optimizer=sgd --lr=0.1 --momentum=0.9 --lr-schedule=constant --eval-batches=1 --eval-sentences=2 --samples=0 --log-every=1"
+A="--model=amoebanet --threads=1 --normal-cells=1 --filters=8 --batch=8 --steps=3 --lr=0.01 --train-limit=64 --eval-batches=1 --log-every=1"
+
+check() {  # check NAME NP "FLAGS" "REFERENCE FLAGS" "MODEL FLAGS"
+  local name=$1 np=$2 flags=$3 ref=$4 model=$5
+  "$TRAIN" $model $ref --metrics=$name.ref.jsonl --save=$name.ref.safetensors > $name.ref.log
+  run "$np" $model $flags --metrics=$name.mpi.jsonl --save=$name.mpi.safetensors > $name.mpi.log 2>&1 || {
+    cat $name.mpi.log
+    exit 1
+  }
+  "$PY" "$COMPARE" losses $name.ref.jsonl $name.mpi.jsonl --rtol 1e-5
+  "$PY" "$COMPARE" tensors $name.ref.safetensors $name.mpi.safetensors --rtol 1e-4 --atol 1e-6
+  echo "ok: $name"
+}
+
+check t_k2 2 "--K=2 --M=2" "--K=2 --M=2" "$T"
+check t_k4 4 "--K=4 --M=4" "--K=4 --M=4" "$T"
+check t_k2r2 4 "--K=2 --M=2 --replicas=2" "--K=2 --M=4" "$T"
+check t_k2r2_stage 4 "--K=2 --M=2 --replicas=2 --layout=stage --schedule=1f1b" "--K=2 --M=4" "$T"
+# M=1 per replica for AmoebaNet: then the replica sum g0 + g1 is the
+# reference's own order, and the comparison is exact. (With M=2 it is
+# (g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3; BatchNorm on near-
+# constant channels amplifies that rounding to ~1e-4 within two steps.)
+check a_k2r2 4 "--K=2 --M=1 --replicas=2" "--K=2 --M=2" "$A"
+check a_k1r2 2 "--K=1 --M=1 --replicas=2" "--K=1 --M=2" "$A"
+echo "all MPI layouts match the single-process runs"
