@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -364,6 +365,14 @@ bool initialized() {
 }
 
 void abort_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Should MPI_Abort itself get stuck, leave anyway: a rank that exits
+  // non-zero makes mpirun end the others too.
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(code);
+  }).detach();
   // No mutex: another thread may hold it in a poll; the job ends either way.
   if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   std::string who = "gpipe_train";
   try {
     if (gpipe::mpi::launched_by_mpirun()) {
+      // Lines reach mpirun as they are written, even if the job is killed later.
+      std::setvbuf(stdout, nullptr, _IOLBF, 0);
       world = gpipe::mpi::world();
       if (world->size() > 1) who = "gpipe_train: rank " + std::to_string(world->rank());
       const std::string mismatch = flag_mismatch(*world, args);
