@@ -17,6 +17,7 @@
 #include "optim/safetensors.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "runtime/communicator.h"
 
 namespace gpipe::optim {
 namespace {
@@ -240,6 +241,102 @@ TEST_CASE("Checkpoint errors name the file and every problem; the model is untou
   // File-level problems come from load_safetensors.
   CHECK_THROWS_WITH(load_checkpoint(dir + "/nope.safetensors", fresh.tensors(), nullptr, nullptr),
                     Contains("no such file"));
+}
+
+}  // namespace
+}  // namespace gpipe::optim
+
+namespace gpipe::optim {
+namespace {
+
+// A one-member Communicator: enough for save_sharded_checkpoint's protocol
+// on one rank (the multi-rank protocol runs in tests/mpi).
+class SoloCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int world_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  void allreduce(double*, int64_t, ReduceOp, const char*) override {}
+  void allreduce(float*, int64_t, ReduceOp, const char*) override {}
+  void broadcast(std::string&, int, const char*) override {}
+  std::vector<std::string> allgather(const std::string& mine, const char*) override { return {mine}; }
+  void barrier(const char*) override {}
+  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SoloCommunicator>(); }
+  std::unique_ptr<Transport> transport(int, int, Device, std::string) override { return nullptr; }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+};
+
+TEST_CASE("A sharded checkpoint is a manifest over whole shards; any layout reads it") {
+  const std::string dir = fresh_dir("sharded");
+  const std::string path = dir + "/ck.safetensors";
+  TinyModel m(7);
+  Sgd opt(m.parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (auto& p : m.parameters()) p.tensor->set_grad(Tensor::full(p.tensor->shape(), 0.5, p.tensor->dtype()));
+  opt.step();
+  SoloCommunicator world;
+  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt, 3, {{"note", "x"}});
+  CHECK(fs::exists(path + ".step3.shard0of1"));
+  const SafetensorsFile manifest = load_safetensors(path);
+  CHECK(manifest.tensors.empty());
+  CHECK(manifest.metadata.at("gpipe.format") == "checkpoint-manifest/1");
+  CHECK(manifest.metadata.at("gpipe.shards") == "ck.safetensors.step3.shard0of1");
+
+  // Loads like a single file, into a fresh model and optimizer.
+  TinyModel fresh(99);
+  Sgd opt2(fresh.parameters(), {.lr = 0.1, .momentum = 0.9});
+  int64_t step = 0;
+  load_checkpoint(path, fresh.tensors(), &opt2, &step);
+  CHECK(step == 3);
+  CHECK(fresh.w.to_vector<float>() == m.w.to_vector<float>());
+  CHECK(read_checkpoint(path).metadata.at("note") == "x");
+
+  // A later save replaces the shards it supersedes.
+  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt, 5);
+  CHECK(fs::exists(path + ".step5.shard0of1"));
+  CHECK_FALSE(fs::exists(path + ".step3.shard0of1"));
+
+  // A missing shard is named; nothing half-loaded passes for a checkpoint.
+  fs::remove(path + ".step5.shard0of1");
+  CHECK_THROWS_WITH(read_checkpoint(path), Contains("shard") && Contains("is missing"));
+}
+
+TEST_CASE("A failed shard leaves no manifest and names the rank") {
+  const std::string dir = fresh_dir("sharded_fail");
+  TinyModel m(7);
+  Sgd opt(m.parameters(), {.lr = 0.1});
+  SoloCommunicator world;
+  const std::string path = dir + "/missing_folder/ck.safetensors";
+  CHECK_THROWS_WITH(save_sharded_checkpoint(world, {}, path, m.tensors(), opt, 1),
+                    Contains("was not taken") && Contains("rank 0"));
+  CHECK_FALSE(fs::exists(path));
+}
+
+TEST_CASE("Tied aliases let a cell's copy load from another cell's name") {
+  const std::string dir = fresh_dir("aliases");
+  // Saved by one process: the tied tensor once, under "enc.emb".
+  TinyModel m(3);
+  Adam opt(m.parameters(), {.lr = 0.01});
+  for (auto& p : m.parameters()) p.tensor->set_grad(Tensor::full(p.tensor->shape(), 0.25, p.tensor->dtype()));
+  opt.step();
+  save_checkpoint(dir + "/one.safetensors", m.tensors(), opt, 2);
+  // A later cell holding only its own copy, named "dec.emb" (as in a process per stage).
+  Tensor emb = make_parameter(Tensor::zeros(Shape{2, 2}));
+  Adam opt2({{"dec.emb", &emb}}, {.lr = 0.01});
+  const std::vector<NamedTensor> mine = {{"dec.emb", &emb}};
+  CHECK_THROWS_WITH(load_checkpoint(dir + "/one.safetensors", mine, &opt2, nullptr, {.allow_unexpected = true}),
+                    Contains("missing tensor 'dec.emb'"));
+  load_checkpoint(dir + "/one.safetensors", mine, &opt2, nullptr,
+                  {.allow_unexpected = true, .aliases = {{"enc.emb", "dec.emb"}}});
+  CHECK(emb.to_vector<float>() == m.emb.to_vector<float>());
+  auto state = [](const Optimizer& o, const std::string& name) {
+    for (const NamedTensor& s : o.state())
+      if (s.name == name) return s.tensor->to_vector<float>();
+    FAIL("no optimizer state " << name);
+    return std::vector<float>{};
+  };
+  CHECK(state(opt2, "dec.emb.exp_avg") == state(opt, "enc.emb.exp_avg"));
+  CHECK(state(opt2, "dec.emb.exp_avg_sq") == state(opt, "enc.emb.exp_avg_sq"));
 }
 
 }  // namespace

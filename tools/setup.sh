@@ -11,7 +11,9 @@ PACKAGES=(
   libcli11-dev        # @cli11
   zlib1g-dev          # //third_party:zlib
   libopenblas-dev     # //third_party:openblas (cblas.h)
-  python3-numpy       # /usr/bin/python3 helper scripts
+  python3-numpy       # /usr/bin/python3 helper scripts (benchmarks, tests/mpi/compare_runs.py)
+  libopenmpi-dev      # @mpi (runtime/mpi: one process per stage, replicas)
+  openmpi-bin         # mpirun (tests/mpi, multi-process gpipe_train)
   dataset-fashion-mnist
   iso-codes
 )
@@ -34,3 +36,8 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   "${missing[@]}" >/dev/null
 echo "setup: installed ${missing[*]}"
+# @mpi is generated from mpicxx; a workspace built before OpenMPI was
+# installed holds an empty one until it is fetched again.
+if [[ " ${missing[*]} " == *" libopenmpi-dev "* ]]; then
+  (cd "$(dirname "$0")/.." && bazel sync --only=mpi >/dev/null 2>&1) || true
+fi
