@@ -20,6 +20,7 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
+#include "runtime/mpi.h"
 #include "tools/bench_common.h"
 #include "tools/benchmarks.h"
 
@@ -146,7 +147,8 @@ Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch, const
   return t;
 }
 
-void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t expected_params) {
+// `extra`: more `"key": value` pairs, each starting with ", ".
+void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t expected_params, const std::string& extra) {
   int64_t act_max = 0, act_sum = 0, total_max = 0, param_b = 0, grad_b = 0, opt_b = 0;
   std::string per_device;
   for (const DeviceMemory& m : pipe.memory()) {
@@ -162,21 +164,39 @@ void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t ex
       "{\"median_s\": %.6f, \"best_s\": %.6f, \"steps\": %zu, \"params\": %ld, \"expected_params\": %ld, "
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
       "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
-      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"bubble\": %.4f}\n",
+      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"bubble\": %.4f%s}\n",
       median_of(t.seconds), *std::min_element(t.seconds.begin(), t.seconds.end()), t.seconds.size(),
       static_cast<long>(params), static_cast<long>(expected_params), t.losses.front(), t.losses.back(),
       static_cast<long>(act_max), static_cast<long>(act_sum), static_cast<long>(total_max), static_cast<long>(param_b),
       static_cast<long>(grad_b), static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(),
-      t.mean_bubble);
+      t.mean_bubble, extra.c_str());
   std::fflush(stdout);
 }
 
 }  // namespace
 
+// Bytes a boundary carries per step by the communication model: every
+// micro-batch's boundary activations forward, and the gradient of each
+// floating one backward (N examples in all, per boundary, K - 1 boundaries).
+// `specs` describe `spec_examples` examples; a replica's step has `n`.
+int64_t predicted_boundary_bytes(const std::vector<BundleSpec>& specs, const Partition& part, int64_t n,
+                                 int64_t spec_examples) {
+  int64_t bytes = 0;
+  for (int64_t c = 1; c < part.cells(); ++c)
+    for (const TensorSpec& t : specs[part.begin(c)]) {
+      const int64_t b = t.shape.numel() / spec_examples * n * static_cast<int64_t>(dtype_size(t.dtype));
+      bytes += is_floating(t.dtype) ? 2 * b : b;
+    }
+  return bytes;
+}
+
 int run_measure(const MeasureOptions& o) {
   GPIPE_CHECK(o.steps >= 1 && o.warmup >= 0, "measure: need --steps >= 1 and --warmup >= 0");
   Workload w = make_workload(o);
-  set_default_intra_op_threads(o.partitions * o.threads);  // the optimizer's thread budget
+  std::shared_ptr<Communicator> world;
+  if (mpi::launched_by_mpirun()) world = mpi::world();
+  // The optimizer's thread budget: every stage's cores in one process, one stage's otherwise.
+  set_default_intra_op_threads(world ? o.threads : o.partitions * o.threads);
   PipelineOptions po;
   po.partitions = o.partitions;
   po.micro_batches = o.micro_batches;
@@ -184,6 +204,15 @@ int run_measure(const MeasureOptions& o) {
   po.threads_per_stage = o.threads;
   if (!o.balance.empty()) po.balance = parse_balance(o.balance);
   po.trace = !o.trace_path.empty();
+  po.world = world;
+  po.replicas = o.replicas;
+  // Boundary shapes of one micro-batch (to predict the bytes sent), before the model moves in.
+  std::vector<BundleSpec> specs;
+  const int64_t micro = std::min<int64_t>(o.micro_batches * o.replicas, o.batch);
+  specs.push_back({});
+  const std::vector<Batch> one = split_micro_batches(w.batch, micro);
+  infer_specs(w.model.layers, spec_of(one[0].inputs), &specs);
+  specs.erase(specs.begin());
   Pipeline pipe(std::move(w.model), po, w.batch);
 
   std::unique_ptr<optim::Optimizer> opt;
@@ -193,9 +222,27 @@ int run_measure(const MeasureOptions& o) {
   int64_t params = 0;
   for (const NamedTensor& p : opt->parameters()) params += p.tensor->numel();
 
+  auto sent = [&] {
+    int64_t b = 0;
+    for (const auto& [name, bytes] : pipe.bytes_sent()) b += bytes;
+    return b;
+  };
+  const int64_t before = sent();
   const Timed t = run_steps(pipe, *opt, w.batch, o);
-  if (po.trace) pipe.write_trace(o.trace_path);
-  print_json(pipe, t, params, w.expected_params);
+  // Per step and per replica (replica 0's ranks; the others send as much).
+  double bytes = static_cast<double>(sent() - before) / static_cast<double>(o.warmup + t.seconds.size());
+  if (world) {
+    if (pipe.rank_info().replica != 0) bytes = 0;
+    world->allreduce(&bytes, 1, ReduceOp::kSum, "summing bytes sent");
+    double p = static_cast<double>(params);
+    world->allreduce(&p, 1, ReduceOp::kSum, "summing parameters");
+    params = static_cast<int64_t>(p) / o.replicas;
+  }
+  if (po.trace) pipe.write_trace(world ? detail::concat(o.trace_path, ".rank", world->rank()) : o.trace_path);
+  if (world && world->rank() != 0) return 0;
+  print_json(pipe, t, params, w.expected_params,
+             detail::concat(", \"bytes_per_step\": ", static_cast<int64_t>(bytes), ", \"predicted_bytes_per_step\": ",
+                            predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas, batch_size(one[0]))));
   return 0;
 }
 
@@ -207,6 +254,7 @@ std::string measure_in_child(const MeasureOptions& o) {
                     " --steps " + std::to_string(o.steps) + " --max-seconds " + std::to_string(o.max_seconds);
   if (!o.balance.empty()) cmd += " --balance " + o.balance;
   if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";
+  if (o.replicas > 1) cmd += " --replicas " + std::to_string(o.replicas);
   return run_json(cmd);
 }
 

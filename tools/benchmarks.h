@@ -39,6 +39,7 @@ struct MeasureOptions {
   double max_seconds = 30;               // stop timing after this many seconds (>= 1 timed step)
   bool quirk_maxpool = false;            // amoebanet: torchgpipe's AvgPool for max_pool_3x3
   std::string trace_path;                // write a Chrome trace of the timed steps here
+  int replicas = 1;                      // R (under mpirun: one process per stage and replica)
 };
 int run_measure(const MeasureOptions& opt);
 // Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.
@@ -73,6 +74,18 @@ struct PipelineBenchOptions {
   bool try_pipe = true;
 };
 int run_pipeline(const PipelineBenchOptions& opt);
+
+// Processes: W3 with one MPI rank per stage (K=2) against the in-process
+// K=2 run, data parallelism (R=2, K=1) against one process, and the bytes
+// each boundary carries per step against the paper's communication model.
+struct ProcessesBenchOptions {
+  std::vector<int> micro_batches{4, 8};
+  std::string remat = "except_last";
+  int warmup = 1, steps = 3;
+  int rounds = 2;  // alternate the variants this many times; medians of the rounds
+  std::string mpirun = "mpirun";
+};
+int run_processes(const ProcessesBenchOptions& opt);
 
 // W4: activation memory and step time with and without rematerialisation.
 struct RematBenchOptions {

@@ -5,6 +5,7 @@
 //   bazel run //tools:gpipe_bench -- pipeline      # W3 K=1 vs K=2 (+ PyTorch seq)
 //   bazel run //tools:gpipe_bench -- remat         # W4 activation memory
 //   bazel run //tools:gpipe_bench -- amoebanet     # W5 vs PyTorch
+//   bazel run //tools:gpipe_bench -- processes     # W3 over MPI ranks vs in-process; R=2 data parallel
 // PyTorch comes from benchmarks/setup_torch.sh's virtualenv (--python to override).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -80,6 +81,18 @@ CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
   return c;
 }
 
+CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "processes", "W3 with one MPI rank per stage vs in-process K=2; R=2 data parallel vs one process; bytes sent");
+  c->add_option("--micro-batches", o.micro_batches, "M values")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--remat", o.remat, "never | except_last | always");
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--rounds", o.rounds, "alternate the variants this many times")->check(CLI::PositiveNumber);
+  c->add_option("--mpirun", o.mpirun, "the MPI launcher");
+  return c;
+}
+
 // One gpipe measurement in this process (the subcommands above run it in a
 // fresh process per measurement); prints one JSON line.
 CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
@@ -98,6 +111,7 @@ CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
   c->add_option("--max-seconds", o.max_seconds, "timing budget");
   c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
   c->add_option("--trace", o.trace_path, "Chrome trace of the timed steps (measured bubble in the JSON)");
+  c->add_option("--replicas", o.replicas, "R (under mpirun: K x R ranks)");
   return c;
 }
 
@@ -114,6 +128,7 @@ int main(int argc, char** argv) {
   gpipe::bench::RematBenchOptions rm;
   gpipe::bench::AmoebaNetBenchOptions am;
   gpipe::bench::MeasureOptions me;
+  gpipe::bench::ProcessesBenchOptions pr;
   gemm.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note = am.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
   CLI::App* t = add_transformer(app, tr);
@@ -121,6 +136,7 @@ int main(int argc, char** argv) {
   CLI::App* r = add_remat(app, rm);
   CLI::App* a = add_amoebanet(app, am);
   CLI::App* m = add_measure(app, me);
+  CLI::App* pc = add_processes(app, pr);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -130,6 +146,7 @@ int main(int argc, char** argv) {
     if (r->parsed()) return gpipe::bench::run_remat(rm);
     if (a->parsed()) return gpipe::bench::run_amoebanet(am);
     if (m->parsed()) return gpipe::bench::run_measure(me);
+    if (pc->parsed()) return gpipe::bench::run_processes(pr);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpipe_bench: %s\n", e.what());
     return 1;
