@@ -238,9 +238,6 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
     }
     d.who = detail::concat("rank ", r.world_rank, " (stage ", r.stage, " of ", k, ", replica ", r.replica, " of ",
                            opt_.replicas, ")");
-    d.pipe = d.world->split(r.replica, r.stage);
-    d.replicas = d.world->split(r.stage, r.replica);
-    GPIPE_ASSERT(d.pipe->rank() == r.stage && d.replicas->rank() == r.replica);
   }
 
   // Costs, from the shapes of one micro-batch of the sample.
@@ -276,6 +273,22 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == k, "pipeline: got ",
               opt_.devices.size(), " devices for K = ", k, " cells (give K devices, or one for all cells)");
   for (int s = 0; s < k; ++s) stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s]);
+  if (dist_) {
+    // One kind of device for the whole job: GPU stages talk through the
+    // device's communicator (NCCL when the CUDA runtime is linked in).
+    Dist& d = *dist_;
+    const RankInfo& r = d.info;
+    const Device mine = stage_devices_[r.stage];
+    double kind[2] = {static_cast<double>(mine.type), static_cast<double>(mine.type)};
+    d.world->allreduce(&kind[0], 1, ReduceOp::kMin, "comparing the stages' device kinds");
+    d.world->allreduce(&kind[1], 1, ReduceOp::kMax, "comparing the stages' device kinds");
+    GPIPE_CHECK(kind[0] == kind[1], d.who, ": the stages of a multi-process job must all be on CPUs or all on GPUs (this "
+                "rank's is ", mine, ")");
+    d.world = communicator_for(d.world, mine);
+    d.pipe = d.world->split(r.replica, r.stage);
+    d.replicas = d.world->split(r.stage, r.replica);
+    GPIPE_ASSERT(d.pipe->rank() == r.stage && d.replicas->rank() == r.replica);
+  }
   for (int s = 0; s < k; ++s) {
     int64_t params = 0;
     for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) params += model_.layers[i]->parameter_count();
@@ -686,7 +699,7 @@ void Pipeline::sync_replicas() {
       at += stat_sizes[i];
     }
   }
-  // One flat float32/float64 buffer per dtype, on the CPU.
+  // One flat float32/float64 buffer per dtype.
   NoGradGuard no_grad;
   MemoryCategoryGuard cat(MemoryCategory::kGradient);
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
@@ -694,12 +707,14 @@ void Pipeline::sync_replicas() {
     for (size_t i = 0; i < params.size(); ++i)
       if (defined[i] > 0 && params[i]->dtype() == dt) n += params[i]->numel();
     if (n == 0) continue;
-    Tensor flat = Tensor::zeros(Shape{n}, dt, kCpu);
+    // On the stage's device, so a device communicator (NCCL) reduces it in place.
+    Tensor flat = Tensor::zeros(Shape{n}, dt, stage_devices_[first_stage_]);
     int64_t at = 0;
     for (size_t i = 0; i < params.size(); ++i) {
       if (defined[i] == 0 || params[i]->dtype() != dt) continue;
       const int64_t len = params[i]->numel();
-      if (params[i]->grad().defined()) ops::narrow(flat, 0, at, len).copy_from(ops::reshape(params[i]->grad().to(kCpu), {len}));
+      if (params[i]->grad().defined())
+        ops::narrow(flat, 0, at, len).copy_from(ops::reshape(params[i]->grad().to(flat.device()), {len}));
       at += len;
     }
     dist_->replicas->allreduce_sum(flat, "all-reducing gradients over replicas");

@@ -25,9 +25,27 @@ T get(const std::string& in, size_t& at) {
 
 }  // namespace
 
+static DeviceCommunicatorFactory& factory_slot(DeviceType type) {
+  static DeviceCommunicatorFactory slots[kNumDeviceTypes] = {};
+  return slots[static_cast<int>(type)];
+}
+
+void register_device_communicator(DeviceType type, DeviceCommunicatorFactory factory) { factory_slot(type) = factory; }
+
+std::shared_ptr<Communicator> communicator_for(std::shared_ptr<Communicator> base, Device device) {
+  DeviceCommunicatorFactory f = factory_slot(device.type);
+  return device.is_cpu() || f == nullptr ? base : f(std::move(base), device);
+}
+
 void Communicator::allreduce_sum(Tensor& t, const char* what) {
-  GPIPE_CHECK(t.device().is_cpu(), what, ": this communicator reduces CPU tensors, got one on ", t.device());
   GPIPE_CHECK(t.is_contiguous(), what, ": allreduce needs a contiguous tensor");
+  if (!t.device().is_cpu()) {  // staged through host memory
+    NoGradGuard no_grad;
+    Tensor host = t.to(kCpu).contiguous();
+    allreduce_sum(host, what);
+    t.copy_from(host.to(t.device()));
+    return;
+  }
   if (t.dtype() == DType::kFloat32)
     allreduce(t.data<float>(), t.numel(), ReduceOp::kSum, what);
   else if (t.dtype() == DType::kFloat64)

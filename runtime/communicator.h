@@ -57,6 +57,16 @@ class Communicator {
   double timeout_ = 600;
 };
 
+// Device communicators: a GPU backend registers, at load time, how to wrap
+// an MPI communicator so that collectives on its tensors and transports
+// between its devices use the device's own library (NCCL for kCUDA;
+// runtime/cuda/nccl.h). communicator_for() returns `base` itself for CPU
+// devices or when nothing is registered (tensors are then staged through
+// host memory). Collective over `base`: every member calls it alike.
+using DeviceCommunicatorFactory = std::shared_ptr<Communicator> (*)(std::shared_ptr<Communicator> base, Device device);
+void register_device_communicator(DeviceType type, DeviceCommunicatorFactory factory);
+std::shared_ptr<Communicator> communicator_for(std::shared_ptr<Communicator> base, Device device);
+
 // Message <-> bytes, for transports and broadcasts. The header describes
 // every tensor (defined, wants-gradient flag, dtype, shape); payloads follow
 // in order, each tensor's bytes contiguous.

@@ -61,6 +61,9 @@ case "$mode" in
     run_step "build --config=cuda //..." bazel build --config=cuda --jobs="$JOBS" //...
     run_step "test //tests/cuda/..." bazel test --config=cuda --jobs="$JOBS" --test_output=all \
       --test_env=GPIPE_CUDNN_LOG=1 //tests/cuda/...
+    # Multi-process stages on the GPU (NCCL between ranks; needs OpenMPI on the GPU machine).
+    run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
+      --test_env=GPIPE_TEST_DEVICES=cuda:0 //tests/mpi:equivalence_test
     # shellcheck disable=SC2086
     run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
     ;;
