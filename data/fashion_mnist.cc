@@ -104,32 +104,44 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t l
 ImageDataset load_fashion_mnist(const std::string& dir, bool train, const FashionMnistOptions& options) {
   const std::string image_path = file_name(dir, train, "images-idx3");
   const std::string label_path = file_name(dir, train, "labels-idx1");
-  IdxArray images = read_idx_gz(image_path, 0x0803, options.limit);
-  IdxArray labels = read_idx_gz(label_path, 0x0801, options.limit);
-
   const int64_t side = kFashionMnistSide;
-  GPIPE_CHECK(images.dims.size() == 3 && images.dims[1] == side && images.dims[2] == side, image_path,
-              ": expected images of shape [N, 28, 28], got ", Shape(images.dims));
-  GPIPE_CHECK(labels.dims.size() == 1, label_path, ": expected labels of shape [N], got ", Shape(labels.dims));
-  GPIPE_CHECK(images.dims[0] == labels.dims[0], image_path, " holds ", images.dims[0], " images but ",
-              label_path, " holds ", labels.dims[0], " labels; expected equal counts");
   GPIPE_CHECK(options.std > 0, "load_fashion_mnist: std must be positive, got ", options.std);
-
-  const int64_t n = static_cast<int64_t>(labels.data.size());
   MemoryCategoryGuard guard(MemoryCategory::kWorkspace);
   ImageDataset ds;
-  ds.images = Tensor::empty(Shape{n, 1, side, side}, DType::kFloat32);
-  ds.labels = Tensor::empty(Shape{n}, DType::kInt64);
-  float* px = ds.images.data<float>();
-  const float scale = options.normalize ? static_cast<float>(1.0 / (255.0 * options.std)) : 1.0f / 255.0f;
-  const float shift = options.normalize ? static_cast<float>(options.mean / options.std) : 0.0f;
-  for (size_t i = 0; i < images.data.size(); ++i) px[i] = static_cast<float>(images.data[i]) * scale - shift;
-  int64_t* lb = ds.labels.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    GPIPE_CHECK(labels.data[i] < kFashionMnistClasses, label_path, ": label ", int{labels.data[i]},
-                " of example ", i, " is out of range; expected 0..9");
-    lb[i] = labels.data[i];
+  int64_t image_count = -1, label_count = -1;
+  if (options.images) {
+    IdxArray images = read_idx_gz(image_path, 0x0803, options.limit);
+    GPIPE_CHECK(images.dims.size() == 3 && images.dims[1] == side && images.dims[2] == side, image_path,
+                ": expected images of shape [N, 28, 28], got ", Shape(images.dims));
+    image_count = images.dims[0];
+    const int64_t n = static_cast<int64_t>(images.data.size() / (side * side));
+    ds.images = Tensor::empty(Shape{n, 1, side, side}, DType::kFloat32);
+    float* px = ds.images.data<float>();
+    const float scale = options.normalize ? static_cast<float>(1.0 / (255.0 * options.std)) : 1.0f / 255.0f;
+    const float shift = options.normalize ? static_cast<float>(options.mean / options.std) : 0.0f;
+    for (size_t i = 0; i < images.data.size(); ++i) px[i] = static_cast<float>(images.data[i]) * scale - shift;
   }
+  if (options.labels || !options.images) {
+    // Without either part, the label file's header still gives the count.
+    IdxArray labels = read_idx_gz(label_path, 0x0801, options.labels ? options.limit : 0);
+    GPIPE_CHECK(labels.dims.size() == 1, label_path, ": expected labels of shape [N], got ", Shape(labels.dims));
+    label_count = labels.dims[0];
+    if (options.labels) {
+      const int64_t n = static_cast<int64_t>(labels.data.size());
+      ds.labels = Tensor::empty(Shape{n}, DType::kInt64);
+      int64_t* lb = ds.labels.data<int64_t>();
+      for (int64_t i = 0; i < n; ++i) {
+        GPIPE_CHECK(labels.data[i] < kFashionMnistClasses, label_path, ": label ", int{labels.data[i]},
+                    " of example ", i, " is out of range; expected 0..9");
+        lb[i] = labels.data[i];
+      }
+    }
+  }
+  if (image_count >= 0 && label_count >= 0)
+    GPIPE_CHECK(image_count == label_count, image_path, " holds ", image_count, " images but ", label_path, " holds ",
+                label_count, " labels; expected equal counts");
+  const int64_t total = std::max(image_count, label_count);
+  ds.count = options.limit >= 0 ? std::min(options.limit, total) : total;
   return ds;
 }
 

@@ -7,6 +7,7 @@
 //   Batch b = batches.next();  // inputs {images [128,1,28,28]}, targets {labels [128]}
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,9 +25,12 @@ inline constexpr double kFashionMnistMean = 0.2860;
 inline constexpr double kFashionMnistStd = 0.3530;
 
 struct ImageDataset {
-  Tensor images;  // [N, 1, 28, 28] float32, CPU
-  Tensor labels;  // [N] int64 in [0, 10), CPU
-  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+  Tensor images;  // [N, 1, 28, 28] float32, CPU (undefined if not read)
+  Tensor labels;  // [N] int64 in [0, 10), CPU (undefined if not read)
+  int64_t count = -1;  // N when neither part was read (only counted)
+  int64_t size() const {
+    return labels.defined() ? labels.size(0) : images.defined() ? images.size(0) : std::max<int64_t>(count, 0);
+  }
 };
 
 struct FashionMnistOptions {
@@ -34,6 +38,9 @@ struct FashionMnistOptions {
   bool normalize = false;  // false: pixels in [0, 1]; true: (x - mean) / std
   double mean = kFashionMnistMean;
   double std = kFashionMnistStd;
+  // Which parts to read: a pipeline stage reads only what it consumes (the
+  // first the images, the last the labels); with neither, only the count.
+  bool images = true, labels = true;
 };
 
 // Reads <dir>/{train,t10k}-images-idx3-ubyte.gz and the matching labels file.

@@ -54,6 +54,22 @@ TEST_CASE("Fashion-MNIST: the first 100 real training examples", "[data][fashion
   CHECK(std::accumulate(px.begin(), px.begin() + 784, 0.0) == Approx(76247.0 / 255.0).epsilon(1e-5));
 }
 
+TEST_CASE("Fashion-MNIST: a pipeline stage reads only its part", "[data][fashion_mnist]") {
+  const ImageDataset both = load_fashion_mnist(kFashionMnistDir, /*train=*/true, {.limit = 50});
+  const ImageDataset images = load_fashion_mnist(kFashionMnistDir, true, {.limit = 50, .labels = false});
+  const ImageDataset labels = load_fashion_mnist(kFashionMnistDir, true, {.limit = 50, .images = false});
+  const ImageDataset neither = load_fashion_mnist(kFashionMnistDir, true, {.images = false, .labels = false});
+  CHECK_FALSE(images.labels.defined());
+  CHECK(images.images.to_vector<float>() == both.images.to_vector<float>());
+  CHECK_FALSE(labels.images.defined());
+  CHECK(labels.labels.to_vector<int64_t>() == both.labels.to_vector<int64_t>());
+  CHECK(images.size() == 50);
+  CHECK(labels.size() == 50);
+  CHECK_FALSE(neither.images.defined());
+  CHECK_FALSE(neither.labels.defined());
+  CHECK(neither.size() == 60000);
+}
+
 TEST_CASE("Fashion-MNIST: the whole test set, normalised", "[data][fashion_mnist]") {
   ImageDataset ds = load_fashion_mnist(kFashionMnistDir, /*train=*/false, {.normalize = true});
   REQUIRE(ds.size() == 10000);

@@ -120,6 +120,17 @@ RankLayout parse_rank_layout(const std::string& name) {
   throw Error(detail::concat("unknown rank layout '", name, "' (expected pipeline or stage)"));
 }
 
+RankInfo rank_info_for(int rank, int stages, int replicas, RankLayout layout) {
+  RankInfo r;
+  r.world_rank = rank;
+  r.world_size = stages * replicas;
+  r.stages = stages;
+  r.replicas = replicas;
+  r.stage = layout == RankLayout::kPipelineMajor ? rank % stages : rank / replicas;
+  r.replica = layout == RankLayout::kPipelineMajor ? rank / stages : rank % replicas;
+  return r;
+}
+
 const char* rank_layout_name(RankLayout l) { return l == RankLayout::kPipelineMajor ? "pipeline" : "stage"; }
 
 // Note [Processes]: in a multi-process job every rank builds the whole model
@@ -229,19 +240,25 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
     GPIPE_CHECK(r.world_size == k * opt_.replicas, "pipeline: the job has ", r.world_size, " processes but K x R = ", k,
                 " x ", opt_.replicas, " = ", k * opt_.replicas, " (run mpirun -np ", k * opt_.replicas,
                 ", or change --K/--replicas)");
-    if (opt_.layout == RankLayout::kPipelineMajor) {
-      r.stage = r.world_rank % k;
-      r.replica = r.world_rank / k;
-    } else {
-      r.stage = r.world_rank / opt_.replicas;
-      r.replica = r.world_rank % opt_.replicas;
-    }
+    const RankInfo place = rank_info_for(r.world_rank, k, opt_.replicas, opt_.layout);
+    r.stage = place.stage;
+    r.replica = place.replica;
     d.who = detail::concat("rank ", r.world_rank, " (stage ", r.stage, " of ", k, ", replica ", r.replica, " of ",
                            opt_.replicas, ")");
   }
 
-  // Costs, from the shapes of one micro-batch of the sample.
-  const std::vector<Batch> sample_micro = split_micro_batches(sample, std::min<int64_t>(opt_.micro_batches, batch_size(sample)));
+  // Costs, from the shapes of one micro-batch of the sample. In a
+  // multi-process job only the first stage has inputs: rank 0 (stage 0)
+  // shares their shapes (the others need no values).
+  Batch shaped = sample;
+  if (dist_) {
+    Message m;
+    if (dist_->info.world_rank == 0) m.tensors = sample.inputs;
+    std::string header = encode_header(m);
+    dist_->world->broadcast(header, 0, "sharing the sample batch's shapes");
+    if (dist_->info.world_rank != 0) shaped = Batch{decode_header(header, kCpu).tensors, {}};
+  }
+  const std::vector<Batch> sample_micro = split_micro_batches(shaped, std::min<int64_t>(opt_.micro_batches, batch_size(shaped)));
   std::vector<BundleSpec> specs;
   const BundleSpec final_spec = infer_specs(model_.layers, spec_of(sample_micro[0].inputs), &specs);
   specs.push_back(final_spec);

@@ -73,6 +73,8 @@ struct RankInfo {
   int stage = 0, replica = 0;  // this process's stage (cell) and replica
   int stages = 1, replicas = 1;
 };
+// Where world rank `rank` of a K x R job sits under `layout`.
+RankInfo rank_info_for(int rank, int stages, int replicas, RankLayout layout);
 
 struct CellInfo {
   int64_t first_layer, last_layer;  // [first, last)

@@ -106,6 +106,10 @@ struct TrainConfig {
   int replicas = 1;                 // R: data-parallel copies of the K-stage pipeline
   std::string layout = "pipeline";  // pipeline | stage: which ranks form one pipeline
   bool sync_batchnorm = true;       // sum BatchNorm statistics over replicas (--no-sync-bn: per replica)
+
+  // ---- set by the trainer, not flags: the training data this process consumes ----
+  bool train_inputs = true;   // the first stage's
+  bool train_targets = true;  // the last stage's
 };
 
 // Parses gpipe_train's arguments (without the program name). Throws

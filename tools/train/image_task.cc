@@ -35,6 +35,9 @@ class ImageTask final : public Task {
     if (c.train_limit > 0) train_opt.limit = c.train_limit;
     FashionMnistOptions test_opt = train_opt;
     test_opt.limit = -1;
+    // Training data: only the part this process's stage consumes.
+    train_opt.images = c.train_inputs;
+    train_opt.labels = c.train_targets;
     train_ = load_fashion_mnist(dir_, /*train=*/true, train_opt);
     test_ = load_fashion_mnist(dir_, /*train=*/false, test_opt);
     rows_ = std::make_unique<StepRows>(train_.size(), c.batch, data_seed(c));
@@ -67,7 +70,10 @@ class ImageTask final : public Task {
         place[i] = {static_cast<bool>(coin & 1), static_cast<int64_t>((coin >> 8) % 5),
                     static_cast<int64_t>((coin >> 16) % 5)};
       }
-    return {{padded(gather_rows(train_.images, rows), place)}, {gather_rows(train_.labels, rows)}};
+    Batch b;
+    if (train_.images.defined()) b.inputs = {padded(gather_rows(train_.images, rows), place)};
+    if (train_.labels.defined()) b.targets = {gather_rows(train_.labels, rows)};
+    return b;
   }
 
   EvalResult evaluate(Pipeline& pipe) const override {

@@ -183,6 +183,12 @@ class Trainer {
             " x --replicas=", c_.replicas, " = ", c_.partitions * c_.replicas,
             " (expected mpirun -np K*R: one process per stage and replica)");
     if (processes == 1) world_.reset();
+    if (world_) {
+      // This process reads only the training data its stage consumes.
+      const RankInfo me = rank_info_for(world_->rank(), c_.partitions, c_.replicas, parse_rank_layout(c_.layout));
+      c_.train_inputs = me.stage == 0;
+      c_.train_targets = me.stage == c_.partitions - 1;
+    }
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
