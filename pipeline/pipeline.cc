@@ -441,7 +441,13 @@ void Pipeline::make_links() {
   if (s + 1 < k) predict_out_ = pipe.transport(s + 1, kPredict, dev, name("predictions", s, s + 1));
 }
 
-Pipeline::~Pipeline() = default;
+Pipeline::~Pipeline() {
+  // Links before the communicators they were made from (their progress threads use them).
+  links_.clear();
+  predict_in_.reset();
+  predict_out_.reset();
+  dist_.reset();
+}
 
 RankInfo Pipeline::rank_info() const { return dist_ ? dist_->info : RankInfo{0, 1, 0, 0, static_cast<int>(partition_.cells()), 1}; }
 

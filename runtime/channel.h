@@ -35,6 +35,9 @@ class Mailbox {
   Message take(int micro_batch, std::chrono::duration<double> timeout);
   void abort();
   void reset();  // forget messages and the abort flag (start of a step)
+  void clear_abort();  // the abort flag only (messages that arrived early stay)
+  // Every present and future take() throws gpipe::Error(`why`) (the sender side broke).
+  void fail(std::string why);
   const std::string& name() const { return name_; }
 
  private:
@@ -43,6 +46,7 @@ class Mailbox {
   std::condition_variable cv_;
   std::map<int, Message> messages_;
   bool aborted_ = false;
+  std::string failed_;
 };
 
 }  // namespace gpipe

@@ -82,11 +82,22 @@ struct Finalizer {
   }
 };
 
+// One direction of one boundary between two processes. The sending side
+// posts non-blocking sends (header, then each tensor's bytes) and returns at
+// once; the tensors stay alive here until the sends complete. The receiving
+// side runs a progress thread that takes every message from the peer as
+// soon as it arrives (header first, then the payloads straight into freshly
+// allocated tensors) and leaves it in a Mailbox keyed by micro-batch, so the
+// copy overlaps the stage's compute and receive() only waits for what has
+// not arrived yet. Each channel has its own communicator, so the thread may
+// take any tag from its peer.
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(MPI_Comm comm, int peer, int channel, Device device, std::string name, double timeout)
-      : comm_(comm), peer_(peer), channel_(channel), device_(device), name_(std::move(name)), timeout_(timeout) {}
+  MpiTransport(MPI_Comm comm, int peer, Device device, std::string name, double timeout)
+      : comm_(comm), peer_(peer), device_(device), name_(std::move(name)), timeout_(timeout), box_(name_) {}
   ~MpiTransport() override {
+    stop_ = true;
+    if (receiver_.joinable()) receiver_.join();
     try {
       flush(std::chrono::duration<double>(timeout_));
     } catch (...) {
@@ -103,7 +114,7 @@ class MpiTransport final : public Transport {
     }
     p.header = encode_header(msg);
     p.tensors = std::move(msg.tensors);
-    const int tag = tag_of(m);
+    const int tag = m & 0xFFFFF;
     std::lock_guard<std::mutex> lock(mpi_mutex());
     reap_locked();
     p.requests.emplace_back();
@@ -127,47 +138,8 @@ class MpiTransport final : public Transport {
   }
 
   Message receive(int m, std::chrono::duration<double> timeout) override {
-    const int tag = tag_of(m);
-    MPI_Message handle;
-    MPI_Status status;
-    auto what = [&] { return detail::concat(name_, ", micro-batch ", m); };
-    poll_until(
-        [&] {
-          int flag = 0;
-          check(MPI_Improbe(peer_, tag, comm_, &flag, &handle, &status), "MPI_Improbe");
-          return flag != 0;
-        },
-        timeout, what, &aborted_);
-    std::string header;
-    {
-      std::lock_guard<std::mutex> lock(mpi_mutex());
-      int count = 0;
-      check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
-      header.resize(static_cast<size_t>(count));
-      check(MPI_Mrecv(header.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE), "MPI_Mrecv");
-    }
-    Message msg = decode_header(header, device_.is_cpu() ? device_ : kCpu);
-    std::vector<MPI_Request> reqs;
-    {
-      std::lock_guard<std::mutex> lock(mpi_mutex());
-      for (Tensor& t : msg.tensors) {
-        if (!t.defined()) continue;
-        char* data = static_cast<char*>(t.raw_data());
-        for (size_t off = 0; off < t.nbytes(); off += kMaxChunk) {
-          reqs.emplace_back();
-          const int n = static_cast<int>(std::min<size_t>(kMaxChunk, t.nbytes() - off));
-          check(MPI_Irecv(data + off, n, MPI_BYTE, peer_, tag, comm_, &reqs.back()), "MPI_Irecv");
-        }
-      }
-    }
-    if (!reqs.empty())
-      poll_until(
-          [&] {
-            int flag = 0;
-            check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
-            return flag != 0;
-          },
-          timeout, what, &aborted_);
+    std::call_once(started_, [this] { receiver_ = std::thread([this] { receive_loop(); }); });
+    Message msg = box_.take(m, timeout);
     if (!device_.is_cpu()) {  // staged through host memory
       NoGradGuard no_grad;
       for (Tensor& t : msg.tensors)
@@ -176,8 +148,9 @@ class MpiTransport final : public Transport {
     return msg;
   }
 
-  void abort() override { aborted_ = true; }
-  void reset() override { aborted_ = false; }
+  void abort() override { box_.abort(); }
+  // Messages are kept: a neighbour that is a step ahead may already have sent the next step's.
+  void reset() override { box_.clear_abort(); }
 
   void flush(std::chrono::duration<double> timeout) override {
     if (pending_.empty()) return;
@@ -199,7 +172,64 @@ class MpiTransport final : public Transport {
     std::vector<MPI_Request> requests;
   };
 
-  int tag_of(int m) const { return (channel_ << 20) | (m & 0xFFFFF); }
+  // The progress thread: every message from the peer into the mailbox.
+  void receive_loop() {
+    auto pause = std::chrono::microseconds(2);
+    while (!stop_) {
+      int flag = 0;
+      MPI_Message handle;
+      MPI_Status status;
+      std::string header;
+      try {
+        {
+          std::lock_guard<std::mutex> lock(mpi_mutex());
+          check(MPI_Improbe(peer_, MPI_ANY_TAG, comm_, &flag, &handle, &status), "MPI_Improbe");
+          if (flag) {
+            int count = 0;
+            check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
+            header.resize(static_cast<size_t>(count));
+            check(MPI_Mrecv(header.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE), "MPI_Mrecv");
+          }
+        }
+        if (!flag) {
+          std::this_thread::sleep_for(pause);
+          pause = std::min(pause * 2, std::chrono::microseconds(500));
+          continue;
+        }
+        pause = std::chrono::microseconds(2);
+        const int m = status.MPI_TAG;
+        Message msg = decode_header(header, device_.is_cpu() ? device_ : kCpu);
+        std::vector<MPI_Request> reqs;
+        {
+          std::lock_guard<std::mutex> lock(mpi_mutex());
+          for (Tensor& t : msg.tensors) {
+            if (!t.defined()) continue;
+            char* data = static_cast<char*>(t.raw_data());
+            for (size_t off = 0; off < t.nbytes(); off += kMaxChunk) {
+              reqs.emplace_back();
+              const int n = static_cast<int>(std::min<size_t>(kMaxChunk, t.nbytes() - off));
+              check(MPI_Irecv(data + off, n, MPI_BYTE, peer_, m, comm_, &reqs.back()), "MPI_Irecv");
+            }
+          }
+        }
+        if (!reqs.empty())
+          poll_until(
+              [&] {
+                int done = 0;
+                check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
+                      "MPI_Testall");
+                return done != 0;
+              },
+              std::chrono::duration<double>(timeout_), [&] { return detail::concat(name_, ", micro-batch ", m); },
+              &stop_);
+        box_.put(m, std::move(msg));
+      } catch (const std::exception& e) {
+        // The waiting stage sees this as its failure (named by the mailbox).
+        box_.fail(detail::concat(name_, ": receiving failed: ", e.what()));
+        return;
+      }
+    }
+  }
 
   // Drops the sends that have completed (mutex held).
   void reap_locked() {
@@ -212,12 +242,15 @@ class MpiTransport final : public Transport {
   }
 
   MPI_Comm comm_;
-  int peer_, channel_;
+  int peer_;
   Device device_;
   std::string name_;
   double timeout_;
   std::vector<Pending> pending_;
-  std::atomic<bool> aborted_{false};
+  Mailbox box_;
+  std::atomic<bool> stop_{false};
+  std::once_flag started_;
+  std::thread receiver_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -231,13 +264,17 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
+    // One duplicate per transport channel (collective: every member builds
+    // this communicator at the same point), so links never share tags.
+    for (MPI_Comm& c : channels_) MPI_Comm_dup(comm_, &c);
   }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (owned_ && !finalized) {
+    if (!finalized) {
       std::lock_guard<std::mutex> lock(mpi_mutex());
-      MPI_Comm_free(&comm_);
+      for (MPI_Comm& c : channels_) MPI_Comm_free(&c);
+      if (owned_) MPI_Comm_free(&comm_);
     }
   }
 
@@ -299,8 +336,8 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) override {
     GPIPE_CHECK(peer >= 0 && peer < size_ && peer != rank_, "transport: bad peer ", peer, " (rank ", rank_, " of ",
                 size_, ")");
-    GPIPE_CHECK(channel >= 0 && channel < 1024, "transport: channel ", channel, " out of range [0, 1024)");
-    return std::make_unique<MpiTransport>(comm_, peer, channel, device, std::move(name), timeout_);
+    GPIPE_CHECK(channel >= 0 && channel < kChannels, "transport: channel ", channel, " out of range [0, ", kChannels, ")");
+    return std::make_unique<MpiTransport>(channels_[channel], peer, device, std::move(name), timeout_);
   }
 
   [[noreturn]] void abort(int code) override { abort_job(code); }
@@ -325,9 +362,11 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  static constexpr int kChannels = 4;
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1, world_rank_ = 0, local_size_ = 1;
+  MPI_Comm channels_[kChannels];
 };
 
 }  // namespace
