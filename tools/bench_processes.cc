@@ -23,10 +23,12 @@
 namespace gpipe::bench {
 namespace {
 
-// mpirun as root, oversubscription allowed, on this host only.
+// mpirun as root, oversubscription allowed, on this host only, over shared
+// memory (btl self,vader: without it OpenMPI also polls its TCP transport,
+// which cost the ranks 5-15% of their compute here).
 std::string mpirun(const ProcessesBenchOptions& opt, int np) {
   return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-         "OMPI_MCA_plm=isolated PMIX_MCA_gds=hash " +
+         "OMPI_MCA_plm=isolated PMIX_MCA_gds=hash OMPI_MCA_btl=self,vader " +
          opt.mpirun + " -np " + std::to_string(np) + " ";
 }
 
@@ -38,13 +40,15 @@ std::string measure_args(const MeasureOptions& o) {
 }
 
 struct Row {
-  std::vector<double> k1, inproc, mpi, ratio;
+  std::vector<double> k1, inproc, mpi, ratio, overhead;
   double bytes_inproc = 0, bytes_mpi = 0, predicted = 0;
 };
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  if (v.empty()) return 0;
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
 }  // namespace
@@ -72,6 +76,7 @@ int run_processes(const ProcessesBenchOptions& opt) {
       row.inproc.push_back(json_number(in, "median_s"));
       row.mpi.push_back(json_number(mp, "median_s"));
       row.ratio.push_back(row.inproc.back() / row.mpi.back());
+      row.overhead.push_back(row.mpi.back() - row.inproc.back());
       row.bytes_inproc = json_number(in, "bytes_per_step");
       row.bytes_mpi = json_number(mp, "bytes_per_step");
       row.predicted = json_number(mp, "predicted_bytes_per_step");
@@ -79,10 +84,11 @@ int run_processes(const ProcessesBenchOptions& opt) {
     const double k1 = median(row.k1), in = median(row.inproc), mp = median(row.mpi);
     const double ideal = 2.0 * m / (m + 1);
     std::printf("%3d %11.2f %13.2f %11.2f %9.3f %12.1f %10.3f %12.0f %12.0f %12.0f\n", m, 64 / k1, 64 / in, 64 / mp,
-                median(row.ratio), 1e3 * (mp - in), (k1 / mp) / ideal, row.bytes_mpi, row.bytes_inproc, row.predicted);
+                median(row.ratio), 1e3 * median(row.overhead), (k1 / mp) / ideal, row.bytes_mpi, row.bytes_inproc, row.predicted);
     std::fflush(stdout);
   }
-  std::printf("# MPI/in = in-process step time / MPI step time (same round); MPI effic = (K=1 / K=2 MPI) / (2M/(M+1))\n");
+  std::printf("# MPI/in = in-process step time / MPI step time, overhead = their difference (same round, median of\n"
+              "#   rounds); MPI effic = (K=1 / K=2 MPI) / (2M/(M+1))\n");
   std::printf("# bytes/step: all boundaries, forward + backward, headers included; predicted = activations of N\n"
               "#   examples at each boundary forward + gradients of the floating ones backward\n");
 

@@ -159,3 +159,26 @@ TEST_CASE("gpipe_train: a missing data directory is a runtime error naming it") 
   c = parse_train_flags({"--model=transformer", "--steps=1", "--data-dir=/nonexistent/locale"});
   CHECK_THROWS_WITH(train::train(c, log), Contains("/nonexistent/locale"));
 }
+
+TEST_CASE("gpipe_train flags: processes and replicas") {
+  const TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=4", "--steps=10", "--replicas=2",
+                                           "--layout=stage", "--no-sync-bn", "--timeout=30", "--watchdog=5"});
+  CHECK(c.replicas == 2);
+  CHECK(c.layout == "stage");
+  CHECK_FALSE(c.sync_batchnorm);
+  CHECK(c.timeout == 30);
+  CHECK(c.watchdog == 5);
+  CHECK(parse_train_flags({"--model=transformer", "--steps=1"}).sync_batchnorm);
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--replicas=0"}), Contains("--replicas"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--layout=ring"}), Contains("--layout"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--batch=8", "--M=4", "--replicas=4"}),
+             Contains("R x M = 16") && Contains("--batch >= R x M"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--timeout=0"}), Contains("--timeout"));
+}
+
+TEST_CASE("gpipe_train: replicas in one process are a usage error naming the launch") {
+  std::ostringstream log;
+  TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=2", "--steps=1", "--replicas=2",
+                                     "--batch=8"});
+  CHECK_THROWS_WITH(gpipe::train::train(c, log), Contains("launch with mpirun -np 4"));
+}
