@@ -393,7 +393,8 @@ void Pipeline::place_parameters() {
   for (TensorImpl* impl : order) {
     if (stages_of[impl].size() < 2) continue;
     auto it = local_copy.find(impl);
-    dist_ties_.push_back({impl->shape.numel(), stages_of[impl], it == local_copy.end() ? nullptr : it->second});
+    dist_ties_.push_back(
+        {impl->shape.numel(), impl->dtype, stages_of[impl], it == local_copy.end() ? nullptr : it->second});
   }
 }
 
@@ -620,35 +621,46 @@ StepResult Pipeline::train_step(const Batch& batch) {
     for (int m = 0; m < opt_.micro_batches; ++m) loss += stages_.back()->loss(m);
   if (dist_) {
     sync_replicas();
-    // One all-ranks reduction carries the tied gradients and the step's totals.
-    std::vector<double> buf;
-    for (const DistTie& t : dist_ties_) {
-      const size_t at = buf.size();
-      buf.resize(at + t.numel, 0.0);
-      if (t.local && t.local->grad().defined()) {
-        const Tensor g = t.local->grad().to(kCpu).to(DType::kFloat64).contiguous();
-        std::memcpy(buf.data() + at, g.data<double>(), t.numel * sizeof(double));
+    // Over all ranks: the step's totals and which tied tensors got a
+    // gradient anywhere (float64), then the tied gradients themselves, one
+    // flat tensor per dtype on this stage's device (a device communicator
+    // sums it in place).
+    std::vector<double> totals = {has_last ? loss : 0.0, has_last ? local_terms : 0.0,
+                                  has_last ? static_cast<double>(local_examples) : 0.0};
+    for (const DistTie& t : dist_ties_) totals.push_back(t.local && t.local->grad().defined() ? 1.0 : 0.0);
+    dist_->world->allreduce(totals.data(), static_cast<int64_t>(totals.size()), ReduceOp::kSum,
+                            "summing the step's loss over all ranks");
+    loss = totals[0];
+    r.loss_terms = totals[1];
+    r.examples = static_cast<int64_t>(totals[2]);
+    NoGradGuard no_grad;
+    MemoryCategoryGuard cat(MemoryCategory::kGradient);
+    const Device dev = stage_devices_[first_stage_];
+    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+      int64_t n = 0;
+      for (size_t i = 0; i < dist_ties_.size(); ++i)
+        if (totals[3 + i] > 0 && dist_ties_[i].dtype == dt) n += dist_ties_[i].numel;
+      if (n == 0) continue;
+      Tensor flat = Tensor::zeros(Shape{n}, dt, dev);
+      int64_t at = 0;
+      for (size_t i = 0; i < dist_ties_.size(); ++i) {
+        const DistTie& t = dist_ties_[i];
+        if (totals[3 + i] == 0 || t.dtype != dt) continue;
+        if (t.local && t.local->grad().defined())
+          ops::narrow(flat, 0, at, t.numel).copy_from(ops::reshape(t.local->grad().to(dev), {t.numel}));
+        at += t.numel;
+      }
+      dist_->world->allreduce_sum(flat, "summing tied gradients over the cells holding them");
+      at = 0;
+      for (size_t i = 0; i < dist_ties_.size(); ++i) {
+        const DistTie& t = dist_ties_[i];
+        if (totals[3 + i] == 0 || t.dtype != dt) continue;
+        if (t.local)
+          t.local->set_grad(
+              ops::reshape(ops::narrow(flat, 0, at, t.numel), t.local->shape().dims()).to(t.local->device()).clone());
+        at += t.numel;
       }
     }
-    const size_t totals = buf.size();
-    buf.push_back(has_last ? loss : 0.0);
-    buf.push_back(has_last ? local_terms : 0.0);
-    buf.push_back(has_last ? static_cast<double>(local_examples) : 0.0);
-    dist_->world->allreduce(buf.data(), static_cast<int64_t>(buf.size()), ReduceOp::kSum, "summing tied gradients and the step's loss");
-    size_t at = 0;
-    for (const DistTie& t : dist_ties_) {
-      if (t.local) {
-        NoGradGuard no_grad;
-        MemoryCategoryGuard cat(MemoryCategory::kGradient);
-        Tensor g = Tensor::from_vector<double>(std::vector<double>(buf.begin() + at, buf.begin() + at + t.numel),
-                                               t.local->shape());
-        t.local->set_grad(g.to(t.local->dtype()).to(t.local->device()));
-      }
-      at += t.numel;
-    }
-    loss = buf[totals];
-    r.loss_terms = buf[totals + 1];
-    r.examples = static_cast<int64_t>(buf[totals + 2]);
     if (opt_.check_finite && !std::isfinite(loss)) {
       zero_grad();
       for (auto& l : model_.layers) l->discard_step();

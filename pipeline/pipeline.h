@@ -176,6 +176,7 @@ class Pipeline {
   std::vector<std::vector<Tensor*>> ties_;  // per tied parameter: its copy in each local cell holding it
   struct DistTie {
     int64_t numel;
+    DType dtype;
     std::vector<int> stages;  // cells holding it
     Tensor* local;            // this process's copy, or null
   };
