@@ -77,26 +77,28 @@ std::string task_name(const Task& t) {
          std::to_string(t.micro_batch);
 }
 
-// Note [Fault injection]: GPIPE_FAULT="rank=R,step=S,micro=M,kind=K" makes
-// world rank R fail at the forward of micro-batch M in step S (1-based, as
-// the trainer counts): kind "throw" raises an error, "exit" ends the process
-// with code 3, "kill" sends itself SIGKILL, "hang" stops making progress.
+// Note [Fault injection]: GPIPE_FAULT="rank=R,step=S,micro=M,kind=K[,at=A]"
+// makes world rank R fail in step S (1-based, as the trainer counts): at the
+// forward of micro-batch M (at=forward, the default) or before summing its
+// gradients with its replicas (at=sync). Kind "throw" raises an error,
+// "exit" ends the process with code 3, "kill" sends itself SIGKILL, "hang"
+// stops making progress.
 // Tests use it to check that the job ends everywhere, in bounded time, with
 // the failure named. Unset in normal runs.
-void inject_fault(const char* spec, int rank, int64_t step, int m, TaskKind kind) {
-  if (kind != TaskKind::kForward) return;
+void inject_fault(const char* spec, int rank, int64_t step, int m, const char* where) {
   int want_rank = -1, want_micro = 0;
   long want_step = -1;
-  char what[16] = "throw";
+  char what[16] = "throw", at[16] = "forward";
   for (const char* p = spec; *p;) {
     if (std::sscanf(p, "rank=%d", &want_rank) == 1 || std::sscanf(p, "step=%ld", &want_step) == 1 ||
-        std::sscanf(p, "micro=%d", &want_micro) == 1 || std::sscanf(p, "kind=%15[a-z]", what) == 1) {
+        std::sscanf(p, "micro=%d", &want_micro) == 1 || std::sscanf(p, "kind=%15[a-z]", what) == 1 ||
+        std::sscanf(p, "at=%15[a-z]", at) == 1) {
     }
     const char* comma = std::strchr(p, ',');
     if (!comma) break;
     p = comma + 1;
   }
-  if (want_rank != rank || want_step != step + 1 || want_micro != m) return;
+  if (want_rank != rank || want_step != step + 1 || want_micro != m || std::strcmp(at, where) != 0) return;
   const std::string kind_name = what;
   if (kind_name == "kill") std::raise(SIGKILL);
   if (kind_name == "exit") std::_Exit(3);
@@ -147,7 +149,11 @@ struct Pipeline::Dist {
 // doing or waiting for; one report per limit elapsed.
 class Pipeline::Watchdog {
  public:
-  Watchdog(std::string who, double limit, int rows) : who_(std::move(who)), limit_(limit), state_(rows, "idle") {
+  // `hard_stop`: called once when a step outlives `hard_limit` seconds (a
+  // multi-process job ends itself there: Note [Large all-reduces]).
+  Watchdog(std::string who, double limit, int rows, double hard_limit = 0, std::function<void()> hard_stop = {})
+      : who_(std::move(who)), limit_(limit), hard_limit_(hard_limit), hard_stop_(std::move(hard_stop)),
+        state_(rows, "idle") {
     thread_ = std::thread([this] { loop(); });
   }
   ~Watchdog() {
@@ -182,6 +188,12 @@ class Pipeline::Watchdog {
       cv_.wait_for(lock, std::chrono::milliseconds(200));
       if (!running_ || stop_) continue;
       const double secs = seconds_since(started_);
+      if (hard_stop_ && hard_limit_ > 0 && secs > hard_limit_) {
+        std::fprintf(stderr, "gpipe watchdog: %s: step %ld has run for %ld s, past the timeout; ending the job (%s)\n",
+                     who_.c_str(), static_cast<long>(step_ + 1), static_cast<long>(secs), state_[0].c_str());
+        std::fflush(stderr);
+        hard_stop_();
+      }
       if (secs < limit_ * (reports_ + 1)) continue;
       ++reports_;
       std::ostringstream os;
@@ -195,7 +207,8 @@ class Pipeline::Watchdog {
   }
 
   std::string who_;
-  double limit_;
+  double limit_, hard_limit_;
+  std::function<void()> hard_stop_;
   std::vector<std::string> state_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -334,7 +347,15 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   make_links();
   schedule_ = make_schedule(opt_.schedule, k, opt_.micro_batches);
   const double watchdog = opt_.watchdog_seconds > 0 ? opt_.watchdog_seconds : opt_.timeout_seconds / 2;
-  watchdog_ = std::make_unique<Watchdog>(dist_ ? dist_->who : "pipeline", watchdog, local_stages);
+  if (dist_) {
+    // A step may take a few neighbour timeouts in all; past that, something
+    // no deadline covers is stuck (Note [Large all-reduces]): end the job.
+    std::shared_ptr<Communicator> world = dist_->world;
+    watchdog_ = std::make_unique<Watchdog>(dist_->who, watchdog, local_stages, 3 * opt_.timeout_seconds,
+                                           [world] { world->abort(1); });
+  } else {
+    watchdog_ = std::make_unique<Watchdog>("pipeline", watchdog, local_stages);
+  }
 }
 
 // Placement. A parameter used by several cells (tied weights) gets its own
@@ -481,7 +502,6 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
   };
   const char* fault = std::getenv("GPIPE_FAULT");  // testing hook: Note [Fault injection]
 
-  watchdog_->start_step(ctx.step);
   std::vector<std::function<void()>> jobs;
   for (int i = 0; i < local_stages; ++i) {
     jobs.push_back([&, i] {
@@ -503,7 +523,7 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
               in = fwd_in_[i]->receive(m, timeout);
             }
             watchdog_->set(i, detail::concat("running the forward of micro-batch ", m, " in stage ", s));
-            if (fault) inject_fault(fault, dist_ ? dist_->info.world_rank : 0, ctx.step, m, t.kind);
+            if (fault) inject_fault(fault, dist_ ? dist_->info.world_rank : 0, ctx.step, m, "forward");
             const bool remat = train && rematerialises(opt_.remat, m, opt_.micro_batches);
             Message out;
             if (train) {
@@ -548,7 +568,6 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
     });
   }
   const auto errors = run_all(workers_, std::move(jobs));
-  watchdog_->end_step();
   bool any = false;
   for (auto& e : errors) any = any || e != nullptr;
   if (!any) return;
@@ -573,6 +592,11 @@ void Pipeline::run_schedule(const std::vector<Batch>& micro, const StepContext& 
 
 StepResult Pipeline::train_step(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
+  watchdog_->start_step(step_);
+  struct EndStep {
+    Watchdog* w;
+    ~EndStep() { w->end_step(); }
+  } end_step{watchdog_.get()};
   StepResult r;
   const int k = static_cast<int>(partition_.cells());
   const int last_local = first_stage_ + static_cast<int>(stages_.size()) - 1;
@@ -620,7 +644,9 @@ StepResult Pipeline::train_step(const Batch& batch) {
   if (has_last)
     for (int m = 0; m < opt_.micro_batches; ++m) loss += stages_.back()->loss(m);
   if (dist_) {
+    watchdog_->set(0, "summing gradients with this stage's replicas");
     sync_replicas();
+    watchdog_->set(0, "summing the step's loss and tied gradients over all ranks");
     // Over all ranks: the step's totals and which tied tensors got a
     // gradient anywhere (float64), then the tied gradients themselves, one
     // flat tensor per dtype on this stage's device (a device communicator
@@ -734,6 +760,7 @@ void Pipeline::sync_replicas() {
       at += stat_sizes[i];
     }
   }
+  if (const char* fault = std::getenv("GPIPE_FAULT")) inject_fault(fault, dist_->info.world_rank, step_, 0, "sync");
   // One flat float32/float64 buffer per dtype.
   NoGradGuard no_grad;
   MemoryCategoryGuard cat(MemoryCategory::kGradient);
@@ -757,7 +784,8 @@ void Pipeline::sync_replicas() {
     for (size_t i = 0; i < params.size(); ++i) {
       if (defined[i] == 0 || params[i]->dtype() != dt) continue;
       const int64_t len = params[i]->numel();
-      params[i]->set_grad(ops::reshape(ops::narrow(flat, 0, at, len), params[i]->shape().dims()).to(params[i]->device()).clone());
+      // A view of the summed buffer: no second copy of every gradient.
+      params[i]->set_grad(ops::reshape(ops::narrow(flat, 0, at, len), params[i]->shape().dims()));
       at += len;
     }
   }

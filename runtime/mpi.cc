@@ -31,11 +31,13 @@ void check(int rc, const char* call) {
 }
 
 // Polls `done()` (which makes one MPI call under the mutex) until it returns
-// true; sleeps a little longer each time so a waiting rank does not steal
-// its neighbour's core; throws after `timeout` with `what_waited`.
+// true; sleeps a little longer each time (up to `max_pause`) so a waiting
+// rank does not steal its neighbour's core; throws after `timeout` with
+// `what_waited`.
 template <class Done, class What>
 void poll_until(Done done, std::chrono::duration<double> timeout, What what_waited,
-                const std::atomic<bool>* aborted = nullptr) {
+                const std::atomic<bool>* aborted = nullptr,
+                std::chrono::microseconds max_pause = std::chrono::microseconds(500)) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   auto pause = std::chrono::microseconds(2);
   while (true) {
@@ -48,10 +50,12 @@ void poll_until(Done done, std::chrono::duration<double> timeout, What what_wait
       throw Error(detail::concat("timed out after ", timeout.count(), " s waiting for ", what_waited(),
                                  " (is a rank stuck or dead? raise --timeout for slow steps)"));
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(500));
+    pause = std::min(pause * 2, max_pause);
   }
 }
 
+// A non-blocking collective advances only inside MPI calls, one round per
+// call, so it is polled often (a large all-reduce has many rounds).
 void wait_request(MPI_Request* req, double timeout, const std::string& what) {
   poll_until(
       [&] {
@@ -59,7 +63,7 @@ void wait_request(MPI_Request* req, double timeout, const std::string& what) {
         check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
         return flag != 0;
       },
-      std::chrono::duration<double>(timeout), [&] { return what; });
+      std::chrono::duration<double>(timeout), [&] { return what; }, nullptr, std::chrono::microseconds(10));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -358,11 +362,21 @@ class MpiCommunicator final : public Communicator {
     for (int64_t off = 0; off < n; off += kMaxChunk / 8) {
       const int len = static_cast<int>(std::min<int64_t>(kMaxChunk / 8, n - off));
       char* p = static_cast<char*>(data) + off * elem;
+      if (static_cast<int64_t>(len) * elem >= kBlockingReduceBytes) {
+        // Note [Large all-reduces]: OpenMPI's blocking all-reduce (its tuned
+        // algorithms) took half the time of MPI_Iallreduce on gradients of
+        // tens of MB here. It cannot time out by itself; the pipeline's
+        // watchdog ends the job when a step outlives its timeout.
+        std::lock_guard<std::mutex> lock(mpi_mutex());
+        check(MPI_Allreduce(MPI_IN_PLACE, p, len, type, mpi_op(op), comm_), what);
+        continue;
+      }
       collective([&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, p, len, type, mpi_op(op), comm_, r); }, what);
     }
   }
 
   static constexpr int kChannels = 4;
+  static constexpr int64_t kBlockingReduceBytes = 1 << 20;
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1, world_rank_ = 0, local_size_ = 1;

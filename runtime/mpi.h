@@ -6,9 +6,11 @@
 // mpi::world() initialises MPI on first use (MPI_THREAD_SERIALIZED or
 // better; every MPI call in gpipe goes through one process-wide mutex, so
 // the pipeline's worker thread and the caller may both use it) and
-// finalises it at exit. Blocking MPI calls are never used: sends, receives
-// and collectives are non-blocking requests polled against a deadline, so a
-// stuck peer makes the waiting rank throw instead of hang.
+// finalises it at exit. Sends, receives and collectives are non-blocking
+// requests polled against a deadline, so a stuck peer makes the waiting rank
+// throw instead of hang; the one exception is an all-reduce of 1 MiB or more
+// (gradients), which uses the faster blocking MPI_Allreduce (Note [Large
+// all-reduces]) and is bounded by the pipeline's watchdog instead.
 #pragma once
 
 #include <memory>

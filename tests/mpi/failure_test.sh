@@ -36,6 +36,11 @@ expect_failure hang 60 "timed out after 4 s waiting for activations of stage 0 \
 grep -q "gpipe watchdog: rank 1 (stage 1 of 2, replica 0 of 1): step 2 has run for" hang.log || {
   echo "FAIL hang: no watchdog report"; cat hang.log; exit 1; }
 
+# Rank 1 hangs where its replica partner sits in the (blocking) gradient
+# all-reduce: the partner's watchdog ends the job after 3 x --timeout.
+expect_failure hang_sync 60 "gpipe watchdog: rank 0 \(stage 0 of 1, replica 0 of 2\): step 2 has run for .* past the timeout; ending the job" \
+  env GPIPE_FAULT=rank=1,step=2,micro=0,kind=hang,at=sync timeout 120 mpirun -x GPIPE_FAULT -np 2 "$TRAIN" $T --K=1 --M=1 --replicas=2 --timeout=3
+
 # 3 processes for K=2 x R=1: every rank says so.
 expect_failure count 30 "the job has 3 processes but --K=2 x --replicas=1 = 2" run 3 $T --K=2 --M=2
 test "$(grep -c "the job has 3 processes" count.log)" -eq 3 || { echo "FAIL count: not one message per rank"; cat count.log; exit 1; }
