@@ -16,6 +16,7 @@
 #include <iomanip>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "core/parallel.h"
 #include "data/loader.h"
@@ -193,8 +194,15 @@ class Trainer {
     task_ = make_task(c_);  // loads the data; before anything slow is built
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
     log_ << task_->describe() << "\n";
-    // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all stages.
-    if (c_.threads > 0) set_default_intra_op_threads(c_.threads * c_.partitions);
+    // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all
+    // this process's stages: all K in one process, one under mpirun, where the
+    // host's cores are shared by its ranks.
+    if (world_) {
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      set_default_intra_op_threads(c_.threads > 0 ? c_.threads : std::max(1, cores / world_->local_size()));
+    } else if (c_.threads > 0) {
+      set_default_intra_op_threads(c_.threads * c_.partitions);
+    }
     pipe_ = std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_, world_), task_->batch_at(0));
     summary_.parameters = model_parameter_count(c_);
     log_ << pipe_->describe() << setup_line() << "\n";
