@@ -1,0 +1,186 @@
+// The multi-process pipeline (Note [Processes]) with threads as ranks
+// (LocalGroup), so its logic runs in every test run and under
+// ThreadSanitizer: K x R ranks, each with its own Pipeline, must compute
+// what one process computes with the same K and R x M micro-batches, for
+// both rank layouts and with tied weights and dropout; a non-finite loss is
+// skipped on every rank; checkpoint names line up across layouts.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "models/transformer.h"
+#include "ops/ops.h"
+#include "optim/sgd.h"
+#include "pipeline/pipeline.h"
+#include "runtime/local_group.h"
+
+using namespace gpipe;
+using Catch::Contains;
+
+namespace {
+
+models::TransformerConfig tiny(double dropout) {
+  models::TransformerConfig c;
+  c.layers = 2;
+  c.ffn = 24;
+  c.heads = 2;
+  c.dim = 8;
+  c.vocab = 17;
+  c.max_len = 8;
+  c.dropout = dropout;
+  c.seed = 11;
+  return c;
+}
+
+Batch token_batch(int64_t n, uint64_t seed) {
+  std::vector<int64_t> src, tin, tout;
+  uint64_t x = seed;
+  auto next = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int64_t>(3 + (x >> 33) % 14);
+  };
+  for (int64_t i = 0; i < n * 5; ++i) src.push_back(next());
+  for (int64_t i = 0; i < n * 4; ++i) tin.push_back(next());
+  for (int64_t i = 0; i < n * 4; ++i) tout.push_back(next());
+  for (int64_t i = 0; i < n; i += 2) src[i * 5 + 4] = 0;  // padding
+  tout[3] = 0;                                            // an ignored label
+  return {{Tensor::from_vector(src, Shape{n, 5}), Tensor::from_vector(tin, Shape{n, 4})},
+          {Tensor::from_vector(tout, Shape{n, 4})}};
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> params;  // every rank's, by name
+};
+
+constexpr int kSteps = 3;
+
+void train(Pipeline& pipe, const std::vector<Batch>& batches, std::vector<double>* losses) {
+  optim::Sgd opt(pipe.parameters(), {.lr = 0.2, .momentum = 0.9});
+  for (const Batch& b : batches) {
+    const StepResult r = pipe.train_step(b);
+    pipe.clip_grad_norm(5.0);
+    opt.step();
+    pipe.zero_grad();
+    if (losses) losses->push_back(r.loss);
+  }
+}
+
+void collect(Pipeline& pipe, std::map<std::string, std::vector<float>>* out) {
+  for (const NamedTensor& p : pipe.named_state()) (*out)[p.name] = p.tensor->to_vector<float>();
+}
+
+Run one_process(int k, int m, const std::vector<Batch>& batches) {
+  Run run;
+  Pipeline pipe(models::transformer(tiny(0.2)), {.partitions = k, .micro_batches = m, .seed = 5}, batches[0]);
+  train(pipe, batches, &run.losses);
+  collect(pipe, &run.params);
+  return run;
+}
+
+Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<Batch>& batches) {
+  LocalGroup group(k * r);
+  Run run;
+  std::mutex mu;
+  std::vector<std::exception_ptr> errors(k * r);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < k * r; ++rank)
+    ranks.emplace_back([&, rank] {
+      try {
+        Pipeline pipe(models::transformer(tiny(0.2)),
+                      {.partitions = k, .micro_batches = m, .seed = 5, .timeout_seconds = 60,
+                       .world = group.rank(rank), .replicas = r, .layout = layout},
+                      batches[0]);
+        std::vector<double> losses;
+        train(pipe, batches, &losses);
+        std::lock_guard<std::mutex> lock(mu);
+        if (rank == 0) run.losses = losses;
+        collect(pipe, &run.params);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return run;
+}
+
+void check_same(const Run& ref, const Run& got) {
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) CHECK(got.losses[i] == Approx(ref.losses[i]).epsilon(1e-5));
+  int compared = 0;
+  for (const auto& [name, values] : got.params) {
+    auto it = ref.params.find(name);
+    REQUIRE(it != ref.params.end());
+    REQUIRE(it->second.size() == values.size());
+    double worst = 0;
+    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::abs(double(values[i]) - it->second[i]));
+    INFO(name);
+    CHECK(worst < 1e-5);
+    ++compared;
+  }
+  CHECK(compared == static_cast<int>(ref.params.size()));
+}
+
+}  // namespace
+
+TEST_CASE("Threads as ranks: one stage per rank equals one process (K=2, K=3)") {
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(token_batch(8, 100 + s));
+  check_same(one_process(2, 4, batches), threads_as_ranks(2, 1, 4, RankLayout::kPipelineMajor, batches));
+  check_same(one_process(3, 2, batches), threads_as_ranks(3, 1, 2, RankLayout::kPipelineMajor, batches));
+}
+
+TEST_CASE("Threads as ranks: R=2 replicas of K=2 equal one process with R x M micro-batches, both layouts") {
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(token_batch(8, 200 + s));
+  const Run ref = one_process(2, 4, batches);
+  check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches));
+  check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches));
+}
+
+TEST_CASE("Threads as ranks: a non-finite loss throws NonFiniteError on every rank and leaves no gradients") {
+  Batch b = token_batch(4, 7);
+  LocalGroup group(2);
+  std::vector<std::string> outcome(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.emplace_back([&, rank] {
+      Pipeline pipe(models::transformer(tiny(0.0)),
+                    {.partitions = 2, .micro_batches = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
+      // Poison one weight of stage 0: the loss becomes NaN.
+      if (rank == 0) pipe.parameters()[0].tensor->copy_from(Tensor::full(pipe.parameters()[0].tensor->shape(), NAN));
+      try {
+        pipe.train_step(b);
+        outcome[rank] = "no error";
+      } catch (const NonFiniteError& e) {
+        bool clean = true;
+        for (auto& p : pipe.parameters()) clean = clean && !p.tensor->grad().defined();
+        outcome[rank] = std::string(clean ? "skipped: " : "gradients left: ") + e.what();
+      } catch (const std::exception& e) {
+        outcome[rank] = std::string("other error: ") + e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  CHECK_THAT(outcome[0], Contains("skipped:") && Contains("the loss is not finite"));
+  CHECK_THAT(outcome[1], Contains("skipped:") && Contains("the loss is not finite"));
+}
+
+TEST_CASE("Process count and layout errors name what was expected") {
+  Batch b = token_batch(4, 7);
+  LocalGroup group(3);
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.partitions = 2, .world = group.rank(0)}, b),
+                    Contains("the job has 3 processes but K x R = 2 x 1 = 2"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.partitions = 2, .replicas = 2}, b),
+                    Contains("one process per stage and replica"));
+  const RankInfo r = rank_info_for(5, 3, 2, RankLayout::kStageMajor);
+  CHECK((r.stage == 2 && r.replica == 1));
+  const RankInfo p = rank_info_for(5, 3, 2, RankLayout::kPipelineMajor);
+  CHECK((p.stage == 2 && p.replica == 1));
+  const RankInfo q = rank_info_for(3, 3, 2, RankLayout::kStageMajor);
+  CHECK((q.stage == 1 && q.replica == 1));
+}
