@@ -15,8 +15,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <sstream>
 
 #include "core/autograd.h"
@@ -270,7 +272,16 @@ void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const 
                              const std::vector<NamedTensor>& tensors, const Optimizer& opt, int64_t step,
                              const std::map<std::string, std::string>& metadata) {
   const std::string base = std::filesystem::path(path).filename().string();
-  auto shard_name = [&](int i) { return detail::concat(base, ".step", step, ".shard", i, "of", who.shards); };
+  // A fresh id per save: saving the same step to the same path again never
+  // overwrites the shards the current manifest names.
+  std::string id;
+  if (world.rank() == 0) {
+    std::random_device rd;
+    id = detail::concat(std::hex, (static_cast<uint64_t>(rd()) << 32 | rd()) ^
+                                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  }
+  world.broadcast(id, 0, "sharing the checkpoint's save id");
+  auto shard_name = [&](int i) { return detail::concat(base, ".step", step, "-", id, ".shard", i, "of", who.shards); };
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   std::string problem;
   if (who.writer) {
@@ -309,7 +320,12 @@ void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const 
       save_safetensors(path, {}, meta);
       const std::vector<std::string> now = split_commas(list);
       for (const std::string& o : old)
-        if (std::find(now.begin(), now.end(), o) == now.end()) std::filesystem::remove(dir / o);
+        if (std::find(now.begin(), now.end(), o) == now.end()) {
+          std::error_code ec;  // the new checkpoint is complete either way
+          std::filesystem::remove(dir / o, ec);
+          if (ec) std::fprintf(stderr, "warning: checkpoint %s: could not remove the old shard %s: %s\n", path.c_str(),
+                               o.c_str(), ec.message().c_str());
+        }
     } catch (const std::exception& e) {
       manifest_problem = e.what();
     }

@@ -77,13 +77,14 @@ void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
 // tensors; metadata "gpipe.format" = "checkpoint-manifest/1", "gpipe.step",
 // "gpipe.shards" = the shard file names, comma-separated, relative to the
 // manifest's folder, and the caller's metadata) plus one ordinary
-// checkpoint file per shard: "<path>.step<S>.shard<i>of<n>". Tensors are
+// checkpoint file per shard: "<path>.step<S>-<save id>.shard<i>of<n>". Tensors are
 // named by layer as in a single file, so any layout can load it, and
 // load_checkpoint / read_checkpoint accept either kind.
 
 // The file at `path` as one SafetensorsFile: itself, or for a manifest the
-// union of its shards (a name found in several shards must hold the same
-// value in each; the first shard's copy is kept) with the manifest's
+// union of its shards (a name found in several shards, such as a tied
+// tensor's copy in each cell, is taken from the first shard listing it;
+// training keeps those copies identical) with the manifest's
 // metadata over the first shard's. Throws gpipe::Error naming a missing or
 // mismatched shard (another step, another shard count).
 SafetensorsFile read_checkpoint(const std::string& path);

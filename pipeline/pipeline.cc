@@ -149,8 +149,9 @@ struct Pipeline::Dist {
 // doing or waiting for; one report per limit elapsed.
 class Pipeline::Watchdog {
  public:
-  // `hard_stop`: called once when a step outlives `hard_limit` seconds (a
-  // multi-process job ends itself there: Note [Large all-reduces]).
+  // `hard_stop`: called when a phase marked blocking (set_blocking) lasts
+  // longer than `hard_limit` seconds: a multi-process job ends itself there
+  // (Note [Large all-reduces]: those waits have no deadline of their own).
   Watchdog(std::string who, double limit, int rows, double hard_limit = 0, std::function<void()> hard_stop = {})
       : who_(std::move(who)), limit_(limit), hard_limit_(hard_limit), hard_stop_(std::move(hard_stop)),
         state_(rows, "idle") {
@@ -171,9 +172,15 @@ class Pipeline::Watchdog {
     started_ = std::chrono::steady_clock::now();
     reports_ = 0;
   }
+  void set_blocking(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocking_ = on;
+    blocking_since_ = std::chrono::steady_clock::now();
+  }
   void end_step() {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
+    blocking_ = false;
     for (auto& s : state_) s = "idle";
   }
   void set(int row, std::string what) {
@@ -188,9 +195,11 @@ class Pipeline::Watchdog {
       cv_.wait_for(lock, std::chrono::milliseconds(200));
       if (!running_ || stop_) continue;
       const double secs = seconds_since(started_);
-      if (hard_stop_ && hard_limit_ > 0 && secs > hard_limit_) {
-        std::fprintf(stderr, "gpipe watchdog: %s: step %ld has run for %ld s, past the timeout; ending the job (%s)\n",
-                     who_.c_str(), static_cast<long>(step_ + 1), static_cast<long>(secs), state_[0].c_str());
+      if (hard_stop_ && hard_limit_ > 0 && blocking_ && seconds_since(blocking_since_) > hard_limit_) {
+        std::fprintf(stderr,
+                     "gpipe watchdog: %s: step %ld has run for %ld s, %ld s of them %s, past the timeout; ending the job\n",
+                     who_.c_str(), static_cast<long>(step_ + 1), static_cast<long>(secs),
+                     static_cast<long>(seconds_since(blocking_since_)), state_[0].c_str());
         std::fflush(stderr);
         hard_stop_();
       }
@@ -212,7 +221,8 @@ class Pipeline::Watchdog {
   std::vector<std::string> state_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false, running_ = false;
+  bool stop_ = false, running_ = false, blocking_ = false;
+  std::chrono::steady_clock::time_point blocking_since_;
   int64_t step_ = 0;
   int reports_ = 0;
   std::chrono::steady_clock::time_point started_;
@@ -348,10 +358,10 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   schedule_ = make_schedule(opt_.schedule, k, opt_.micro_batches);
   const double watchdog = opt_.watchdog_seconds > 0 ? opt_.watchdog_seconds : opt_.timeout_seconds / 2;
   if (dist_) {
-    // A step may take a few neighbour timeouts in all; past that, something
-    // no deadline covers is stuck (Note [Large all-reduces]): end the job.
+    // The gradient sums may block without a deadline of their own (Note
+    // [Large all-reduces]); twice the timeout there means a rank is stuck: end the job.
     std::shared_ptr<Communicator> world = dist_->world;
-    watchdog_ = std::make_unique<Watchdog>(dist_->who, watchdog, local_stages, 3 * opt_.timeout_seconds,
+    watchdog_ = std::make_unique<Watchdog>(dist_->who, watchdog, local_stages, 2 * opt_.timeout_seconds,
                                            [world] { world->abort(1); });
   } else {
     watchdog_ = std::make_unique<Watchdog>("pipeline", watchdog, local_stages);
@@ -662,6 +672,9 @@ StepResult Pipeline::train_step(const Batch& batch) {
     NoGradGuard no_grad;
     MemoryCategoryGuard cat(MemoryCategory::kGradient);
     const Device dev = stage_devices_[first_stage_];
+    // Every rank is past the small reduction above, so what follows only
+    // moves data; its all-reduce may block (Note [Large all-reduces]).
+    watchdog_->set_blocking(true);
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
       int64_t n = 0;
       for (size_t i = 0; i < dist_ties_.size(); ++i)
@@ -687,6 +700,7 @@ StepResult Pipeline::train_step(const Batch& batch) {
         at += t.numel;
       }
     }
+    watchdog_->set_blocking(false);
     if (opt_.check_finite && !std::isfinite(loss)) {
       zero_grad();
       for (auto& l : model_.layers) l->discard_step();
@@ -761,6 +775,13 @@ void Pipeline::sync_replicas() {
     }
   }
   if (const char* fault = std::getenv("GPIPE_FAULT")) inject_fault(fault, dist_->info.world_rank, step_, 0, "sync");
+  // The replicas are past the small reduction above, so what follows only
+  // moves data; its all-reduce may block (Note [Large all-reduces]).
+  watchdog_->set_blocking(true);
+  struct Unblock {
+    Watchdog* w;
+    ~Unblock() { w->set_blocking(false); }
+  } unblock{watchdog_.get()};
   // One flat float32/float64 buffer per dtype.
   NoGradGuard no_grad;
   MemoryCategoryGuard cat(MemoryCategory::kGradient);

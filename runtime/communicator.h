@@ -5,9 +5,12 @@
 // collectives for GPU tensors sit on top of it (runtime/cuda/nccl.h).
 //
 // Every collective must be called by all members in the same order (as in
-// MPI). None of them waits forever: a member that has not joined after
-// timeout() seconds makes the call throw gpipe::Error naming the collective,
-// so a stuck or dead rank ends the job instead of hanging it (Invariant 5).
+// MPI). A member that has not joined after timeout() seconds makes the call
+// throw gpipe::Error naming the collective, so a stuck or dead rank ends the
+// job instead of hanging it (Invariant 5). Exception: the MPI all-reduce of
+// 1 MiB or more blocks (Note [Large all-reduces] in runtime/mpi.cc); the
+// pipeline calls it only after a small deadline-bound reduction has brought
+// every member there, and its watchdog bounds it.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,26 @@ using Clock = std::chrono::steady_clock;
 std::mutex& mpi_mutex() {
   static std::mutex mu;
   return mu;
+}
+
+// Set when a wait timed out. A timed-out request still owns its buffers, so
+// from then on this process makes no MPI call that could progress it into
+// freed memory (it is about to end the job: tools/gpipe_train.cc).
+std::atomic<bool> g_broken{false};
+
+void check_usable(const std::string& what) {
+  if (g_broken.load()) throw Error(detail::concat(what, ": MPI is unusable after an earlier timeout in this process"));
+}
+
+// The largest tag (MPI guarantees at least 32767).
+int tag_limit() {
+  static const int limit = [] {
+    int flag = 0;
+    int* value = nullptr;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag);
+    return flag && value ? *value : 32767;
+  }();
+  return limit;
 }
 
 void check(int rc, const char* call) {
@@ -41,14 +62,17 @@ void poll_until(Done done, std::chrono::duration<double> timeout, What what_wait
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   auto pause = std::chrono::microseconds(2);
   while (true) {
+    check_usable(what_waited());
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
       if (done()) return;
     }
     if (aborted && aborted->load()) throw Aborted(detail::concat(what_waited(), ": aborted"));
-    if (Clock::now() > deadline)
+    if (Clock::now() > deadline) {
+      g_broken = true;
       throw Error(detail::concat("timed out after ", timeout.count(), " s waiting for ", what_waited(),
                                  " (is a rank stuck or dead? raise --timeout for slow steps)"));
+    }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, max_pause);
   }
@@ -102,6 +126,11 @@ class MpiTransport final : public Transport {
   ~MpiTransport() override {
     stop_ = true;
     if (receiver_.joinable()) receiver_.join();
+    if (g_broken.load()) {
+      // Leave the unfinished sends (and their tensors) to the dying process.
+      for (Pending& p : pending_) new Bundle(std::move(p.tensors));
+      return;
+    }
     try {
       flush(std::chrono::duration<double>(timeout_));
     } catch (...) {
@@ -118,7 +147,8 @@ class MpiTransport final : public Transport {
     }
     p.header = encode_header(msg);
     p.tensors = std::move(msg.tensors);
-    const int tag = m & 0xFFFFF;
+    const int tag = m % (tag_limit() + 1);
+    check_usable(name_);
     std::lock_guard<std::mutex> lock(mpi_mutex());
     reap_locked();
     p.requests.emplace_back();
@@ -143,7 +173,7 @@ class MpiTransport final : public Transport {
 
   Message receive(int m, std::chrono::duration<double> timeout) override {
     std::call_once(started_, [this] { receiver_ = std::thread([this] { receive_loop(); }); });
-    Message msg = box_.take(m, timeout);
+    Message msg = box_.take(m % (tag_limit() + 1), timeout);
     if (!device_.is_cpu()) {  // staged through host memory
       NoGradGuard no_grad;
       for (Tensor& t : msg.tensors)
@@ -179,7 +209,7 @@ class MpiTransport final : public Transport {
   // The progress thread: every message from the peer into the mailbox.
   void receive_loop() {
     auto pause = std::chrono::microseconds(2);
-    while (!stop_) {
+    while (!stop_ && !g_broken.load()) {
       int flag = 0;
       MPI_Message handle;
       MPI_Status status;
@@ -229,6 +259,8 @@ class MpiTransport final : public Transport {
         box_.put(m, std::move(msg));
       } catch (const std::exception& e) {
         // The waiting stage sees this as its failure (named by the mailbox).
+        // A half-received message keeps its buffers: MPI may still write them.
+        g_broken = true;
         box_.fail(detail::concat(name_, ": receiving failed: ", e.what()));
         return;
       }
@@ -261,16 +293,16 @@ class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
     std::lock_guard<std::mutex> lock(mpi_mutex());
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
     MPI_Comm local;
-    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
-    MPI_Comm_size(local, &local_size_);
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    check(MPI_Comm_size(local, &local_size_), "MPI_Comm_size");
     MPI_Comm_free(&local);
     // One duplicate per transport channel (collective: every member builds
     // this communicator at the same point), so links never share tags.
-    for (MPI_Comm& c : channels_) MPI_Comm_dup(comm_, &c);
+    for (MPI_Comm& c : channels_) check(MPI_Comm_dup(comm_, &c), "MPI_Comm_dup");
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -349,6 +381,7 @@ class MpiCommunicator final : public Communicator {
  private:
   template <class Start>
   void collective(Start start, const char* what) {
+    check_usable(what);
     MPI_Request req;
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
@@ -367,6 +400,7 @@ class MpiCommunicator final : public Communicator {
         // algorithms) took half the time of MPI_Iallreduce on gradients of
         // tens of MB here. It cannot time out by itself; the pipeline's
         // watchdog ends the job when a step outlives its timeout.
+        check_usable(what);
         std::lock_guard<std::mutex> lock(mpi_mutex());
         check(MPI_Allreduce(MPI_IN_PLACE, p, len, type, mpi_op(op), comm_), what);
         continue;
@@ -397,7 +431,12 @@ std::shared_ptr<Communicator> world() {
   std::call_once(once, [] {
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited) {
+    if (inited) {  // the host program started MPI: its thread level must do
+      int provided = 0;
+      MPI_Query_thread(&provided);
+      GPIPE_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI was initialised with thread level ", provided,
+                  "; gpipe needs MPI_THREAD_SERIALIZED or more (MPI_Init_thread)");
+    } else {
       int provided = 0;
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
       GPIPE_CHECK(provided >= MPI_THREAD_SERIALIZED,

@@ -32,7 +32,9 @@ class Transport {
   virtual Message receive(int m, std::chrono::duration<double> timeout) = 0;
   // Wakes a blocked receive with Aborted (another stage failed).
   virtual void abort() {}
-  // Start of a step: forget undelivered messages, clear the abort flag.
+  // Start of a step: clear the abort flag. In-process links also forget
+  // undelivered messages; links between processes keep them (a neighbour a
+  // step ahead may already have sent the next step's).
   virtual void reset() {}
   // Waits until every send so far has left this process (end of a step).
   virtual void flush(std::chrono::duration<double> /*timeout*/) {}

@@ -37,8 +37,8 @@ grep -q "gpipe watchdog: rank 1 (stage 1 of 2, replica 0 of 1): step 2 has run f
   echo "FAIL hang: no watchdog report"; cat hang.log; exit 1; }
 
 # Rank 1 hangs where its replica partner sits in the (blocking) gradient
-# all-reduce: the partner's watchdog ends the job after 3 x --timeout.
-expect_failure hang_sync 60 "gpipe watchdog: rank 0 \(stage 0 of 1, replica 0 of 2\): step 2 has run for .* past the timeout; ending the job" \
+# all-reduce: the partner's watchdog ends the job after 2 x --timeout there.
+expect_failure hang_sync 60 "gpipe watchdog: rank 0 \(stage 0 of 1, replica 0 of 2\): step 2 has run for .* summing gradients with this stage's replicas, past the timeout; ending the job" \
   env GPIPE_FAULT=rank=1,step=2,micro=0,kind=hang,at=sync timeout 120 mpirun -x GPIPE_FAULT -np 2 "$TRAIN" $T --K=1 --M=1 --replicas=2 --timeout=3
 
 # 3 processes for K=2 x R=1: every rank says so.
