@@ -18,21 +18,40 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Waits for `done()` (a non-blocking query) until `timeout`, aborting
-// `comm` and throwing when it passes or NCCL reports an asynchronous error.
+// One NCCL communicator with a stream of its own. Shared by the links that
+// use it; once aborted (a timeout or an asynchronous error) nobody may use
+// or destroy it again.
+struct ChannelState {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  bool aborted = false;
+  ~ChannelState() {
+    if (comm && !aborted) ncclCommDestroy(comm);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+using Channel = std::shared_ptr<ChannelState>;
+
+void require_usable(const ChannelState& c, const std::string& what) {
+  GPIPE_CHECK(!c.aborted, what, ": the NCCL communicator was aborted after an earlier failure");
+}
+
+// Waits for `done()` (a non-blocking query) until `timeout`, aborting the
+// channel's communicator and throwing when it passes or NCCL reports an
+// asynchronous error.
 template <class Done>
-void wait_for(Done done, ncclComm_t comm, double timeout, const std::string& what) {
+void wait_for(Done done, ChannelState& ch, double timeout, const std::string& what) {
+  require_usable(ch, what);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   auto pause = std::chrono::microseconds(2);
   while (!done()) {
     ncclResult_t async = ncclSuccess;
-    GPIPE_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      ncclCommAbort(comm);
-      throw Error(detail::concat("NCCL failed while waiting for ", what, ": ", ncclGetErrorString(async)));
-    }
-    if (Clock::now() > deadline) {
-      ncclCommAbort(comm);
+    GPIPE_NCCL_CHECK(ncclCommGetAsyncError(ch.comm, &async));
+    const bool failed = async != ncclSuccess && async != ncclInProgress;
+    if (failed || Clock::now() > deadline) {
+      ncclCommAbort(ch.comm);
+      ch.aborted = true;
+      if (failed) throw Error(detail::concat("NCCL failed while waiting for ", what, ": ", ncclGetErrorString(async)));
       throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what,
                                  " (is a rank stuck or dead? raise --timeout for slow steps)"));
     }
@@ -41,7 +60,38 @@ void wait_for(Done done, ncclComm_t comm, double timeout, const std::string& wha
   }
 }
 
-void wait_stream(cudaStream_t s, ncclComm_t comm, double timeout, const std::string& what) {
+// The communicator is non-blocking (set up in the background, with a
+// deadline): a call may return ncclInProgress while NCCL still enqueues its
+// work, which must be finished before events or stream queries mean anything.
+void issued(ncclResult_t r, ChannelState& ch, double timeout, const std::string& what) {
+  if (r != ncclSuccess && r != ncclInProgress) GPIPE_NCCL_CHECK(r);
+  wait_for(
+      [&] {
+        ncclResult_t state = ncclInProgress;
+        GPIPE_NCCL_CHECK(ncclCommGetAsyncError(ch.comm, &state));
+        if (state != ncclSuccess && state != ncclInProgress) GPIPE_NCCL_CHECK(state);
+        return state != ncclInProgress;
+      },
+      ch, timeout, what);
+}
+
+// ncclGroupStart .. ncclGroupEnd, closed also when a call inside throws.
+class Group {
+ public:
+  Group() { GPIPE_NCCL_CHECK(ncclGroupStart()); }
+  ~Group() {
+    if (open_) ncclGroupEnd();
+  }
+  ncclResult_t end() {
+    open_ = false;
+    return ncclGroupEnd();
+  }
+
+ private:
+  bool open_ = true;
+};
+
+void wait_stream(cudaStream_t s, ChannelState& ch, double timeout, const std::string& what) {
   wait_for(
       [&] {
         const cudaError_t e = cudaStreamQuery(s);
@@ -49,7 +99,7 @@ void wait_stream(cudaStream_t s, ncclComm_t comm, double timeout, const std::str
         GPIPE_CUDA_CHECK(e);
         return true;
       },
-      comm, timeout, what);
+      ch, timeout, what);
 }
 
 ncclDataType_t nccl_type(DType t) {
@@ -64,12 +114,6 @@ ncclDataType_t nccl_type(DType t) {
   return ncclUint8;
 }
 
-// One NCCL communicator over `base`'s members, with a stream of its own.
-struct Channel {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-};
-
 Channel make_channel(Communicator& base, int device, double timeout) {
   DeviceGuard guard(device);
   ncclUniqueId id;
@@ -77,30 +121,38 @@ Channel make_channel(Communicator& base, int device, double timeout) {
   std::string bytes(reinterpret_cast<const char*>(&id), sizeof(id));
   base.broadcast(bytes, 0, "sharing the NCCL unique id");
   std::memcpy(&id, bytes.data(), sizeof(id));
-  Channel c;
-  GPIPE_CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+  auto c = std::make_shared<ChannelState>();
+  GPIPE_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // initialise in the background; we poll with a deadline
-  const ncclResult_t r = ncclCommInitRankConfig(&c.comm, base.size(), id, base.rank(), &config);
-  if (r != ncclSuccess && r != ncclInProgress) GPIPE_NCCL_CHECK(r);
-  wait_for(
-      [&] {
-        ncclResult_t state = ncclInProgress;
-        GPIPE_NCCL_CHECK(ncclCommGetAsyncError(c.comm, &state));
-        if (state != ncclSuccess && state != ncclInProgress) GPIPE_NCCL_CHECK(state);
-        return state == ncclSuccess;
-      },
-      c.comm, timeout, "every rank to join the NCCL communicator");
+  const ncclResult_t r = ncclCommInitRankConfig(&c->comm, base.size(), id, base.rank(), &config);
+  issued(r, *c, timeout, "every rank to join the NCCL communicator");
   return c;
 }
 
+// A CUDA event, destroyed however the scope is left.
+class Event {
+ public:
+  Event() { GPIPE_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  Event(Event&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  Event& operator=(Event&& o) noexcept {
+    std::swap(e_, o.e_);
+    return *this;
+  }
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
 // The stage's compute work so far must finish before a send reads its tensors.
 void after_compute(int device, cudaStream_t s) {
-  cudaEvent_t e;
-  GPIPE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  GPIPE_CUDA_CHECK(cudaEventRecord(e, compute_stream(device)));
-  GPIPE_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0));
-  GPIPE_CUDA_CHECK(cudaEventDestroy(e));
+  Event e;
+  GPIPE_CUDA_CHECK(cudaEventRecord(e.get(), compute_stream(device)));
+  GPIPE_CUDA_CHECK(cudaStreamWaitEvent(s, e.get(), 0));
 }
 
 // The header travels over MPI as one int64 tensor: [length, bytes...].
@@ -129,6 +181,11 @@ class NcclTransport final : public Transport {
       : headers_(std::move(headers)), ch_(channel), peer_(peer), device_(device), name_(std::move(name)),
         timeout_(timeout) {}
   ~NcclTransport() override {
+    if (ch_->aborted) {
+      // The sends will never complete: leave their tensors to the dying process.
+      for (Pending& p : pending_) new Bundle(std::move(p.tensors));
+      return;
+    }
     try {
       flush(std::chrono::duration<double>(timeout_));
     } catch (...) {
@@ -141,20 +198,23 @@ class NcclTransport final : public Transport {
     NoGradGuard no_grad;
     for (Tensor& t : msg.tensors)
       if (t.defined()) t = (t.device() == device_ ? t : t.to(device_)).contiguous().detach();
+    require_usable(*ch_, name_);
     headers_->send(m, header_message(encode_header(msg)));
-    after_compute(device_.index, ch_.stream);
-    GPIPE_NCCL_CHECK(ncclGroupStart());
+    after_compute(device_.index, ch_->stream);
     int64_t bytes = 0;
-    for (const Tensor& t : msg.tensors) {
-      if (!t.defined() || t.numel() == 0) continue;
-      GPIPE_NCCL_CHECK(ncclSend(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_.comm, ch_.stream));
-      bytes += static_cast<int64_t>(t.nbytes());
+    {
+      Group group;
+      for (const Tensor& t : msg.tensors) {
+        if (!t.defined() || t.numel() == 0) continue;
+        const ncclResult_t r = ncclSend(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_->comm, ch_->stream);
+        if (r != ncclSuccess && r != ncclInProgress) GPIPE_NCCL_CHECK(r);
+        bytes += static_cast<int64_t>(t.nbytes());
+      }
+      issued(group.end(), *ch_, timeout_, name_ + ": queueing a send");
     }
-    GPIPE_NCCL_CHECK(ncclGroupEnd());
-    cudaEvent_t done;
-    GPIPE_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    GPIPE_CUDA_CHECK(cudaEventRecord(done, ch_.stream));
-    pending_.push_back({std::move(msg.tensors), done});
+    Event done;
+    GPIPE_CUDA_CHECK(cudaEventRecord(done.get(), ch_->stream));
+    pending_.push_back({std::move(msg.tensors), std::move(done)});
     bytes_sent_ += bytes;
     ++messages_sent_;
     reap();
@@ -163,13 +223,18 @@ class NcclTransport final : public Transport {
   Message receive(int m, std::chrono::duration<double> timeout) override {
     const std::string header = header_of(headers_->receive(m, timeout));
     DeviceGuard guard(device_.index);
+    require_usable(*ch_, name_);
     Message msg = decode_header(header, device_);
-    GPIPE_NCCL_CHECK(ncclGroupStart());
-    for (Tensor& t : msg.tensors)
-      if (t.defined() && t.numel() > 0)
-        GPIPE_NCCL_CHECK(ncclRecv(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_.comm, ch_.stream));
-    GPIPE_NCCL_CHECK(ncclGroupEnd());
-    wait_stream(ch_.stream, ch_.comm, timeout.count(), detail::concat(name_, ", micro-batch ", m));
+    {
+      Group group;
+      for (Tensor& t : msg.tensors)
+        if (t.defined() && t.numel() > 0) {
+          const ncclResult_t r = ncclRecv(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_->comm, ch_->stream);
+          if (r != ncclSuccess && r != ncclInProgress) GPIPE_NCCL_CHECK(r);
+        }
+      issued(group.end(), *ch_, timeout.count(), name_ + ": queueing a receive");
+    }
+    wait_stream(ch_->stream, *ch_, timeout.count(), detail::concat(name_, ", micro-batch ", m));
     return msg;
   }
 
@@ -182,7 +247,7 @@ class NcclTransport final : public Transport {
           reap();
           return pending_.empty();
         },
-        ch_.comm, timeout.count(), name_ + ": the neighbour to take the sent messages");
+        *ch_, timeout.count(), name_ + ": the neighbour to take the sent messages");
   }
   const std::string& name() const override { return name_; }
   const char* kind() const override { return "nccl"; }
@@ -190,17 +255,16 @@ class NcclTransport final : public Transport {
  private:
   struct Pending {
     Bundle tensors;  // alive until the send completes
-    cudaEvent_t done;
+    Event done;
   };
   void reap() {
     for (auto it = pending_.begin(); it != pending_.end();) {
-      const cudaError_t e = cudaEventQuery(it->done);
+      const cudaError_t e = cudaEventQuery(it->done.get());
       if (e == cudaErrorNotReady) {
         ++it;
         continue;
       }
       GPIPE_CUDA_CHECK(e);
-      GPIPE_CUDA_CHECK(cudaEventDestroy(it->done));
       it = pending_.erase(it);
     }
   }
@@ -224,10 +288,7 @@ class NcclCommunicator final : public Communicator {
     collective_ = make_channel(*base_, device.index, timeout_);
     for (int c = 0; c < kChannels; ++c) channels_.push_back(make_channel(*base_, device.index, timeout_));
   }
-  ~NcclCommunicator() override {
-    for (Channel& c : channels_) destroy(c);
-    destroy(collective_);
-  }
+  ~NcclCommunicator() override = default;  // each ChannelState frees itself once its last user is gone
 
   int rank() const override { return base_->rank(); }
   int size() const override { return base_->size(); }
@@ -240,10 +301,12 @@ class NcclCommunicator final : public Communicator {
     if (!t.device().is_cuda()) return base_->allreduce_sum(t, what);
     GPIPE_CHECK(t.is_contiguous(), what, ": allreduce needs a contiguous tensor");
     DeviceGuard guard(t.device().index);
-    after_compute(t.device().index, collective_.stream);
-    GPIPE_NCCL_CHECK(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), nccl_type(t.dtype()), ncclSum,
-                                   collective_.comm, collective_.stream));
-    wait_stream(collective_.stream, collective_.comm, timeout_, what);
+    require_usable(*collective_, what);
+    after_compute(t.device().index, collective_->stream);
+    issued(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), nccl_type(t.dtype()), ncclSum, collective_->comm,
+                         collective_->stream),
+           *collective_, timeout_, what);
+    wait_stream(collective_->stream, *collective_, timeout_, what);
   }
 
   void broadcast(std::string& bytes, int root, const char* what) override { base_->broadcast(bytes, root, what); }
@@ -268,12 +331,6 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  static void destroy(Channel& c) {
-    if (c.comm) ncclCommDestroy(c.comm);
-    if (c.stream) cudaStreamDestroy(c.stream);
-    c = {};
-  }
-
   std::shared_ptr<Communicator> base_;
   Device device_;
   Channel collective_;
