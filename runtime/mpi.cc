@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -126,7 +127,9 @@ class MpiTransport final : public Transport {
   ~MpiTransport() override {
     stop_ = true;
     if (receiver_.joinable()) receiver_.join();
-    if (g_broken.load()) {
+    // After a timeout, or while an exception unwinds (the job is about to be
+    // aborted), the neighbour may never take the sends: do not wait for it.
+    if (g_broken.load() || std::uncaught_exceptions() > 0) {
       // Leave the unfinished sends (and their tensors) to the dying process.
       for (Pending& p : pending_) new Bundle(std::move(p.tensors));
       return;

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -181,7 +182,9 @@ class NcclTransport final : public Transport {
       : headers_(std::move(headers)), ch_(channel), peer_(peer), device_(device), name_(std::move(name)),
         timeout_(timeout) {}
   ~NcclTransport() override {
-    if (ch_->aborted) {
+    // After a timeout, or while an exception unwinds (the job is about to be
+    // aborted), the neighbour may never take the sends: do not wait for it.
+    if (ch_->aborted || std::uncaught_exceptions() > 0) {
       // The sends will never complete: leave their tensors to the dying process.
       for (Pending& p : pending_) new Bundle(std::move(p.tensors));
       return;
