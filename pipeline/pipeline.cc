@@ -107,6 +107,46 @@ void inject_fault(const char* spec, int rank, int64_t step, int m, const char* w
   throw Error(detail::concat("injected fault (GPIPE_FAULT=", spec, ")"));
 }
 
+// One gradient slot of a summed buffer: the tensor whose gradient it is
+// (null where this rank holds no copy: it adds zeros), its size and dtype,
+// and whether any rank has a gradient for it (slots nobody has are skipped).
+struct GradSlot {
+  Tensor* tensor;
+  int64_t numel;
+  DType dtype;
+  bool present;
+};
+
+// Sums the slots' gradients over `comm`: one flat tensor per dtype on
+// `device` (so a device communicator such as NCCL reduces it in place), then
+// each held tensor's gradient becomes its slice of the sum (a view: no
+// second copy of every gradient).
+void allreduce_gradients(Communicator& comm, const std::vector<GradSlot>& slots, Device device, const char* what) {
+  NoGradGuard no_grad;
+  MemoryCategoryGuard cat(MemoryCategory::kGradient);
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    int64_t n = 0;
+    for (const GradSlot& s : slots)
+      if (s.present && s.dtype == dt) n += s.numel;
+    if (n == 0) continue;
+    Tensor flat = Tensor::zeros(Shape{n}, dt, device);
+    int64_t at = 0;
+    for (const GradSlot& s : slots) {
+      if (!s.present || s.dtype != dt) continue;
+      if (s.tensor && s.tensor->grad().defined())
+        ops::narrow(flat, 0, at, s.numel).copy_from(ops::reshape(s.tensor->grad().to(device), {s.numel}));
+      at += s.numel;
+    }
+    comm.allreduce_sum(flat, what);
+    at = 0;
+    for (const GradSlot& s : slots) {
+      if (!s.present || s.dtype != dt) continue;
+      if (s.tensor) s.tensor->set_grad(ops::reshape(ops::narrow(flat, 0, at, s.numel), s.tensor->shape().dims()));
+      at += s.numel;
+    }
+  }
+}
+
 }  // namespace
 
 BalanceBy parse_balance_by(const std::string& name) {
@@ -669,37 +709,14 @@ StepResult Pipeline::train_step(const Batch& batch) {
     loss = totals[0];
     r.loss_terms = totals[1];
     r.examples = static_cast<int64_t>(totals[2]);
-    NoGradGuard no_grad;
-    MemoryCategoryGuard cat(MemoryCategory::kGradient);
-    const Device dev = stage_devices_[first_stage_];
     // Every rank is past the small reduction above, so what follows only
     // moves data; its all-reduce may block (Note [Large all-reduces]).
     watchdog_->set_blocking(true);
-    for (DType dt : {DType::kFloat32, DType::kFloat64}) {
-      int64_t n = 0;
-      for (size_t i = 0; i < dist_ties_.size(); ++i)
-        if (totals[3 + i] > 0 && dist_ties_[i].dtype == dt) n += dist_ties_[i].numel;
-      if (n == 0) continue;
-      Tensor flat = Tensor::zeros(Shape{n}, dt, dev);
-      int64_t at = 0;
-      for (size_t i = 0; i < dist_ties_.size(); ++i) {
-        const DistTie& t = dist_ties_[i];
-        if (totals[3 + i] == 0 || t.dtype != dt) continue;
-        if (t.local && t.local->grad().defined())
-          ops::narrow(flat, 0, at, t.numel).copy_from(ops::reshape(t.local->grad().to(dev), {t.numel}));
-        at += t.numel;
-      }
-      dist_->world->allreduce_sum(flat, "summing tied gradients over the cells holding them");
-      at = 0;
-      for (size_t i = 0; i < dist_ties_.size(); ++i) {
-        const DistTie& t = dist_ties_[i];
-        if (totals[3 + i] == 0 || t.dtype != dt) continue;
-        if (t.local)
-          t.local->set_grad(
-              ops::reshape(ops::narrow(flat, 0, at, t.numel), t.local->shape().dims()).to(t.local->device()).clone());
-        at += t.numel;
-      }
-    }
+    std::vector<GradSlot> slots;
+    for (size_t i = 0; i < dist_ties_.size(); ++i)
+      slots.push_back({dist_ties_[i].local, dist_ties_[i].numel, dist_ties_[i].dtype, totals[3 + i] > 0});
+    allreduce_gradients(*dist_->world, slots, stage_devices_[first_stage_],
+                        "summing tied gradients over the cells holding them");
     watchdog_->set_blocking(false);
     if (opt_.check_finite && !std::isfinite(loss)) {
       zero_grad();
@@ -782,34 +799,10 @@ void Pipeline::sync_replicas() {
     Watchdog* w;
     ~Unblock() { w->set_blocking(false); }
   } unblock{watchdog_.get()};
-  // One flat float32/float64 buffer per dtype.
-  NoGradGuard no_grad;
-  MemoryCategoryGuard cat(MemoryCategory::kGradient);
-  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
-    int64_t n = 0;
-    for (size_t i = 0; i < params.size(); ++i)
-      if (defined[i] > 0 && params[i]->dtype() == dt) n += params[i]->numel();
-    if (n == 0) continue;
-    // On the stage's device, so a device communicator (NCCL) reduces it in place.
-    Tensor flat = Tensor::zeros(Shape{n}, dt, stage_devices_[first_stage_]);
-    int64_t at = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (defined[i] == 0 || params[i]->dtype() != dt) continue;
-      const int64_t len = params[i]->numel();
-      if (params[i]->grad().defined())
-        ops::narrow(flat, 0, at, len).copy_from(ops::reshape(params[i]->grad().to(flat.device()), {len}));
-      at += len;
-    }
-    dist_->replicas->allreduce_sum(flat, "all-reducing gradients over replicas");
-    at = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (defined[i] == 0 || params[i]->dtype() != dt) continue;
-      const int64_t len = params[i]->numel();
-      // A view of the summed buffer: no second copy of every gradient.
-      params[i]->set_grad(ops::reshape(ops::narrow(flat, 0, at, len), params[i]->shape().dims()));
-      at += len;
-    }
-  }
+  std::vector<GradSlot> slots;
+  for (size_t i = 0; i < params.size(); ++i)
+    slots.push_back({params[i], params[i]->numel(), params[i]->dtype(), defined[i] > 0});
+  allreduce_gradients(*dist_->replicas, slots, stage_devices_[first_stage_], "all-reducing gradients over replicas");
 }
 
 Bundle Pipeline::forward_to_last(const Bundle& inputs) {

@@ -15,6 +15,7 @@
 #include "ops/ops.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
+#include "tests/pipeline/tiny_transformer.h"
 #include "runtime/local_group.h"
 
 using namespace gpipe;
@@ -22,34 +23,8 @@ using Catch::Contains;
 
 namespace {
 
-models::TransformerConfig tiny(double dropout) {
-  models::TransformerConfig c;
-  c.layers = 2;
-  c.ffn = 24;
-  c.heads = 2;
-  c.dim = 8;
-  c.vocab = 17;
-  c.max_len = 8;
-  c.dropout = dropout;
-  c.seed = 11;
-  return c;
-}
-
-Batch token_batch(int64_t n, uint64_t seed) {
-  std::vector<int64_t> src, tin, tout;
-  uint64_t x = seed;
-  auto next = [&] {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<int64_t>(3 + (x >> 33) % 14);
-  };
-  for (int64_t i = 0; i < n * 5; ++i) src.push_back(next());
-  for (int64_t i = 0; i < n * 4; ++i) tin.push_back(next());
-  for (int64_t i = 0; i < n * 4; ++i) tout.push_back(next());
-  for (int64_t i = 0; i < n; i += 2) src[i * 5 + 4] = 0;  // padding
-  tout[3] = 0;                                            // an ignored label
-  return {{Tensor::from_vector(src, Shape{n, 5}), Tensor::from_vector(tin, Shape{n, 4})},
-          {Tensor::from_vector(tout, Shape{n, 4})}};
-}
+using testing::tiny;
+using testing::token_batch;
 
 struct Run {
   std::vector<double> losses;
