@@ -370,9 +370,15 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
     GPIPE_ASSERT(d.pipe->rank() == r.stage && d.replicas->rank() == r.replica);
   }
   for (int s = 0; s < k; ++s) {
-    int64_t params = 0;
-    for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) params += model_.layers[i]->parameter_count();
+    int64_t params = 0, bytes = 0;
+    std::unordered_set<TensorImpl*> seen;  // a tensor tied within the cell counts once in the bytes
+    for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) {
+      params += model_.layers[i]->parameter_count();
+      for (auto& p : model_.layers[i]->parameters())
+        if (seen.insert(p.tensor->impl_ptr().get()).second) bytes += static_cast<int64_t>(p.tensor->nbytes());
+    }
     cells_.push_back({partition_.begin(s), partition_.end(s), stage_devices_[s], partition_.cell_costs[s], params});
+    cell_param_bytes_.push_back(bytes);
   }
 
   place_parameters();
@@ -1003,14 +1009,15 @@ std::string Pipeline::describe() const {
   const char* cost_label = !opt_.balance.empty() ? "cost (given)"
                            : opt_.balance_by == BalanceBy::kTime ? "seconds"
                            : opt_.balance_by == BalanceBy::kMemory ? "bytes" : "FLOPs";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s\n", "cell", "device", "layers", "first..last",
-                cost_label, "parameters");
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s %10s\n", "cell", "device", "layers", "first..last",
+                cost_label, "parameters", "param MB");
   os << line;
   for (size_t s = 0; s < cs.size(); ++s) {
     const std::string range = "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
     const std::string names = layer_names_[cs[s].first_layer] + ".." + layer_names_[cs[s].last_layer - 1];
-    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld\n", s, cs[s].device.str().c_str(),
-                  range.c_str(), names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters));
+    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
+                  range.c_str(), names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters),
+                  cell_param_bytes_[s] / 1048576.0);
     os << line;
   }
   os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat "

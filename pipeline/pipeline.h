@@ -183,6 +183,7 @@ class Pipeline {
   std::vector<DistTie> dist_ties_;
   std::vector<std::vector<std::string>> tied_names_;
   std::vector<CellInfo> cells_;
+  std::vector<int64_t> cell_param_bytes_;  // unique parameter bytes per cell
   std::vector<std::string> layer_names_;
   std::unique_ptr<Dist> dist_;
   class Watchdog;
