@@ -18,11 +18,18 @@
 
 namespace {
 
-// "" if every rank got these arguments, else one line naming the ranks that differ.
+// "" if every rank got the same flags (compared after parsing, so order and
+// spelling do not matter), else one line naming the ranks that differ.
 std::string flag_mismatch(gpipe::Communicator& world, const std::vector<std::string>& args) {
   std::string mine;
-  for (const std::string& a : args) mine += a + '\n';
-  const std::vector<std::string> all = world.allgather(mine, "comparing the command lines of all ranks");
+  try {
+    mine = gpipe::train::canonical_flags(args);
+  } catch (const gpipe::train::HelpRequested&) {
+    mine = "--help";
+  } catch (const std::exception& e) {
+    mine = std::string("error: ") + e.what();  // every rank reports it after the comparison
+  }
+  const std::vector<std::string> all = world.allgather(mine, "comparing the flags of all ranks");
   std::string differ;
   for (size_t r = 1; r < all.size(); ++r)
     if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);

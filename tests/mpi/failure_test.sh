@@ -50,6 +50,11 @@ expect_failure flags 30 "rank\(s\) 1 differ from rank 0" \
   timeout 60 mpirun -np 1 "$TRAIN" $T --K=2 --M=2 : -np 1 "$TRAIN" $T --K=2 --M=2 --seed=7
 test "$(grep -c "differ from rank 0" flags.log)" -eq 2 || { echo "FAIL flags: not one message per rank"; cat flags.log; exit 1; }
 
+# The same flags in another order and spelling are the same flags.
+timeout 60 mpirun -np 1 "$TRAIN" $T --K=2 --M=2 : -np 1 "$TRAIN" $T --M 2 --K 2 < /dev/null \
+  > reordered.log 2>&1 || { echo "FAIL reordered: the job failed"; cat reordered.log; exit 1; }
+echo "ok: reordered"
+
 # --replicas without mpirun: a usage error naming the launch.
 expect_failure replicas 30 "launch with mpirun -np 4" "$TRAIN" $T --K=2 --M=2 --replicas=2
 

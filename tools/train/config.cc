@@ -397,8 +397,11 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
 
 }  // namespace
 
-TrainConfig parse_train_flags(const std::vector<std::string>& args) {
-  TrainConfig c;
+namespace {
+
+// Parses into `c`; `canonical`, if given, receives every option's value as
+// CLI11 writes a config file (independent of flag order and spelling).
+void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::string* canonical) {
   Given g;
   CLI::App app{
       "gpipe_train: train a Transformer (iso-codes many-to-English translation) or an "
@@ -426,7 +429,22 @@ TrainConfig parse_train_flags(const std::vector<std::string>& args) {
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
   validate(c);
+  if (canonical) *canonical = app.config_to_str(/*default_also=*/true);
+}
+
+}  // namespace
+
+TrainConfig parse_train_flags(const std::vector<std::string>& args) {
+  TrainConfig c;
+  parse_into(args, c, nullptr);
   return c;
+}
+
+std::string canonical_flags(const std::vector<std::string>& args) {
+  TrainConfig c;
+  std::string out;
+  parse_into(args, c, &out);
+  return out;
 }
 
 }  // namespace gpipe::train

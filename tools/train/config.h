@@ -117,6 +117,11 @@ struct TrainConfig {
 // honour, HelpRequested for --help. The result has passed validate().
 TrainConfig parse_train_flags(const std::vector<std::string>& args);
 
+// Every option's value after parsing `args`, as one text that does not
+// depend on flag order or spelling (--K=2 and --K 2 alike): what the ranks of
+// a multi-process job compare. Throws as parse_train_flags does.
+std::string canonical_flags(const std::vector<std::string>& args);
+
 // Value and combination checks that need no data (also run by train()).
 // Throws UsageError naming the flag.
 void validate(const TrainConfig& c);

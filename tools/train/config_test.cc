@@ -182,3 +182,10 @@ TEST_CASE("gpipe_train: replicas in one process are a usage error naming the lau
                                      "--batch=8"});
   CHECK_THROWS_WITH(gpipe::train::train(c, log), Contains("launch with mpirun -np 4"));
 }
+
+TEST_CASE("gpipe_train flags: the canonical form ignores order and spelling, not values") {
+  const std::string a = canonical_flags({"--model=transformer", "--K=2", "--M=4", "--steps=10"});
+  CHECK(a == canonical_flags({"--steps", "10", "--M=4", "--model", "transformer", "--K", "2"}));
+  CHECK(a != canonical_flags({"--model=transformer", "--K=2", "--M=4", "--steps=11"}));
+  CHECK_THROWS_AS(canonical_flags({"--model=transformer", "--steps=1", "--K=0"}), UsageError);
+}
