@@ -246,6 +246,63 @@ int run_measure(const MeasureOptions& o) {
   return 0;
 }
 
+namespace {
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+int compare_steps(const StepComparison& c, const TorchSide& torch, const std::vector<int>& thread_counts, int warmup,
+                  int steps, double max_seconds, double gflop) {
+  const std::string python = torch.python.empty() ? default_torch_python() : torch.python;
+  const std::string gpipe_col = detail::concat("gpipe ", c.unit, "/s"), torch_col = detail::concat("torch ", c.unit, "/s");
+  std::printf("%7s %12s %12s %7s %10s %10s %10s %10s\n", "threads", gpipe_col.c_str(), torch_col.c_str(), "ratio",
+              "gpipe GF/s", "torch GF/s", "gpipe loss", "torch loss");
+  const std::string params = with_commas(c.expected_params);
+  std::string torch_version;
+  for (int threads : thread_counts) {
+    std::string ref;
+    if (!torch.skip) {
+      std::string args = c.script_args.empty() ? "" : c.script_args + " ";
+      args += "--threads " + std::to_string(threads) + " --warmup " + std::to_string(warmup) + " --steps " +
+              std::to_string(steps) + " --max-seconds " + std::to_string(max_seconds) + c.script_extra;
+      ref = try_run_json(python_command(python, c.script, threads, args));
+      if (!ref.empty()) torch_version = json_string(ref, "torch");
+    }
+    MeasureOptions m = c.model;
+    m.threads = threads;
+    m.warmup = warmup;
+    m.steps = steps;
+    m.max_seconds = max_seconds;
+    const std::string ours = measure_in_child(m);
+    GPIPE_CHECK(json_number(ours, "params") == c.expected_params, c.name, " model has ", json_number(ours, "params"),
+                " parameters, expected ", params);
+    if (!ref.empty())
+      GPIPE_CHECK(json_number(ref, "params") == c.expected_params, "PyTorch's ", c.name, " model has ",
+                  json_number(ref, "params"), " parameters, expected ", params);
+    const double g_s = json_number(ours, "median_s");
+    const double t_s = ref.empty() ? 0 : json_number(ref, "median_s");
+    const double u = c.units_per_step;
+    std::printf("%7d %12.0f %12.0f %7.2f ", threads, u / g_s, t_s > 0 ? u / t_s : 0.0, t_s > 0 ? t_s / g_s : 0.0);
+    std::printf(c.gflop_format, gflop / g_s);
+    std::printf(" ");
+    std::printf(c.gflop_format, t_s > 0 ? gflop / t_s : 0.0);
+    std::printf(" %10.3f %10.3f\n", json_number(ours, "loss_first"), ref.empty() ? 0.0 : json_number(ref, "loss_first"));
+    std::fflush(stdout);
+  }
+  std::printf("# parameters: %s on both sides (checked); ratio = torch step time / gpipe step time; goal >= 1.3\n",
+              params.c_str());
+  if (!torch_version.empty()) std::printf("# reference: torch %s (%s)\n", torch_version.c_str(), python.c_str());
+  return 0;
+}
+
 std::string measure_in_child(const MeasureOptions& o) {
   std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " + std::to_string(o.layers) +
                     " --batch " + std::to_string(o.batch) + " --threads " + std::to_string(o.threads) +

@@ -107,6 +107,25 @@ struct AmoebaNetBenchOptions {
 };
 int run_amoebanet(const AmoebaNetBenchOptions& opt);
 
+// One training step of a model, gpipe (measure_in_child, K = 1, M = 1) beside
+// a PyTorch script, at each thread count: one table row per count (units/s,
+// ratio, GFLOP/s, first loss), both sides' parameter counts checked. W2 and
+// W5 are this table with their own model and script.
+struct StepComparison {
+  const char* name;            // "W5", in errors and the footer
+  const char* unit;            // "img" or "tok", in the headers
+  MeasureOptions model;        // workload, layers, batch, quirk; threads/warmup/steps are set per row
+  double units_per_step;       // images or target tokens per step
+  int64_t expected_params;
+  const char* script;          // under benchmarks/
+  std::string script_args;     // before the common --threads/--warmup/--steps/--max-seconds
+  std::string script_extra;    // after them
+  const char* gflop_format;    // printf format of the GF/s columns, e.g. "%10.2f"
+};
+// Prints the rows and the footer; `gflop` is the model's GFLOP per step.
+int compare_steps(const StepComparison& c, const TorchSide& torch, const std::vector<int>& threads, int warmup,
+                  int steps, double max_seconds, double gflop);
+
 // Matmul FLOPs of one training step of the encoder-decoder Transformer
 // (3 x forward, dense attention), as BENCHMARKS.md counts them.
 double transformer_step_flops(int64_t layers, int64_t n, int64_t src_len, int64_t tgt_len, int64_t dim, int64_t ffn,
