@@ -39,6 +39,20 @@ class Shape {
 
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 
+// A contiguous tensor seen as [outer, n, inner] around one axis (reductions,
+// softmax): outer = product of the dims before `axis`, n = its size, inner =
+// product of the dims after it. `axis` must already be in [0, rank).
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+inline AxisView axis_view(const Shape& s, int64_t axis) {
+  AxisView v;
+  for (int64_t i = 0; i < axis; ++i) v.outer *= s[i];
+  v.n = s[axis];
+  for (int64_t i = axis + 1; i < s.rank(); ++i) v.inner *= s[i];
+  return v;
+}
+
 // numpy broadcasting of two shapes; throws gpipe::Error naming `op` if they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

@@ -12,18 +12,6 @@
 namespace gpipe::ops {
 namespace {
 
-struct AxisView {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisView axis_view(const Shape& s, int64_t axis) {
-  AxisView v;
-  for (int64_t i = 0; i < axis; ++i) v.outer *= s[i];
-  v.n = s[axis];
-  for (int64_t i = axis + 1; i < s.rank(); ++i) v.inner *= s[i];
-  return v;
-}
-
 Shape reduced_shape(const Shape& s, int64_t axis, bool keepdim) {
   std::vector<int64_t> d = s.dims();
   if (keepdim) d[axis] = 1;

@@ -47,21 +47,9 @@ void exp_shifted(const T* a, const T* shift, T* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] - shift[i] < kExpCutoff<T> ? T(0) : out[i];
 }
 
-struct Geometry {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-Geometry geometry(const Shape& shape, int64_t axis) {
-  Geometry g;
-  for (int64_t d = 0; d < axis; ++d) g.outer *= shape[d];
-  g.n = shape[axis];
-  for (int64_t d = axis + 1; d < shape.rank(); ++d) g.inner *= shape[d];
-  return g;
-}
-
 // Runs fn(o, c0, c1) over every (outer slice, column block) pair in parallel.
 template <class F>
-void for_each_block(const Geometry& g, const F& fn) {
+void for_each_block(const AxisView& g, const F& fn) {
   const int64_t blocks = (g.inner + kColBlock - 1) / kColBlock;
   const int64_t tasks = g.outer * blocks;
   const int64_t work = std::max<int64_t>(1, g.n * std::min(g.inner, kColBlock));
@@ -75,7 +63,7 @@ void for_each_block(const Geometry& g, const F& fn) {
 
 // Runs fn(r) for every row r of an [outer, n] tensor (inner == 1) in parallel.
 template <class F>
-void for_each_row(const Geometry& g, const F& fn) {
+void for_each_row(const AxisView& g, const F& fn) {
   parallel_for(0, g.outer, std::max<int64_t>(1, kGrainElems / g.n), [&](int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; ++r) fn(r);
   });
@@ -126,7 +114,7 @@ template <bool kLog>
 void forward_cpu(const Tensor& x, int64_t axis, Tensor& y) {
   dispatch_floating(x.dtype(), kLog ? "log_softmax" : "softmax", [&](auto z) {
     using T = decltype(z);
-    const Geometry g = geometry(x.shape(), axis);
+    const AxisView g = axis_view(x.shape(), axis);
     if (x.numel() == 0) return;
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -186,7 +174,7 @@ template <bool kLog>
 void backward_cpu(const Tensor& y, const Tensor& gy, int64_t axis, Tensor& gx) {
   dispatch_floating(y.dtype(), kLog ? "log_softmax backward" : "softmax backward", [&](auto z) {
     using T = decltype(z);
-    const Geometry g = geometry(y.shape(), axis);
+    const AxisView g = axis_view(y.shape(), axis);
     if (y.numel() == 0) return;
     const T* py = y.data<T>();
     const T* pg = gy.data<T>();

@@ -13,18 +13,6 @@
 namespace gpipe::ops::cuda {
 namespace {
 
-struct Geometry {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-Geometry geometry(const Shape& shape, int64_t axis) {
-  Geometry g;
-  for (int64_t d = 0; d < axis; ++d) g.outer *= shape[d];
-  g.n = shape[axis];
-  for (int64_t d = axis + 1; d < shape.rank(); ++d) g.inner *= shape[d];
-  return g;
-}
-
 template <class T, int kGroup, bool kLog>
 __global__ void forward_rows(const T* x, T* y, int64_t rows, int64_t n) {
   __shared__ T shared[32];
@@ -114,7 +102,7 @@ __global__ void backward_columns(const T* y, const T* g, T* gx, int64_t outer, i
 template <bool kLog>
 void forward_cuda(const Tensor& x, int64_t axis, Tensor& y) {
   if (x.numel() == 0) return;
-  const Geometry g = geometry(x.shape(), axis);
+  const AxisView g = axis_view(x.shape(), axis);
   KernelScope scope(y.device());
   dispatch_floating(x.dtype(), kLog ? "log_softmax" : "softmax", [&](auto z) {
     using T = decltype(z);
@@ -135,7 +123,7 @@ void forward_cuda(const Tensor& x, int64_t axis, Tensor& y) {
 template <bool kLog>
 void backward_cuda(const Tensor& y, const Tensor& gy, int64_t axis, Tensor& gx) {
   if (y.numel() == 0) return;
-  const Geometry g = geometry(y.shape(), axis);
+  const AxisView g = axis_view(y.shape(), axis);
   KernelScope scope(gx.device());
   dispatch_floating(y.dtype(), kLog ? "log_softmax backward" : "softmax backward", [&](auto z) {
     using T = decltype(z);
