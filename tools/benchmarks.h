@@ -8,17 +8,42 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_isa.h"
+
 namespace gpipe::bench {
 
+// W1: fp32 GEMM. Square n x n through ops::matmul with each backend (and
+// numpy), then the Transformer's shapes (each linear layer's forward A*B^T,
+// input gradient A*B and weight gradient A^T*B) through parallel_gemm; each
+// as GFLOP/s and as a fraction of the measured FMA peak (measure_fma_peak)
+// of the active ISA level at that thread count.
 struct GemmBenchOptions {
   std::vector<int64_t> sizes{512, 1024, 2048};
   std::vector<int> threads{1, 2};
   double min_seconds = 2.0;
   std::string python = "/usr/bin/python3";  // Debian's numpy (OpenBLAS)
   bool skip_numpy = false;
+  bool skip_square = false, skip_transformer = false;
+  int64_t tokens = 2048, dim = 1024;              // FFN shapes: tokens x d -> 4d -> d
+  int64_t vocab_tokens = 1024, vocab_dim = 512;   // output projection shapes (smaller: vocab is wide)
+  std::vector<int64_t> vocab{256, 32000};
+  double shape_min_seconds = 0.5;                  // timing budget per Transformer-shape measurement
   std::string env_note;
 };
 int run_gemm(const GemmBenchOptions& opt);
+
+// `gpipe_bench peak`: FMA peak GFLOP/s per ISA level the CPU has, at each
+// thread count.
+struct PeakBenchOptions {
+  std::vector<int> threads{1, 2};
+  double seconds = 1.0;  // per measurement
+  std::string env_note;
+};
+int run_peak(const PeakBenchOptions& opt);
+// GFLOP/s of `threads` threads of an intra-op pool, each running independent
+// FMA chains at `isa`, over about `seconds`; throws gpipe::Error if the CPU
+// lacks the level.
+double measure_fma_peak(CpuIsa isa, int threads, double seconds);
 
 // ---- one gpipe measurement, in a fresh process -------------------------------
 // `gpipe_bench measure ...` (hidden) builds one workload, trains it through a

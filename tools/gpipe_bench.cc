@@ -1,6 +1,7 @@
 // gpipe_bench: reproduces the workloads of shared/BENCHMARKS.md, each beside
 // its reference in the same run.
-//   bazel run //tools:gpipe_bench -- gemm [--sizes 512,1024] [--threads 1,2]
+//   bazel run //tools:gpipe_bench -- gemm [--sizes 512,1024] [--threads 1,2]   # W1 (GPIPE_CPU_ISA=avx2 for that path)
+//   bazel run //tools:gpipe_bench -- peak          # FMA peak per ISA level, 1 and 2 threads
 //   bazel run //tools:gpipe_bench -- transformer   # W2 vs PyTorch
 //   bazel run //tools:gpipe_bench -- pipeline      # W3 K=1 vs K=2 (+ PyTorch seq)
 //   bazel run //tools:gpipe_bench -- remat         # W4 activation memory
@@ -23,12 +24,29 @@ void add_torch_flags(CLI::App* c, gpipe::bench::TorchSide& t) {
 }
 
 CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
-  CLI::App* c = app.add_subcommand("gemm", "W1: fp32 square GEMM vs numpy/OpenBLAS");
-  c->add_option("--sizes", o.sizes, "matrix sizes n")->delimiter(',')->check(CLI::PositiveNumber);
+  CLI::App* c = app.add_subcommand(
+      "gemm", "W1: fp32 GEMM, square and Transformer shapes: packed (active ISA) vs OpenBLAS, Eigen, numpy");
+  c->add_option("--sizes", o.sizes, "square matrix sizes n")->delimiter(',')->check(CLI::PositiveNumber);
   c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
-  c->add_option("--min-seconds", o.min_seconds, "timing budget per measurement")->check(CLI::PositiveNumber);
+  c->add_option("--min-seconds", o.min_seconds, "timing budget per square measurement")->check(CLI::PositiveNumber);
   c->add_option("--python", o.python, "python with numpy for the reference");
   c->add_flag("--no-numpy", o.skip_numpy, "skip the numpy reference");
+  c->add_flag("--no-square", o.skip_square, "skip the square sizes");
+  c->add_flag("--no-transformer", o.skip_transformer, "skip the Transformer shapes");
+  c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(CLI::PositiveNumber);
+  c->add_option("--dim", o.dim, "FFN shapes: model width d (hidden 4d)")->check(CLI::PositiveNumber);
+  c->add_option("--vocab", o.vocab, "output projection widths")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--vocab-tokens", o.vocab_tokens, "output projection: tokens")->check(CLI::PositiveNumber);
+  c->add_option("--vocab-dim", o.vocab_dim, "output projection: d")->check(CLI::PositiveNumber);
+  c->add_option("--shape-min-seconds", o.shape_min_seconds, "timing budget per Transformer-shape measurement")
+      ->check(CLI::PositiveNumber);
+  return c;
+}
+
+CLI::App* add_peak(CLI::App& app, gpipe::bench::PeakBenchOptions& o) {
+  CLI::App* c = app.add_subcommand("peak", "fp32 FMA peak GFLOP/s of each ISA level the CPU has");
+  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--seconds", o.seconds, "time per measurement")->check(CLI::PositiveNumber);
   return c;
 }
 
@@ -123,14 +141,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   gpipe::bench::GemmBenchOptions gemm;
+  gpipe::bench::PeakBenchOptions peak;
   gpipe::bench::TransformerBenchOptions tr;
   gpipe::bench::PipelineBenchOptions pl;
   gpipe::bench::RematBenchOptions rm;
   gpipe::bench::AmoebaNetBenchOptions am;
   gpipe::bench::MeasureOptions me;
   gpipe::bench::ProcessesBenchOptions pr;
-  gemm.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note = am.torch.env_note = env_note;
+  gemm.env_note = peak.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note = am.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
+  CLI::App* pk = add_peak(app, peak);
   CLI::App* t = add_transformer(app, tr);
   CLI::App* p = add_pipeline(app, pl);
   CLI::App* r = add_remat(app, rm);
@@ -141,6 +161,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (g->parsed()) return gpipe::bench::run_gemm(gemm);
+    if (pk->parsed()) return gpipe::bench::run_peak(peak);
     if (t->parsed()) return gpipe::bench::run_transformer(tr);
     if (p->parsed()) return gpipe::bench::run_pipeline(pl);
     if (r->parsed()) return gpipe::bench::run_remat(rm);

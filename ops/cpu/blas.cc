@@ -1,6 +1,8 @@
-// GEMM backends. OpenBLAS is told to use one thread once, at load time;
-// parallel_gemm then cuts C into row (or column) panels, one per pool thread,
-// which keeps each panel's product large enough for the BLAS micro-kernels.
+// GEMM backends. The packed backend blocks and threads by itself
+// (gemm_packed.cc). OpenBLAS is told to use one thread once, at load time;
+// for it and Eigen, parallel_gemm cuts C into row (or column) panels, one per
+// pool thread, which keeps each panel's product large enough for their
+// micro-kernels.
 #include "ops/cpu/blas.h"
 
 #include <cblas.h>
@@ -8,15 +10,18 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
+#include "core/cpu_isa.h"
 #include "core/parallel.h"
+#include "ops/cpu/gemm_packed.h"
 
 extern "C" void openblas_set_num_threads(int);
 
 namespace gpipe::ops::cpu {
 namespace {
 
-std::atomic<GemmBackend> g_backend{GemmBackend::kBlas};
+std::atomic<GemmBackend> g_backend{GemmBackend::kPacked};
 
 [[maybe_unused]] const bool g_blas_single_threaded = [] {
   openblas_set_num_threads(1);
@@ -58,11 +63,30 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
               static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+// The packed backend is float only; double keeps to OpenBLAS.
+template <class T>
+GemmBackend backend_for() {
+  const GemmBackend b = g_backend;
+  return b == GemmBackend::kPacked && !std::is_same_v<T, float> ? GemmBackend::kBlas : b;
+}
+
 }  // namespace
 
 void set_gemm_backend(GemmBackend backend) { g_backend = backend; }
 GemmBackend gemm_backend() { return g_backend; }
-std::string_view gemm_backend_name() { return g_backend == GemmBackend::kBlas ? "openblas" : "eigen"; }
+std::string_view gemm_backend_name() {
+  switch (g_backend.load()) {
+    case GemmBackend::kBlas: return "openblas";
+    case GemmBackend::kEigen: return "eigen";
+    case GemmBackend::kPacked: break;
+  }
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512: return "packed-avx512";
+    case CpuIsa::kAvx2: return "packed-avx2";
+    case CpuIsa::kBaseline: break;
+  }
+  return "packed-baseline";
+}
 
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
@@ -73,13 +97,24 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  if (g_backend == GemmBackend::kBlas) blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  else eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  switch (backend_for<T>()) {
+    case GemmBackend::kPacked:
+      if constexpr (std::is_same_v<T, float>) packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+      break;
+    case GemmBackend::kBlas: blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
+    case GemmBackend::kEigen: eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
+  }
 }
 
 template <class T>
 void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (backend_for<T>() == GemmBackend::kPacked) {
+      packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
+      return;
+    }
+  }
   const int threads = intra_op_threads();
   const double flops = 2.0 * m * n * k;
   if (threads <= 1 || flops < 2e6) {

@@ -1,10 +1,15 @@
 // Single-threaded GEMM on raw row-major buffers for CPU kernels.
 //
 // C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, where op transposes
-// when ta/tb is set and lda/ldb/ldc are row strides as stored. Backed by
-// OpenBLAS (kept single-threaded: gpipe parallelises over its own intra-op
-// pool so each pipeline device stays within its thread budget) or by Eigen,
-// selected process-wide with set_gemm_backend (the benchmark compares both).
+// when ta/tb is set and lda/ldb/ldc are row strides as stored; beta == 0
+// overwrites C without reading it. Backends, selected process-wide with
+// set_gemm_backend (the benchmark compares them):
+//   kPacked  (default) gpipe's own packed GEMM (gemm_packed.h), with the
+//            micro-kernel for the CPU's ISA level (core/cpu_isa.h); float
+//            only: double goes to OpenBLAS.
+//   kBlas    OpenBLAS, kept single-threaded: gpipe parallelises over its own
+//            intra-op pool so each pipeline device stays within its budget.
+//   kEigen   Eigen's GEMM, the reference.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +17,10 @@
 
 namespace gpipe::ops::cpu {
 
-enum class GemmBackend { kBlas, kEigen };
+enum class GemmBackend { kPacked, kBlas, kEigen };
 void set_gemm_backend(GemmBackend backend);
 GemmBackend gemm_backend();
+// The backend the next float GEMM takes, e.g. "packed-avx512", "openblas", "eigen".
 std::string_view gemm_backend_name();
 
 template <class T>
@@ -22,7 +28,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
 // The same product split over the calling thread's intra-op pool (by rows of
-// C, or by columns when m is small).
+// C, or by columns when m is small); small products run on the caller.
 template <class T>
 void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);

@@ -1,0 +1,137 @@
+// CPU feature detection. cpuid says what the CPU implements; xgetbv (XCR0)
+// says which register states the OS saves on a context switch. A level
+// counts only when both hold: AVX needs XMM|YMM state (bits 1-2), AVX-512
+// additionally opmask|ZMM_Hi256|Hi16_ZMM (bits 5-7).
+#include "core/cpu_isa.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace gpipe {
+namespace {
+
+struct CpuidRegs {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+};
+
+CpuidRegs cpuid(unsigned leaf, unsigned subleaf = 0) {
+  CpuidRegs r;
+  if (!__get_cpuid_count(leaf, subleaf, &r.eax, &r.ebx, &r.ecx, &r.edx)) r = CpuidRegs{};
+  return r;
+}
+
+uint64_t xgetbv0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+
+bool bit(unsigned reg, int i) { return (reg >> i) & 1u; }
+
+CpuIsa detect() {
+  const CpuidRegs l1 = cpuid(1);
+  const bool osxsave = bit(l1.ecx, 27), avx = bit(l1.ecx, 28), fma = bit(l1.ecx, 12);
+  if (!osxsave || !avx || !fma) return CpuIsa::kBaseline;
+  const uint64_t xcr0 = xgetbv0();
+  const bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
+  if (cpuid(0).eax < 7) return CpuIsa::kBaseline;
+  const CpuidRegs l7 = cpuid(7, 0);
+  const bool avx2 = bit(l7.ebx, 5);
+  const bool avx512 = bit(l7.ebx, 16) && bit(l7.ebx, 17) && bit(l7.ebx, 30) && bit(l7.ebx, 31);  // F DQ BW VL
+  if (avx512 && avx2 && os_zmm) return CpuIsa::kAvx512;
+  if (avx2 && os_ymm) return CpuIsa::kAvx2;
+  return CpuIsa::kBaseline;
+}
+
+std::string supported_levels() {
+  std::string s;
+  for (int i = static_cast<int>(detected_cpu_isa()); i >= 0; --i)
+    s += std::string(s.empty() ? "" : ", ") + cpu_isa_name(static_cast<CpuIsa>(i));
+  return s;
+}
+
+void check_supported(CpuIsa isa, std::string_view origin) {
+  GPIPE_CHECK(isa <= detected_cpu_isa(), origin, " asks for CPU ISA level '", cpu_isa_name(isa),
+              "', but this CPU supports only: ", supported_levels());
+}
+
+std::atomic<int> g_active{-1};  // -1: not chosen yet
+std::once_flag g_env_once;
+
+void choose_from_environment() {
+  CpuIsa isa = detected_cpu_isa();
+  if (const char* env = std::getenv("GPIPE_CPU_ISA"); env && *env) {
+    try {
+      isa = parse_cpu_isa(env);
+    } catch (const Error& e) {
+      throw Error(detail::concat("GPIPE_CPU_ISA: ", e.what()));
+    }
+    check_supported(isa, detail::concat("GPIPE_CPU_ISA=", env));
+  }
+  int expected = -1;
+  g_active.compare_exchange_strong(expected, static_cast<int>(isa));
+}
+
+}  // namespace
+
+CpuIsa detected_cpu_isa() {
+  static const CpuIsa detected = detect();
+  return detected;
+}
+
+CpuIsa cpu_isa() {
+  int active = g_active.load(std::memory_order_relaxed);
+  if (active < 0) {
+    std::call_once(g_env_once, choose_from_environment);  // rethrows (and retries) on error
+    active = g_active.load();
+  }
+  return static_cast<CpuIsa>(active);
+}
+
+void set_cpu_isa(CpuIsa isa) {
+  check_supported(isa, "set_cpu_isa");
+  g_active = static_cast<int>(isa);
+}
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kBaseline: return "baseline";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+CpuIsa parse_cpu_isa(std::string_view name) {
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    if (name == cpu_isa_name(isa)) return isa;
+  throw Error(detail::concat("unknown CPU ISA level '", name, "': expected avx512, avx2 or baseline"));
+}
+
+std::string cpu_description() {
+  std::string brand;
+  if (cpuid(0x80000000).eax >= 0x80000004) {
+    char text[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      const CpuidRegs r = cpuid(0x80000002 + i);
+      std::memcpy(text + 16 * i, &r, 16);
+    }
+    brand = text;
+    const auto first = brand.find_first_not_of(' '), last = brand.find_last_not_of(' ');
+    brand = first == std::string::npos ? "" : brand.substr(first, last - first + 1);
+  }
+  if (brand.empty()) brand = "unknown x86-64 CPU";
+  return brand + "; supports " + supported_levels();
+}
+
+CpuIsaGuard::CpuIsaGuard(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }
+CpuIsaGuard::~CpuIsaGuard() { g_active = static_cast<int>(prev_); }
+
+}  // namespace gpipe

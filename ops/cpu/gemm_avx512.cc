@@ -1,0 +1,60 @@
+// AVX-512 micro-kernel: a 14 x 32 tile of C in 28 zmm accumulators. Per step
+// of k it loads two vectors of the B panel and broadcasts 14 values of the A
+// panel from memory, 28 FMAs for 16 loads: enough independent chains for two
+// 512-bit FMA pipes (Intel) and for Zen 4's double-pumped one. Built with
+// AVX-512 flags; see Note [GEMM ISA files] in gemm_kernels.h.
+#include <immintrin.h>
+
+#include "ops/cpu/gemm_kernels.h"
+
+namespace gpipe::ops::cpu::packed {
+namespace avx512 {
+namespace {
+
+constexpr int kMr = 14, kNr = 32;
+
+void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                  float beta) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr; ++i) {  // the C tile's rows are two cache lines each
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  if (beta == 0.0f) {
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc[i][0]));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc[i][1]));
+    }
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      float* ci = c + i * ldc;
+      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
+      _mm512_storeu_ps(ci + 16, _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace avx512
+
+const KernelSet kAvx512Kernels = {"avx512", avx512::kMr, avx512::kNr, 256, 512, 4096, avx512::kernel_14x32};
+
+}  // namespace gpipe::ops::cpu::packed

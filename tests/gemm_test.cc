@@ -1,0 +1,219 @@
+// The packed fp32 GEMM (ops/cpu/gemm_packed.h) against Eigen's GEMM in double,
+// at every ISA level this CPU supports, and the ISA detection it relies on.
+// Sizes sit around each level's tile edges (mr, nr) and k-slice edge (kc).
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/cpu_isa.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_packed.h"
+
+using namespace gpipe;
+using Catch::Contains;
+
+namespace {
+
+std::vector<CpuIsa> supported_levels() {
+  std::vector<CpuIsa> levels;
+  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i) levels.push_back(static_cast<CpuIsa>(i));
+  return levels;
+}
+
+struct GemmCase {
+  bool ta = false, tb = false;
+  int64_t m = 1, n = 1, k = 1;
+  float alpha = 1, beta = 0;
+  int64_t pad = 0;         // extra elements per stored row of A, B and C
+  bool parallel = false;   // through parallel_gemm (the pool's threads) instead of gemm
+};
+
+std::string describe(const GemmCase& g) {
+  return detail::concat(cpu_isa_name(cpu_isa()), (g.ta ? " A^T" : " A"), (g.tb ? " B^T" : " B"), " m=", g.m,
+                        " n=", g.n, " k=", g.k, " alpha=", g.alpha, " beta=", g.beta, " pad=", g.pad,
+                        g.parallel ? " parallel" : "");
+}
+
+// Runs the case through the packed backend and checks every element against
+// Eigen in double, within 1e-5 of sum |alpha a b| + |beta c| for that element;
+// the padding between rows of C must stay as it was. Reports the worst element.
+void check_case(const GemmCase& g, std::mt19937& rng) {
+  const int64_t a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
+  const int64_t b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
+  const int64_t lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
+  std::normal_distribution<float> normal;
+  std::vector<float> a(a_rows * lda), b(b_rows * ldb), c(g.m * ldc);
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+  for (float& x : c) x = normal(rng);
+  if (g.beta == 0) std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());  // must not be read
+
+  std::vector<double> a64(a.begin(), a.end()), b64(b.begin(), b.end()), abs_a(a64), abs_b(b64);
+  for (double& x : abs_a) x = std::abs(x);
+  for (double& x : abs_b) x = std::abs(x);
+  std::vector<double> ref(g.m * ldc, 0.0), mag(g.m * ldc, 0.0);
+  ops::cpu::set_gemm_backend(ops::cpu::GemmBackend::kEigen);
+  ops::cpu::gemm<double>(g.ta, g.tb, g.m, g.n, g.k, 1.0, a64.data(), lda, b64.data(), ldb, 0.0, ref.data(), ldc);
+  ops::cpu::gemm<double>(g.ta, g.tb, g.m, g.n, g.k, 1.0, abs_a.data(), lda, abs_b.data(), ldb, 0.0, mag.data(),
+                         ldc);
+  ops::cpu::set_gemm_backend(ops::cpu::GemmBackend::kPacked);
+  const std::vector<float> c0 = c;
+  if (g.parallel)
+    ops::cpu::parallel_gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
+                                   c.data(), ldc);
+  else
+    ops::cpu::gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc);
+
+  int64_t bad = 0, worst_i = 0, worst_j = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const int64_t at = i * ldc + j;
+      if (j >= g.n) {  // padding between rows of C is left alone
+        if (!(std::isnan(c[at]) && std::isnan(c0[at])) && c[at] != c0[at]) ++bad;
+        continue;
+      }
+      const double keep = g.beta == 0 ? 0.0 : double(g.beta) * c0[at];
+      const double want = double(g.alpha) * ref[at] + keep;
+      const double tol = 1e-5 * (std::abs(double(g.alpha)) * mag[at] + std::abs(keep)) + 1e-30;
+      const double err = std::abs(double(c[at]) - want) / tol;
+      if (!(err <= 1.0)) ++bad;
+      if (!(err <= worst)) worst = err, worst_i = i, worst_j = j;
+    }
+  }
+  INFO(describe(g) << ": worst element (" << worst_i << ", " << worst_j << ") at " << worst << " x tolerance");
+  CHECK(bad == 0);
+}
+
+std::vector<int64_t> around(int64_t edge, int64_t extra) {
+  return {1, edge - 1, edge, edge + 1, 2 * edge + 1, extra};
+}
+
+}  // namespace
+
+TEST_CASE("cpu_isa: names parse back, bad names and unsupported levels throw") {
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
+    CHECK(parse_cpu_isa(cpu_isa_name(isa)) == isa);
+  CHECK_THROWS_AS(parse_cpu_isa("avx1024"), Error);
+  CHECK_THROWS_WITH(parse_cpu_isa("avx1024"), Contains("unknown CPU ISA level 'avx1024'") && Contains("avx512, avx2 or baseline"));
+  CHECK_THROWS_AS(parse_cpu_isa(""), Error);
+  CHECK(cpu_isa() <= detected_cpu_isa());
+  CHECK_THAT(cpu_description(), Contains("supports") && Contains(cpu_isa_name(detected_cpu_isa())));
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    CHECK(cpu_isa() == isa);
+  }
+  if (detected_cpu_isa() < CpuIsa::kAvx512) {
+    const CpuIsa above = static_cast<CpuIsa>(static_cast<int>(detected_cpu_isa()) + 1);
+    CHECK_THROWS_WITH(set_cpu_isa(above), Contains(std::string("'") + cpu_isa_name(above) + "'") &&
+                                              Contains("this CPU supports only"));
+  }
+}
+
+TEST_CASE("gemm: the packed backend is the float default and names its ISA") {
+  CHECK(ops::cpu::gemm_backend() == ops::cpu::GemmBackend::kPacked);
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    CHECK(ops::cpu::gemm_backend_name() == std::string("packed-") + cpu_isa_name(isa));
+    CHECK(ops::cpu::packed_kernels().name == std::string(cpu_isa_name(isa)));
+  }
+}
+
+TEST_CASE("gemm: packed equals Eigen around every tile edge, all transpositions, each ISA level") {
+  std::mt19937 rng(7);
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const auto& ks = ops::cpu::packed_kernels();
+    for (int64_t m : around(ks.mr, 100))
+      for (int64_t n : around(ks.nr, 257))
+        for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{ks.kc} - 1, int64_t{ks.kc} + 1, int64_t{600}})
+          for (int t = 0; t < 4; ++t) {
+            GemmCase g;
+            g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k;
+            g.alpha = 1.0f, g.beta = (m + n + k) % 2 ? 0.0f : 1.0f;
+            check_case(g, rng);
+          }
+  }
+}
+
+TEST_CASE("gemm: packed alpha, beta and leading strides wider than the rows") {
+  std::mt19937 rng(8);
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    for (float alpha : {1.0f, -0.5f, 2.0f})
+      for (float beta : {0.0f, 1.0f, 0.25f})
+        for (int64_t pad : {0, 3, 64})
+          for (int t = 0; t < 4; ++t) {
+            GemmCase g;
+            g.ta = t & 1, g.tb = t & 2, g.m = 33, g.n = 65, g.k = 300, g.alpha = alpha, g.beta = beta, g.pad = pad;
+            check_case(g, rng);
+          }
+  }
+}
+
+TEST_CASE("gemm: packed across the row-block and column-chunk edges") {
+  std::mt19937 rng(10);
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const int64_t mc = ops::cpu::packed_kernels().mc;
+    for (int t = 0; t < 4; ++t) {
+      GemmCase tall;  // more rows than one packed A block
+      tall.ta = t & 1, tall.tb = t & 2, tall.m = mc + 5, tall.n = 21, tall.k = 40, tall.beta = 0.5f;
+      check_case(tall, rng);
+      GemmCase wide;  // more columns than one packed B chunk (8192)
+      wide.ta = t & 1, wide.tb = t & 2, wide.m = 9, wide.n = 8192 + 77, wide.k = 30;
+      check_case(wide, rng);
+    }
+  }
+}
+
+TEST_CASE("gemm: packed with k = 0 or alpha = 0 only scales C") {
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    std::vector<float> c(3 * 5, 2.0f);
+    const float a[1] = {1.0f}, b[1] = {1.0f};
+    ops::cpu::gemm<float>(false, false, 3, 4, 0, 1.0f, a, 1, b, 4, 0.5f, c.data(), 5);
+    CHECK(c[0] == 1.0f);
+    CHECK(c[4] == 2.0f);  // padding untouched
+    std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+    ops::cpu::gemm<float>(true, true, 3, 4, 0, 1.0f, a, 3, b, 1, 0.0f, c.data(), 5);
+    CHECK(c[0] == 0.0f);
+    CHECK(c[13] == 0.0f);
+    std::fill(c.begin(), c.end(), 2.0f);  // the packed entry itself, below gemm's own k = 0 shortcut
+    ops::cpu::packed_sgemm(false, true, 3, 4, 0, 1.0f, a, 1, b, 1, 0.25f, c.data(), 5, true);
+    CHECK(c[0] == 0.5f);
+    CHECK(c[4] == 2.0f);
+    std::vector<float> ones(16, 1.0f);
+    std::fill(c.begin(), c.end(), 3.0f);
+    ops::cpu::gemm<float>(false, false, 3, 4, 4, 0.0f, ones.data(), 4, ones.data(), 4, 1.0f, c.data(), 5);
+    CHECK(c[7] == 3.0f);
+  }
+}
+
+TEST_CASE("gemm: packed over a 2-thread pool equals Eigen (rows split, columns split, several k-slices)") {
+  ThreadPool pool(2);
+  IntraOpScope scope(&pool);
+  std::mt19937 rng(9);
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const std::vector<std::array<int64_t, 3>> shapes = {
+        {301, 203, 300},  // rows of C split, edges everywhere
+        {5, 2000, 600},   // one A panel: columns split
+        {1000, 9, 700},   // one B panel
+        {257, 1031, 513}};
+    for (const auto& [m, n, k] : shapes)
+      for (int t = 0; t < 4; ++t) {
+        GemmCase g;
+        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 0.75f, g.beta = t == 1 ? 0.5f : 0.0f;
+        g.pad = t == 2 ? 5 : 0;
+        g.parallel = true;
+        check_case(g, rng);
+      }
+  }
+}

@@ -1,0 +1,125 @@
+// gpipe_bench peak: the fp32 FMA peak each ISA level reaches on this CPU, the
+// yardstick for the GEMM figures. Each thread runs 12 independent
+// accumulator chains (more than pipes x latency on any current x86 core)
+// through fused multiply-adds on registers only; the baseline level has no
+// FMA and counts SSE mul + add pairs instead.
+//
+// The loops carry __attribute__((target)) and use nothing but intrinsics, so
+// nothing built for AVX-512 here can be picked up by ordinary code (see
+// Note [GEMM ISA files] in ops/cpu/gemm_kernels.h).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/cpu_isa.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "tools/benchmarks.h"
+
+namespace gpipe::bench {
+namespace {
+
+constexpr int kChains = 12;
+
+__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters) {
+  __m512 acc[kChains];
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-6f);
+#pragma GCC unroll 12
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  for (int64_t t = 0; t < iters; ++t)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  __m512 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  return lanes[0] + lanes[15];
+}
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
+  __m256 acc[kChains];
+  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-6f);
+#pragma GCC unroll 12
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  for (int64_t t = 0; t < iters; ++t)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+  __m256 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  return _mm_cvtss_f32(_mm256_castps256_ps128(sum));
+}
+
+float mul_add_loop_sse(int64_t iters) {
+  __m128 acc[kChains];
+  const __m128 x = _mm_set1_ps(0.999999f), y = _mm_set1_ps(1e-6f);
+#pragma GCC unroll 12
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm_set1_ps(static_cast<float>(i));
+  for (int64_t t = 0; t < iters; ++t)
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], x), y);
+  __m128 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm_add_ps(sum, acc[i]);
+  return _mm_cvtss_f32(sum);
+}
+
+// Flops one iteration of the loop for `isa` does.
+double flops_per_iter(CpuIsa isa) {
+  const int lanes = isa == CpuIsa::kAvx512 ? 16 : isa == CpuIsa::kAvx2 ? 8 : 4;
+  return 2.0 * lanes * kChains;
+}
+
+float run_loop(CpuIsa isa, int64_t iters) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return fma_loop_avx512(iters);
+    case CpuIsa::kAvx2: return fma_loop_avx2(iters);
+    case CpuIsa::kBaseline: break;
+  }
+  return mul_add_loop_sse(iters);
+}
+
+volatile float g_sink;
+
+// Seconds for `threads` copies of the loop, each `iters` long, on the pool.
+double time_loops(CpuIsa isa, int threads, int64_t iters) {
+  ThreadPool pool(threads);
+  IntraOpScope scope(&pool);
+  const auto t0 = std::chrono::steady_clock::now();
+  parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) g_sink = run_loop(isa, iters);
+  });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+double measure_fma_peak(CpuIsa isa, int threads, double seconds) {
+  GPIPE_CHECK(isa <= detected_cpu_isa(), "FMA peak: this CPU has no ", cpu_isa_name(isa), " (", cpu_description(), ")");
+  int64_t iters = 1 << 20;
+  while (time_loops(isa, 1, iters) < 0.05) iters *= 2;  // calibrate: ~50 ms per run
+  iters = static_cast<int64_t>(iters * (seconds / 5) / 0.05) + 1;
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) best = std::min(best, time_loops(isa, threads, iters));
+  return flops_per_iter(isa) * static_cast<double>(iters) * threads / best / 1e9;
+}
+
+int run_peak(const PeakBenchOptions& opt) {
+  const CpuIsa active = cpu_isa();
+  std::printf("# fp32 FMA peak, %d independent chains per thread, best of 5; %s\n", kChains, opt.env_note.c_str());
+  std::printf("# CPU: %s\n", cpu_description().c_str());
+  std::printf("%9s %7s %10s %14s\n", "isa", "threads", "GFLOP/s", "per thread");
+  for (int level = static_cast<int>(detected_cpu_isa()); level >= 0; --level) {
+    const CpuIsa isa = static_cast<CpuIsa>(level);
+    for (int threads : opt.threads) {
+      const double gf = measure_fma_peak(isa, threads, opt.seconds);
+      std::printf("%9s %7d %10.1f %14.1f\n", cpu_isa_name(isa), threads, gf, gf / threads);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("# GEMM goal: >= 85%% of the 1-thread figure of the active level (%s), >= 1.9x that at 2 threads\n",
+              cpu_isa_name(active));
+  return 0;
+}
+
+}  // namespace gpipe::bench
