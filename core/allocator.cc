@@ -2,10 +2,17 @@
 // its own instance, so K pipeline stages on one host report separately.
 #include "core/allocator.h"
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <new>
 #include <sstream>
+#include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 
@@ -14,28 +21,122 @@ namespace {
 
 thread_local MemoryCategory t_category = MemoryCategory::kActivation;
 
+// Installed RAM (0 if unknown): the most a CPU device can ever hold.
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// Note [Caching CPU allocator]. Fresh large allocations come from mmap and
+// are paid for again in page faults on first touch, every step. Freed blocks
+// are therefore kept in per-size-class free lists and handed out again: a
+// request is rounded up to its class (four classes per power of two, so at
+// most 25% slack; 64 bytes at least), and a block of the same class is reused
+// if one is free. The statistics count the bytes asked for, exactly as
+// without the cache, so memory reports do not change; the cache's own bytes
+// are reported apart (MemoryStats::cached_bytes). The cache holds at most a
+// quarter of physical memory (GPIPE_CPU_CACHE_MB overrides; 0 turns caching
+// off), gives everything back when an allocation fails and is retried, and
+// release_cached_memory() empties it. Under AddressSanitizer caching is off
+// by default, so freed memory stays poisoned and use-after-free is caught.
 class CpuAllocator final : public Allocator {
  public:
-  explicit CpuAllocator(int index) : device_(DeviceType::kCPU, index) {}
+  explicit CpuAllocator(int index) : device_(DeviceType::kCPU, index), cache_limit_(cache_limit_bytes()) {}
+  ~CpuAllocator() override { release_cache(); }
+
   void* allocate(size_t bytes, MemoryCategory c) override {
-    void* p = nullptr;
-    try {
-      p = ::operator new(bytes == 0 ? kAllocAlignment : bytes, std::align_val_t(kAllocAlignment));
-    } catch (const std::bad_alloc&) {
-      throw Error(detail::concat("out of memory on ", device_, ": failed to allocate ", bytes,
-                                 " bytes for ", memory_category_name(c), " (live: ", stats().str(), ")"));
+    // A request no machine of this size could satisfy is refused here, before
+    // the system allocator (or a sanitizer's) sees it and aborts the process.
+    static const uint64_t physical = physical_memory_bytes();
+    if (physical > 0 && bytes > physical)
+      throw Error(detail::concat("out of memory on ", device_, ": ", bytes, " bytes requested for ",
+                                 memory_category_name(c), ", more than the machine's ", physical,
+                                 " bytes of physical memory (live: ", stats().str(), ")"));
+    const size_t size = size_class(bytes);
+    void* p = take_cached(size);
+    if (p == nullptr) {
+      p = system_allocate(size);
+      if (p == nullptr) {  // give the cache back to the system and try once more
+        release_cache();
+        p = system_allocate(size);
+      }
+      if (p == nullptr)
+        throw Error(detail::concat("out of memory on ", device_, ": failed to allocate ", bytes, " bytes for ",
+                                   memory_category_name(c), " (live: ", stats().str(), ")"));
     }
     charge(bytes, c);
     return p;
   }
   void deallocate(void* p, size_t bytes, MemoryCategory c) override {
-    ::operator delete(p, std::align_val_t(kAllocAlignment));
     release(bytes, c);
+    const size_t size = size_class(bytes);
+    if (!put_cached(p, size)) ::operator delete(p, std::align_val_t(kAllocAlignment));
+  }
+  int64_t release_cache() override {
+    std::vector<std::pair<size_t, std::vector<void*>>> lists;
+    {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      for (auto& [size, blocks] : free_) lists.emplace_back(size, std::move(blocks));
+      free_.clear();
+      cached_ = 0;
+      set_cached_bytes(0);
+    }
+    int64_t freed = 0;
+    for (auto& [size, blocks] : lists)
+      for (void* b : blocks) {
+        ::operator delete(b, std::align_val_t(kAllocAlignment));
+        freed += static_cast<int64_t>(size);
+      }
+    return freed;
   }
   Device device() const override { return device_; }
 
+  // The size class of a request: multiples of 2^(p-2) in (2^p, 2^(p+1)].
+  static size_t size_class(size_t bytes) {
+    if (bytes <= kAllocAlignment) return kAllocAlignment;
+    const int p = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes - 1));  // 2^p < bytes <= 2^(p+1)
+    const size_t step = size_t{1} << (p - 2);
+    return (bytes + step - 1) / step * step;
+  }
+
  private:
+  static int64_t cache_limit_bytes() {
+    if (const char* env = std::getenv("GPIPE_CPU_CACHE_MB")) return std::max(0LL, std::atoll(env)) << 20;
+#if defined(__SANITIZE_ADDRESS__)
+    return 0;
+#else
+    return static_cast<int64_t>(physical_memory_bytes() / 4);
+#endif
+  }
+  static void* system_allocate(size_t size) {
+    return ::operator new(size, std::align_val_t(kAllocAlignment), std::nothrow);
+  }
+  void* take_cached(size_t size) {
+    if (cache_limit_ == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = free_.find(size);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= static_cast<int64_t>(size);
+    set_cached_bytes(cached_);
+    return p;
+  }
+  bool put_cached(void* p, size_t size) {
+    if (cache_limit_ == 0) return false;
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (cached_ + static_cast<int64_t>(size) > cache_limit_) return false;
+    free_[size].push_back(p);
+    cached_ += static_cast<int64_t>(size);
+    set_cached_bytes(cached_);
+    return true;
+  }
+
   Device device_;
+  const int64_t cache_limit_;
+  std::mutex cache_mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free blocks
+  int64_t cached_ = 0;
 };
 
 Allocator* make_cpu_allocator(int index) { return new CpuAllocator(index); }
@@ -69,6 +170,7 @@ std::string MemoryStats::str() const {
   for (int i = 0; i < kNumMemoryCategories; ++i)
     os << memory_category_name(static_cast<MemoryCategory>(i)) << "=" << live[i] << "B ";
   os << "total=" << live_total << "B peak=" << peak_total << "B";
+  if (cached_bytes > 0) os << " cached=" << cached_bytes << "B";
   return os.str();
 }
 
@@ -91,6 +193,23 @@ void Allocator::charge(size_t bytes, MemoryCategory c) {
   if (stats_.live[i] > stats_.peak[i]) stats_.peak[i] = stats_.live[i];
   if (stats_.live_total > stats_.peak_total) stats_.peak_total = stats_.live_total;
   ++stats_.allocations;
+}
+
+void Allocator::set_cached_bytes(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.cached_bytes = bytes;
+}
+
+int64_t release_cached_memory() {
+  Registry& r = registry();
+  std::vector<Allocator*> all;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (auto& [key, a] : r.allocators) all.push_back(a.get());
+  }
+  int64_t freed = 0;
+  for (Allocator* a : all) freed += a->release_cache();
+  return freed;
 }
 
 void Allocator::release(size_t bytes, MemoryCategory c) {

@@ -27,6 +27,7 @@ struct MemoryStats {
   int64_t live_total = 0;
   int64_t peak_total = 0;       // high-water mark of the sum over categories
   int64_t allocations = 0;      // number of allocate() calls
+  int64_t cached_bytes = 0;     // freed blocks the allocator keeps for reuse (not in live/peak)
   int64_t live_bytes(MemoryCategory c) const { return live[static_cast<int>(c)]; }
   int64_t peak_bytes(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
   std::string str() const;
@@ -39,6 +40,9 @@ class Allocator {
   virtual void* allocate(size_t bytes, MemoryCategory category) = 0;
   virtual void deallocate(void* ptr, size_t bytes, MemoryCategory category) = 0;
   virtual Device device() const = 0;
+  // Returns the blocks kept for reuse to the system (CPU and CUDA allocators
+  // cache freed blocks); the bytes given back. Live tensors are untouched.
+  virtual int64_t release_cache() { return 0; }
 
   MemoryStats stats() const;
   // Sets every peak to the current live value (start of a new measurement window).
@@ -47,6 +51,7 @@ class Allocator {
  protected:
   void charge(size_t bytes, MemoryCategory c);
   void release(size_t bytes, MemoryCategory c);
+  void set_cached_bytes(int64_t bytes);
 
  private:
   mutable std::mutex mu_;
@@ -58,6 +63,10 @@ inline constexpr size_t kAllocAlignment = 64;
 // The allocator of `device`, created on first use; it lives for the process.
 // Throws gpipe::Error for a device kind this build or machine cannot serve.
 Allocator& allocator_for(Device device);
+
+// Empties every device allocator's cache of freed blocks (release_cache);
+// returns the bytes given back.
+int64_t release_cached_memory();
 
 // Lets a backend (CUDA) provide allocators for its device kind.
 using AllocatorFactory = Allocator* (*)(int index);

@@ -3,6 +3,8 @@
 // runtime, its own worker); "cuda:i" exists only in CUDA builds.
 #pragma once
 
+#include "core/cxx_version.h"
+
 #include <cstdint>
 #include <ostream>
 #include <string>

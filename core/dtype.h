@@ -3,6 +3,8 @@
 // placeholders for mixed precision (no CPU kernel computes in them yet).
 #pragma once
 
+#include "core/cxx_version.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <ostream>

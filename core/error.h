@@ -6,6 +6,8 @@
 // marks a bug in gpipe itself; it stays on in optimised builds.
 #pragma once
 
+#include "core/cxx_version.h"
+
 #include <sstream>
 #include <stdexcept>
 #include <string>

@@ -24,6 +24,51 @@ int default_threads() {
 
 }  // namespace
 
+// Note [Cheap wake-ups]. A kernel's parallel_for lasts tens of
+// microseconds, so parking every helper on a condition variable between two
+// of them (a futex wake-up, then a reschedule) costs as much as the work.
+// Helpers therefore spin on `generation_` for a short while (kSpinRounds
+// pause instructions, some 20-100 us) before they park, and the caller spins
+// briefly for the helpers to finish before it waits. Tasks are claimed with
+// an atomic counter; a job lives on the caller's stack, and the caller
+// returns only after every helper that joined it has left it (refs == 0).
+namespace {
+constexpr int kSpinRounds = 1 << 11;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+struct ThreadPool::Job {
+  const std::function<void(int)>* task;
+  int n;
+  std::atomic<int> next{0}, finished{0}, refs{0};
+  std::mutex error_mu;
+  std::exception_ptr error;
+
+  // Claims and runs tasks until none is left.
+  void work() {
+    const bool outer = t_in_task;
+    t_in_task = true;
+    for (int i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed)) {
+      try {
+        (*task)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(error_mu);
+        if (!error) error = std::current_exception();
+      }
+      finished.fetch_add(1, std::memory_order_acq_rel);
+    }
+    t_in_task = outer;
+  }
+  bool done() const {
+    return finished.load(std::memory_order_acquire) == n && refs.load(std::memory_order_acquire) == 0;
+  }
+};
+
 ThreadPool::ThreadPool(int threads) : size_(threads) {
   GPIPE_CHECK(threads >= 1, "ThreadPool: thread count must be >= 1, got ", threads);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -40,63 +85,60 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    while (next_ < n_tasks_) {
-      const int i = next_++;
-      lock.unlock();
-      t_in_task = true;
-      try {
-        (*task_)(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!error_) error_ = std::current_exception();
-      }
-      t_in_task = false;
-      lock.lock();
-      if (++finished_ == n_tasks_) done_cv_.notify_all();
+    bool woke = false;
+    for (int r = 0; r < kSpinRounds && !woke; ++r) {
+      woke = stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
+      if (!woke) cpu_relax();
     }
+    Job* job = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!woke) {
+        ++sleepers_;
+        cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+        --sleepers_;
+      }
+      if (stop_) return;
+      seen = generation_.load();
+      job = job_;
+      if (job) job->refs.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!job) continue;  // that job was already over
+    job->work();
+    job->refs.fetch_sub(1, std::memory_order_acq_rel);
+    std::lock_guard<std::mutex> lock(mu_);
+    done_cv_.notify_all();
   }
 }
 
 void ThreadPool::run(int n, const std::function<void(int)>& task) {
   if (n <= 0) return;
-  std::unique_lock<std::mutex> job(run_mu_, std::try_to_lock);
-  if (size_ == 1 || n == 1 || !job.owns_lock() || t_in_task) {
+  std::unique_lock<std::mutex> guard(run_mu_, std::try_to_lock);
+  if (size_ == 1 || n == 1 || !guard.owns_lock() || t_in_task) {
     for (int i = 0; i < n; ++i) task(i);
     return;
   }
+  Job job;
+  job.task = &task;
+  job.n = n;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    task_ = &task;
-    n_tasks_ = n;
-    next_ = 0;
-    finished_ = 0;
-    error_ = nullptr;
-    ++generation_;
+    job_ = &job;
+    generation_.fetch_add(1, std::memory_order_release);
+    if (sleepers_ > 0) cv_.notify_all();
   }
-  cv_.notify_all();
-  std::unique_lock<std::mutex> lock(mu_);
-  while (next_ < n_tasks_) {
-    const int i = next_++;
-    lock.unlock();
-    t_in_task = true;
-    try {
-      task(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(mu_);
-      if (!error_) error_ = std::current_exception();
-    }
-    t_in_task = false;
-    lock.lock();
-    ++finished_;
+  job.work();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = nullptr;  // no helper joins it from now on
   }
-  done_cv_.wait(lock, [&] { return finished_ == n_tasks_; });
-  task_ = nullptr;
-  if (error_) std::rethrow_exception(error_);
+  for (int r = 0; r < kSpinRounds && !job.done(); ++r) cpu_relax();
+  if (!job.done()) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return job.done(); });
+  }
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 ThreadPool& current_thread_pool() {

@@ -7,6 +7,9 @@
 // parallel_for inside a pool task runs serially, so nesting never deadlocks.
 #pragma once
 
+#include "core/cxx_version.h"
+
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -30,19 +33,20 @@ class ThreadPool {
   // runs serially on the caller instead of waiting.
   void run(int n, const std::function<void(int)>& task);
 
+  struct Job;  // one run() call's tasks (parallel.cc)
+
  private:
   void worker_loop();
 
   int size_;
   std::vector<std::thread> workers_;
   std::mutex run_mu_;  // one job at a time
-  std::mutex mu_;
+  std::mutex mu_;      // guards job_, sleepers_ and the condition variables
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int)>* task_ = nullptr;
-  int n_tasks_ = 0, next_ = 0, finished_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  Job* job_ = nullptr;                     // the job workers may join, or none
+  std::atomic<uint64_t> generation_{0};    // bumped for every job: what spinning workers watch
+  std::atomic<bool> stop_{false};
+  int sleepers_ = 0;                       // workers parked on cv_
 };
 
 // The pool parallel_for uses on this thread.

@@ -10,6 +10,8 @@
 // of this header against core/rng.cc.
 #pragma once
 
+#include "core/cxx_version.h"
+
 #include <cstdint>
 
 #if defined(__CUDACC__)

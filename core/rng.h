@@ -7,6 +7,8 @@
 // m at step s uses the key (seed, s, m, l), whatever K or the schedule is.
 #pragma once
 
+#include "core/cxx_version.h"
+
 #include <array>
 #include <cstdint>
 

@@ -148,4 +148,37 @@ Tensor make_parameter(const Tensor& t) {
   return p;
 }
 
+std::vector<NamedTensor> named_parameters(const LayerList& layers) {
+  std::vector<NamedTensor> out;
+  std::unordered_set<TensorImpl*> seen;
+  for (const LayerPtr& l : layers)
+    for (NamedTensor& p : l->parameters())
+      if (seen.insert(p.tensor->impl_ptr().get()).second) out.push_back({l->name() + "." + p.name, p.tensor});
+  return out;
+}
+
+std::vector<NamedTensor> named_state(const LayerList& layers) {
+  std::vector<NamedTensor> out;
+  for (const LayerPtr& l : layers) {
+    for (NamedTensor& p : l->parameters()) out.push_back({l->name() + "." + p.name, p.tensor});
+    for (NamedTensor& b : l->buffers()) out.push_back({l->name() + "." + b.name, b.tensor});
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> tied_parameter_names(const LayerList& layers) {
+  std::unordered_map<TensorImpl*, size_t> group_of;
+  std::vector<std::vector<std::string>> groups;
+  for (const LayerPtr& l : layers)
+    for (NamedTensor& p : l->parameters()) {
+      auto [it, fresh] = group_of.try_emplace(p.tensor->impl_ptr().get(), groups.size());
+      if (fresh) groups.emplace_back();
+      groups[it->second].push_back(l->name() + "." + p.name);
+    }
+  std::vector<std::vector<std::string>> tied;
+  for (auto& g : groups)
+    if (g.size() > 1) tied.push_back(std::move(g));
+  return tied;
+}
+
 }  // namespace gpipe

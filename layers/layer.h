@@ -110,6 +110,23 @@ class Layer {
 using LayerPtr = std::shared_ptr<Layer>;
 using LayerList = std::vector<LayerPtr>;
 
+// ---- Names of a whole layer list (no Pipeline needed) ----
+// A tensor's full name is "<layer>.<name within the layer>", e.g.
+// "encoder_0.ffn.mlp.in.weight": what optimizers' state and checkpoints use.
+
+// Every trainable tensor of `layers` once, in order of first appearance; a
+// tensor shared by several layers (tied weights) appears under its first
+// owner's name. This is the list to give an optimizer.
+std::vector<NamedTensor> named_parameters(const LayerList& layers);
+// Parameters then buffers of each layer under every name (a tied tensor once
+// per owner): what save_checkpoint / load_checkpoint take (they store a
+// shared tensor once).
+std::vector<NamedTensor> named_state(const LayerList& layers);
+// The names of each tied tensor, one group per tensor with two or more
+// names (e.g. {"src_embed.shared_embedding", "tgt_embed.shared_embedding",
+// "output.shared_embedding"} in the Transformer): LoadCheckpointOptions::aliases.
+std::vector<std::vector<std::string>> tied_parameter_names(const LayerList& layers);
+
 // Runs layers in order (no pipeline): the single-device reference.
 Bundle run_layers(const LayerList& layers, const Bundle& in);
 // Output spec of a whole list, validating each step.

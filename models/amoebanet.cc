@@ -466,6 +466,8 @@ int64_t amoebanet_parameter_count(const AmoebaNetConfig& c) {
   return n + p.out_channels * c.num_classes + c.num_classes;
 }
 
+int64_t amoebanet_layer_count(const AmoebaNetConfig& c) { return 3 * c.num_normal_cells + 6; }
+
 Model amoebanet_d(const AmoebaNetConfig& c) {
   const NetPlan p = plan_cells(c);
   SeedSequence seeds(c.seed);

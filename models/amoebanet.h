@@ -97,6 +97,9 @@ struct AmoebaNetConfig {
 // Exact parameter count from the config alone, without allocating.
 int64_t amoebanet_parameter_count(const AmoebaNetConfig& c);
 
+// Layers in amoebanet_d(c)'s flat list, 3N + 6: the most cells K can have.
+int64_t amoebanet_layer_count(const AmoebaNetConfig& c);
+
 // Stem, 3N + 4 cells and the classifier (see above), with CrossEntropyLoss.
 // Throws gpipe::Error for N < 0, F < 8, in_channels < 1 or num_classes < 1.
 Model amoebanet_d(const AmoebaNetConfig& c);

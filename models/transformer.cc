@@ -82,49 +82,70 @@ class SourceEmbedding final : public Layer {
   Embedder embed_;
 };
 
-class EncoderLayer final : public Layer {
+// One pre-LayerNorm residual sublayer, the unit the pipeline cuts at:
+// stream += dropout(f(LN(stream))), with f self-attention, cross-attention
+// (keys and values from the encoder memory) or the feed-forward block. An
+// encoder layer is (self_attn, ffn), a decoder layer (self_attn, cross_attn,
+// ffn): the same arithmetic as one layer object, cut finer. The bundle is
+// (src_h, src_pad, tgt_tok) in the encoder and (memory, src_pad, tgt_h) in
+// the decoder; `stream` says which slot the sublayer updates.
+enum class SublayerKind { kSelfAttention, kCausalSelfAttention, kCrossAttention, kFeedForward };
+
+class ResidualSublayer final : public Layer {
  public:
-  EncoderLayer(const TransformerConfig& c, int64_t index, double scale)
-      : Layer("encoder_" + std::to_string(index)),
-        c_(c),
-        ln1_("ln1", c.dim),
-        ln2_("ln2", c.dim),
-        attn_("self_attn", {.dim = c.dim, .heads = c.heads, .dropout = c.dropout, .init_scale = scale},
-              mix_key(c.seed, 100 + index)),
-        ffn_("ffn", c.dim, c.ffn, c.activation, mix_key(c.seed, 200 + index), c.dropout, scale),
-        drop1_("dropout1", c.dropout, 1),
-        drop2_("dropout2", c.dropout, 2) {
-    register_sublayer("ln1", &ln1_);
-    register_sublayer("self_attn", &attn_);
-    register_sublayer("ln2", &ln2_);
-    register_sublayer("ffn", &ffn_);
-    register_sublayer("dropout1", &drop1_);
-    register_sublayer("dropout2", &drop2_);
+  ResidualSublayer(const TransformerConfig& c, std::string name, SublayerKind kind, size_t stream, uint64_t seed,
+                   double scale)
+      : Layer(std::move(name)), c_(c), kind_(kind), stream_(stream), norm_("norm", c.dim), drop_("dropout", c.dropout, 1) {
+    register_sublayer("norm", &norm_);
+    if (kind == SublayerKind::kFeedForward) {
+      ffn_ = std::make_unique<FeedForward>("mlp", c.dim, c.ffn, c.activation, seed, c.dropout, scale);
+      register_sublayer("mlp", ffn_.get());
+    } else {
+      attn_ = std::make_unique<MultiHeadAttention>(
+          "attn",
+          AttentionOptions{.dim = c.dim, .heads = c.heads, .causal = kind == SublayerKind::kCausalSelfAttention,
+                           .dropout = c.dropout, .init_scale = scale},
+          seed);
+      register_sublayer("attn", attn_.get());
+    }
+    register_sublayer("dropout", &drop_);
   }
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
-    Tensor x = in[0];
-    Tensor h = ln1_(x);
-    x = ops::add(x, drop1_(attn_.attend(h, h, in[1])));
-    x = ops::add(x, drop2_(ffn_(ln2_(x))));
-    return {x, in[1], in[2]};
+    Bundle out = in;
+    const Tensor& x = in[stream_];
+    Tensor h = norm_(x);
+    Tensor f;
+    switch (kind_) {
+      case SublayerKind::kSelfAttention: f = attn_->attend(h, h, in[1]); break;  // keys: the padded source
+      case SublayerKind::kCausalSelfAttention: f = attn_->attend(h, h); break;
+      case SublayerKind::kCrossAttention: f = attn_->attend(h, in[0], in[1]); break;
+      case SublayerKind::kFeedForward: f = (*ffn_)(h); break;
+    }
+    out[stream_] = ops::add(x, drop_(f));
+    return out;
   }
   BundleSpec output_spec(const BundleSpec& in) const override {
     expect_inputs(in, 3);
-    expect_hidden(name(), in[0], c_.dim);
+    expect_hidden(name(), in[stream_], c_.dim);
+    if (kind_ == SublayerKind::kCrossAttention) expect_hidden(name(), in[0], c_.dim);
     return in;
   }
   double cost(const BundleSpec& in) const override {
-    const auto& s = in[0].shape;
-    return attn_.flops(s[0], s[1], s[1]) + ffn_.cost({in[0]});
+    const auto& s = in[stream_].shape;
+    if (kind_ == SublayerKind::kFeedForward) return ffn_->cost({in[stream_]});
+    const int64_t keys = kind_ == SublayerKind::kCrossAttention ? in[0].shape[1] : s[1];
+    return attn_->flops(s[0], s[1], keys);
   }
 
  private:
   TransformerConfig c_;
-  LayerNorm ln1_, ln2_;
-  MultiHeadAttention attn_;
-  FeedForward ffn_;
-  Dropout drop1_, drop2_;
+  SublayerKind kind_;
+  size_t stream_;
+  LayerNorm norm_;
+  std::unique_ptr<MultiHeadAttention> attn_;
+  std::unique_ptr<FeedForward> ffn_;
+  Dropout drop_;
 };
 
 class TargetEmbedding final : public Layer {
@@ -155,62 +176,6 @@ class TargetEmbedding final : public Layer {
   LayerNorm ln_enc_;
   Dropout drop_;
   Embedder embed_;
-};
-
-class DecoderLayer final : public Layer {
- public:
-  DecoderLayer(const TransformerConfig& c, int64_t index, double scale)
-      : Layer("decoder_" + std::to_string(index)),
-        c_(c),
-        ln1_("ln1", c.dim),
-        ln2_("ln2", c.dim),
-        ln3_("ln3", c.dim),
-        self_("self_attn",
-              {.dim = c.dim, .heads = c.heads, .causal = true, .dropout = c.dropout, .init_scale = scale},
-              mix_key(c.seed, 300 + index)),
-        cross_("cross_attn", {.dim = c.dim, .heads = c.heads, .dropout = c.dropout, .init_scale = scale},
-               mix_key(c.seed, 400 + index)),
-        ffn_("ffn", c.dim, c.ffn, c.activation, mix_key(c.seed, 500 + index), c.dropout, scale),
-        drop1_("dropout1", c.dropout, 1),
-        drop2_("dropout2", c.dropout, 2),
-        drop3_("dropout3", c.dropout, 3) {
-    register_sublayer("ln1", &ln1_);
-    register_sublayer("self_attn", &self_);
-    register_sublayer("ln2", &ln2_);
-    register_sublayer("cross_attn", &cross_);
-    register_sublayer("ln3", &ln3_);
-    register_sublayer("ffn", &ffn_);
-    register_sublayer("dropout1", &drop1_);
-    register_sublayer("dropout2", &drop2_);
-    register_sublayer("dropout3", &drop3_);
-  }
-  Bundle forward(const Bundle& in) override {
-    expect_inputs(spec_of(in), 3);
-    const Tensor& mem = in[0];
-    Tensor y = in[2];
-    Tensor h = ln1_(y);
-    y = ops::add(y, drop1_(self_.attend(h, h)));
-    y = ops::add(y, drop2_(cross_.attend(ln2_(y), mem, in[1])));
-    y = ops::add(y, drop3_(ffn_(ln3_(y))));
-    return {mem, in[1], y};
-  }
-  BundleSpec output_spec(const BundleSpec& in) const override {
-    expect_inputs(in, 3);
-    expect_hidden(name(), in[0], c_.dim);
-    expect_hidden(name(), in[2], c_.dim);
-    return in;
-  }
-  double cost(const BundleSpec& in) const override {
-    const auto& y = in[2].shape;
-    return self_.flops(y[0], y[1], y[1]) + cross_.flops(y[0], y[1], in[0].shape[1]) + ffn_.cost({in[2]});
-  }
-
- private:
-  TransformerConfig c_;
-  LayerNorm ln1_, ln2_, ln3_;
-  MultiHeadAttention self_, cross_;
-  FeedForward ffn_;
-  Dropout drop1_, drop2_, drop3_;
 };
 
 class OutputProjection final : public Layer {
@@ -266,6 +231,8 @@ int64_t transformer_parameter_count(const TransformerConfig& c) {
   return c.vocab * d + c.layers * (enc + dec) + 2 * ln;
 }
 
+int64_t transformer_layer_count(const TransformerConfig& c) { return 5 * c.layers + 3; }
+
 Model transformer(const TransformerConfig& c) {
   GPIPE_CHECK(c.layers >= 1 && c.ffn >= 1 && c.heads >= 1 && c.dim >= 2 && c.vocab >= 2,
               "transformer: layers, ffn, heads, dim and vocab must be positive");
@@ -277,9 +244,21 @@ Model transformer(const TransformerConfig& c) {
   const double scale = c.scaled_init ? 1.0 / std::sqrt(2.0 * c.layers) : 1.0;
   Model m;
   m.layers.push_back(std::make_shared<SourceEmbedding>(c, table));
-  for (int64_t i = 0; i < c.layers; ++i) m.layers.push_back(std::make_shared<EncoderLayer>(c, i, scale));
+  auto sublayer = [&](const std::string& name, SublayerKind kind, size_t stream, uint64_t salt) {
+    m.layers.push_back(std::make_shared<ResidualSublayer>(c, name, kind, stream, mix_key(c.seed, salt), scale));
+  };
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string n = "encoder_" + std::to_string(i);
+    sublayer(n + ".self_attn", SublayerKind::kSelfAttention, 0, 100 + i);
+    sublayer(n + ".ffn", SublayerKind::kFeedForward, 0, 200 + i);
+  }
   m.layers.push_back(std::make_shared<TargetEmbedding>(c, table));
-  for (int64_t i = 0; i < c.layers; ++i) m.layers.push_back(std::make_shared<DecoderLayer>(c, i, scale));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    const std::string n = "decoder_" + std::to_string(i);
+    sublayer(n + ".self_attn", SublayerKind::kCausalSelfAttention, 2, 300 + i);
+    sublayer(n + ".cross_attn", SublayerKind::kCrossAttention, 2, 400 + i);
+    sublayer(n + ".ffn", SublayerKind::kFeedForward, 2, 500 + i);
+  }
   m.layers.push_back(std::make_shared<OutputProjection>(c, table));
   m.loss = std::make_shared<CrossEntropyLoss>(CrossEntropyLossOptions{
       .ignore_index = c.pad_id, .label_smoothing = c.label_smoothing, .logit_clip = c.logit_clip});

@@ -1,14 +1,15 @@
 // Transformer T(L, H, A): the encoder-decoder of the GPipe paper, written as
-// one flat LayerList so a pipeline can cut it anywhere:
+// one flat LayerList of 5L + 3 layers so a pipeline can cut it at every
+// residual sublayer:
 //
-//   SourceEmbedding        (src_tok, tgt_tok)          -> (src_h, src_pad, tgt_tok)
-//   EncoderLayer x L       (src_h, src_pad, tgt_tok)   -> same, src_h updated
-//   TargetEmbedding        (src_h, src_pad, tgt_tok)   -> (memory = LN(src_h), src_pad, tgt_h)
-//   DecoderLayer x L       (memory, src_pad, tgt_h)    -> same, tgt_h updated
-//   OutputProjection       (memory, src_pad, tgt_h)    -> (logits [B, T, V])
+//   src_embed                            (src_tok, tgt_tok)        -> (src_h, src_pad, tgt_tok)
+//   encoder_i.self_attn, encoder_i.ffn   (src_h, src_pad, tgt_tok) -> same, src_h updated
+//   tgt_embed                            (src_h, src_pad, tgt_tok) -> (memory = LN(src_h), src_pad, tgt_h)
+//   decoder_i.self_attn, .cross_attn, .ffn  (memory, src_pad, tgt_h) -> same, tgt_h updated
+//   output                               (memory, src_pad, tgt_h)  -> (logits [B, T, V])
 //
-// followed by CrossEntropyLoss on labels [B, T] (padding ignored). Layers are
-// pre-LayerNorm; one embedding table E is shared by the source embedding,
+// (i = 0..L-1) followed by CrossEntropyLoss on labels [B, T] (padding
+// ignored). Each sublayer is pre-LayerNorm, x += dropout(f(LN(x))); one embedding table E is shared by the source embedding,
 // the target embedding and the output projection (logits = LN(y) E^T).
 // src_pad is [B, S] float, 1 at padded source positions.
 #pragma once
@@ -44,6 +45,9 @@ TransformerConfig transformer_preset(const std::string& name);
 
 // Exact parameter count from the config alone (the tied table counted once).
 int64_t transformer_parameter_count(const TransformerConfig& c);
+
+// Layers in transformer(c)'s flat list, 5L + 3: the most cells K can have.
+int64_t transformer_layer_count(const TransformerConfig& c);
 
 Model transformer(const TransformerConfig& c);
 

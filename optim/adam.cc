@@ -4,6 +4,7 @@
 // single-tensor implementation uses, so the per-element arithmetic matches it.
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
@@ -40,38 +41,89 @@ std::map<std::string, std::string> Adam::hyper_params() const {
   return h;
 }
 
+namespace {
+
+// The per-parameter scalars of one update, and the element loop both the
+// single-tensor and the multi-tensor paths run (so they agree bit for bit).
+template <class T>
+struct AdamScalars {
+  T b2, c1, c2, eps, wd, shrink, ss, bc2;
+  bool decay, decoupled;
+};
+
+template <class T>
+AdamScalars<T> adam_scalars(const AdamOptions& o, double lr, int64_t step, bool decoupled) {
+  const double t = static_cast<double>(step);
+  const double step_size = lr / (1.0 - std::pow(o.beta1, t));
+  const double bc2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
+  return {static_cast<T>(o.beta2), static_cast<T>(1.0 - o.beta1), static_cast<T>(1.0 - o.beta2),
+          static_cast<T>(o.eps),   static_cast<T>(o.weight_decay), static_cast<T>(1.0 - lr * o.weight_decay),
+          static_cast<T>(step_size), static_cast<T>(bc2_sqrt), o.weight_decay != 0, decoupled};
+}
+
+template <class T>
+void adam_elements(const AdamScalars<T>& k, T* p, const T* g, T* m, T* v, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; ++i) {
+    T d = g[i];
+    if (k.decay) {
+      if (k.decoupled) {
+        p[i] *= k.shrink;
+      } else {
+        d += k.wd * p[i];
+      }
+    }
+    m[i] = lerp(m[i], d, k.c1);  // = beta1 * m + (1 - beta1) * d, PyTorch's rounding
+    v[i] = k.b2 * v[i] + k.c2 * (d * d);
+    const T denom = std::sqrt(v[i]) / k.bc2 + k.eps;
+    p[i] -= k.ss * (m[i] / denom);
+  }
+}
+
+constexpr int64_t kGrain = 1 << 14;
+
+}  // namespace
+
 void Adam::update(const Update& u) {
-  const double lr = this->lr(), t = static_cast<double>(u.step);
-  const double step_size = lr / (1.0 - std::pow(options_.beta1, t));
-  const double bc2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, t));
   dispatch_floating(u.param.dtype(), name().c_str(), [&](auto zero) {
     using T = decltype(zero);
+    const AdamScalars<T> k = adam_scalars<T>(options_, lr(), u.step, decoupled_);
     T* p = u.param.data<T>();
     const T* g = u.grad.data<T>();
     T* m = u.state[0].data<T>();
     T* v = u.state[1].data<T>();
-    const T b2 = static_cast<T>(options_.beta2);
-    const T c1 = static_cast<T>(1.0 - options_.beta1), c2 = static_cast<T>(1.0 - options_.beta2);
-    const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
-    const T shrink = static_cast<T>(1.0 - lr * options_.weight_decay);
-    const T ss = static_cast<T>(step_size), bc2 = static_cast<T>(bc2_sqrt);
-    const bool decay = options_.weight_decay != 0, decoupled = decoupled_;
-    parallel_for(0, u.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        T d = g[i];
-        if (decay) {
-          if (decoupled) {
-            p[i] *= shrink;
-          } else {
-            d += wd * p[i];
-          }
-        }
-        m[i] = lerp(m[i], d, c1);  // = beta1 * m + (1 - beta1) * d, PyTorch's rounding
-        v[i] = b2 * v[i] + c2 * (d * d);
-        const T denom = std::sqrt(v[i]) / bc2 + eps;
-        p[i] -= ss * (m[i] / denom);
-      }
-    });
+    parallel_for(0, u.param.numel(), kGrain, [&](int64_t lo, int64_t hi) { adam_elements(k, p, g, m, v, lo, hi); });
+  });
+}
+
+// Note [Multi-tensor Adam]. A model has many small tensors (biases, norms):
+// one parallel_for each would run most of them on one thread and pay a
+// dispatch per tensor. Instead the float32 CPU parameters are laid end to end
+// as one range of elements, cut into chunks of kGrain across the intra-op
+// pool, and each chunk updates the pieces of the tensors it covers. Each
+// element sees exactly the arithmetic of update(), so the result is the
+// same bit for bit. Other parameters (float64, other devices) take update().
+void Adam::update_all(const std::vector<Update>& updates) {
+  std::vector<const Update*> fused;
+  std::vector<AdamScalars<float>> scalars;
+  std::vector<int64_t> offset{0};  // element offset of each fused tensor in the joint range
+  for (const Update& u : updates) {
+    if (u.param.dtype() == DType::kFloat32 && u.param.device().is_cpu()) {
+      fused.push_back(&u);
+      scalars.push_back(adam_scalars<float>(options_, lr(), u.step, decoupled_));
+      offset.push_back(offset.back() + u.param.numel());
+    } else {
+      update(u);
+    }
+  }
+  if (fused.empty()) return;
+  parallel_for(0, offset.back(), kGrain, [&](int64_t lo, int64_t hi) {
+    size_t t = std::upper_bound(offset.begin(), offset.end(), lo) - offset.begin() - 1;
+    for (; t < fused.size() && offset[t] < hi; ++t) {
+      const Update& u = *fused[t];
+      const int64_t a = std::max(lo, offset[t]) - offset[t], b = std::min(hi, offset[t + 1]) - offset[t];
+      adam_elements(scalars[t], u.param.data<float>(), u.grad.data<float>(), u.state[0].data<float>(),
+                    u.state[1].data<float>(), a, b);
+    }
   });
 }
 

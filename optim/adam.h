@@ -33,6 +33,8 @@ class Adam : public Optimizer {
  protected:
   Adam(std::string name, std::vector<NamedTensor> params, AdamOptions options, bool decoupled);
   void update(const Update& u) override;
+  // Float32 CPU parameters in one multi-tensor pass (Note [Multi-tensor Adam]).
+  void update_all(const std::vector<Update>& updates) override;
 
  private:
   AdamOptions options_;

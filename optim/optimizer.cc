@@ -82,16 +82,26 @@ void Optimizer::step() {
                 p.shape(), " but its gradient has shape ", grad.shape());
     todo.emplace_back(&s, std::move(grad));
   }
+  std::vector<Tensor> grads, works;
+  grads.reserve(todo.size());
+  works.reserve(todo.size());
+  std::vector<Update> updates;
+  updates.reserve(todo.size());
   for (auto& [s, grad] : todo) {
-    Tensor& p = *s->param;
     int64_t& count = *s->step.data<int64_t>();
     ++count;
-    const Tensor g = grad.contiguous();
-    Tensor work = p.contiguous();  // p itself unless p is a strided view
-    update(Update{s->name, work, g, count, s->buffers});
-    if (!p.is_contiguous()) p.copy_from(work);
+    grads.push_back(grad.contiguous());
+    works.push_back(s->param->contiguous());  // the parameter itself unless it is a strided view
+    updates.push_back(Update{s->name, works.back(), grads.back(), count, s->buffers});
   }
+  update_all(updates);
+  for (size_t i = 0; i < todo.size(); ++i)
+    if (!todo[i].first->param->is_contiguous()) todo[i].first->param->copy_from(works[i]);
   ++step_count_;
+}
+
+void Optimizer::update_all(const std::vector<Update>& updates) {
+  for (const Update& u : updates) update(u);
 }
 
 void Optimizer::zero_grad() {

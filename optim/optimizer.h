@@ -92,6 +92,9 @@ class Optimizer {
     std::vector<Tensor>& state;
   };
   virtual void update(const Update& u) = 0;
+  // The updates of one step, all at once: an optimizer may fuse them into
+  // one multi-tensor pass (Adam does); the default calls update() on each.
+  virtual void update_all(const std::vector<Update>& updates);
 
   // Throws gpipe::Error "<optimizer>: <what> must be <requirement>, got <value>"
   // unless `ok`.

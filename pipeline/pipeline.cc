@@ -421,7 +421,6 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
 void Pipeline::place_parameters() {
   const int k = static_cast<int>(partition_.cells());
   std::unordered_map<TensorImpl*, std::vector<int>> stages_of;
-  std::map<TensorImpl*, std::vector<std::string>> names_of;
   std::vector<TensorImpl*> order;  // first appearance
   std::vector<std::vector<std::pair<TensorImpl*, Tensor*>>> slots(k);
   for (int s = 0; s < k; ++s)
@@ -431,11 +430,9 @@ void Pipeline::place_parameters() {
         auto& st = stages_of[impl];
         if (st.empty()) order.push_back(impl);
         if (st.empty() || st.back() != s) st.push_back(s);
-        names_of[impl].push_back(model_.layers[i]->name() + "." + p.name);
         slots[s].push_back({impl, p.tensor});
       }
-  for (TensorImpl* impl : order)
-    if (names_of[impl].size() > 1) tied_names_.push_back(names_of[impl]);
+  tied_names_ = tied_parameter_names(model_.layers);
   const int first = dist_ ? dist_->info.stage : 0, last = dist_ ? dist_->info.stage + 1 : k;
   std::map<TensorImpl*, std::vector<Tensor*>> tie_copies;
   std::unordered_map<TensorImpl*, Tensor*> local_copy;
@@ -974,23 +971,9 @@ double Pipeline::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-std::vector<NamedTensor> Pipeline::parameters() {
-  std::vector<NamedTensor> out;
-  std::unordered_set<TensorImpl*> seen;
-  for (auto& l : model_.layers)
-    for (auto& p : l->parameters())
-      if (seen.insert(p.tensor->impl_ptr().get()).second) out.push_back({l->name() + "." + p.name, p.tensor});
-  return out;
-}
+std::vector<NamedTensor> Pipeline::parameters() { return named_parameters(model_.layers); }
 
-std::vector<NamedTensor> Pipeline::named_state() {
-  std::vector<NamedTensor> out;
-  for (auto& l : model_.layers) {
-    for (auto& p : l->parameters()) out.push_back({l->name() + "." + p.name, p.tensor});
-    for (auto& b : l->buffers()) out.push_back({l->name() + "." + b.name, b.tensor});
-  }
-  return out;
-}
+std::vector<NamedTensor> Pipeline::named_state() { return gpipe::named_state(model_.layers); }
 
 void Pipeline::zero_grad() {
   for (auto& p : parameters()) p.tensor->zero_grad();
@@ -1009,14 +992,19 @@ std::string Pipeline::describe() const {
   const char* cost_label = !opt_.balance.empty() ? "cost (given)"
                            : opt_.balance_by == BalanceBy::kTime ? "seconds"
                            : opt_.balance_by == BalanceBy::kMemory ? "bytes" : "FLOPs";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-28s %14s %12s %10s\n", "cell", "device", "layers", "first..last",
-                cost_label, "parameters", "param MB");
+  auto names_of = [&](const CellInfo& c) {
+    return layer_names_[c.first_layer] + ".." + layer_names_[c.last_layer - 1];
+  };
+  int width = 28;  // the first..last column fits the longest pair of layer names
+  for (const CellInfo& c : cs) width = std::max(width, static_cast<int>(names_of(c).size()));
+  width = std::min(width, 120);
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-*s %14s %12s %10s\n", "cell", "device", "layers", width,
+                "first..last", cost_label, "parameters", "param MB");
   os << line;
   for (size_t s = 0; s < cs.size(); ++s) {
     const std::string range = "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
-    const std::string names = layer_names_[cs[s].first_layer] + ".." + layer_names_[cs[s].last_layer - 1];
-    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-28s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
-                  range.c_str(), names.c_str(), cs[s].cost, static_cast<long>(cs[s].parameters),
+    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-*s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
+                  range.c_str(), width, names_of(cs[s]).c_str(), cs[s].cost, static_cast<long>(cs[s].parameters),
                   cell_param_bytes_[s] / 1048576.0);
     os << line;
   }

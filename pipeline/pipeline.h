@@ -119,8 +119,10 @@ class Pipeline {
   std::vector<NamedTensor> parameters();
   // Every (name, tensor) of this process's layers, aliases included: what checkpoints store.
   std::vector<NamedTensor> named_state();
-  // Names that denote one tied tensor anywhere in the model ({"embed.weight",
-  // "logits.weight"}): a checkpoint holding any of them restores all.
+  // Names that denote one tied tensor anywhere in the model (the
+  // Transformer's {"src_embed.shared_embedding", "tgt_embed.shared_embedding",
+  // "output.shared_embedding"}; tied_parameter_names in layers/layer.h): a
+  // checkpoint holding any of them restores all.
   const std::vector<std::vector<std::string>>& tied_names() const { return tied_names_; }
   // The global gradient norm over every cell of the model (a tied tensor
   // counted once); a collective over all ranks in a multi-process job.

@@ -44,6 +44,10 @@ int tag_limit() {
   return limit;
 }
 
+// Micro-batch m's tag, wrapped into [0, MPI_TAG_UB] (computed in 64 bits:
+// MPI_TAG_UB is often INT_MAX, and INT_MAX + 1 overflows an int).
+int wrap_tag(int m) { return static_cast<int>(m % (static_cast<int64_t>(tag_limit()) + 1)); }
+
 void check(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -150,7 +154,7 @@ class MpiTransport final : public Transport {
     }
     p.header = encode_header(msg);
     p.tensors = std::move(msg.tensors);
-    const int tag = m % (tag_limit() + 1);
+    const int tag = wrap_tag(m);
     check_usable(name_);
     std::lock_guard<std::mutex> lock(mpi_mutex());
     reap_locked();
@@ -176,7 +180,7 @@ class MpiTransport final : public Transport {
 
   Message receive(int m, std::chrono::duration<double> timeout) override {
     std::call_once(started_, [this] { receiver_ = std::thread([this] { receive_loop(); }); });
-    Message msg = box_.take(m % (tag_limit() + 1), timeout);
+    Message msg = box_.take(wrap_tag(m), timeout);
     if (!device_.is_cpu()) {  // staged through host memory
       NoGradGuard no_grad;
       for (Tensor& t : msg.tensors)

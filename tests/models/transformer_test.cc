@@ -42,9 +42,36 @@ TEST_CASE("transformer: parameter count formula matches the built model and W2")
   CHECK(models::transformer_parameter_count(w2) == 7627776);
   Model m = models::transformer(tiny());
   CHECK(unique_params(m) == models::transformer_parameter_count(tiny()));
-  CHECK(m.layers.size() == 2 + 2 + 3);
+  CHECK(m.layers.size() == 5 * 2 + 3);  // each residual sublayer is a layer the pipeline can cut at
+  CHECK(static_cast<int64_t>(m.layers.size()) == models::transformer_layer_count(tiny()));
+  CHECK(m.layers[1]->name() == "encoder_0.self_attn");
+  CHECK(m.layers[6]->name() == "decoder_0.self_attn");
+  CHECK(m.layers[7]->name() == "decoder_0.cross_attn");
+  CHECK(m.layers[8]->name() == "decoder_0.ffn");
   // The embedding is one tensor shared by three layers.
   CHECK(m.layers.front()->parameters()[0].tensor->impl_ptr() == m.layers.back()->parameters()[0].tensor->impl_ptr());
+}
+
+TEST_CASE("transformer: named parameters without a Pipeline, ties counted once") {
+  Model m = models::transformer(tiny());
+  const std::vector<NamedTensor> params = named_parameters(m.layers);
+  int64_t n = 0;
+  std::unordered_set<std::string> names;
+  for (const NamedTensor& p : params) {
+    n += p.tensor->numel();
+    CHECK(names.insert(p.name).second);
+  }
+  CHECK(n == models::transformer_parameter_count(tiny()));
+  CHECK(params.front().name == "src_embed.shared_embedding");
+  CHECK(names.count("encoder_1.ffn.mlp.in.weight") == 1);
+  CHECK(names.count("decoder_0.cross_attn.attn.q.weight") == 1);
+  // The shared table is the only tied tensor, known under its three owners' names.
+  const auto tied = tied_parameter_names(m.layers);
+  REQUIRE(tied.size() == 1);
+  CHECK(tied[0] == std::vector<std::string>{"src_embed.shared_embedding", "tgt_embed.shared_embedding",
+                                            "output.shared_embedding"});
+  // named_state lists every owner's name (what checkpoints take).
+  CHECK(named_state(m.layers).size() == params.size() + 2);
 }
 
 TEST_CASE("transformer: paper presets and their sizes") {

@@ -17,7 +17,7 @@ DEVICES=${GPIPE_TEST_DEVICES:+--devices=$GPIPE_TEST_DEVICES}
 RTOL=1e-5 PTOL="--rtol 1e-4 --atol 1e-6"
 if [[ -n "$DEVICES" ]]; then RTOL=1e-3 PTOL="--rtol 1e-2 --atol 1e-4"; fi
 
-T="--model=transformer --threads=1 --batch=8 --steps=3 --optimizer=sgd --lr=0.1 --momentum=0.9 --lr-schedule=constant --eval-batches=1 --eval-sentences=2 --samples=0 --log-every=1"
+T="--model=transformer --layers=2 --threads=1 --batch=8 --steps=3 --optimizer=sgd --lr=0.1 --momentum=0.9 --lr-schedule=constant --eval-batches=1 --eval-sentences=2 --samples=0 --log-every=1"
 A="--model=amoebanet --threads=1 --normal-cells=1 --filters=8 --batch=8 --steps=3 --lr=0.01 --train-limit=64 --eval-batches=1 --log-every=1"
 
 check() {  # check NAME NP "FLAGS" "REFERENCE FLAGS" "MODEL FLAGS"

@@ -8,7 +8,7 @@
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
 
-T="--model=transformer --threads=1 --batch=8 --steps=4 --no-final-eval --log-every=1"
+T="--model=transformer --layers=2 --threads=1 --batch=8 --steps=4 --no-final-eval --log-every=1"
 
 expect_failure() {  # expect_failure NAME MAX_SECONDS PATTERN COMMAND...: non-zero exit, in time, PATTERN in output
   local name=$1 max=$2 pattern=$3

@@ -6,7 +6,7 @@
 set -euo pipefail
 source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
 
-T="--model=transformer --threads=1 --batch=8 --optimizer=sgd --lr=0.1 --momentum=0.9 --lr-schedule=constant --no-final-eval --log-every=1"
+T="--model=transformer --layers=2 --threads=1 --batch=8 --optimizer=sgd --lr=0.1 --momentum=0.9 --lr-schedule=constant --no-final-eval --log-every=1"
 
 "$TRAIN" $T --K=2 --M=4 --steps=5 --metrics=full.jsonl --save=full.safetensors > full.log
 run 4 $T --K=2 --M=2 --replicas=2 --steps=3 --save=ck.safetensors --metrics=first.jsonl > first.log

@@ -32,8 +32,8 @@ std::map<std::string, std::vector<float>> reference_grads(Model m, const Batch& 
   *loss = l.item();
   l.backward();
   std::map<std::string, std::vector<float>> g;
-  for (auto& layer : m.layers)
-    for (auto& p : layer->parameters()) g[layer->name() + "." + p.name] = p.tensor->grad().to_vector<float>();
+  for (const NamedTensor& p : named_state(m.layers))
+    if (p.tensor->requires_grad()) g[p.name] = p.tensor->grad().to_vector<float>();
   return g;
 }
 
@@ -191,8 +191,8 @@ TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batc
       Bundle forward(const Bundle& in) override { Bundle out = in; out[0] = inner->forward(in[0]); return out; }
       BundleSpec output_spec(const BundleSpec& in) const override { return in; }
     };
-    m.layers.insert(m.layers.begin() + 4, std::make_shared<Wrap>(bomb));
-    Pipeline pipe(std::move(m), {.partitions = 4, .micro_batches = 4, .balance = {2, 2, 2, 2}, .timeout_seconds = 30}, batch);
+    m.layers.insert(m.layers.begin() + 8, std::make_shared<Wrap>(bomb));  // 14 layers; stage 2 is [8, 11)
+    Pipeline pipe(std::move(m), {.partitions = 4, .micro_batches = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30}, batch);
     CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 2") && Contains("forward of micro-batch 2") &&
                                                    Contains("injected failure"));
     for (auto& p : pipe.parameters()) CHECK_FALSE(p.tensor->grad().defined());
@@ -205,13 +205,13 @@ TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batc
 
 TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
   const Batch batch = token_batch(4, 1);
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 9}, batch), Contains("K = 9 cells need at least 9 layers"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 14}, batch), Contains("K = 14 cells need at least 14 layers"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.micro_batches = 5}, batch).train_step(batch),
                     Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 2, .balance = {3, 3, 1}}, batch),
                     Contains("--balance has 3 cells but K = 2"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.balance = {3, 3}}, batch),
-                    Contains("cell sizes sum to 6 but the model has 7 layers"));
+                    Contains("cell sizes sum to 6 but the model has 13 layers"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 2, .devices = devices("cpu", 3)}, batch),
                     Contains("got 3 devices for K = 2"));
 }
@@ -248,8 +248,8 @@ TEST_CASE("pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm a
   Tensor loss = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
   loss.backward();
   std::map<std::string, std::vector<float>> want;
-  for (auto& l : ref.layers)
-    for (auto& p : l->parameters()) want[l->name() + "." + p.name] = p.tensor->grad().to_vector<float>();
+  for (const NamedTensor& p : named_state(ref.layers))
+    if (p.tensor->requires_grad()) want[p.name] = p.tensor->grad().to_vector<float>();
   for (auto [k, m] : {std::pair{2, 3}, std::pair{3, 7}, std::pair{4, 2}}) {
     INFO("K=" << k << " M=" << m);
     Pipeline pipe(models::amoebanet_d(cfg), {.partitions = k, .micro_batches = m, .threads_per_stage = 1}, batch);

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/device.h"
+#include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "optim/schedule.h"
 #include "pipeline/checkpoint.h"
@@ -23,6 +24,9 @@
 namespace gpipe::train {
 namespace {
 
+constexpr int64_t kDefaultStepsTransformer = 600;
+constexpr int64_t kDefaultEpochsAmoebaNet = 2;
+
 const char* kDefaultsTable =
     "Per-model defaults (S = total steps):\n"
     "                  transformer                  amoebanet\n"
@@ -31,7 +35,9 @@ const char* kDefaultsTable =
     "  --lr-schedule   cosine:total=S,warmup=S/10   cosine:total=S,warmup=S/50\n"
     "  --weight-decay  0                            5e-4\n"
     "  --momentum      - (adam takes none)          0.9\n"
-    "  --batch         32                           128\n";
+    "  --batch         32                           128\n"
+    "  budget          --steps=600                  --epochs=2\n"
+    "  (the budget applies when neither --steps nor --epochs is given)\n";
 
 // Throws UsageError(parts...) unless `ok`.
 template <class... Parts>
@@ -66,14 +72,29 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 }  // namespace
 
+namespace {
+models::TransformerConfig transformer_sizes(const TrainConfig& c) {
+  models::TransformerConfig t;
+  if (!c.preset.empty()) return models::transformer_preset(c.preset);
+  t.layers = c.layers;
+  return t;
+}
+}  // namespace
+
 int64_t model_layer_count(const TrainConfig& c) {
+  if (c.model == "transformer") return models::transformer_layer_count(transformer_sizes(c));
+  models::AmoebaNetConfig a;
+  a.num_normal_cells = c.normal_cells;
+  return models::amoebanet_layer_count(a);
+}
+
+static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
   if (c.model == "transformer") {
-    int64_t layers = c.layers;
-    if (!c.preset.empty()) layers = models::transformer_preset(c.preset).layers;
-    return 2 * layers +
-           3;  // source embedding, L encoders, target embedding, L decoders, projection
+    const int64_t l = std::max<int64_t>(1, (k - 3 + 4) / 5);  // 5L + 3 >= K
+    return detail::concat("--layers=L gives 5L+3 layers: --layers=", l, " or more for K=", k);
   }
-  return 3 * c.normal_cells + 6;  // stem, 3N + 4 cells, classifier
+  const int64_t n = std::max<int64_t>(0, (k - 6 + 2) / 3);  // 3N + 6 >= K
+  return detail::concat("--normal-cells=N gives 3N+6 layers: --normal-cells=", n, " or more for K=", k);
 }
 
 int64_t default_batch(const std::string& model) { return model == "amoebanet" ? 128 : 32; }
@@ -109,8 +130,8 @@ static void validate_pipeline(const TrainConfig& c) {
   usage(c.micro_batches <= batch, "--M: ", c.micro_batches,
         " micro-batches need --batch >= M, but the batch is ", batch);
   const int64_t layers = model_layer_count(c);
-  usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model,
-        " has only ", layers, " layers to cut (expected K <= ", layers, ")");
+  usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model, " has only ",
+        layers, " layers to cut (expected K <= ", layers, "; ", deeper_model_hint(c, c.partitions), ")");
   usage(c.replicas >= 1, "--replicas: expected >= 1, got ", c.replicas);
   usage(c.micro_batches * c.replicas <= batch, "--M and --replicas: R x M = ", c.replicas * c.micro_batches,
         " micro-batches need --batch >= R x M, but the batch is ", batch);
@@ -172,6 +193,7 @@ static void validate_optimisation(const TrainConfig& c) {
 }
 
 void validate(const TrainConfig& c) {
+  usage(!c.model.empty(), "--model is required: --model=transformer or --model=amoebanet");
   usage(c.model == "transformer" || c.model == "amoebanet",
         "--model: expected transformer or amoebanet, got '", c.model, "'");
   if (c.print_params) {
@@ -179,8 +201,6 @@ void validate(const TrainConfig& c) {
     return;
   }
   usage(!(c.steps > 0 && c.epochs > 0), "--steps and --epochs: give one of them, not both");
-  usage(c.steps > 0 || c.epochs > 0,
-        "--steps or --epochs: one of them is required (a positive count)");
   usage(c.steps >= 0, "--steps: expected a positive count, got ", c.steps);
   usage(c.epochs >= 0, "--epochs: expected a positive count, got ", c.epochs);
   validate_model(c);
@@ -198,6 +218,10 @@ void validate(const TrainConfig& c) {
 TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch) {
   const bool amoeba = c.model == "amoebanet";
   if (c.batch == 0) c.batch = default_batch(c.model);
+  if (c.steps == 0 && c.epochs == 0) {  // the default training budget
+    if (amoeba) c.epochs = kDefaultEpochsAmoebaNet;
+    else c.steps = kDefaultStepsTransformer;
+  }
   if (c.epochs > 0) {
     GPIPE_CHECK(batches_per_epoch > 0, "--epochs: the training set makes no batch of ", c.batch);
     c.steps = c.epochs * batches_per_epoch;
@@ -227,8 +251,8 @@ struct Given {
 
 void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--model", c.model, "transformer | amoebanet")
-      ->required()
-      ->check(CLI::IsMember({"transformer", "amoebanet"}));
+      ->check(CLI::IsMember({"transformer", "amoebanet"}));  // required: checked in validate(),
+                                                            // after CLI11 has named unknown flags
   app.add_flag("--print-params", c.print_params,
                "print the parameter count (from the formula, nothing allocated) and exit");
   g.preset = app.add_option("--preset", c.preset,

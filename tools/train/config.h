@@ -15,6 +15,7 @@
 //   --weight-decay   0                            5e-4
 //   --momentum       - (adam takes none)          0.9
 //   --batch          32                           128
+//   budget           --steps=600                  --epochs=2   (when neither is given)
 //
 // (S = the run's total number of steps.)
 #pragma once
@@ -48,7 +49,7 @@ struct TrainConfig {
   // Transformer: a paper preset "T(6,8192,16)" (dim 1024; the byte vocabulary
   // replaces the paper's 32k when training) or explicit sizes.
   std::string preset;
-  int64_t layers = 2, ffn = 512, heads = 4, dim = 128;
+  int64_t layers = 6, ffn = 512, heads = 4, dim = 128;
   double dropout = 0.1;
   double label_smoothing = 0.1;
   double logit_clip = 0.0;
@@ -67,7 +68,7 @@ struct TrainConfig {
 
   // ---- optimisation ----
   int64_t batch = 0;   // N; 0 = model default
-  int64_t steps = 0;   // total steps of the run (resumed steps included); 0 = use epochs
+  int64_t steps = 0;   // total steps of the run (resumed steps included); 0 = use epochs or the default budget
   int64_t epochs = 0;  // alternative to steps: epochs * batches per epoch
   std::optional<double> lr;
   std::string lr_schedule;  // optim/schedule.h spec; "" = model default

@@ -30,7 +30,7 @@ std::string usage_error(std::vector<std::string> args) {
 
 TEST_CASE("gpipe_train flags: a good command line parses") {
   const TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=4", "--steps=200",
-                                           "--languages=fr,de", "--lr=1e-3", "--balance=4,3",
+                                           "--languages=fr,de", "--lr=1e-3", "--layers=1", "--balance=4,4",
                                            "--devices=cpu:0,cpu:1", "--schedule=1f1b"});
   CHECK(c.model == "transformer");
   CHECK(c.partitions == 2);
@@ -52,19 +52,55 @@ TEST_CASE("gpipe_train flags: a good command line parses") {
   CHECK(a.momentum.value_or(0) == 0.9);
 }
 
+TEST_CASE("gpipe_train flags: the design card's commands run as typed, with a default budget") {
+  for (const char* model : {"--model=transformer", "--model=amoebanet"}) {
+    INFO(model);
+    for (const char* k : {"--K=8", "--K=9"}) {
+      const TrainConfig c = parse_train_flags({model, k, "--M=32"});
+      CHECK(c.partitions <= model_layer_count(c));
+    }
+  }
+  // The default Transformer can be cut into 32 cells.
+  CHECK(model_layer_count(parse_train_flags({"--model=transformer", "--K=32", "--M=32"})) >= 32);
+  const TrainConfig t = resolve_defaults(parse_train_flags({"--model=transformer", "--K=8", "--M=32"}), 100);
+  CHECK(t.steps == 600);
+  const TrainConfig a = resolve_defaults(parse_train_flags({"--model=amoebanet", "--K=8", "--M=32"}), 468);
+  CHECK(a.epochs == 2);
+  CHECK(a.steps == 2 * 468);
+  // The budget is stated in --help.
+  try {
+    parse_train_flags({"--help"});
+    FAIL("no HelpRequested");
+  } catch (const HelpRequested& h) {
+    CHECK_THAT(h.text, Contains("--steps=600") && Contains("--epochs=2"));
+  }
+}
+
+TEST_CASE("gpipe_train flags: errors come in the order a user reads the command") {
+  // An unknown flag is named before a missing required one.
+  CHECK_THAT(usage_error({"--no-such-flag"}), Contains("--no-such-flag"));
+  CHECK_THAT(usage_error({"--K=2", "--no-such-flag"}), Contains("--no-such-flag"));
+  CHECK_THAT(usage_error({"--model=transformer", "--no-such-flag"}), Contains("--no-such-flag"));
+  // With nothing unknown, the missing --model.
+  CHECK_THAT(usage_error({"--K=2"}), Contains("--model is required"));
+}
+
 TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values") {
   CHECK_THAT(usage_error({"--steps=10"}), Contains("--model") && Contains("required"));
   CHECK_THAT(usage_error({"--model=gpt", "--steps=10"}),
              Contains("--model") && Contains("transformer") && Contains("amoebanet"));
-  CHECK_THAT(usage_error({"--model=transformer"}), Contains("--steps or --epochs"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--epochs=1"}),
              Contains("--steps") && Contains("--epochs"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--batch=4", "--M=8"}),
              Contains("--M") && Contains("batch"));
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=8"}),
-             Contains("--K") && Contains("7 layers"));
+  // K beyond the layers there are to cut: the message names the flag that makes the model deeper.
+  CHECK(parse_train_flags({"--model=transformer", "--K=8", "--layers=1"}).partitions == 8);
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=9", "--layers=1"}),
+             Contains("only 8 layers") && Contains("--layers=2 or more for K=9"));
+  CHECK_THAT(usage_error({"--model=transformer", "--K=34"}),
+             Contains("only 33 layers") && Contains("--layers=7 or more"));
   CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--K=12", "--normal-cells=1"}),
-             Contains("--K") && Contains("9 layers"));
+             Contains("--K") && Contains("9 layers") && Contains("--normal-cells=2 or more for K=12"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=0"}), Contains("--K"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--schedule=zigzag"}),
              Contains("--schedule") && Contains("gpipe") && Contains("1f1b"));
@@ -72,8 +108,8 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
              Contains("--remat") && Contains("except_last"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--balance-by=luck"}),
              Contains("--balance-by") && Contains("memory"));
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=2", "--balance=3,3"}),
-             Contains("--balance") && Contains("sum to 6") && Contains("7 layers"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--layers=1", "--K=2", "--balance=3,3"}),
+             Contains("--balance") && Contains("sum to 6") && Contains("8 layers"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--balance=3,x"}),
              Contains("--balance"));
   CHECK_THAT(

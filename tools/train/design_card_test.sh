@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The commands gpipe is introduced with, as typed (README, first command):
+#   gpipe_train --model=transformer --K=8 --M=32
+#   gpipe_train --model=amoebanet --K=8 --M=32
+# with only a small step count and evaluation size added so CI stays fast
+# (the default budget is for users). Each run must train and print the cell
+# table, the progress line, the measured and ideal bubble and the evaluation.
+set -uo pipefail
+TRAIN="$1"
+fail=0
+run() {
+  local name="$1"; shift
+  local log="$TEST_TMPDIR/$name.log"
+  if ! timeout 300 "$TRAIN" "$@" > "$log" 2>&1; then
+    echo "FAILED: $name: gpipe_train $* exited non-zero:"; tail -20 "$log"; fail=1; return
+  fi
+  for want in "cell  device" "step " "bubble fraction measured" "ideal (K-1)/(M+K-1) 0.179 (K=8, M=32)" \
+              "eval at step 2:"; do
+    grep -qF -- "$want" "$log" || { echo "FAILED: $name: no '$want' in the output:"; cat "$log"; fail=1; }
+  done
+  # Eight cells, as asked.
+  [ "$(grep -cE '^[0-7] +cpu:[0-7] ' "$log")" -eq 8 ] || { echo "FAILED: $name: not 8 cells:"; cat "$log"; fail=1; }
+  echo "ok: $name"
+}
+run transformer --model=transformer --K=8 --M=32 --steps=2 --log-every=1 --eval-batches=1 --eval-sentences=2 --samples=1
+run amoebanet --model=amoebanet --K=8 --M=32 --steps=2 --log-every=1 --eval-batches=1
+# And with no flag but the model: the default budget is stated in --help.
+"$TRAIN" --help | grep -q -- "--steps=600" || { echo "FAILED: --help does not state the default budget"; fail=1; }
+exit $fail
