@@ -32,6 +32,7 @@ struct GemmCase {
   float alpha = 1, beta = 0;
   int64_t pad = 0;         // extra elements per stored row of A, B and C
   bool parallel = false;   // through parallel_gemm (the pool's threads) instead of gemm
+  bool dispatch = false;   // through ops::cpu::gemm / parallel_gemm (packed or, if small, Eigen)
 };
 
 std::string describe(const GemmCase& g) {
@@ -64,11 +65,16 @@ void check_case(const GemmCase& g, std::mt19937& rng) {
                          ldc);
   ops::cpu::set_gemm_backend(ops::cpu::GemmBackend::kPacked);
   const std::vector<float> c0 = c;
-  if (g.parallel)
+  // The packed kernels themselves (ops::cpu::gemm hands small products to
+  // Eigen, Note [Small products]; g.dispatch tests that route too).
+  if (g.dispatch && g.parallel)
     ops::cpu::parallel_gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
                                    c.data(), ldc);
-  else
+  else if (g.dispatch)
     ops::cpu::gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc);
+  else
+    ops::cpu::packed_sgemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc,
+                           g.parallel);
 
   int64_t bad = 0, worst_i = 0, worst_j = 0;
   double worst = 0;
@@ -213,6 +219,27 @@ TEST_CASE("gemm: packed over a 2-thread pool equals Eigen (rows split, columns s
         g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 0.75f, g.beta = t == 1 ? 0.5f : 0.0f;
         g.pad = t == 2 ? 5 : 0;
         g.parallel = true;
+        check_case(g, rng);
+      }
+  }
+}
+
+// Note [Small products]: ops::cpu::gemm sends small or thin products to Eigen
+// and the rest to the packed kernels; both routes, serial and over 2 threads.
+TEST_CASE("gemm: the float dispatch (small products to Eigen, large ones packed) equals the reference") {
+  ThreadPool pool(2);
+  IntraOpScope scope(&pool);
+  std::mt19937 rng(13);
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const std::vector<std::array<int64_t, 3>> shapes = {
+        {8, 256, 27}, {128, 16, 1152}, {256, 4, 2304}, {300, 301, 302}, {1024, 64, 300}};
+    for (const auto& [m, n, k] : shapes)
+      for (int t = 0; t < 8; ++t) {
+        GemmCase g;
+        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f, g.beta = t == 1 ? 0.5f : 0.0f;
+        g.dispatch = true;
+        g.parallel = t & 4;
         check_case(g, rng);
       }
   }

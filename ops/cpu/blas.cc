@@ -9,10 +9,12 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <type_traits>
 
 #include "core/cpu_isa.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/gemm_packed.h"
 
@@ -21,7 +23,19 @@ extern "C" void openblas_set_num_threads(int);
 namespace gpipe::ops::cpu {
 namespace {
 
-std::atomic<GemmBackend> g_backend{GemmBackend::kPacked};
+// GPIPE_GEMM=packed|openblas|eigen picks the float backend for the process
+// (for comparisons; packed is the default). Anything else is a clear error.
+GemmBackend initial_backend() {
+  const char* env = std::getenv("GPIPE_GEMM");
+  if (env == nullptr || *env == 0) return GemmBackend::kPacked;
+  const std::string_view v(env);
+  if (v == "packed") return GemmBackend::kPacked;
+  if (v == "openblas") return GemmBackend::kBlas;
+  if (v == "eigen") return GemmBackend::kEigen;
+  throw Error(detail::concat("GPIPE_GEMM='", v, "': expected packed, openblas or eigen"));
+}
+
+std::atomic<GemmBackend> g_backend{initial_backend()};
 
 [[maybe_unused]] const bool g_blas_single_threaded = [] {
   openblas_set_num_threads(1);
@@ -70,6 +84,19 @@ GemmBackend backend_for() {
   return b == GemmBackend::kPacked && !std::is_same_v<T, float> ? GemmBackend::kBlas : b;
 }
 
+// Note [Small products]. Packing costs O(mk + kn) per call and pads every
+// mr x nr tile; for the many small products of a convolution (8-128 output
+// channels, a few hundred columns, k = 9C) that overhead loses to Eigen's
+// kernels, which this build compiles for AVX2 + FMA (measured in
+// docs/BENCHMARKS.md: packed 37 vs Eigen 70 GF/s at 8 x 256 x 27). So the
+// packed backend hands products below kSmallFlops, or with a side below 32,
+// to Eigen, except at the forced baseline level (Eigen is built for AVX2).
+constexpr double kSmallFlops = 1 << 24;
+
+bool small_product(int64_t m, int64_t n, int64_t k) {
+  return (2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < 32) && cpu_isa() != CpuIsa::kBaseline;
+}
+
 }  // namespace
 
 void set_gemm_backend(GemmBackend backend) { g_backend = backend; }
@@ -99,7 +126,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   }
   switch (backend_for<T>()) {
     case GemmBackend::kPacked:
-      if constexpr (std::is_same_v<T, float>) packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+      if constexpr (std::is_same_v<T, float>) {
+        if (small_product(m, n, k)) eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+      }
       break;
     case GemmBackend::kBlas: blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
     case GemmBackend::kEigen: eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
@@ -110,7 +140,7 @@ template <class T>
 void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) {
-    if (backend_for<T>() == GemmBackend::kPacked) {
+    if (backend_for<T>() == GemmBackend::kPacked && !small_product(m, n, k)) {
       packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, true);
       return;
     }

@@ -120,14 +120,25 @@ void unary_cpu(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
   });
 }
 
+template <bool kX, bool kY, class T, class F>
+inline void grad_loop(const T* __restrict px, const T* __restrict py, const T* __restrict pg, T* __restrict po,
+                      int64_t lo, int64_t hi, F f) {
+  for (int64_t i = lo; i < hi; ++i) po[i] = pg[i] * f(kX ? px[i] : T(0), kY ? py[i] : T(0));
+}
+
 template <class T, class F>
 void map_grad(const Tensor& x, const Tensor& y, const Tensor& gy, Tensor& gx, F f) {
   const T* px = x.defined() ? x.data<T>() : nullptr;
   const T* py = y.defined() ? y.data<T>() : nullptr;
   const T* pg = gy.data<T>();
   T* po = gx.data<T>();
+  // One loop per operand combination: a pointer test inside the loop would
+  // keep it from vectorising (and so would possible aliasing: gx is a fresh tensor).
   parallel_for(0, gy.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) po[i] = pg[i] * f(px ? px[i] : T(0), py ? py[i] : T(0));
+    if (px && py) grad_loop<true, true>(px, py, pg, po, lo, hi, f);
+    else if (px) grad_loop<true, false>(px, py, pg, po, lo, hi, f);
+    else if (py) grad_loop<false, true>(px, py, pg, po, lo, hi, f);
+    else grad_loop<false, false>(px, py, pg, po, lo, hi, f);
   });
 }
 
@@ -138,7 +149,7 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
     const T al = static_cast<T>(alpha);
     switch (op) {
       case UnaryOp::kNeg: return map_grad<T>(x, y, gy, gx, [](T, T) { return T(-1); });
-      case UnaryOp::kRelu: return map_grad<T>(x, y, gy, gx, [](T v, T) { return v > T(0) ? T(1) : T(0); });
+      case UnaryOp::kRelu: return map_grad<T>(x, y, gy, gx, [](T v, T) { return static_cast<T>(v > T(0)); });
       case UnaryOp::kGelu: return map_grad<T>(x, y, gy, gx, [](T v, T) { return gelu_grad(v); });
       case UnaryOp::kTanh: return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(1) - o * o; });
       case UnaryOp::kSigmoid: return map_grad<T>(x, y, gy, gx, [](T, T o) { return o * (T(1) - o); });
@@ -146,7 +157,7 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
       case UnaryOp::kLog: return map_grad<T>(x, y, gy, gx, [](T v, T) { return T(1) / v; });
       case UnaryOp::kSqrt: return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(0.5) / o; });
       case UnaryOp::kAbs:
-        return map_grad<T>(x, y, gy, gx, [](T v, T) { return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0)); });
+        return map_grad<T>(x, y, gy, gx, [](T v, T) { return static_cast<T>(v > T(0)) - static_cast<T>(v < T(0)); });
       case UnaryOp::kPow:
         return map_grad<T>(x, y, gy, gx, [al](T v, T) { return al * std::pow(v, al - T(1)); });
       case UnaryOp::kAddScalar: return map_grad<T>(x, y, gy, gx, [](T, T) { return T(1); });

@@ -57,6 +57,7 @@ struct Problem {
   float beta;
   float* c;
   int64_t ldc;
+  bool ct = false;  // C stored transposed: element (i, j) of this product lives at c[j * ldc + i]
 };
 
 // One (rows, columns, k-slice) block of the product.
@@ -132,11 +133,17 @@ void pack_transposed(const float* src, int64_t ld, int64_t lanes, int64_t kc, fl
 }
 
 // dst[p * stride + r] = src[p * ld + r] for r < lanes, zero for lanes <= r < stride.
+// Panels are 14-32 floats wide: a memcpy call per row costs more than the
+// copy, so rows move through SSE registers (which the compiler does not turn
+// back into a memcpy call).
 void pack_copy(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst, int64_t stride) {
   for (int64_t p = 0; p < kc; ++p) {
     float* d = dst + p * stride;
-    std::memcpy(d, src + p * ld, lanes * sizeof(float));
-    std::fill(d + lanes, d + stride, 0.0f);
+    const float* s = src + p * ld;
+    int64_t r = 0;
+    for (; r + 4 <= lanes; r += 4) _mm_storeu_ps(d + r, _mm_loadu_ps(s + r));
+    for (; r < lanes; ++r) d[r] = s[r];
+    for (; r < stride; ++r) d[r] = 0.0f;
   }
 }
 
@@ -170,12 +177,23 @@ void run_tile(const Problem& P, const KernelSet& ks, const Block& blk, int64_t i
   const int64_t i = blk.i0 + ip * mr, j = blk.j0 + jp * nr;
   const int64_t rows = std::min<int64_t>(mr, blk.i0 + blk.rows - i);
   const int64_t cols = std::min<int64_t>(nr, blk.j0 + blk.cols - j);
+  alignas(64) float tile[kMaxTile];
+  if (P.ct) {  // Note [Transposed small products]: the tile goes to C through a transpose
+    ks.kernel(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
+    for (int64_t q = 0; q < cols; ++q) {
+      float* cq = P.c + (j + q) * P.ldc + i;
+      if (blk.beta == 0.0f)
+        for (int64_t r = 0; r < rows; ++r) cq[r] = tile[r * nr + q];
+      else
+        for (int64_t r = 0; r < rows; ++r) cq[r] = tile[r * nr + q] + blk.beta * cq[r];
+    }
+    return;
+  }
   float* c = P.c + i * P.ldc + j;
   if (rows == mr && cols == nr) {
     ks.kernel(blk.kc, pa, pb, c, P.ldc, P.alpha, blk.beta);
     return;
   }
-  alignas(64) float tile[kMaxTile];
   ks.kernel(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * P.ldc;
@@ -278,13 +296,26 @@ const KernelSet& packed_kernels() { return kernels_for(cpu_isa()); }
 void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                   bool parallel) {
-  const Problem P{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  Problem P{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
   if (m <= 0 || n <= 0) return;
   if (k <= 0 || alpha == 0.0f) {
     scale_c(P);
     return;
   }
   const KernelSet& ks = packed_kernels();
+  // Note [Transposed small products]. A product with few rows or columns
+  // (a convolution's 8 output channels, a 4-column im2col block) fills the
+  // mr x nr tiles badly in one orientation. C^T = op(B)^T op(A)^T swaps the
+  // roles of m and n; when that pads far less, the transposed product is
+  // computed and its tiles are written into C through a transpose.
+  const auto padded = [&](int64_t rows, int64_t cols) {
+    return static_cast<double>(ceil_div(rows, ks.mr) * ks.mr) * static_cast<double>(ceil_div(cols, ks.nr) * ks.nr);
+  };
+  if (padded(n, m) < 0.8 * padded(m, n)) {
+    P = Problem{!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, /*ct=*/true};
+    m = P.m;
+    n = P.n;
+  }
   const int threads = parallel && 2.0 * m * n * k >= kParallelFlops ? intra_op_threads() : 1;
 
   // Even splits: no thin last block.
