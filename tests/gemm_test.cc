@@ -244,3 +244,12 @@ TEST_CASE("gemm: the float dispatch (small products to Eigen, large ones packed)
       }
   }
 }
+
+TEST_CASE("gemm: the compute line names the CPU, the active level and the GEMM path") {
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const std::string line = ops::cpu::compute_description();
+    CHECK_THAT(line, Contains(std::string("kernels: ") + cpu_isa_name(isa)) &&
+                         Contains(std::string(ops::cpu::gemm_backend_name())) && Contains("supports"));
+  }
+}

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "ops/cpu/blas.h"
 #include "tools/bench_common.h"
 #include "tools/benchmarks.h"
 
@@ -160,6 +161,9 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    // Every result names the CPU, the kernels' ISA level and the GEMM path
+    // (measure prints only its JSON line: its parent prints this).
+    if (!m->parsed()) std::printf("# compute: %s\n", gpipe::ops::cpu::compute_description().c_str());
     if (g->parsed()) return gpipe::bench::run_gemm(gemm);
     if (pk->parsed()) return gpipe::bench::run_peak(peak);
     if (t->parsed()) return gpipe::bench::run_transformer(tr);

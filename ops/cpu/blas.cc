@@ -115,6 +115,12 @@ std::string_view gemm_backend_name() {
   return "packed-baseline";
 }
 
+std::string compute_description() {
+  std::string gemm(gemm_backend_name());
+  if (g_backend == GemmBackend::kPacked && cpu_isa() != CpuIsa::kBaseline) gemm += ", products under 16 MFLOP: eigen";
+  return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm;
+}
+
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
           const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {

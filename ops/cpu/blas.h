@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace gpipe::ops::cpu {
@@ -22,6 +23,12 @@ void set_gemm_backend(GemmBackend backend);
 GemmBackend gemm_backend();
 // The backend the next float GEMM takes, e.g. "packed-avx512", "openblas", "eigen".
 std::string_view gemm_backend_name();
+// One line for logs and benchmark headers: the CPU, the instruction-set
+// level the kernels use and the float GEMM path, e.g.
+// "AMD EPYC; supports avx512, avx2, baseline | kernels: avx512 | float GEMM:
+// packed-avx512, products under 16 MFLOP: eigen". Throws gpipe::Error if
+// GPIPE_CPU_ISA or GPIPE_GEMM names something unusable.
+std::string compute_description();
 
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,

@@ -20,6 +20,7 @@
 
 #include "core/parallel.h"
 #include "data/loader.h"
+#include "ops/cpu/blas.h"
 #include "optim/adam.h"
 #include "optim/checkpoint.h"
 #include "optim/clip.h"
@@ -193,6 +194,8 @@ class Trainer {
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
+    const std::string compute = ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA stops here
+    log_ << "compute: " << compute << "\n";
     log_ << task_->describe() << "\n";
     // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all
     // this process's stages: all K in one process, one under mpirun, where the
