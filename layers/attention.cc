@@ -1,7 +1,8 @@
-// Attention computes all heads at once as batched matmuls over [B, H, T, dh]
-// views: scores = Q K^T / sqrt(dh), masked (causal and key padding) with a
+// Attention: Q, K, V projections, then ops::attention (all heads in one
+// fused op: scores = Q K^T / sqrt(dh), masked (causal and key padding) with a
 // large negative value rather than -inf so a fully padded row stays finite,
-// softmax over keys, then P V.
+// softmax over keys, then P V), then the output projection. With dropout on
+// the probabilities in training, the composed form of the same op.
 #include "layers/attention.h"
 
 #include <cmath>
@@ -11,7 +12,6 @@
 
 namespace gpipe {
 namespace {
-constexpr double kMasked = -1e9;
 
 LinearOptions proj(double scale) {
   LinearOptions o;
@@ -43,20 +43,18 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory, con
   GPIPE_CHECK(memory.rank() == 3 && memory.size(2) == opt_.dim && memory.size(0) == query.size(0),
               "MultiHeadAttention '", name(), "': expected memory [", query.size(0), ", T, ", opt_.dim,
               "], got ", memory.shape());
-  const int64_t b = query.size(0), tq = query.size(1), tk = memory.size(1), h = opt_.heads,
-                dh = opt_.dim / opt_.heads;
-  auto heads = [&](const Tensor& x, int64_t t) { return ops::permute(ops::reshape(x, {b, t, h, dh}), {0, 2, 1, 3}); };
-  Tensor q = heads(q_(query), tq), k = heads(k_(memory), tk), v = heads(v_(memory), tk);
-  Tensor scores = ops::mul_scalar(ops::matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(dh)));
-  if (opt_.causal) scores = ops::masked_fill(scores, ops::causal_mask(tq, tk, scores.dtype()).to(scores.device()), kMasked);
-  if (key_padding.defined()) {
+  const int64_t b = query.size(0), tk = memory.size(1);
+  if (key_padding.defined())
     GPIPE_CHECK(key_padding.rank() == 2 && key_padding.size(0) == b && key_padding.size(1) == tk,
                 "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk, "], got ",
                 key_padding.shape());
-    scores = ops::masked_fill(scores, ops::reshape(key_padding, {b, 1, 1, tk}), kMasked);
-  }
-  Tensor p = drop_(ops::softmax(scores, -1));
-  Tensor ctx = ops::reshape(ops::permute(ops::matmul(p, v), {0, 2, 1, 3}), {b, tq, opt_.dim});
+  const Tensor q = q_(query), k = k_(memory), v = v_(memory);
+  // Dropout on the probabilities needs them as a tensor: the composed form.
+  // Otherwise one fused op (Note [Fused attention] in ops/cpu/attention.cc).
+  const Tensor ctx = training() && opt_.dropout > 0
+                         ? ops::attention_composed(q, k, v, opt_.heads, opt_.causal, key_padding,
+                                                   [&](const Tensor& p) { return drop_(p); })
+                         : ops::attention(q, k, v, opt_.heads, opt_.causal, key_padding);
   return o_(ctx);
 }
 

@@ -1,6 +1,7 @@
 // The whole op surface: include this, or just the family you need.
 #pragma once
 
+#include "ops/attention.h"
 #include "ops/batch_norm.h"
 #include "ops/conv.h"
 #include "ops/dropout.h"

@@ -1,0 +1,32 @@
+// Multi-head scaled dot-product attention as one op.
+//
+//   out[b, i, h*dh : (h+1)*dh] = sum_j P[b, h, i, j] v[b, j, h*dh : (h+1)*dh]
+//   P[b, h, i, :] = softmax_j(mask(q_h[b, i] . k_h[b, j] / sqrt(dh)))
+//
+// q [B, Tq, D], k and v [B, Tk, D], D = heads * dh, all of one floating
+// dtype and device; key_padding [B, Tk] (nonzero = a padded key, ignored) or
+// undefined; causal: query i sees keys j <= i. A masked score is replaced by
+// -1e9 (not -inf), so a fully masked row stays finite (uniform weights).
+// Heads are read and written in place in the [B, T, D] layout: no permuted
+// copies. Throws gpipe::Error naming the bad shape, dtype or device.
+#pragma once
+
+#include <functional>
+
+#include "core/tensor.h"
+
+namespace gpipe::ops {
+
+// Fused (one kernel per direction on devices that have one, CPU today; the
+// composed form below elsewhere). Note [Fused attention] in ops/cpu/attention.cc.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
+                 const Tensor& key_padding = Tensor());
+
+// The same from primitive ops (reshape, permute, matmul, masked_fill,
+// softmax): the reference the fused op is tested against, and the form used
+// when something must act on the probabilities (`on_probs`, e.g. dropout).
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
+                          const Tensor& key_padding = Tensor(),
+                          const std::function<Tensor(const Tensor&)>& on_probs = {});
+
+}  // namespace gpipe::ops

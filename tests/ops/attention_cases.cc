@@ -1,0 +1,63 @@
+// Op-table cases: the fused attention op against its composed form
+// (ops::attention_composed: reshape, permute, matmul, masked_fill, softmax),
+// forward values, and its gradients against finite differences: causal
+// self-attention, cross-attention with padded keys (one example fully
+// padded), and one head.
+#include <catch2/catch.hpp>
+
+#include "ops/attention.h"
+#include "tests/ops/op_table.h"
+
+namespace gpipe::testing {
+namespace {
+
+using In = std::vector<Tensor>;
+
+void check_against_composed(const In& in, const In& out, int64_t heads, bool causal) {
+  const Tensor pad = in.size() > 3 ? in[3] : Tensor();
+  const Tensor want = ops::attention_composed(in[0], in[1], in[2], heads, causal, pad);
+  REQUIRE(out[0].shape() == want.shape());
+  CHECK(max_abs_diff(out[0], want) < 1e-12);
+}
+
+Tensor padding() {  // [2, 5]: example 0 pads its last two keys, example 1 all of them
+  return Tensor::from_vector<double>({0, 0, 0, 1, 1, 1, 1, 1, 1, 1}, Shape{2, 5});
+}
+
+GPIPE_OP_CASES({
+    OpCase{
+        .name = "attention/causal_self",
+        .covers = {"attention_forward", "attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 4, 6}, 71), rand64(Shape{2, 4, 6}, 72), rand64(Shape{2, 4, 6}, 73)};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, true)}; },
+        .check_forward = [](const In& in, const In& out) { check_against_composed(in, out, 2, true); },
+    },
+    OpCase{
+        .name = "attention/cross_padded_keys",
+        .covers = {"attention_forward", "attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 6}, 74), rand64(Shape{2, 5, 6}, 75), rand64(Shape{2, 5, 6}, 76),
+                        padding()};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 3, false, in[3])}; },
+        .check_forward = [](const In& in, const In& out) { check_against_composed(in, out, 3, false); },
+        .grad_inputs = {0, 1, 2},
+    },
+    OpCase{
+        .name = "attention/one_head",
+        .covers = {"attention_forward", "attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{1, 3, 4}, 77), rand64(Shape{1, 2, 4}, 78), rand64(Shape{1, 2, 4}, 79)};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 1, false)}; },
+        .check_forward = [](const In& in, const In& out) { check_against_composed(in, out, 1, false); },
+    },
+});
+
+}  // namespace
+}  // namespace gpipe::testing
