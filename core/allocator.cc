@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -34,21 +36,24 @@ uint64_t physical_memory_bytes() {
 // most 25% slack; 64 bytes at least), and a block of the same class is reused
 // if one is free. The statistics count the bytes asked for, exactly as
 // without the cache, so memory reports do not change; the cache's own bytes
-// are reported apart (MemoryStats::cached_bytes). The cache holds at most a
-// quarter of physical memory (GPIPE_CPU_CACHE_MB overrides; 0 turns caching
-// off), gives everything back when an allocation fails and is retried, and
-// release_cached_memory() empties it. Under AddressSanitizer caching is off
+// are reported apart (MemoryStats::cached_bytes). The caches of all CPU
+// devices together hold at most a quarter of physical memory
+// (GPIPE_CPU_CACHE_MB overrides; 0 turns caching off), give everything back
+// when an allocation fails and is retried, and release_cached_memory()
+// empties them. Under AddressSanitizer caching is off
 // by default, so freed memory stays poisoned and use-after-free is caught.
+std::atomic<int64_t> g_cached_total{0};  // bytes cached by all CPU allocators
+
 class CpuAllocator final : public Allocator {
  public:
-  explicit CpuAllocator(int index) : device_(DeviceType::kCPU, index), cache_limit_(cache_limit_bytes()) {}
+  explicit CpuAllocator(int index) : device_(DeviceType::kCPU, index) {}
   ~CpuAllocator() override { release_cache(); }
 
   void* allocate(size_t bytes, MemoryCategory c) override {
     // A request no machine of this size could satisfy is refused here, before
     // the system allocator (or a sanitizer's) sees it and aborts the process.
     static const uint64_t physical = physical_memory_bytes();
-    if (physical > 0 && bytes > physical)
+    if ((physical > 0 && bytes > physical) || bytes > kMaxRequest)
       throw Error(detail::concat("out of memory on ", device_, ": ", bytes, " bytes requested for ",
                                  memory_category_name(c), ", more than the machine's ", physical,
                                  " bytes of physical memory (live: ", stats().str(), ")"));
@@ -56,8 +61,8 @@ class CpuAllocator final : public Allocator {
     void* p = take_cached(size);
     if (p == nullptr) {
       p = system_allocate(size);
-      if (p == nullptr) {  // give the cache back to the system and try once more
-        release_cache();
+      if (p == nullptr) {  // give every device's cache back to the system and try once more
+        release_cached_memory();
         p = system_allocate(size);
       }
       if (p == nullptr)
@@ -78,6 +83,7 @@ class CpuAllocator final : public Allocator {
       std::lock_guard<std::mutex> lock(cache_mu_);
       for (auto& [size, blocks] : free_) lists.emplace_back(size, std::move(blocks));
       free_.clear();
+      g_cached_total.fetch_sub(cached_);
       cached_ = 0;
       set_cached_bytes(0);
     }
@@ -100,32 +106,50 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
+  // Largest request served (the size classes are computed in 64 bits).
+  static constexpr size_t kMaxRequest = size_t{1} << 60;
+
+  // The cap on cached bytes, for all CPU devices of the process together.
   static int64_t cache_limit_bytes() {
-    if (const char* env = std::getenv("GPIPE_CPU_CACHE_MB")) return std::max(0LL, std::atoll(env)) << 20;
+    static const int64_t limit = [] {
+      if (const char* env = std::getenv("GPIPE_CPU_CACHE_MB")) {
+        char* end = nullptr;
+        const long long mb = std::strtoll(env, &end, 10);
+        if (end != env && *end == 0 && mb >= 0) return static_cast<int64_t>(std::min(mb, 1LL << 40)) << 20;
+        std::fprintf(stderr, "gpipe: GPIPE_CPU_CACHE_MB='%s' is not a count of MB; using the default\n", env);
+      }
 #if defined(__SANITIZE_ADDRESS__)
-    return 0;
+      return int64_t{0};
 #else
-    return static_cast<int64_t>(physical_memory_bytes() / 4);
+      return static_cast<int64_t>(physical_memory_bytes() / 4);
 #endif
+    }();
+    return limit;
   }
   static void* system_allocate(size_t size) {
     return ::operator new(size, std::align_val_t(kAllocAlignment), std::nothrow);
   }
   void* take_cached(size_t size) {
-    if (cache_limit_ == 0) return nullptr;
+    if (cache_limit_bytes() == 0) return nullptr;
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = free_.find(size);
     if (it == free_.end() || it->second.empty()) return nullptr;
     void* p = it->second.back();
     it->second.pop_back();
     cached_ -= static_cast<int64_t>(size);
+    g_cached_total.fetch_sub(static_cast<int64_t>(size));
     set_cached_bytes(cached_);
     return p;
   }
   bool put_cached(void* p, size_t size) {
-    if (cache_limit_ == 0) return false;
+    const int64_t limit = cache_limit_bytes();
+    if (limit == 0) return false;
     std::lock_guard<std::mutex> lock(cache_mu_);
-    if (cached_ + static_cast<int64_t>(size) > cache_limit_) return false;
+    // Reserve room under the process-wide cap (other devices count too).
+    if (g_cached_total.fetch_add(static_cast<int64_t>(size)) + static_cast<int64_t>(size) > limit) {
+      g_cached_total.fetch_sub(static_cast<int64_t>(size));
+      return false;
+    }
     free_[size].push_back(p);
     cached_ += static_cast<int64_t>(size);
     set_cached_bytes(cached_);
@@ -133,7 +157,6 @@ class CpuAllocator final : public Allocator {
   }
 
   Device device_;
-  const int64_t cache_limit_;
   std::mutex cache_mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> free blocks
   int64_t cached_ = 0;

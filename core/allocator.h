@@ -40,8 +40,9 @@ class Allocator {
   virtual void* allocate(size_t bytes, MemoryCategory category) = 0;
   virtual void deallocate(void* ptr, size_t bytes, MemoryCategory category) = 0;
   virtual Device device() const = 0;
-  // Returns the blocks kept for reuse to the system (CPU and CUDA allocators
-  // cache freed blocks); the bytes given back. Live tensors are untouched.
+  // Returns the blocks kept for reuse to the system; the bytes given back.
+  // Live tensors are untouched. The CPU allocator implements it; the CUDA
+  // caching allocator does not yet (runtime/cuda/allocator.h empty_cache).
   virtual int64_t release_cache() { return 0; }
 
   MemoryStats stats() const;

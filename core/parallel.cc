@@ -114,8 +114,12 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::run(int n, const std::function<void(int)>& task) {
   if (n <= 0) return;
+  if (size_ == 1 || n == 1 || t_in_task) {  // (inside a task: never try the lock this thread may hold)
+    for (int i = 0; i < n; ++i) task(i);
+    return;
+  }
   std::unique_lock<std::mutex> guard(run_mu_, std::try_to_lock);
-  if (size_ == 1 || n == 1 || !guard.owns_lock() || t_in_task) {
+  if (!guard.owns_lock()) {
     for (int i = 0; i < n; ++i) task(i);
     return;
   }

@@ -28,6 +28,8 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads
   const int64_t b = q.size(0), d = q.size(2);
   GPIPE_CHECK(heads >= 1 && d % heads == 0, "attention: the width D = ", d, " of the queries is not divisible by ",
               heads, " heads");
+  GPIPE_CHECK(d > 0 && k.size(1) > 0, "attention: expected a positive width and at least one key, got queries ",
+              q.shape(), " and keys ", k.shape());
   GPIPE_CHECK(k.size(0) == b && k.size(2) == d, "attention: expected keys [", b, ", Tk, ", d, "], got ", k.shape());
   GPIPE_CHECK(v.shape() == k.shape(), "attention: expected values of the keys' shape ", k.shape(), ", got ",
               v.shape());

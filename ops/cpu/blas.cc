@@ -24,8 +24,9 @@ namespace gpipe::ops::cpu {
 namespace {
 
 // GPIPE_GEMM=packed|openblas|eigen picks the float backend for the process
-// (for comparisons; packed is the default). Anything else is a clear error.
-GemmBackend initial_backend() {
+// (for comparisons; packed is the default). It is read on first use, not at
+// load time, so a bad value is a gpipe::Error the caller can report.
+GemmBackend parse_backend_env() {
   const char* env = std::getenv("GPIPE_GEMM");
   if (env == nullptr || *env == 0) return GemmBackend::kPacked;
   const std::string_view v(env);
@@ -35,7 +36,18 @@ GemmBackend initial_backend() {
   throw Error(detail::concat("GPIPE_GEMM='", v, "': expected packed, openblas or eigen"));
 }
 
-std::atomic<GemmBackend> g_backend{initial_backend()};
+constexpr int kUnset = -1;
+std::atomic<int> g_backend{kUnset};
+
+GemmBackend current_backend() {
+  int b = g_backend.load(std::memory_order_acquire);
+  if (b == kUnset) {
+    const int parsed = static_cast<int>(parse_backend_env());  // throws for a bad value, every time
+    g_backend.compare_exchange_strong(b, parsed);
+    b = g_backend.load(std::memory_order_acquire);
+  }
+  return static_cast<GemmBackend>(b);
+}
 
 [[maybe_unused]] const bool g_blas_single_threaded = [] {
   openblas_set_num_threads(1);
@@ -80,7 +92,7 @@ void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
 // The packed backend is float only; double keeps to OpenBLAS.
 template <class T>
 GemmBackend backend_for() {
-  const GemmBackend b = g_backend;
+  const GemmBackend b = current_backend();
   return b == GemmBackend::kPacked && !std::is_same_v<T, float> ? GemmBackend::kBlas : b;
 }
 
@@ -99,10 +111,10 @@ bool small_product(int64_t m, int64_t n, int64_t k) {
 
 }  // namespace
 
-void set_gemm_backend(GemmBackend backend) { g_backend = backend; }
-GemmBackend gemm_backend() { return g_backend; }
+void set_gemm_backend(GemmBackend backend) { g_backend = static_cast<int>(backend); }
+GemmBackend gemm_backend() { return current_backend(); }
 std::string_view gemm_backend_name() {
-  switch (g_backend.load()) {
+  switch (current_backend()) {
     case GemmBackend::kBlas: return "openblas";
     case GemmBackend::kEigen: return "eigen";
     case GemmBackend::kPacked: break;
@@ -117,7 +129,8 @@ std::string_view gemm_backend_name() {
 
 std::string compute_description() {
   std::string gemm(gemm_backend_name());
-  if (g_backend == GemmBackend::kPacked && cpu_isa() != CpuIsa::kBaseline) gemm += ", products under 16 MFLOP: eigen";
+  if (current_backend() == GemmBackend::kPacked && cpu_isa() != CpuIsa::kBaseline)
+    gemm += ", products under 16 MFLOP or with a side under 32: eigen";
   return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm;
 }
 

@@ -89,6 +89,9 @@ int64_t model_layer_count(const TrainConfig& c) {
 }
 
 static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
+  if (c.model == "transformer" && !c.preset.empty())
+    return detail::concat("the preset fixes L; a deeper preset, or explicit sizes with --layers=L (5L+3 layers) "
+                          "instead of --preset");
   if (c.model == "transformer") {
     const int64_t l = std::max<int64_t>(1, (k - 3 + 4) / 5);  // 5L + 3 >= K
     return detail::concat("--layers=L gives 5L+3 layers: --layers=", l, " or more for K=", k);
@@ -401,6 +404,7 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
 // Flags that do not apply to the chosen model, or contradict each other,
 // are errors rather than silently ignored.
 void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& g) {
+  if (c.model.empty()) return;  // validate() says --model is required, before any model-specific check
   const bool transformer = c.model == "transformer";
   const std::vector<std::string> transformer_only = {
       "--preset",  "--layers",          "--ffn",        "--heads",       "--dim",

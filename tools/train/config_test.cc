@@ -81,8 +81,10 @@ TEST_CASE("gpipe_train flags: errors come in the order a user reads the command"
   CHECK_THAT(usage_error({"--no-such-flag"}), Contains("--no-such-flag"));
   CHECK_THAT(usage_error({"--K=2", "--no-such-flag"}), Contains("--no-such-flag"));
   CHECK_THAT(usage_error({"--model=transformer", "--no-such-flag"}), Contains("--no-such-flag"));
-  // With nothing unknown, the missing --model.
+  // With nothing unknown, the missing --model, also before a model-specific flag.
   CHECK_THAT(usage_error({"--K=2"}), Contains("--model is required"));
+  CHECK_THAT(usage_error({"--layers=4"}), Contains("--model is required"));
+  CHECK_THAT(usage_error({"--normal-cells=2"}), Contains("--model is required"));
 }
 
 TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values") {
@@ -99,6 +101,8 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
              Contains("only 8 layers") && Contains("--layers=2 or more for K=9"));
   CHECK_THAT(usage_error({"--model=transformer", "--K=34"}),
              Contains("only 33 layers") && Contains("--layers=7 or more"));
+  CHECK_THAT(usage_error({"--model=transformer", "--preset=T(6,8192,16)", "--K=34"}),
+             Contains("only 33 layers") && Contains("the preset fixes L"));
   CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--K=12", "--normal-cells=1"}),
              Contains("--K") && Contains("9 layers") && Contains("--normal-cells=2 or more for K=12"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=0"}), Contains("--K"));

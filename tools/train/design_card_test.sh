@@ -26,4 +26,13 @@ run transformer --model=transformer --K=8 --M=32 --steps=2 --log-every=1 --eval-
 run amoebanet --model=amoebanet --K=8 --M=32 --steps=2 --log-every=1 --eval-batches=1
 # And with no flag but the model: the default budget is stated in --help.
 "$TRAIN" --help | grep -q -- "--steps=600" || { echo "FAILED: --help does not state the default budget"; fail=1; }
+# Bad kernel-selection variables stop at start-up with one clear message (exit 1), not a crash.
+for bad in "GPIPE_GEMM=bogus:GPIPE_GEMM='bogus': expected packed, openblas or eigen" \
+           "GPIPE_CPU_ISA=avx1024:unknown CPU ISA level 'avx1024'"; do
+  var="${bad%%:*}"; want="${bad#*:}"
+  out=$(env "$var" "$TRAIN" --model=amoebanet --steps=1 2>&1); rc=$?
+  if [ "$rc" -ne 1 ] || ! grep -qF -- "$want" <<< "$out"; then
+    echo "FAILED: $var: exit $rc, output: $out"; fail=1
+  fi
+done
 exit $fail

@@ -194,7 +194,7 @@ class Trainer {
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
-    const std::string compute = ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA stops here
+    const std::string compute = ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA or GPIPE_GEMM stops here
     log_ << "compute: " << compute << "\n";
     log_ << task_->describe() << "\n";
     // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all
