@@ -23,6 +23,13 @@ void note_kernel(const char* name, DeviceType type);
 // Names of all kernels registered for `type`, sorted.
 std::vector<std::string> registered_kernels(DeviceType type);
 
+// Kernels a device may leave out because the op's front function falls back
+// to a composed form of other ops there (the fused ops: ops::attention). The
+// CUDA build test accepts their absence; everything else must exist on
+// every device.
+void note_optional_kernel(const char* name);
+bool is_optional_kernel(const std::string& name);
+
 template <class Sig>
 class KernelSlot;
 

@@ -116,6 +116,13 @@ void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, c
   });
 }
 
+// Devices without these kernels run ops::attention_composed (ops/attention.cc).
+[[maybe_unused]] const bool g_optional = [] {
+  note_optional_kernel("attention_forward");
+  note_optional_kernel("attention_backward");
+  return true;
+}();
+
 }  // namespace
 
 GPIPE_REGISTER_KERNEL(attention_forward, DeviceType::kCPU, attention_forward_cpu);

@@ -52,9 +52,13 @@ TEST_CASE("cuda build: every CPU kernel slot has a CUDA kernel") {
   const auto cuda = ops::registered_kernels(DeviceType::kCUDA);
   REQUIRE_FALSE(cpu.empty());
   for (const std::string& k : cpu) {
+    if (ops::is_optional_kernel(k)) continue;  // a fused op: CUDA runs its composed form
     INFO("kernel '" << k << "' has a CPU kernel but no CUDA kernel");
     CHECK(std::find(cuda.begin(), cuda.end(), k) != cuda.end());
   }
+  // The optional ones are exactly the fused attention kernels.
+  CHECK(ops::is_optional_kernel("attention_forward"));
+  CHECK_FALSE(ops::is_optional_kernel("batched_gemm"));
 }
 
 TEST_CASE("cuda build: a missing CUDA device is a clear gpipe::Error, never a crash") {
