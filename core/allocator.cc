@@ -4,10 +4,10 @@
 
 #include <unistd.h>
 
-#include <cstdint>
-#include <cstdio>
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>

@@ -9,8 +9,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/cpu_isa.h"
@@ -104,9 +105,10 @@ GemmBackend backend_for() {
 // packed backend hands products below kSmallFlops, or with a side below 32,
 // to Eigen, except at the forced baseline level (Eigen is built for AVX2).
 constexpr double kSmallFlops = 1 << 24;
+constexpr int64_t kSmallSide = 32;
 
 bool small_product(int64_t m, int64_t n, int64_t k) {
-  return (2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < 32) && cpu_isa() != CpuIsa::kBaseline;
+  return (2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < kSmallSide) && cpu_isa() != CpuIsa::kBaseline;
 }
 
 }  // namespace
@@ -130,7 +132,8 @@ std::string_view gemm_backend_name() {
 std::string compute_description() {
   std::string gemm(gemm_backend_name());
   if (current_backend() == GemmBackend::kPacked && cpu_isa() != CpuIsa::kBaseline)
-    gemm += ", products under 16 MFLOP or with a side under 32: eigen";
+    gemm += detail::concat(", products under ", kSmallFlops / (1 << 20), " MFLOP or with a side under ", kSmallSide,
+                           ": eigen");
   return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm;
 }
 

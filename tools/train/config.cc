@@ -27,7 +27,9 @@ namespace {
 constexpr int64_t kDefaultStepsTransformer = 600;
 constexpr int64_t kDefaultEpochsAmoebaNet = 2;
 
-const char* kDefaultsTable =
+// The --help footer; the budget row is written from the constants above.
+std::string defaults_table() {
+  return detail::concat(
     "Per-model defaults (S = total steps):\n"
     "                  transformer                  amoebanet\n"
     "  --optimizer     adam                         sgd (Nesterov)\n"
@@ -36,8 +38,9 @@ const char* kDefaultsTable =
     "  --weight-decay  0                            5e-4\n"
     "  --momentum      - (adam takes none)          0.9\n"
     "  --batch         32                           128\n"
-    "  budget          --steps=600                  --epochs=2\n"
-    "  (the budget applies when neither --steps nor --epochs is given)\n";
+    "  budget          --steps=", kDefaultStepsTransformer, "                  --epochs=", kDefaultEpochsAmoebaNet,
+    "\n  (the budget applies when neither --steps nor --epochs is given)\n");
+}
 
 // Throws UsageError(parts...) unless `ok`.
 template <class... Parts>
@@ -73,31 +76,35 @@ std::vector<std::string> split_commas(const std::string& s) {
 }  // namespace
 
 namespace {
-models::TransformerConfig transformer_sizes(const TrainConfig& c) {
-  models::TransformerConfig t;
-  if (!c.preset.empty()) return models::transformer_preset(c.preset);
-  t.layers = c.layers;
-  return t;
+// The model's depth flag set to `depth` (--layers or --normal-cells); a preset fixes L.
+int64_t layer_count_at_depth(const TrainConfig& c, int64_t depth) {
+  if (c.model == "transformer") {
+    models::TransformerConfig t;
+    t.layers = depth;
+    return models::transformer_layer_count(t);
+  }
+  models::AmoebaNetConfig a;
+  a.num_normal_cells = depth;
+  return models::amoebanet_layer_count(a);
 }
 }  // namespace
 
 int64_t model_layer_count(const TrainConfig& c) {
-  if (c.model == "transformer") return models::transformer_layer_count(transformer_sizes(c));
-  models::AmoebaNetConfig a;
-  a.num_normal_cells = c.normal_cells;
-  return models::amoebanet_layer_count(a);
+  if (c.model == "transformer")
+    return layer_count_at_depth(c, c.preset.empty() ? c.layers : models::transformer_preset(c.preset).layers);
+  return layer_count_at_depth(c, c.normal_cells);
 }
 
 static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
   if (c.model == "transformer" && !c.preset.empty())
     return detail::concat("the preset fixes L; a deeper preset, or explicit sizes with --layers=L (5L+3 layers) "
                           "instead of --preset");
-  if (c.model == "transformer") {
-    const int64_t l = std::max<int64_t>(1, (k - 3 + 4) / 5);  // 5L + 3 >= K
-    return detail::concat("--layers=L gives 5L+3 layers: --layers=", l, " or more for K=", k);
-  }
-  const int64_t n = std::max<int64_t>(0, (k - 6 + 2) / 3);  // 3N + 6 >= K
-  return detail::concat("--normal-cells=N gives 3N+6 layers: --normal-cells=", n, " or more for K=", k);
+  const bool transformer = c.model == "transformer";
+  int64_t depth = transformer ? 1 : 0;  // the smallest depth whose layer list has K layers
+  while (layer_count_at_depth(c, depth) < k) ++depth;
+  return transformer ? detail::concat("--layers=L gives 5L+3 layers: --layers=", depth, " or more for K=", k)
+                     : detail::concat("--normal-cells=N gives 3N+6 layers: --normal-cells=", depth,
+                                      " or more for K=", k);
 }
 
 int64_t default_batch(const std::string& model) { return model == "amoebanet" ? 128 : 32; }
@@ -435,7 +442,7 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
       "gpipe_train: train a Transformer (iso-codes many-to-English translation) or an "
       "AmoebaNet-D (Fashion-MNIST) through a GPipe pipeline of K cells and M micro-batches",
       "gpipe_train"};
-  app.footer(kDefaultsTable);
+  app.footer(defaults_table());
   app.get_formatter()->column_width(34);
   add_model_flags(app, c, g);
   add_data_flags(app, c);
