@@ -17,29 +17,22 @@
 #include <vector>
 
 #include "layers/loss.h"
-#include "pipeline/checkpoint.h"
+#include "pipeline/balance.h"
+#include "pipeline/executor.h"
+#include "pipeline/faults.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/partition.h"
+#include "pipeline/ranks.h"
+#include "pipeline/remat.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage.h"
+#include "pipeline/watchdog.h"
 #include "runtime/communicator.h"
+#include "runtime/local_group.h"
 #include "runtime/trace.h"
-#include "runtime/transport.h"
 #include "runtime/worker.h"
 
 namespace gpipe {
-
-enum class BalanceBy { kCost, kTime, kMemory };
-BalanceBy parse_balance_by(const std::string& name);  // "cost" | "time" | "memory"
-
-// Which ranks form one pipeline when the job has K x R processes
-// (Note [Processes]). Pipeline-major: ranks [rK, rK + K) are replica r's
-// stages 0..K-1 (neighbouring stages on neighbouring ranks, so on one host
-// with mpirun's by-slot mapping). Stage-major: ranks [sR, sR + R) are stage
-// s's replicas (the gradient all-reduce stays on a host).
-enum class RankLayout { kPipelineMajor, kStageMajor };
-RankLayout parse_rank_layout(const std::string& name);  // "pipeline" | "stage"
-const char* rank_layout_name(RankLayout l);
 
 struct PipelineOptions {
   int partitions = 1;                 // K
@@ -47,6 +40,9 @@ struct PipelineOptions {
   std::vector<Device> devices;        // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
   ScheduleKind schedule = ScheduleKind::kGPipe;
   RematMode remat = RematMode::kExceptLast;
+  // A training program to run instead of the built-in one (e.g. from
+  // load_schedule_file); validated against K and M at construction.
+  std::shared_ptr<const Schedule> custom_schedule;
   std::vector<int64_t> balance;       // explicit layers per cell; overrides balance_by
   BalanceBy balance_by = BalanceBy::kCost;
   int threads_per_stage = 0;          // intra-op threads per stage worker; 0 = cores / K (at least 1)
@@ -57,24 +53,17 @@ struct PipelineOptions {
   // A step running longer than this prints what every stage is waiting for
   // (to stderr); 0 = timeout_seconds / 2.
   double watchdog_seconds = 0;
+  FaultHook fault_hook;               // tests of failure handling (pipeline/faults.h); empty in normal runs
 
   // Several processes (Note [Processes]): `world` holds K x R ranks; this
   // process runs one stage of one replica, chosen from its rank by
-  // `layout`. Null: every stage runs in this process (R must be 1).
+  // `layout`. Null: every stage runs in this process, each on its own
+  // thread as a rank of a LocalGroup (R must be 1); the same executor.
   std::shared_ptr<Communicator> world;
   int replicas = 1;                   // R: data-parallel copies of the whole pipeline
   RankLayout layout = RankLayout::kPipelineMajor;
   bool sync_batchnorm = true;         // sum BatchNorm statistics over replicas before folding them
 };
-
-// Where this process sits in a multi-process job.
-struct RankInfo {
-  int world_rank = 0, world_size = 1;
-  int stage = 0, replica = 0;  // this process's stage (cell) and replica
-  int stages = 1, replicas = 1;
-};
-// Where world rank `rank` of a K x R job sits under `layout`.
-RankInfo rank_info_for(int rank, int stages, int replicas, RankLayout layout);
 
 struct CellInfo {
   int64_t first_layer, last_layer;  // [first, last)
@@ -108,10 +97,13 @@ class Pipeline {
   // batch.inputs and only the last batch.targets (the others may be empty).
   // Throws NonFiniteError, on every rank alike, when the loss is not finite.
   StepResult train_step(const Batch& batch);
-  // Forward only (eval mode for the call); returns the final bundle on the
-  // caller's side (on every rank of this replica in a multi-process job).
+  // Forward only (eval mode for the call), as a forward-only program on the
+  // stage workers: the inputs cut into min(M, N) micro-batches that overlap
+  // across the stages. Returns the final bundle on the caller's side (on
+  // every rank of this replica in a multi-process job).
   Bundle predict(const Bundle& inputs);
-  // Mean loss without gradients (eval mode for the call); every rank gets it.
+  // Mean loss without gradients (eval mode for the call), pipelined like
+  // predict (each replica takes its share of the rows); every rank gets it.
   double evaluate(const Batch& batch);
 
   // Unique trainable tensors of this process's cells (tied copies in
@@ -136,8 +128,12 @@ class Pipeline {
   void train(bool on);
 
   const Partition& partition() const { return partition_; }
-  bool distributed() const { return dist_ != nullptr; }
-  RankInfo rank_info() const;
+  bool distributed() const { return opt_.world != nullptr; }
+  RankInfo rank_info() const { return info_; }
+  // The training program every step follows, and its dry run (ticks, peak
+  // live micro-batches per stage).
+  const Schedule& schedule() const { return schedule_; }
+  const DryRun& dry_run() const { return dry_run_; }
   // Bytes each of this process's outgoing links has sent (activations and gradients), by name.
   std::vector<std::pair<std::string, int64_t>> bytes_sent() const;
   std::vector<CellInfo> cells() const;
@@ -153,44 +149,39 @@ class Pipeline {
   static double ideal_bubble_fraction(int k, int m) { return static_cast<double>(k - 1) / (m + k - 1); }
 
  private:
-  struct Dist;
-  void place_parameters();
-  void make_links();
-  void run_schedule(const std::vector<Batch>& micro, const StepContext& ctx, bool train);
-  void sync_tied_gradients();
-  void sync_replicas();
-  Bundle forward_to_last(const Bundle& inputs);  // multi-process: the last stage's output, empty elsewhere
-  Stage& local(int s) { return *stages_[s - first_stage_]; }
+  void share_from_rank0(std::string& bytes, const char* what);
+  std::vector<double> measure_costs(const Batch& sample);
+  void build_ranks();
+  // Runs fn(executor) for every local rank at once, each on its worker
+  // (collectives need every rank of the process in them); rethrows the
+  // first failure.
+  void on_ranks(const std::function<void(StageExecutor&)>& fn);
+  std::vector<Batch> micro_for(const StageExecutor& r, const Batch& batch, int64_t n, int pieces, bool by_replica,
+                               int64_t* rows, double* terms) const;
+  int64_t rows_from_first_stage(StageExecutor& r, const Batch& batch);
+  // Runs body on every local rank at once; on a failure leaves no trace of
+  // the run and throws "<label> failed in stage s ... during <action>: ...".
+  std::vector<StepTotals> run_ranks(const std::function<StepTotals(StageExecutor&)>& body, bool training,
+                                    const std::string& label);
+  bool holds_whole_pipeline() const { return static_cast<int>(ranks_.size()) == info_.stages; }
 
   PipelineOptions opt_;
-  Model model_;
+  Model model_;  // in one process every cell's layers; in a multi-process job this rank's cell
   Partition partition_;
+  RankInfo info_;  // this process's rank (one process: stage 0's view)
+  std::string who_;
   std::vector<Device> stage_devices_;
-  std::vector<std::unique_ptr<Stage>> stages_;
+  std::unique_ptr<LocalGroup> group_;  // one process: the stages' threads as ranks
+  std::vector<std::unique_ptr<StageExecutor>> ranks_;  // the ranks this process runs, by stage
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
-  int first_stage_ = 0;  // global index of stages_[0]
-  // Per local stage: where activations come from / go to, and gradients.
-  // In one process fwd_out_[s] and fwd_in_[s + 1] are the same link.
-  std::vector<std::unique_ptr<Transport>> links_;
-  std::vector<Transport*> fwd_in_, fwd_out_, bwd_in_, bwd_out_;
-  std::unique_ptr<Transport> predict_in_, predict_out_;
-  int64_t predict_calls_ = 0;
-  std::vector<std::vector<Tensor*>> ties_;  // per tied parameter: its copy in each local cell holding it
-  struct DistTie {
-    int64_t numel;
-    DType dtype;
-    std::vector<int> stages;  // cells holding it
-    Tensor* local;            // this process's copy, or null
-  };
-  std::vector<DistTie> dist_ties_;
   std::vector<std::vector<std::string>> tied_names_;
   std::vector<CellInfo> cells_;
   std::vector<int64_t> cell_param_bytes_;  // unique parameter bytes per cell
   std::vector<std::string> layer_names_;
-  std::unique_ptr<Dist> dist_;
-  class Watchdog;
   std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<FailureLog> failures_;
   Schedule schedule_;
+  DryRun dry_run_;
   Tracer tracer_;
   int64_t step_ = 0;
 };

@@ -1,103 +1,206 @@
+// Building the built-in programs and the text form. A program is built in
+// two passes: first the order of compute per stage (which forward and which
+// backward when), then each compute task is expanded with its communication,
+// the loss, and the recomputation the remat policy asks for.
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 
-#include "core/error.h"
-
 namespace gpipe {
+namespace {
+
+struct Compute {
+  bool forward;
+  int micro_batch;
+};
+
+std::vector<Compute> compute_order(ScheduleKind kind, int k, int m, int stage) {
+  std::vector<Compute> order;
+  if (kind == ScheduleKind::kGPipe) {
+    for (int i = 0; i < m; ++i) order.push_back({true, i});
+    for (int i = m - 1; i >= 0; --i) order.push_back({false, i});
+    return order;
+  }
+  const int warmup = std::min(k - 1 - stage, m);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back({true, f});
+  while (f < m) {
+    order.push_back({true, f++});
+    order.push_back({false, b++});
+  }
+  while (b < m) order.push_back({false, b++});
+  return order;
+}
+
+void add_forward(std::vector<Action>& out, int stage, int k, int mb, bool with_loss) {
+  if (stage > 0) out.push_back({ActionKind::kRecvActivations, mb});
+  out.push_back({ActionKind::kForward, mb});
+  if (stage + 1 < k) out.push_back({ActionKind::kSendActivations, mb});
+  if (stage + 1 == k && with_loss) out.push_back({ActionKind::kLoss, mb});
+}
+
+const char* prefix(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kRecvActivations: return "<F";
+    case ActionKind::kForward: return "F";
+    case ActionKind::kSendActivations: return ">F";
+    case ActionKind::kLoss: return "L";
+    case ActionKind::kRecompute: return "R";
+    case ActionKind::kRecvGradients: return "<B";
+    case ActionKind::kBackward: return "B";
+    case ActionKind::kBackwardInput: return "I";
+    case ActionKind::kBackwardWeight: return "W";
+    case ActionKind::kSendGradients: return ">B";
+    case ActionKind::kReduceReplicas: return "reduce_replicas";
+    case ActionKind::kReduceTied: return "reduce_tied";
+  }
+  return "?";
+}
+
+}  // namespace
 
 ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe" || name == "fill-drain") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
-  throw Error(detail::concat("unknown schedule '", name, "' (expected gpipe or 1f1b)"));
+  throw Error(detail::concat("unknown schedule '", name, "' (expected gpipe, 1f1b or file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) { return kind == ScheduleKind::kGPipe ? "gpipe" : "1f1b"; }
 
-Schedule make_schedule(ScheduleKind kind, int k, int m) {
+Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat) {
   GPIPE_CHECK(k >= 1 && m >= 1, "schedule: K and M must be >= 1, got K=", k, " M=", m);
-  Schedule s(k);
+  Schedule s{m, true, std::vector<std::vector<Action>>(k)};
   for (int stage = 0; stage < k; ++stage) {
-    auto& t = s[stage];
-    if (kind == ScheduleKind::kGPipe) {
-      for (int i = 0; i < m; ++i) t.push_back({TaskKind::kForward, i});
-      for (int i = m - 1; i >= 0; --i) t.push_back({TaskKind::kBackward, i});
-    } else {
-      const int warmup = std::min(k - 1 - stage, m);
-      int f = 0, b = 0;
-      for (; f < warmup; ++f) t.push_back({TaskKind::kForward, f});
-      while (f < m) {
-        t.push_back({TaskKind::kForward, f++});
-        t.push_back({TaskKind::kBackward, b++});
+    const std::vector<Compute> order = compute_order(kind, k, m, stage);
+    auto& out = s.stages[stage];
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int mb = order[i].micro_batch;
+      if (order[i].forward) {
+        add_forward(out, stage, k, mb, /*with_loss=*/true);
+        continue;
       }
-      while (b < m) t.push_back({TaskKind::kBackward, b++});
+      // Note [Remat policy]: except_last keeps the graph exactly when this
+      // backward's compute comes right after its own forward.
+      const bool adjacent = i > 0 && order[i - 1].forward && order[i - 1].micro_batch == mb;
+      if (remat == RematMode::kAlways || (remat == RematMode::kExceptLast && !adjacent))
+        out.push_back({ActionKind::kRecompute, mb});
+      if (stage + 1 < k) out.push_back({ActionKind::kRecvGradients, mb});
+      out.push_back({ActionKind::kBackward, mb});
+      if (stage > 0) out.push_back({ActionKind::kSendGradients, mb});
     }
+    out.push_back({ActionKind::kReduceReplicas});
+    out.push_back({ActionKind::kReduceTied});
   }
   return s;
 }
 
-std::string to_string(const std::vector<Task>& tasks) {
+Schedule make_forward_schedule(int k, int m, bool with_loss) {
+  GPIPE_CHECK(k >= 1 && m >= 0, "schedule: K must be >= 1 and M >= 0, got K=", k, " M=", m);
+  Schedule s{m, false, std::vector<std::vector<Action>>(k)};
+  for (int stage = 0; stage < k; ++stage)
+    for (int mb = 0; mb < m; ++mb) add_forward(s.stages[stage], stage, k, mb, with_loss);
+  return s;
+}
+
+std::string to_string(const Action& a) {
+  std::string out = prefix(a.kind);
+  if (a.micro_batch >= 0) out += std::to_string(a.micro_batch);
+  return out;
+}
+
+std::string to_string(const std::vector<Action>& actions) {
+  std::string out;
+  for (size_t i = 0; i < actions.size(); ++i) out += (i ? " " : "") + to_string(actions[i]);
+  return out;
+}
+
+std::string to_text(const Schedule& s) {
   std::ostringstream os;
-  for (size_t i = 0; i < tasks.size(); ++i)
-    os << (i ? " " : "") << (tasks[i].kind == TaskKind::kForward ? "F" : "B") << tasks[i].micro_batch;
+  os << "schedule K=" << s.cells() << " M=" << s.micro_batches << (s.training ? " train" : " forward") << "\n";
+  for (int stage = 0; stage < s.cells(); ++stage) os << stage << ": " << to_string(s.stages[stage]) << "\n";
   return os.str();
 }
 
-std::vector<std::vector<int>> simulate(const Schedule& schedule) {
-  const int k = static_cast<int>(schedule.size());
-  std::vector<std::vector<int>> tick(k);
-  std::vector<size_t> next(k, 0);
-  int m = 0;
-  for (auto& t : schedule)
-    for (auto& task : t) m = std::max(m, task.micro_batch + 1);
-  // done[stage][kind][micro] = tick at which it finished (-1 = not yet)
-  std::vector<std::vector<std::vector<int>>> done(k, std::vector<std::vector<int>>(2, std::vector<int>(m, -1)));
-  size_t remaining = 0;
-  for (auto& t : schedule) remaining += t.size();
-  for (int now = 0; remaining > 0; ++now) {
-    bool progressed = false;
-    for (int s = 0; s < k; ++s) {
-      if (next[s] >= schedule[s].size()) continue;
-      const Task& t = schedule[s][next[s]];
-      const int kind = t.kind == TaskKind::kForward ? 0 : 1;
-      bool ready;
-      if (t.kind == TaskKind::kForward) {
-        ready = s == 0 || (done[s - 1][0][t.micro_batch] >= 0 && done[s - 1][0][t.micro_batch] < now);
-      } else {
-        ready = done[s][0][t.micro_batch] >= 0 &&
-                (s == k - 1 || (done[s + 1][1][t.micro_batch] >= 0 && done[s + 1][1][t.micro_batch] < now));
-      }
-      if (!ready) continue;
-      done[s][kind][t.micro_batch] = now;
-      tick[s].push_back(now);
-      ++next[s];
-      --remaining;
-      progressed = true;
-    }
-    if (!progressed) {
-      // Nothing ran this tick; if nothing finished last tick either, it is a deadlock.
-      bool any_last = false;
-      for (int s = 0; s < k; ++s)
-        for (int kind = 0; kind < 2; ++kind)
-          for (int i = 0; i < m; ++i) any_last = any_last || done[s][kind][i] == now - 1;
-      GPIPE_CHECK(any_last, "schedule deadlocks at tick ", now);
-    }
+namespace {
+
+Action parse_action(const std::string& tok, const std::string& where) {
+  if (tok == "reduce_replicas") return {ActionKind::kReduceReplicas};
+  if (tok == "reduce_tied") return {ActionKind::kReduceTied};
+  static const std::pair<const char*, ActionKind> kinds[] = {
+      {"<F", ActionKind::kRecvActivations}, {">F", ActionKind::kSendActivations}, {"<B", ActionKind::kRecvGradients},
+      {">B", ActionKind::kSendGradients},   {"F", ActionKind::kForward},          {"L", ActionKind::kLoss},
+      {"R", ActionKind::kRecompute},        {"B", ActionKind::kBackward},         {"I", ActionKind::kBackwardInput},
+      {"W", ActionKind::kBackwardWeight}};
+  for (const auto& [p, kind] : kinds) {
+    const std::string pre = p;
+    if (tok.rfind(pre, 0) != 0) continue;
+    const std::string digits = tok.substr(pre.size());
+    const bool number = !digits.empty() && digits.size() <= 6 &&
+                        std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); });
+    if (!number) break;
+    return {kind, std::stoi(digits)};
   }
-  return tick;
+  throw ScheduleError(detail::concat(where, ": unknown action '", tok,
+                                     "' (expected <Fm Fm >Fm Lm Rm <Bm Bm Im Wm >Bm with m a micro-batch number, "
+                                     "reduce_replicas or reduce_tied)"));
 }
 
-std::vector<int> peak_live_micro_batches(const Schedule& schedule) {
-  std::vector<int> peak;
-  for (const auto& tasks : schedule) {
-    int live = 0, best = 0;
-    for (const Task& t : tasks) {
-      live += t.kind == TaskKind::kForward ? 1 : -1;
-      best = std::max(best, live);
+}  // namespace
+
+Schedule parse_schedule_text(const std::string& text, const std::string& source) {
+  std::istringstream in(text);
+  std::string line;
+  Schedule s;
+  bool header = false;
+  int k = 0;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string first;
+    if (!(words >> first)) continue;
+    const std::string where = detail::concat(source, " line ", lineno);
+    if (!header) {
+      std::string kk, mm, mode;
+      words >> kk >> mm >> mode;
+      int m = -1;
+      const bool ok = first == "schedule" && std::sscanf(kk.c_str(), "K=%d", &k) == 1 &&
+                      std::sscanf(mm.c_str(), "M=%d", &m) == 1 && (mode == "train" || mode == "forward") && k >= 1 &&
+                      m >= 0;
+      if (!ok)
+        throw ScheduleError(detail::concat(where, ": expected the header 'schedule K=<cells> M=<micro-batches> train' "
+                                           "(or forward), got '", line, "'"));
+      s.micro_batches = m;
+      s.training = mode == "train";
+      s.stages.resize(k);
+      header = true;
+      continue;
     }
-    peak.push_back(best);
+    int stage = -1;
+    if (first.back() != ':' || std::sscanf(first.c_str(), "%d:", &stage) != 1 || stage < 0 || stage >= k)
+      throw ScheduleError(detail::concat(where, ": expected '<stage>:' with a stage in [0, ", k, "), got '", first, "'"));
+    if (!s.stages[stage].empty())
+      throw ScheduleError(detail::concat(where, ": stage ", stage, " is listed twice"));
+    std::string tok;
+    while (words >> tok) s.stages[stage].push_back(parse_action(tok, where));
+    if (s.stages[stage].empty()) throw ScheduleError(detail::concat(where, ": stage ", stage, " has no actions"));
   }
-  return peak;
+  if (!header) throw ScheduleError(detail::concat(source, ": empty (expected 'schedule K=.. M=.. train' and one line per stage)"));
+  for (int stage = 0; stage < k; ++stage)
+    if (s.stages[stage].empty() && s.micro_batches > 0)
+      throw ScheduleError(detail::concat(source, ": no line for stage ", stage, " (K=", k, " needs lines 0: to ", k - 1, ":)"));
+  return s;
+}
+
+Schedule load_schedule_file(const std::string& path) {
+  std::ifstream in(path);
+  GPIPE_CHECK(in.good(), "cannot read the schedule file '", path, "'");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return parse_schedule_text(buf.str(), "schedule file " + path);
 }
 
 }  // namespace gpipe

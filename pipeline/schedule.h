@@ -1,41 +1,114 @@
-// Schedules are data: a pure function from (K, M) to the ordered list of
-// tasks each of the K stages runs. The executor only follows the lists, and
-// tests, traces and simulate() read the same lists.
+// Schedules are whole programs: for each of the K stages (cells), the
+// ordered list of every action its device runs in one step — compute,
+// communication, loss and the gradient reductions before the synchronous
+// update. The executor (pipeline/executor.h) only follows the lists; the
+// dry run, the trace, gpipe_train --print-schedule and the tests read the
+// same lists, and a user can load one from text (--schedule=file:PATH).
 //
+// Actions, as written in text (m = micro-batch index):
+//   <Fm  receive micro-batch m's activations from the previous stage
+//   Fm   forward (keeps its graph unless an Rm follows on this stage)
+//   >Fm  send its activations to the next stage
+//   Lm   the loss of micro-batch m (last stage)
+//   Rm   recompute the forward with its graph (rematerialisation)
+//   <Bm  receive the gradients of its outputs from the next stage
+//   Bm   backward (input and weight gradients)
+//   Im   backward, input gradients only;  Wm  backward, weight gradients only
+//   >Bm  send the gradients of its inputs to the previous stage
+//   reduce_replicas  sum gradients and BatchNorm statistics over replicas
+//   reduce_tied      over all ranks: the step's loss totals and the
+//                    gradients of weights tied across cells
+// The text form is one line per stage, "0: <actions...>", after a header
+// "schedule K=2 M=4 train" (or "forward" for evaluation programs); '#'
+// starts a comment.
+//
+// Built-in programs:
 //  - GPipe (fill-drain): every stage runs F0..F(M-1), then B(M-1)..B0.
 //  - 1F1B: stage k runs min(K-1-k, M) warm-up forwards, then alternates one
 //    forward and one backward, then drains the remaining backwards; at most
 //    K-k micro-batches are alive on stage k instead of M. Same gradients.
+//  - forward-only: every stage runs F0..F(M-1) (evaluation and prediction).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "pipeline/remat.h"
+
 namespace gpipe {
 
-enum class TaskKind { kForward, kBackward };
+enum class ActionKind {
+  kRecvActivations,  // <F
+  kForward,          // F
+  kSendActivations,  // >F
+  kLoss,             // L
+  kRecompute,        // R
+  kRecvGradients,    // <B
+  kBackward,         // B
+  kBackwardInput,    // I
+  kBackwardWeight,   // W
+  kSendGradients,    // >B
+  kReduceReplicas,   // reduce_replicas
+  kReduceTied,       // reduce_tied
+};
 
-struct Task {
-  TaskKind kind;
-  int micro_batch;
-  bool operator==(const Task&) const = default;
+struct Action {
+  ActionKind kind;
+  int micro_batch = -1;  // -1 for the reductions
+  bool operator==(const Action&) const = default;
+};
+
+struct Schedule {
+  int micro_batches = 0;  // M
+  bool training = true;   // false: a forward-only program (evaluation, prediction)
+  std::vector<std::vector<Action>> stages;  // [stage] -> actions in order
+  int cells() const { return static_cast<int>(stages.size()); }
+  bool operator==(const Schedule&) const = default;
 };
 
 enum class ScheduleKind { kGPipe, k1F1B };
 ScheduleKind parse_schedule(const std::string& name);  // "gpipe" | "1f1b"
 std::string schedule_name(ScheduleKind kind);
 
-using Schedule = std::vector<std::vector<Task>>;  // [stage] -> tasks in order
+// The training program for K stages and M micro-batches under `remat`.
+Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat = RematMode::kNever);
+// The forward-only program; with_loss adds Lm on the last stage (evaluation).
+Schedule make_forward_schedule(int k, int m, bool with_loss);
 
-Schedule make_schedule(ScheduleKind kind, int k, int m);
-// "F0 F1 B1 B0" for one stage.
-std::string to_string(const std::vector<Task>& tasks);
+// Text form (see the header comment). to_string of one stage's list or one action.
+std::string to_string(const Action& a);
+std::string to_string(const std::vector<Action>& actions);
+std::string to_text(const Schedule& s);
+// Parses to_text's form; `source` names the text in errors ("file x.txt").
+// Throws ScheduleError for malformed text (line and token named). Does not validate.
+Schedule parse_schedule_text(const std::string& text, const std::string& source = "schedule");
+// Reads and parses a file; throws gpipe::Error naming the path when unreadable.
+Schedule load_schedule_file(const std::string& path);
 
-// Runs a schedule on a clock: each task takes one tick, F(m) on stage s needs
-// F(m) on s-1 finished, B(m) on s needs B(m) on s+1 (and F(m) on s). Returns
-// per stage the tick each task ran at; throws gpipe::Error on deadlock.
-std::vector<std::vector<int>> simulate(const Schedule& schedule);
-// Largest number of micro-batches whose forward ran but backward did not, per stage.
-std::vector<int> peak_live_micro_batches(const Schedule& schedule);
+// A schedule that cannot run. what() holds the reason, the device x time
+// grid and the first offending action marked [like this].
+class ScheduleError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The dry run: every action runs on a clock. Compute actions (F, R, B, I, W)
+// take one tick; the others take none. A receive waits for its send, and
+// reduce_tied for every stage to reach it (it is a collective);
+// reduce_replicas is between copies of the same stage and never waits here.
+struct DryRun {
+  std::vector<std::vector<int>> ticks;  // [stage][action index] -> start tick
+  std::vector<int> peak_live;           // per stage: most micro-batches forwarded and not yet fully backwarded
+  int makespan = 0;                     // ticks until the last action ends
+};
+// Checks that `s` is a complete program for K stages and M micro-batches
+// and runs it on the clock. Refuses (ScheduleError) a list where a
+// micro-batch is not forwarded, or (training) not backwarded, exactly once
+// per stage; an action before what it needs on its own stage (B before F, R
+// or L out of place, W before I, a send before its compute); a receive
+// without its send, or communication off the pipeline's ends; reductions
+// missing, repeated or before a backward; a deadlock.
+DryRun validate(const Schedule& s, int k, int m);
 
 }  // namespace gpipe

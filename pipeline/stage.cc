@@ -1,6 +1,6 @@
 #include "pipeline/stage.h"
 
-#include <cmath>
+#include <optional>
 
 #include "core/rng.h"
 #include "ops/elementwise.h"
@@ -31,7 +31,7 @@ class ScopedEvent {
 Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device, std::shared_ptr<Loss> loss)
     : index_(index), layers_(std::move(layers)), first_layer_(first_layer), device_(device), loss_(std::move(loss)) {}
 
-Bundle Stage::run(int m, const Bundle& x, const Bundle& targets, const StepContext& ctx) {
+Bundle Stage::run(int m, const Bundle& x, const StepContext& ctx) {
   Bundle h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
@@ -39,39 +39,39 @@ Bundle Stage::run(int m, const Bundle& x, const Bundle& targets, const StepConte
                   static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
     h = layers_[i]->forward(h);
   }
-  if (!loss_) return h;
-  return {ops::mul_scalar(loss_->sum(h, targets), ctx.loss_scale)};
+  return h;
 }
 
-Message Stage::forward(int m, const Message& in, const Bundle& targets, bool remat, const StepContext& ctx,
-                       Tracer* tracer) {
+Tensor Stage::scaled_loss(const Bundle& outputs, const Bundle& targets, const StepContext& ctx) {
+  return ops::mul_scalar(loss_->sum(outputs, targets), ctx.loss_scale);
+}
+
+Stage::Saved& Stage::saved(int m, const char* action) {
+  auto it = saved_.find(m);
+  GPIPE_ASSERT(it != saved_.end(), "stage ", index_, ": ", action, " of micro-batch ", m, " before its forward");
+  return it->second;
+}
+
+Message Stage::forward(int m, const Message& in, bool keep_graph, const StepContext& ctx, Tracer* tracer) {
   ScopedEvent ev(tracer, index_, "F" + std::to_string(m), "forward", m, ctx.step);
   Saved s;
-  s.remat = remat;
+  s.graph = keep_graph && grad_mode_enabled();
   s.input_requires = in.requires_grad;
   s.input_requires.resize(in.tensors.size(), false);
   for (size_t i = 0; i < in.tensors.size(); ++i) {
     Tensor x = in.tensors[i].defined() ? in.tensors[i].detach() : in.tensors[i];
-    if (s.input_requires[i]) x.set_requires_grad(true);
+    if (s.input_requires[i] && grad_mode_enabled()) x.set_requires_grad(true);
     s.leaves.push_back(x);
   }
-  if (loss_) s.targets = targets;
   Bundle out;
-  if (remat) {
-    NoGradGuard no_grad;
-    out = run(m, s.leaves, targets, ctx);
-  } else {
-    out = run(m, s.leaves, targets, ctx);
-    s.outputs = out;
+  {
+    std::optional<NoGradGuard> no_grad;
+    if (!keep_graph) no_grad.emplace();
+    out = run(m, s.leaves, ctx);
   }
   Message msg;
-  if (loss_) {
-    GPIPE_ASSERT(out.size() == 1 && out[0].numel() == 1);
-    const double value = out[0].item();
-    if (ctx.check_finite && !std::isfinite(value))
-      throw NonFiniteError(detail::concat("the loss of micro-batch ", m, " is not finite (", value, ")"));
-    losses_[m] = value;
-  } else {
+  if (loss_ || s.graph) s.outputs = out;
+  if (!loss_) {
     msg.tensors = out;
     // Whether a float output needs a gradient is only known from a graph,
     // which a rematerialised forward does not build; so every float output of
@@ -86,20 +86,44 @@ Message Stage::forward(int m, const Message& in, const Bundle& targets, bool rem
   return msg;
 }
 
-Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
-  auto it = saved_.find(m);
-  GPIPE_ASSERT(it != saved_.end(), "stage ", index_, ": backward of micro-batch ", m, " before its forward");
-  Saved s = std::move(it->second);
-  saved_.erase(it);
-  if (s.remat) {
-    ScopedEvent ev(tracer, index_, "R" + std::to_string(m), "recompute", m, ctx.step);
-    RecomputationScope recomputing;
-    s.outputs = run(m, s.leaves, s.targets, ctx);
+double Stage::loss(int m, const Bundle& targets, const StepContext& ctx) {
+  GPIPE_ASSERT(loss_ != nullptr, "stage ", index_, " is not the last stage: it has no loss");
+  Saved& s = saved(m, "loss");
+  s.targets = targets;
+  Tensor value;
+  {
+    std::optional<NoGradGuard> no_grad;
+    if (!s.graph) no_grad.emplace();
+    value = scaled_loss(s.outputs, targets, ctx);
   }
+  GPIPE_ASSERT(value.numel() == 1, "stage ", index_, ": the loss is not a scalar");
+  if (s.graph) s.root = value;
+  s.outputs.clear();  // the graph, if any, lives on through the root
+  const double v = value.item();
+  losses_[m] = v;
+  return v;
+}
+
+void Stage::recompute(int m, const StepContext& ctx, Tracer* tracer) {
+  Saved& s = saved(m, "recompute");
+  ScopedEvent ev(tracer, index_, "R" + std::to_string(m), "recompute", m, ctx.step);
+  RecomputationScope recomputing;
+  s.outputs = run(m, s.leaves, ctx);
+  s.graph = true;
+  if (loss_) {
+    s.root = scaled_loss(s.outputs, s.targets, ctx);
+    s.outputs.clear();
+  }
+}
+
+Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
+  Saved s = std::move(saved(m, "backward"));
+  saved_.erase(m);
+  GPIPE_ASSERT(s.graph, "stage ", index_, ": backward of micro-batch ", m, " without its graph (no recompute ran)");
   ScopedEvent ev(tracer, index_, "B" + std::to_string(m), "backward", m, ctx.step);
   std::vector<Tensor> roots, root_grads;
   if (loss_) {
-    if (s.outputs[0].requires_grad()) roots.push_back(s.outputs[0]);
+    if (s.root.defined() && s.root.requires_grad()) roots.push_back(s.root);
   } else {
     GPIPE_ASSERT(grads.tensors.size() == s.outputs.size(), "stage ", index_, ": got ", grads.tensors.size(),
                  " gradients for ", s.outputs.size(), " outputs");
@@ -110,6 +134,7 @@ Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tra
     }
   }
   s.outputs.clear();
+  s.root = Tensor();
   if (!roots.empty()) gpipe::backward(roots, root_grads);
   Message out;
   for (size_t i = 0; i < s.leaves.size(); ++i) {
@@ -119,7 +144,14 @@ Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tra
   return out;
 }
 
-double Stage::loss(int m) const {
+Bundle Stage::take_outputs(int m) {
+  Saved& s = saved(m, "output");
+  Bundle out = std::move(s.outputs);
+  saved_.erase(m);
+  return out;
+}
+
+double Stage::loss_value(int m) const {
   auto it = losses_.find(m);
   GPIPE_ASSERT(it != losses_.end(), "loss of micro-batch ", m, " is not available");
   return it->second;

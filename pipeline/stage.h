@@ -19,10 +19,8 @@ namespace gpipe {
 struct StepContext {
   uint64_t seed = 0;
   int64_t step = 0;
-  int micro_batches = 1;
   int micro_batch_offset = 0;  // replica r's micro-batch m is the job's r * M + m (dropout keys)
   double loss_scale = 1.0;  // 1 / (terms in the whole mini-batch): Note [Micro-batch weighting]
-  bool check_finite = true;
 };
 
 class Stage {
@@ -34,29 +32,39 @@ class Stage {
   const LayerList& layers() const { return layers_; }
   bool is_last() const { return loss_ != nullptr; }
 
-  // Runs micro-batch m's forward; returns the message for the next stage
-  // (empty for the last stage, which computes the scaled loss instead).
-  Message forward(int m, const Message& in, const Bundle& targets, bool remat, const StepContext& ctx,
-                  Tracer* tracer);
-  // Runs micro-batch m's backward (recomputing first if its forward was
-  // rematerialised); returns the gradients for the previous stage.
+  // F: micro-batch m's forward from `in`; keeps the graph when keep_graph
+  // (otherwise only the inputs stay, for R). Returns the message for the
+  // next stage; the last stage keeps its outputs instead (for L, or for
+  // take_outputs in a forward-only program).
+  Message forward(int m, const Message& in, bool keep_graph, const StepContext& ctx, Tracer* tracer);
+  // L (last stage): the loss of micro-batch m's outputs against `targets`,
+  // times ctx.loss_scale; returns its value, also kept (loss_value).
+  double loss(int m, const Bundle& targets, const StepContext& ctx);
+  // R: re-runs micro-batch m's forward (and loss) with its graph, under the
+  // same random keys and inside RecomputationScope.
+  void recompute(int m, const StepContext& ctx, Tracer* tracer);
+  // B: micro-batch m's backward from the gradients of its outputs (the last
+  // stage starts from its loss); returns the gradients for the previous stage.
   Message backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer);
-  // Scaled loss of micro-batch m (last stage only), valid from its forward
-  // until the next clear().
-  double loss(int m) const;
-  void clear();  // drops every micro-batch's saved state (after a failure)
+  // The last stage's outputs of micro-batch m (forward-only programs); once.
+  Bundle take_outputs(int m);
+  double loss_value(int m) const;  // what L returned, until clear()
+  void clear();  // drops every micro-batch's saved state (end of a step, or after a failure)
   size_t live_micro_batches() const { return saved_.size(); }
 
  private:
-  Bundle run(int m, const Bundle& x, const Bundle& targets, const StepContext& ctx);
+  Bundle run(int m, const Bundle& x, const StepContext& ctx);
+  Tensor scaled_loss(const Bundle& outputs, const Bundle& targets, const StepContext& ctx);
 
   struct Saved {
     Bundle leaves;                    // the stage's inputs as autograd leaves
     std::vector<bool> input_requires; // which of them the previous stage wants gradients for
-    Bundle outputs;                   // empty when rematerialised
+    Bundle outputs;                   // with their graph when `graph`
+    bool graph = false;
     Bundle targets;                   // last stage, for recomputation
-    bool remat = false;
+    Tensor root;                      // last stage: the scaled loss, with its graph
   };
+  Saved& saved(int m, const char* action);
 
   int index_;
   LayerList layers_;

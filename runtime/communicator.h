@@ -52,6 +52,13 @@ class Communicator {
   virtual std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) = 0;
   // Ends the whole job (every rank) with `code`; does not return.
   [[noreturn]] virtual void abort(int code) = 0;
+  // Wakes every member waiting in a collective of this group (and of groups
+  // split from it) with Aborted, and makes new collectives throw it, until
+  // resume(). Used when all members are threads of one process and one has
+  // failed; a no-op where members are processes (they time out or the job
+  // ends). resume() is called once no member is inside a collective.
+  virtual void cancel() {}
+  virtual void resume() {}
 
   void set_timeout(double seconds) { timeout_ = seconds; }
   double timeout() const { return timeout_; }

@@ -18,6 +18,7 @@ struct LocalGroup::Shared {
   std::condition_variable cv;
   int arrived = 0;
   uint64_t generation = 0;
+  bool cancelled = false;  // cancel(): waiters and newcomers throw Aborted until resume()
   std::vector<std::string> slots, done;
   // split(): the subgroups made at each split, by (split number, color).
   std::map<std::pair<uint64_t, int>, std::shared_ptr<Shared>> children;
@@ -27,6 +28,7 @@ struct LocalGroup::Shared {
 
   std::vector<std::string> exchange(int rank, std::string mine, double timeout, const char* what) {
     std::unique_lock<std::mutex> lock(mu);
+    if (cancelled) throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
     slots[rank] = std::move(mine);
     const uint64_t mine_gen = generation;
     if (++arrived == size) {
@@ -38,10 +40,26 @@ struct LocalGroup::Shared {
     }
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
-    if (!cv.wait_until(lock, deadline, [&] { return generation != mine_gen; }))
+    if (!cv.wait_until(lock, deadline, [&] { return generation != mine_gen || cancelled; }))
       throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what, " with all ", size,
                                  " ranks of its group (is a rank stuck or dead?)"));
+    if (generation == mine_gen) throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
     return done;
+  }
+
+  void set_cancelled(bool on) {
+    std::vector<std::shared_ptr<Shared>> kids;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      cancelled = on;
+      if (!on) {
+        arrived = 0;
+        ++generation;
+      }
+      for (auto& [key, child] : children) kids.push_back(child);
+    }
+    cv.notify_all();
+    for (auto& k : kids) k->set_cancelled(on);
   }
 
   std::shared_ptr<Mailbox> box(int from, int to, int channel, const std::string& name) {
@@ -58,12 +76,14 @@ class LocalTransport final : public Transport {
  public:
   LocalTransport(std::shared_ptr<Mailbox> out, std::shared_ptr<Mailbox> in, Device device, std::string name)
       : out_(std::move(out)), in_(std::move(in)), dst_(device), name_(std::move(name)) {}
+  // The receiver gets detached views (the sender never writes to a tensor it
+  // has sent), copied to its device on arrival when that is another one.
   void send(int m, Message msg) override {
     NoGradGuard no_grad;
     for (Tensor& t : msg.tensors)
       if (t.defined()) {
         bytes_sent_ += static_cast<int64_t>(t.nbytes());
-        t = t.contiguous().clone().detach();  // the receiver owns its copy
+        t = t.detach();
       }
     ++messages_sent_;
     out_->put(m, std::move(msg));
@@ -71,12 +91,14 @@ class LocalTransport final : public Transport {
   Message receive(int m, std::chrono::duration<double> timeout) override {
     Message msg = in_->take(m, timeout);
     NoGradGuard no_grad;
+    MemoryCategoryGuard cat(MemoryCategory::kActivation);
     for (Tensor& t : msg.tensors)
       if (t.defined() && t.device() != dst_) t = t.to(dst_);
     return msg;
   }
   void abort() override { in_->abort(); }
   void reset() override { in_->clear_abort(); }
+  void drop_pending() override { in_->reset(); }
   const std::string& name() const override { return name_; }
   const char* kind() const override { return "local"; }
 
@@ -102,8 +124,9 @@ void reduce_into(T* data, int64_t n, ReduceOp op, const std::vector<std::string>
 
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(std::shared_ptr<LocalGroup::Shared> shared, int rank, int world_rank, double timeout)
-      : shared_(std::move(shared)), rank_(rank), world_rank_(world_rank) {
+  LocalCommunicator(std::shared_ptr<LocalGroup::Shared> root, std::shared_ptr<LocalGroup::Shared> shared, int rank,
+                    int world_rank, double timeout)
+      : root_(std::move(root)), shared_(std::move(shared)), rank_(rank), world_rank_(world_rank) {
     timeout_ = timeout;
   }
   int rank() const override { return rank_; }
@@ -145,7 +168,7 @@ class LocalCommunicator final : public Communicator {
       if (!c) c = std::make_shared<LocalGroup::Shared>(static_cast<int>(members.size()));
       child = c;
     }
-    return std::make_shared<LocalCommunicator>(child, my_rank, world_rank_, timeout_);
+    return std::make_shared<LocalCommunicator>(root_, child, my_rank, world_rank_, timeout_);
   }
 
   std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) override {
@@ -155,6 +178,8 @@ class LocalCommunicator final : public Communicator {
   }
 
   [[noreturn]] void abort(int code) override { std::_Exit(code); }
+  void cancel() override { root_->set_cancelled(true); }
+  void resume() override { root_->set_cancelled(false); }
 
  private:
   template <class T>
@@ -163,6 +188,7 @@ class LocalCommunicator final : public Communicator {
     reduce_into(data, n, op, shared_->exchange(rank_, std::move(mine), timeout_, what));
   }
 
+  std::shared_ptr<LocalGroup::Shared> root_;  // the whole group's (cancel() reaches every split of it)
   std::shared_ptr<LocalGroup::Shared> shared_;
   int rank_, world_rank_;
 };
@@ -177,7 +203,7 @@ int LocalGroup::size() const { return shared_->size; }
 
 std::shared_ptr<Communicator> LocalGroup::rank(int r) {
   GPIPE_CHECK(r >= 0 && r < shared_->size, "LocalGroup: rank ", r, " out of range [0, ", shared_->size, ")");
-  return std::make_shared<LocalCommunicator>(shared_, r, r, 600);
+  return std::make_shared<LocalCommunicator>(shared_, shared_, r, r, 600);
 }
 
 }  // namespace gpipe

@@ -4,8 +4,9 @@
 // arrival order never matters, and a receive never waits forever (timeout,
 // or abort() when another stage failed).
 //
-// Implementations: InProcessTransport (stages in one process: a copy to the
-// destination device and a Mailbox), MpiTransport (runtime/mpi.h: one
+// Implementations: the LocalGroup's (runtime/local_group.h: ranks that are
+// threads of one process; a Mailbox and a copy to the destination device),
+// MpiTransport (runtime/mpi.h: one
 // process per stage, non-blocking MPI point-to-point of CPU tensors) and
 // NcclTransport (runtime/cuda/nccl.h: GPU tensors, header over MPI).
 #pragma once
@@ -36,6 +37,9 @@ class Transport {
   // undelivered messages; links between processes keep them (a neighbour a
   // step ahead may already have sent the next step's).
   virtual void reset() {}
+  // Forgets undelivered messages: after a failed step, when both ends are
+  // known to have stopped (in-process links; a no-op between processes).
+  virtual void drop_pending() {}
   // Waits until every send so far has left this process (end of a step).
   virtual void flush(std::chrono::duration<double> /*timeout*/) {}
   // "activations of stage 0 (rank 0) to stage 1 (rank 1)": for errors and the watchdog.
@@ -47,23 +51,6 @@ class Transport {
 
  protected:
   std::atomic<int64_t> bytes_sent_{0}, messages_sent_{0};
-};
-
-// Stages in one process: send() copies the tensors to the destination device
-// (a detached view when it is the same device) and leaves them in a Mailbox.
-class InProcessTransport final : public Transport {
- public:
-  InProcessTransport(std::string name, Device destination) : box_(std::move(name)), dst_(destination) {}
-  void send(int m, Message msg) override;
-  Message receive(int m, std::chrono::duration<double> timeout) override { return box_.take(m, timeout); }
-  void abort() override { box_.abort(); }
-  void reset() override { box_.reset(); }
-  const std::string& name() const override { return box_.name(); }
-  const char* kind() const override { return "in-process"; }
-
- private:
-  Mailbox box_;
-  Device dst_;
 };
 
 }  // namespace gpipe

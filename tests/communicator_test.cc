@@ -6,6 +6,7 @@
 
 #include "ops/shape.h"
 #include "runtime/communicator.h"
+#include "runtime/local_group.h"
 
 namespace gpipe {
 namespace {
@@ -53,23 +54,54 @@ TEST_CASE("Corrupt messages are rejected with a reason") {
   CHECK_THROWS_WITH(deserialize_message(bytes, kCpu), Contains("not a gpipe message"));
 }
 
-TEST_CASE("In-process transport: keyed by micro-batch, copies to the destination, times out, aborts") {
-  InProcessTransport link("activations of stage 0 to stage 1", Device("cpu:1"));
+TEST_CASE("Local transport: keyed by micro-batch, copies to the destination device, times out, aborts, drops") {
+  LocalGroup group(2);
+  auto r0 = group.rank(0), r1 = group.rank(1);
+  auto out = r0->transport(1, 0, Device("cpu:1"), "activations of stage 0 to stage 1");
+  auto in = r1->transport(0, 0, Device("cpu:1"), "activations of stage 0 to stage 1");
   Message m;
   m.tensors = {Tensor::randn(Shape{2}, 4)};
   m.requires_grad = {true};
-  link.send(1, m);
-  CHECK(link.bytes_sent() == 8);
-  CHECK_THROWS_WITH(link.receive(0, std::chrono::milliseconds(20)),
+  out->send(1, m);
+  CHECK(out->bytes_sent() == 8);
+  CHECK_THROWS_WITH(in->receive(0, std::chrono::milliseconds(20)),
                     Contains("activations of stage 0 to stage 1") && Contains("micro-batch 0"));
-  const Message got = link.receive(1, std::chrono::seconds(1));
+  const Message got = in->receive(1, std::chrono::seconds(1));
   CHECK(got.tensors[0].device() == Device("cpu:1"));
+  CHECK(got.tensors[0].to_vector<float>() == m.tensors[0].to_vector<float>());
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    link.abort();
+    in->abort();
   });
-  CHECK_THROWS_AS(link.receive(2, std::chrono::seconds(30)), Aborted);
+  CHECK_THROWS_AS(in->receive(2, std::chrono::seconds(30)), Aborted);
   stopper.join();
+  in->reset();
+  out->send(3, m);
+  in->drop_pending();  // a failed step's leftovers do not reach the next step
+  CHECK_THROWS_WITH(in->receive(3, std::chrono::milliseconds(20)), Contains("micro-batch 3"));
+}
+
+TEST_CASE("Local group: cancel wakes a rank waiting in a collective with Aborted; resume restores it") {
+  LocalGroup group(2);
+  auto r0 = group.rank(0), r1 = group.rank(1);
+  auto sub0 = std::shared_ptr<Communicator>(), sub1 = std::shared_ptr<Communicator>();
+  std::thread t([&] { sub1 = r1->split(0, 1); });
+  sub0 = r0->split(0, 0);
+  t.join();
+  double x = 1;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    r1->cancel();  // a member of the parent group cancels: the split group's waiters wake too
+  });
+  CHECK_THROWS_AS(sub0->allreduce(&x, 1, ReduceOp::kSum, "summing"), Aborted);
+  stopper.join();
+  r0->resume();
+  double a = 1, b = 2;
+  std::thread other([&] { sub1->allreduce(&b, 1, ReduceOp::kSum, "summing"); });
+  sub0->allreduce(&a, 1, ReduceOp::kSum, "summing");
+  other.join();
+  CHECK(a == 3);
+  CHECK(b == 3);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "optim/schedule.h"
-#include "pipeline/checkpoint.h"
+#include "pipeline/remat.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/schedule.h"
@@ -148,7 +148,7 @@ static void validate_pipeline(const TrainConfig& c) {
   usage(c.timeout > 0, "--timeout: expected a positive number of seconds, got ", c.timeout);
   usage(c.watchdog >= 0, "--watchdog: expected >= 0 seconds (0 = timeout / 2), got ", c.watchdog);
   check_flag("--layout", [&] { parse_rank_layout(c.layout); });
-  check_flag("--schedule", [&] { parse_schedule(c.schedule); });
+  check_flag("--schedule", [&] { schedule_program(c); });
   check_flag("--remat", [&] { parse_remat(c.remat); });
   check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
   int64_t k = c.partitions;
@@ -200,6 +200,16 @@ static void validate_optimisation(const TrainConfig& c) {
   if (!c.lr_schedule.empty())
     check_flag("--lr-schedule", [&] { optim::parse_lr_schedule(c.lr_schedule, 1.0); });
   usage(c.threads >= 0, "--threads: expected >= 0 (0 = cores / K), got ", c.threads);
+}
+
+Schedule schedule_program(const TrainConfig& c) {
+  const std::string file_prefix = "file:";
+  Schedule s = c.schedule.rfind(file_prefix, 0) == 0
+                   ? load_schedule_file(c.schedule.substr(file_prefix.size()))
+                   : make_schedule(parse_schedule(c.schedule), c.partitions, c.micro_batches, parse_remat(c.remat));
+  GPIPE_CHECK(s.training, "the schedule is a forward-only program; a training one ('train' in its header) is needed");
+  gpipe::validate(s, c.partitions, c.micro_batches);
+  return s;
 }
 
 void validate(const TrainConfig& c) {
@@ -378,9 +388,11 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--schedule", c.schedule, "gpipe | 1f1b")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--schedule", c.schedule,
+                 "gpipe | 1f1b | file:PATH (a program in the text form --print-schedule writes)")
+      ->capture_default_str();
+  app.add_flag("--print-schedule", c.print_schedule,
+               "print the step's program for --K, --M, --schedule and --remat, with its dry run, and exit");
   app.add_option("--remat", c.remat, "always | except_last | never")
       ->capture_default_str()
       ->check(CLI::IsMember({"always", "except_last", "never"}));

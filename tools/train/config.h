@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "pipeline/schedule.h"
 
 namespace gpipe::train {
 
@@ -46,6 +47,7 @@ struct TrainConfig {
   // ---- model ----
   std::string model;  // "transformer" | "amoebanet" (required)
   bool print_params = false;
+  bool print_schedule = false;  // print the step's program and its dry run, then exit
   // Transformer: a paper preset "T(6,8192,16)" (dim 1024; the byte vocabulary
   // replaces the paper's 32k when training) or explicit sizes.
   std::string preset;
@@ -94,7 +96,7 @@ struct TrainConfig {
   // ---- pipeline ----
   int partitions = 1;     // K
   int micro_batches = 1;  // M
-  std::string schedule = "gpipe";
+  std::string schedule = "gpipe";  // gpipe | 1f1b | file:PATH
   std::string remat = "except_last";
   std::string balance;  // "4,4,3,3" (overrides balance_by)
   std::string balance_by = "cost";
@@ -126,6 +128,9 @@ std::string canonical_flags(const std::vector<std::string>& args);
 // Value and combination checks that need no data (also run by train()).
 // Throws UsageError naming the flag.
 void validate(const TrainConfig& c);
+// The step's program for --schedule (built in, or read from file:PATH), --K,
+// --M and --remat, validated; throws gpipe::Error (ScheduleError) when it cannot run.
+Schedule schedule_program(const TrainConfig& c);
 
 // Fills the model-default fields (see the table above); needs the number of
 // batches per epoch when steps come from epochs.

@@ -89,8 +89,11 @@ PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communica
   o.partitions = c.partitions;
   o.micro_batches = c.micro_batches;
   o.devices = parse_devices(c.devices);
-  o.schedule = parse_schedule(c.schedule);
   o.remat = parse_remat(c.remat);
+  if (c.schedule.rfind("file:", 0) == 0) o.custom_schedule = std::make_shared<Schedule>(schedule_program(c));
+  else o.schedule = parse_schedule(c.schedule);
+  // Tests of failure handling set GPIPE_FAULT (Note [Fault injection] in pipeline/faults.h).
+  if (const char* fault = std::getenv("GPIPE_FAULT")) o.fault_hook = fault_hook_from_spec(fault);
   if (!c.balance.empty()) o.balance = parse_balance(c.balance);
   o.balance_by = parse_balance_by(c.balance_by);
   o.threads_per_stage = c.threads;
@@ -139,6 +142,17 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
 int64_t model_parameter_count(const TrainConfig& c) {
   return c.model == "transformer" ? models::transformer_parameter_count(transformer_config(c))
                                   : models::amoebanet_parameter_count(amoebanet_config(c));
+}
+
+// The program in its text form (loadable with --schedule=file:PATH), then
+// the dry run as comments.
+void print_schedule(const TrainConfig& c, std::ostream& log) {
+  const Schedule s = schedule_program(c);
+  const DryRun run = gpipe::validate(s, c.partitions, c.micro_batches);
+  log << to_text(s);
+  log << "# dry run: " << run.makespan << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
+  for (int p : run.peak_live) log << " " << p;
+  log << "\n";
 }
 
 int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
@@ -485,6 +499,10 @@ TrainSummary train(const TrainConfig& config, std::ostream& log, std::shared_ptr
     TrainSummary s;
     s.parameters = print_parameter_count(config, log);
     return s;
+  }
+  if (config.print_schedule) {
+    print_schedule(config, log);
+    return {};
   }
   Trainer trainer(config, log, std::move(world));
   return trainer.run();

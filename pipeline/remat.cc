@@ -1,4 +1,4 @@
-#include "pipeline/checkpoint.h"
+#include "pipeline/remat.h"
 
 #include "core/error.h"
 

@@ -1,0 +1,80 @@
+#include "pipeline/balance.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/autograd.h"
+#include "core/error.h"
+
+namespace gpipe {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Forward + backward seconds of each layer on `inputs` (balance_by = time).
+std::vector<double> profile_layers(const LayerList& layers, Bundle x) {
+  std::vector<double> secs;
+  for (const auto& layer : layers) {
+    double best = 1e300;
+    Bundle next;
+    for (int rep = 0; rep < 2; ++rep) {
+      Bundle leaves;
+      for (const Tensor& t : x) {
+        Tensor l = t.detach();
+        if (is_floating(l.dtype())) l.set_requires_grad(true);
+        leaves.push_back(l);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      Bundle out = layer->forward(leaves);
+      std::vector<Tensor> roots, grads;
+      for (const Tensor& o : out)
+        if (o.defined() && o.requires_grad()) {
+          roots.push_back(o);
+          grads.push_back(Tensor::full(o.shape(), 1e-3, o.dtype(), o.device()));
+        }
+      if (!roots.empty()) backward(roots, grads);
+      best = std::min(best, seconds_since(t0));
+      next.clear();
+      for (const Tensor& o : out) next.push_back(o.detach());
+    }
+    for (auto& p : layer->parameters()) p.tensor->zero_grad();
+    layer->discard_step();
+    secs.push_back(best);
+    x = next;
+  }
+  return secs;
+}
+
+}  // namespace
+
+BalanceBy parse_balance_by(const std::string& name) {
+  if (name == "cost") return BalanceBy::kCost;
+  if (name == "time") return BalanceBy::kTime;
+  if (name == "memory") return BalanceBy::kMemory;
+  throw Error(detail::concat("unknown balance-by '", name, "' (expected cost, time or memory)"));
+}
+
+const char* balance_unit(BalanceBy by) {
+  return by == BalanceBy::kTime ? "seconds" : by == BalanceBy::kMemory ? "bytes" : "FLOPs";
+}
+
+std::vector<double> layer_costs(const LayerList& layers, const std::vector<BundleSpec>& specs, BalanceBy by,
+                                const Bundle& sample) {
+  if (by == BalanceBy::kTime) return profile_layers(layers, sample);
+  GPIPE_ASSERT(specs.size() == layers.size() + 1, "layer_costs: ", specs.size(), " specs for ", layers.size(), " layers");
+  std::vector<double> costs;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (by == BalanceBy::kMemory) {
+      double bytes = 4.0 * static_cast<double>(layers[i]->parameter_count()) * 4;  // params, grads, 2 Adam moments
+      for (const TensorSpec& t : specs[i + 1]) bytes += static_cast<double>(t.shape.numel() * dtype_size(t.dtype));
+      costs.push_back(bytes);
+    } else {
+      costs.push_back(layers[i]->cost(specs[i]));
+    }
+  }
+  return costs;
+}
+
+}  // namespace gpipe

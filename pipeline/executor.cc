@@ -1,0 +1,306 @@
+// The executor walks its action list in order. Receives block (with the
+// timeout) until the neighbour's send arrives; sends return at once (the
+// link keeps the tensors until they have left). A failure in any action is
+// recorded with its stage and action, wakes the other local ranks, and
+// propagates; the Pipeline reports it (Invariant 5: nothing hangs).
+#include "pipeline/executor.h"
+
+#include <cmath>
+#include <optional>
+#include <unordered_set>
+
+#include "pipeline/gradients.h"
+
+namespace gpipe {
+
+void FailureLog::record(int stage, const std::string& action, const std::exception& e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stage_ >= 0) return;
+    stage_ = stage;
+    action_ = action;
+    what_ = e.what();
+    non_finite_ = dynamic_cast<const NonFiniteError*>(&e) != nullptr;
+  }
+  if (on_first_) on_first_();
+}
+
+bool FailureLog::any() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stage_ >= 0;
+}
+
+void FailureLog::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stage_ = -1;
+  action_.clear();
+  what_.clear();
+  non_finite_ = false;
+}
+
+StageExecutor::StageExecutor(ExecutorOptions options, std::unique_ptr<Stage> stage, std::vector<TiedWeight> ties)
+    : opt_(options), stage_(std::move(stage)), ties_(std::move(ties)) {}
+
+StageExecutor::~StageExecutor() {
+  // Links before the communicators they were made from (their progress threads use them).
+  act_in_.reset();
+  act_out_.reset();
+  grad_in_.reset();
+  grad_out_.reset();
+}
+
+void StageExecutor::connect(std::shared_ptr<Communicator> world) {
+  const RankInfo& r = opt_.info;
+  const Device mine = stage_->device();
+  world->set_timeout(opt_.timeout_seconds);
+  // One kind of device for the whole job: GPU stages talk through the
+  // device's communicator (NCCL when the CUDA runtime is linked in).
+  double kind[2] = {static_cast<double>(mine.type), static_cast<double>(mine.type)};
+  world->allreduce(&kind[0], 1, ReduceOp::kMin, "comparing the stages' device kinds");
+  world->allreduce(&kind[1], 1, ReduceOp::kMax, "comparing the stages' device kinds");
+  GPIPE_CHECK(kind[0] == kind[1], "rank ", r.world_rank, ": the stages of a job must all be on CPUs or all on GPUs (this "
+              "rank's is ", mine, ")");
+  world_ = communicator_for(world, mine);
+  pipe_ = world_->split(r.replica, r.stage);
+  replicas_ = world_->split(r.stage, r.replica);
+  GPIPE_ASSERT(pipe_->rank() == r.stage && replicas_->rank() == r.replica);
+  const int k = r.stages, s = r.stage;
+  auto name = [&](const char* what, int from, int to) {
+    return detail::concat(what, " of stage ", from, " (rank ", world_rank_of(from, r.replica, k, r.replicas, opt_.layout),
+                          ") to stage ", to, " (rank ", world_rank_of(to, r.replica, k, r.replicas, opt_.layout), ")");
+  };
+  enum Channel { kActivations = 0, kGradients = 1 };
+  if (s > 0) act_in_ = pipe_->transport(s - 1, kActivations, mine, name("activations", s - 1, s));
+  if (s + 1 < k) act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
+  if (s + 1 < k) grad_in_ = pipe_->transport(s + 1, kGradients, mine, name("gradients", s + 1, s));
+  if (s > 0) grad_out_ = pipe_->transport(s - 1, kGradients, mine, name("gradients", s, s - 1));
+}
+
+std::string StageExecutor::action_name(const Action& a) const {
+  const std::string m = std::to_string(a.micro_batch);
+  switch (a.kind) {
+    case ActionKind::kRecvActivations: return "the receive of micro-batch " + m + "'s activations";
+    case ActionKind::kForward: return "forward of micro-batch " + m;
+    case ActionKind::kSendActivations: return "the send of micro-batch " + m + "'s activations";
+    case ActionKind::kLoss: return "the loss of micro-batch " + m;
+    case ActionKind::kRecompute: return "recompute of micro-batch " + m;
+    case ActionKind::kRecvGradients: return "the receive of micro-batch " + m + "'s gradients";
+    case ActionKind::kBackward: return "backward of micro-batch " + m;
+    case ActionKind::kBackwardInput: return "input backward of micro-batch " + m;
+    case ActionKind::kBackwardWeight: return "weight backward of micro-batch " + m;
+    case ActionKind::kSendGradients: return "the send of micro-batch " + m + "'s gradients";
+    case ActionKind::kReduceReplicas: return "the gradient sum over replicas";
+    case ActionKind::kReduceTied: return "the sum of the step's totals and tied gradients";
+  }
+  return "?";
+}
+
+void StageExecutor::wait_state(const std::string& what) {
+  if (opt_.watchdog) opt_.watchdog->set(opt_.row, what);
+}
+
+StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training, const std::vector<Batch>& micro,
+                              const StepContext& ctx, const StepTotals& local) {
+  const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
+  const int s = opt_.info.stage;
+  Tracer* tracer = opt_.tracer;
+  // Remat is in the program: a micro-batch with an R here keeps no graph from its F.
+  std::unordered_set<int> recomputed;
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::kRecompute) recomputed.insert(a.micro_batch);
+  StepTotals totals = local;
+  totals.loss = 0;
+  received_.clear();
+  to_send_.clear();
+  std::optional<NoGradGuard> no_grad;
+  if (!training) no_grad.emplace();
+  auto traced_send = [&](Transport& link, int m, Message msg, const char* what) {
+    const double t0 = tracer->now_us();
+    link.send(m, std::move(msg));
+    tracer->add({std::string(what) + std::to_string(m), "transfer", s, t0, tracer->now_us() - t0, m,
+                 static_cast<int>(ctx.step)});
+  };
+  auto take = [&](std::map<int, Message>& from, int m) {
+    auto it = from.find(m);
+    GPIPE_ASSERT(it != from.end(), "stage ", s, ": no message for micro-batch ", m);
+    Message msg = std::move(it->second);
+    from.erase(it);
+    return msg;
+  };
+  Action current{ActionKind::kForward, 0};
+  try {
+    for (const Action& a : actions) {
+      current = a;
+      const int m = a.micro_batch;
+      switch (a.kind) {
+        case ActionKind::kRecvActivations:
+          wait_state(detail::concat("waiting for ", act_in_->name(), ", micro-batch ", m));
+          received_[m] = act_in_->receive(m, timeout);
+          break;
+        case ActionKind::kForward: {
+          wait_state(detail::concat("running the forward of micro-batch ", m, " in stage ", s));
+          if (opt_.fault_hook && *opt_.fault_hook) (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, m, "forward"});
+          Message in;
+          if (s == 0) {
+            in.tensors = micro[m].inputs;
+            in.requires_grad.assign(in.tensors.size(), false);
+          } else {
+            in = take(received_, m);
+          }
+          Message out = stage_->forward(m, in, training && !recomputed.count(m), ctx, tracer);
+          if (!stage_->is_last()) to_send_[m] = std::move(out);
+          break;
+        }
+        case ActionKind::kSendActivations: traced_send(*act_out_, m, take(to_send_, m), "send F"); break;
+        case ActionKind::kLoss: totals.loss += stage_->loss(m, micro[m].targets, ctx); break;
+        case ActionKind::kRecompute:
+          wait_state(detail::concat("recomputing micro-batch ", m, " in stage ", s));
+          stage_->recompute(m, ctx, tracer);
+          break;
+        case ActionKind::kRecvGradients:
+          wait_state(detail::concat("waiting for ", grad_in_->name(), ", micro-batch ", m));
+          received_[m] = grad_in_->receive(m, timeout);
+          break;
+        case ActionKind::kBackward: {
+          wait_state(detail::concat("running the backward of micro-batch ", m, " in stage ", s));
+          Message g = stage_->is_last() ? Message{} : take(received_, m);
+          Message gin = stage_->backward(m, g, ctx, tracer);
+          if (s > 0) to_send_[m] = std::move(gin);
+          break;
+        }
+        case ActionKind::kBackwardInput:
+        case ActionKind::kBackwardWeight:
+          throw Error(detail::concat("schedule action ", to_string(a),
+                                     ": the split backward (I and W) is not supported by this executor yet; "
+                                     "use B (the dry run and validation accept I/W for planning)"));
+        case ActionKind::kSendGradients: traced_send(*grad_out_, m, take(to_send_, m), "send B"); break;
+        case ActionKind::kReduceReplicas: reduce_replicas(ctx); break;
+        case ActionKind::kReduceTied: reduce_tied(totals); break;
+      }
+    }
+    wait_state("waiting for its last messages to leave");
+    if (act_out_) act_out_->flush(timeout);
+    if (grad_out_) grad_out_->flush(timeout);
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (opt_.failures) opt_.failures->record(s, action_name(current), e);
+    throw;
+  }
+  return totals;
+}
+
+// Data parallelism: this stage's gradients (and BatchNorm statistics) summed
+// over its replicas. It runs as soon as this rank's last backward is done,
+// while the stages before it are still in theirs (the overlap Note
+// [Processes] describes). Tied tensors are summed over all ranks instead.
+void StageExecutor::reduce_replicas(const StepContext& ctx) {
+  if (opt_.info.replicas <= 1) return;
+  wait_state("summing gradients with this stage's replicas");
+  std::unordered_set<TensorImpl*> tied;
+  for (const TiedWeight& t : ties_)
+    if (t.local) tied.insert(t.local->impl_ptr().get());
+  std::vector<Tensor*> params;
+  for (auto& p : named_parameters(stage_->layers()))
+    if (!tied.count(p.tensor->impl_ptr().get())) params.push_back(p.tensor);
+  // Which gradients exist anywhere (a parameter no replica used keeps none).
+  std::vector<double> defined;
+  for (Tensor* p : params) defined.push_back(p->grad().defined() ? 1.0 : 0.0);
+  std::vector<size_t> stat_sizes;
+  if (opt_.sync_batchnorm)
+    for (auto& l : stage_->layers()) {
+      const std::vector<double> st = l->step_statistics();
+      stat_sizes.push_back(st.size());
+      defined.insert(defined.end(), st.begin(), st.end());
+    }
+  if (!defined.empty())
+    replicas_->allreduce(defined.data(), static_cast<int64_t>(defined.size()), ReduceOp::kSum,
+                         "summing gradient flags and BatchNorm statistics over replicas");
+  if (!stat_sizes.empty()) {
+    size_t at = params.size();
+    for (size_t i = 0; i < stage_->layers().size(); ++i) {
+      if (stat_sizes[i] > 0)
+        stage_->layers()[i]->set_step_statistics(std::vector<double>(defined.begin() + at, defined.begin() + at + stat_sizes[i]));
+      at += stat_sizes[i];
+    }
+  }
+  if (opt_.fault_hook && *opt_.fault_hook) (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, 0, "sync"});
+  // The replicas are past the small reduction above, so what follows only
+  // moves data; its all-reduce may block (Note [Large all-reduces]).
+  if (opt_.watchdog) opt_.watchdog->set_blocking(true);
+  struct Unblock {
+    Watchdog* w;
+    ~Unblock() {
+      if (w) w->set_blocking(false);
+    }
+  } unblock{opt_.watchdog};
+  std::vector<GradSlot> slots;
+  for (size_t i = 0; i < params.size(); ++i)
+    slots.push_back({params[i], params[i]->numel(), params[i]->dtype(), defined[i] > 0});
+  allreduce_gradients(*replicas_, slots, stage_->device(), "all-reducing gradients over replicas");
+}
+
+// Over all ranks: the step's totals and which tied weights got a gradient
+// anywhere (float64), then the tied gradients themselves, one flat tensor
+// per dtype on this stage's device (a device communicator sums it in place).
+void StageExecutor::reduce_tied(StepTotals& totals) {
+  wait_state("summing the step's loss and tied gradients over all ranks");
+  const bool last = stage_->is_last();
+  std::vector<double> sums = {last ? totals.loss : 0.0, last ? totals.terms : 0.0, last ? totals.examples : 0.0};
+  for (const TiedWeight& t : ties_) sums.push_back(t.local && t.local->grad().defined() ? 1.0 : 0.0);
+  world_->allreduce(sums.data(), static_cast<int64_t>(sums.size()), ReduceOp::kSum, "summing the step's loss over all ranks");
+  totals = {sums[0], sums[1], sums[2]};
+  // Every rank is past the small reduction above, so what follows only
+  // moves data; its all-reduce may block (Note [Large all-reduces]).
+  if (opt_.watchdog) opt_.watchdog->set_blocking(true);
+  std::vector<GradSlot> slots;
+  for (size_t i = 0; i < ties_.size(); ++i) slots.push_back({ties_[i].local, ties_[i].numel, ties_[i].dtype, sums[3 + i] > 0});
+  allreduce_gradients(*world_, slots, stage_->device(), "summing tied gradients over the cells holding them");
+  if (opt_.watchdog) opt_.watchdog->set_blocking(false);
+}
+
+double StageExecutor::grad_norm() {
+  std::unordered_set<TensorImpl*> skip;  // tied copies after the first cell's
+  for (const TiedWeight& t : ties_)
+    if (t.local && t.stages.front() != opt_.info.stage) skip.insert(t.local->impl_ptr().get());
+  double sq = 0;
+  if (opt_.info.replica == 0)  // replicas hold identical gradients after the step
+    for (auto& p : named_parameters(stage_->layers())) {
+      const Tensor g = p.tensor->grad();
+      if (g.defined() && !skip.count(p.tensor->impl_ptr().get())) sq += sum_of_squares(g);
+    }
+  world_->allreduce(&sq, 1, ReduceOp::kSum, "summing the gradient norm");
+  return std::sqrt(sq);
+}
+
+void StageExecutor::reset_links() {
+  for (Transport* t : {act_in_.get(), act_out_.get(), grad_in_.get(), grad_out_.get()})
+    if (t) t->reset();
+}
+
+void StageExecutor::abort_links() {
+  for (Transport* t : {act_in_.get(), act_out_.get(), grad_in_.get(), grad_out_.get()})
+    if (t) t->abort();
+}
+
+void StageExecutor::drop_pending() {
+  for (Transport* t : {act_in_.get(), grad_in_.get()})
+    if (t) t->drop_pending();
+  received_.clear();
+  to_send_.clear();
+}
+
+std::vector<std::pair<std::string, int64_t>> StageExecutor::bytes_sent() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const Transport* t : {act_out_.get(), grad_out_.get()})
+    if (t) out.emplace_back(t->name(), t->bytes_sent());
+  return out;
+}
+
+const char* StageExecutor::link_kind() const {
+  for (const Transport* t : {act_in_.get(), act_out_.get()})
+    if (t) return t->kind();
+  return "none";
+}
+
+}  // namespace gpipe
