@@ -46,6 +46,17 @@ std::vector<Batch> split_micro_batches(const Batch& b, int64_t m) {
   return out;
 }
 
+ReplicaShare replica_share(int64_t n, int pieces, int replica, int replicas) {
+  ReplicaShare sh;
+  const std::vector<int64_t> sizes = micro_batch_sizes(n, pieces);
+  const int per = pieces / replicas, extra = pieces % replicas;
+  const int first = replica * per + std::min(replica, extra);
+  sh.pieces = per + (replica < extra ? 1 : 0);
+  for (int i = 0; i < first; ++i) sh.begin += sizes[i];
+  for (int i = first; i < first + sh.pieces; ++i) sh.len += sizes[i];
+  return sh;
+}
+
 Bundle merge_micro_batches(const std::vector<Bundle>& parts) {
   GPIPE_CHECK(!parts.empty(), "merge: no micro-batches");
   Bundle out;

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "ops/ops.h"
+#include "pipeline/placement.h"
 
 namespace gpipe {
 namespace {
@@ -31,30 +32,6 @@ Bundle to_device(const Bundle& b, Device d) {
   for (const Tensor& t : b) out.push_back(t.defined() ? t.to(d).detach() : t);
   return out;
 }
-
-// Replica r's share when n rows are cut into `pieces` micro-batches: the
-// rows [begin, begin + len) of its pieces, and how many pieces they are.
-struct Share {
-  int64_t begin = 0, len = 0;
-  int pieces = 0;
-};
-Share replica_share(int64_t n, int pieces, int replica, int replicas) {
-  Share sh;
-  const std::vector<int64_t> sizes = micro_batch_sizes(n, pieces);
-  const int per = pieces / replicas, extra = pieces % replicas;
-  const int first = replica * per + std::min(replica, extra);
-  sh.pieces = per + (replica < extra ? 1 : 0);
-  for (int i = 0; i < first; ++i) sh.begin += sizes[i];
-  for (int i = first; i < first + sh.pieces; ++i) sh.len += sizes[i];
-  return sh;
-}
-
-// Restores the layers' train/eval mode when a call ends.
-struct ModeGuard {
-  Pipeline* pipe;
-  bool was;
-  ~ModeGuard() { pipe->train(was); }
-};
 
 }  // namespace
 
@@ -158,51 +135,15 @@ std::vector<double> Pipeline::measure_costs(const Batch& sample) {
 // each builds it, with the same seed), so all agree on the tied list.
 void Pipeline::build_ranks() {
   const int k = static_cast<int>(partition_.cells());
-  std::unordered_map<TensorImpl*, std::vector<int>> stages_of;
-  std::vector<TensorImpl*> order;  // first appearance
-  std::vector<std::vector<std::pair<TensorImpl*, Tensor*>>> slots(k);
-  for (int s = 0; s < k; ++s)
-    for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i)
-      for (auto& p : model_.layers[i]->parameters()) {
-        TensorImpl* impl = p.tensor->impl_ptr().get();
-        auto& st = stages_of[impl];
-        if (st.empty()) order.push_back(impl);
-        if (st.empty() || st.back() != s) st.push_back(s);
-        slots[s].push_back({impl, p.tensor});
-      }
   tied_names_ = tied_parameter_names(model_.layers);
   std::vector<int> local;
   if (opt_.world) local = {info_.stage};
   else for (int s = 0; s < k; ++s) local.push_back(s);
 
+  std::vector<std::vector<TiedWeight>> ties = place_cells(model_.layers, partition_, local, stage_devices_);
   std::vector<std::unique_ptr<Stage>> stages;
-  std::vector<std::vector<TiedWeight>> ties;
   for (int s : local) {
     const Device dev = stage_devices_[s];
-    std::unordered_map<TensorImpl*, Tensor> placed;  // this cell's tensor for each original
-    std::unordered_map<TensorImpl*, Tensor*> copy;   // this cell's slot of each tied tensor
-    for (auto& [impl, slot] : slots[s]) {
-      auto it = placed.find(impl);
-      if (it == placed.end()) {
-        const bool tied = stages_of[impl].size() > 1;
-        Tensor t = *slot;
-        if (t.device() != dev || (tied && stages_of[impl].front() != s)) {
-          MemoryCategoryGuard cat(MemoryCategory::kParameter);
-          NoGradGuard no_grad;
-          t = t.device() != dev ? slot->to(dev).detach() : slot->clone();
-          t.set_requires_grad(slot->requires_grad());
-        }
-        it = placed.emplace(impl, t).first;
-        if (tied) copy[impl] = slot;
-      }
-      *slot = it->second;
-    }
-    for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) model_.layers[i]->to(dev);
-    std::vector<TiedWeight> mine;
-    for (TensorImpl* impl : order)
-      if (stages_of[impl].size() > 1)
-        mine.push_back({impl->shape.numel(), impl->dtype, stages_of[impl], copy.count(impl) ? copy[impl] : nullptr});
-    ties.push_back(std::move(mine));
     LayerList cell(model_.layers.begin() + partition_.begin(s), model_.layers.begin() + partition_.end(s));
     stages.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), dev, s == k - 1 ? model_.loss : nullptr));
   }
@@ -289,7 +230,7 @@ std::vector<Batch> Pipeline::micro_for(const StageExecutor& r, const Batch& batc
   if (!(first || last) || count == 0) return micro;
   GPIPE_CHECK(!first || !batch.inputs.empty(), who_, ": the first stage needs the batch's inputs");
   GPIPE_CHECK(!last || !batch.targets.empty(), who_, ": the last stage needs the batch's targets");
-  const Share sh = replica_share(n, pieces, replica, replicas);
+  const ReplicaShare sh = replica_share(n, pieces, replica, replicas);
   Batch mine{first ? batch.inputs : Bundle{}, last ? batch.targets : Bundle{}};
   for (Tensor& t : mine.inputs) t = ops::narrow(t, 0, sh.begin, sh.len);
   for (Tensor& t : mine.targets) t = ops::narrow(t, 0, sh.begin, sh.len);
@@ -410,70 +351,6 @@ StepResult Pipeline::train_step(const Batch& batch) {
   return res;
 }
 
-double Pipeline::evaluate(const Batch& batch) {
-  NoGradGuard no_grad;
-  ModeGuard mode{this, model_.layers.front()->training()};
-  train(false);
-  const int k = static_cast<int>(partition_.cells());
-  auto body = [&](StageExecutor& r) {
-    const RankInfo& ri = r.info();
-    const bool last = ri.stage == ri.stages - 1;
-    const int64_t n = rows_from_first_stage(r, batch);
-    const int pieces = static_cast<int>(std::min<int64_t>(n, static_cast<int64_t>(opt_.replicas) * opt_.micro_batches));
-    int64_t rows = 0;
-    double terms = 0;
-    const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/true, &rows, &terms);
-    const Schedule program = make_forward_schedule(k, static_cast<int>(micro.size()), /*with_loss=*/true);
-    const StepContext ctx{opt_.seed, step_, 0, 1.0};
-    const StepTotals t = r.run(program.stages[ri.stage], false, micro, ctx, {});
-    double sums[2] = {last ? t.loss : 0.0, last ? terms : 0.0};
-    r.world().allreduce(sums, 2, ReduceOp::kSum, "summing the evaluation loss");
-    return StepTotals{sums[0], sums[1], 0};
-  };
-  const StepTotals t = run_ranks(body, false, "pipeline evaluation").front();
-  return t.terms > 0 ? t.loss / t.terms : 0.0;
-}
-
-Bundle Pipeline::predict(const Bundle& inputs) {
-  NoGradGuard no_grad;
-  // Eval mode for this call (dropout off, BatchNorm on running statistics).
-  ModeGuard mode{this, model_.layers.front()->training()};
-  train(false);
-  const int k = static_cast<int>(partition_.cells());
-  const Batch batch{inputs, {}};
-  Bundle result;
-  auto body = [&](StageExecutor& r) {
-    const RankInfo& ri = r.info();
-    const bool last = ri.stage == ri.stages - 1;
-    const int64_t n = rows_from_first_stage(r, batch);
-    const int pieces = static_cast<int>(std::min<int64_t>(n, opt_.micro_batches));
-    const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
-    const Schedule program = make_forward_schedule(k, pieces, /*with_loss=*/false);
-    r.run(program.stages[ri.stage], false, micro, StepContext{opt_.seed, step_, 0, 1.0}, {});
-    Bundle out;
-    if (last) {
-      std::vector<Bundle> parts;
-      for (int i = 0; i < pieces; ++i) parts.push_back(r.take_outputs(i));
-      out = merge_micro_batches(parts);
-    }
-    if (!holds_whole_pipeline()) {
-      // The last stage's output, on every rank of this replica.
-      std::string bytes;
-      if (last) {
-        Message msg;
-        msg.tensors = out;
-        bytes = serialize_message(msg);
-      }
-      r.pipe().broadcast(bytes, ri.stages - 1, "sharing the prediction of the last stage");
-      if (!last) out = deserialize_message(bytes, kCpu).tensors;
-    }
-    if (last || !holds_whole_pipeline()) result = std::move(out);
-    return StepTotals{};
-  };
-  run_ranks(body, false, "pipeline prediction");
-  return result;
-}
-
 double Pipeline::grad_norm() {
   std::vector<double> norms(ranks_.size());
   on_ranks([&](StageExecutor& r) { norms[r.row()] = r.grad_norm(); });
@@ -505,70 +382,6 @@ void Pipeline::zero_grad() {
 
 void Pipeline::train(bool on) {
   for (auto& l : model_.layers) l->train(on);
-}
-
-std::vector<CellInfo> Pipeline::cells() const { return cells_; }
-
-std::string Pipeline::describe() const {
-  std::ostringstream os;
-  const auto& cs = cells_;
-  char line[256];
-  const char* cost_label = !opt_.balance.empty() ? "cost (given)"
-                           : opt_.balance_by == BalanceBy::kTime ? "seconds"
-                           : opt_.balance_by == BalanceBy::kMemory ? "bytes" : "FLOPs";
-  auto names_of = [&](const CellInfo& c) {
-    return layer_names_[c.first_layer] + ".." + layer_names_[c.last_layer - 1];
-  };
-  int width = 28;  // the first..last column fits the longest pair of layer names
-  for (const CellInfo& c : cs) width = std::max(width, static_cast<int>(names_of(c).size()));
-  width = std::min(width, 120);
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-*s %14s %12s %10s\n", "cell", "device", "layers", width,
-                "first..last", cost_label, "parameters", "param MB");
-  os << line;
-  for (size_t s = 0; s < cs.size(); ++s) {
-    const std::string range = "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
-    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-*s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
-                  range.c_str(), width, names_of(cs[s]).c_str(), cs[s].cost, static_cast<long>(cs[s].parameters),
-                  cell_param_bytes_[s] / 1048576.0);
-    os << line;
-  }
-  os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat "
-     << remat_name(opt_.remat) << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches)
-     << "\n";
-  if (opt_.world)
-    os << "processes: " << info_.world_size << " = K " << static_cast<int>(partition_.cells()) << " x R " << opt_.replicas
-       << " (" << rank_layout_name(opt_.layout) << "-major ranks), links over " << ranks_.front()->link_kind() << "\n";
-  return os.str();
-}
-
-std::vector<DeviceMemory> Pipeline::memory() const {
-  std::vector<DeviceMemory> out;
-  std::set<std::pair<int, int>> seen;
-  for (const auto& r : ranks_) {
-    const Device d = r->stage().device();
-    if (!seen.insert({static_cast<int>(d.type), d.index}).second) continue;
-    const MemoryStats s = allocator_for(d).stats();
-    out.push_back({d, s.live_bytes(MemoryCategory::kParameter), s.live_bytes(MemoryCategory::kGradient),
-                   s.live_bytes(MemoryCategory::kOptimizerState), s.peak_bytes(MemoryCategory::kActivation), s.peak_total});
-  }
-  return out;
-}
-
-void Pipeline::reset_memory_peaks() {
-  for (const auto& r : ranks_) allocator_for(r->stage().device()).reset_peak();
-}
-
-void Pipeline::write_trace(const std::string& path) const {
-  std::vector<std::string> rows;
-  for (size_t s = 0; s < cells_.size(); ++s) rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
-  tracer_.write(path, rows);
-}
-
-std::vector<std::pair<std::string, int64_t>> Pipeline::bytes_sent() const {
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& r : ranks_)
-    for (auto& b : r->bytes_sent()) out.push_back(b);
-  return out;
 }
 
 }  // namespace gpipe
