@@ -145,6 +145,43 @@ TEST_CASE("Threads as ranks: a non-finite loss throws NonFiniteError on every ra
   CHECK_THAT(outcome[1], Contains("skipped:") && Contains("the loss is not finite"));
 }
 
+TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one process") {
+  const Batch b = token_batch(7, 11);
+  Pipeline one(models::transformer(tiny(0.2)), {.partitions = 2, .micro_batches = 2, .seed = 5}, b);
+  const double want = one.evaluate(b);
+  const std::vector<float> want_out = one.predict(b.inputs)[0].to_vector<float>();
+  LocalGroup group(4);
+  std::vector<double> got(4);
+  std::vector<std::vector<float>> outs(4);
+  std::vector<std::exception_ptr> errors(4);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 4; ++rank)
+    ranks.emplace_back([&, rank] {
+      try {
+        Pipeline pipe(models::transformer(tiny(0.2)),
+                      {.partitions = 2, .micro_batches = 2, .seed = 5, .timeout_seconds = 60,
+                       .world = group.rank(rank), .replicas = 2},
+                      b);
+        // Only the first stage needs inputs and only the last targets; a middle rank may pass nothing.
+        got[rank] = pipe.evaluate(b);
+        outs[rank] = pipe.predict(pipe.rank_info().stage == 0 ? b.inputs : Bundle{})[0].to_vector<float>();
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    CHECK(got[rank] == Approx(want).epsilon(1e-5));
+    REQUIRE(outs[rank].size() == want_out.size());
+    double worst = 0;
+    for (size_t i = 0; i < want_out.size(); ++i) worst = std::max(worst, std::abs(double(outs[rank][i]) - want_out[i]));
+    CHECK(worst < 1e-5);
+  }
+}
+
 TEST_CASE("Process count and layout errors name what was expected") {
   Batch b = token_batch(4, 7);
   LocalGroup group(3);

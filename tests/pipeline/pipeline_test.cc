@@ -271,14 +271,42 @@ TEST_CASE("pipeline: evaluate and predict agree with single-device forward and k
     NoGradGuard ng;
     want = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets).item();
   }
+  Tensor want_out;
+  {
+    NoGradGuard ng;
+    want_out = run_layers(ref.layers, batch.inputs)[0];
+  }
   Pipeline pipe(models::transformer(tiny()), {.partitions = 3, .micro_batches = 2}, batch);
   CHECK(pipe.evaluate(batch) == Approx(want).epsilon(1e-5));
   const Bundle out = pipe.predict(batch.inputs);
   REQUIRE(out.size() == 1);
   CHECK(out[0].shape() == Shape{7, 4, 17});
+  CHECK(max_rel_diff(out[0].to_vector<float>(), want_out.to_vector<float>()) < 1e-5);
+  // More micro-batches than rows: evaluation uses one per row.
+  Pipeline many(models::transformer(tiny()), {.partitions = 2, .micro_batches = 7}, batch);
+  CHECK(many.evaluate(token_batch(3, 4)) == Approx(Pipeline(models::transformer(tiny()), {}, batch).evaluate(token_batch(3, 4))).epsilon(1e-5));
   pipe.train(false);
   pipe.evaluate(batch);
   CHECK_FALSE(ref.layers[0]->training() == false);  // the reference was never switched
   const StepResult r = pipe.train_step(batch);    // still eval mode: dropout off, BN fixed
   CHECK(std::isfinite(r.loss));
+}
+
+TEST_CASE("pipeline: evaluation is a pipelined program: stage 1 starts before stage 0 has finished") {
+  const Batch batch = token_batch(16, 4);
+  Pipeline pipe(models::transformer(tiny()), {.partitions = 2, .micro_batches = 8, .threads_per_stage = 1, .trace = true},
+                batch);
+  pipe.evaluate(batch);
+  double stage0_end = 0, stage1_start = 1e300;
+  int forwards[2] = {0, 0};
+  for (const TraceEvent& e : pipe.tracer().events()) {
+    if (e.category != "forward") continue;
+    ++forwards[e.row];
+    if (e.row == 0) stage0_end = std::max(stage0_end, e.start_us + e.duration_us);
+    if (e.row == 1) stage1_start = std::min(stage1_start, e.start_us);
+  }
+  CHECK(forwards[0] == 8);
+  CHECK(forwards[1] == 8);
+  // Stage by stage, stage 1 would start only after stage 0's eighth forward.
+  CHECK(stage1_start < stage0_end);
 }
