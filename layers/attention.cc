@@ -58,6 +58,39 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory, con
   return o_(ctx);
 }
 
+Tensor MultiHeadAttention::attend_incremental(const Tensor& query, LayerDecodeCache& cache) {
+  GPIPE_CHECK(!training(), "MultiHeadAttention '", name(), "': incremental decoding runs in eval mode");
+  GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
+              "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
+  Tensor k = k_(query), v = v_(query);
+  if (cache.has("k")) {
+    GPIPE_CHECK(cache.tensors["k"].size(0) == query.size(0), "MultiHeadAttention '", name(), "': the session has ",
+                cache.tensors["k"].size(0), " rows but this step has ", query.size(0));
+    k = ops::concat({cache.tensors["k"], k}, 1);
+    v = ops::concat({cache.tensors["v"], v}, 1);
+  }
+  cache.tensors["k"] = k;
+  cache.tensors["v"] = v;
+  // One new position attends to every cached one (all at or before it).
+  // Several new positions (a prefix fed at once) need the causal mask,
+  // which aligns the last query with the last key only when nothing was cached before.
+  const bool causal = opt_.causal && query.size(1) > 1;
+  GPIPE_CHECK(!causal || k.size(1) == query.size(1), "MultiHeadAttention '", name(),
+              "': after the first step, feed one new position per step (got ", query.size(1), ")");
+  return o_(ops::attention(q_(query), k, v, opt_.heads, causal));
+}
+
+Tensor MultiHeadAttention::attend_cached_memory(const Tensor& query, const Tensor& memory, const Tensor& key_padding,
+                                                LayerDecodeCache& cache) {
+  GPIPE_CHECK(!training(), "MultiHeadAttention '", name(), "': incremental decoding runs in eval mode");
+  if (!cache.has("memory_k")) {
+    cache.tensors["memory_k"] = k_(memory);
+    cache.tensors["memory_v"] = v_(memory);
+  }
+  return o_(ops::attention(q_(query), cache.tensors["memory_k"], cache.tensors["memory_v"], opt_.heads, false,
+                           key_padding));
+}
+
 Bundle MultiHeadAttention::forward(const Bundle& in) {
   GPIPE_CHECK(!in.empty() && in.size() <= 3, "MultiHeadAttention '", name(), "': expected (query[, memory[, key_padding]]), got ",
               in.size(), " tensors");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "layers/basic.h"
+#include "layers/decode.h"
 
 namespace gpipe {
 
@@ -20,6 +21,14 @@ class MultiHeadAttention final : public Layer {
  public:
   MultiHeadAttention(std::string name, AttentionOptions opt, uint64_t seed);
   Tensor attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding = Tensor());
+  // Incremental decoding (layers/decode.h), eval mode. Self-attention:
+  // `query` [B, t, D] holds the newest positions; their keys and values are
+  // appended to the cache's and the queries attend over every cached
+  // position (causally when t > 1). Over a fixed memory (cross-attention):
+  // its keys and values are projected once per session and kept.
+  Tensor attend_incremental(const Tensor& query, LayerDecodeCache& cache);
+  Tensor attend_cached_memory(const Tensor& query, const Tensor& memory, const Tensor& key_padding,
+                              LayerDecodeCache& cache);
   // Bundle form: (query[, memory[, key_padding]]) -> (out).
   Bundle forward(const Bundle& in) override;
   BundleSpec output_spec(const BundleSpec& in) const override;

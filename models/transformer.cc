@@ -27,12 +27,13 @@ Tensor sinusoid_table(int64_t len, int64_t dim) {
 class Embedder {
  public:
   Embedder(const TransformerConfig& c, Tensor* table) : c_(c), table_(table) {}
-  Tensor embed(const Tensor& tokens, Tensor& pe, Dropout& drop) {
+  // Positions [offset, offset + T) (offset > 0 when decoding incrementally).
+  Tensor embed(const Tensor& tokens, Tensor& pe, Dropout& drop, int64_t offset = 0) {
     const int64_t t = tokens.size(1);
-    GPIPE_CHECK(t <= c_.max_len, "Transformer: sequence length ", t, " exceeds max_len ", c_.max_len);
+    GPIPE_CHECK(offset + t <= c_.max_len, "Transformer: sequence length ", offset + t, " exceeds max_len ", c_.max_len);
     if (pe.device() != table_->device()) pe = pe.to(table_->device());
     Tensor x = ops::mul_scalar(ops::embedding(*table_, tokens), std::sqrt(static_cast<double>(c_.dim)));
-    return drop(ops::add(x, ops::narrow(pe, 0, 0, t)));
+    return drop(ops::add(x, ops::narrow(pe, 0, offset, t)));
   }
 
  private:
@@ -59,6 +60,17 @@ class SourceEmbedding final : public Layer {
   }
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 2);
+    // Incremental decoding: the source is the same at every step.
+    LayerDecodeCache* cache = current_decode_cache();
+    if (cache && cache->has("h")) return {cache->tensors["h"], cache->tensors["mask"], in[1]};
+    Bundle out = embed_source(in);
+    if (cache) {
+      cache->tensors["h"] = out[0];
+      cache->tensors["mask"] = out[1];
+    }
+    return out;
+  }
+  Bundle embed_source(const Bundle& in) {
     const Tensor& src = in[0];
     // 1.0 where the source token is padding (keys to ignore in attention).
     std::vector<float> pad;
@@ -113,16 +125,27 @@ class ResidualSublayer final : public Layer {
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
     Bundle out = in;
+    // Incremental decoding (layers/decode.h): an encoder sublayer's output is
+    // the same at every step; the decoder's self-attention appends the newest
+    // positions' keys and values, its cross-attention projects the memory once.
+    LayerDecodeCache* cache = current_decode_cache();
+    if (cache && stream_ == 0 && cache->has("out")) {
+      out[0] = cache->tensors["out"];
+      return out;
+    }
     const Tensor& x = in[stream_];
     Tensor h = norm_(x);
     Tensor f;
     switch (kind_) {
       case SublayerKind::kSelfAttention: f = attn_->attend(h, h, in[1]); break;  // keys: the padded source
-      case SublayerKind::kCausalSelfAttention: f = attn_->attend(h, h); break;
-      case SublayerKind::kCrossAttention: f = attn_->attend(h, in[0], in[1]); break;
+      case SublayerKind::kCausalSelfAttention: f = cache ? attn_->attend_incremental(h, *cache) : attn_->attend(h, h); break;
+      case SublayerKind::kCrossAttention:
+        f = cache ? attn_->attend_cached_memory(h, in[0], in[1], *cache) : attn_->attend(h, in[0], in[1]);
+        break;
       case SublayerKind::kFeedForward: f = (*ffn_)(h); break;
     }
     out[stream_] = ops::add(x, drop_(f));
+    if (cache && stream_ == 0) cache->tensors["out"] = out[0];
     return out;
   }
   BundleSpec output_spec(const BundleSpec& in) const override {
@@ -159,7 +182,14 @@ class TargetEmbedding final : public Layer {
   }
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
-    return {ln_enc_(in[0]), in[1], embed_.embed(in[2], pe_, drop_)};
+    LayerDecodeCache* cache = current_decode_cache();
+    if (!cache) return {ln_enc_(in[0]), in[1], embed_.embed(in[2], pe_, drop_)};
+    // Incremental decoding: the memory is normalised once; the target tokens
+    // are the newest positions, placed after those already decoded.
+    if (!cache->has("memory")) cache->tensors["memory"] = ln_enc_(in[0]);
+    Tensor x = embed_.embed(in[2], pe_, drop_, cache->position);
+    cache->position += in[2].size(1);
+    return {cache->tensors["memory"], in[1], x};
   }
   BundleSpec output_spec(const BundleSpec& in) const override {
     expect_inputs(in, 3);

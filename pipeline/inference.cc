@@ -39,7 +39,7 @@ double Pipeline::evaluate(const Batch& batch) {
   return t.terms > 0 ? t.loss / t.terms : 0.0;
 }
 
-Bundle Pipeline::predict(const Bundle& inputs) {
+Bundle Pipeline::predict(const Bundle& inputs, DecodeSession* session) {
   NoGradGuard no_grad;
   // Eval mode for this call (dropout off, BatchNorm on running statistics).
   ModeGuard mode{this, model_.layers.front()->training()};
@@ -54,7 +54,7 @@ Bundle Pipeline::predict(const Bundle& inputs) {
     const int pieces = static_cast<int>(std::min<int64_t>(n, opt_.micro_batches));
     const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
     const Schedule program = make_forward_schedule(k, pieces, /*with_loss=*/false);
-    r.run(program.stages[ri.stage], false, micro, StepContext{opt_.seed, step_, 0, 1.0}, {});
+    r.run(program.stages[ri.stage], false, micro, StepContext{opt_.seed, step_, 0, 1.0, session}, {});
     Bundle out;
     if (last) {
       std::vector<Bundle> parts;

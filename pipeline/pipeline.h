@@ -101,7 +101,10 @@ class Pipeline {
   // stage workers: the inputs cut into min(M, N) micro-batches that overlap
   // across the stages. Returns the final bundle on the caller's side (on
   // every rank of this replica in a multi-process job).
-  Bundle predict(const Bundle& inputs);
+  // With a DecodeSession, layers that support it keep state between calls
+  // (incremental decoding, layers/decode.h): feed only the newest positions;
+  // the session must keep the same rows and M across its calls.
+  Bundle predict(const Bundle& inputs, DecodeSession* session = nullptr);
   // Mean loss without gradients (eval mode for the call), pipelined like
   // predict (each replica takes its share of the rows); every rank gets it.
   double evaluate(const Batch& batch);

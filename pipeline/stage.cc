@@ -37,6 +37,7 @@ Bundle Stage::run(int m, const Bundle& x, const StepContext& ctx) {
     // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
     RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step), static_cast<uint64_t>(m + ctx.micro_batch_offset),
                   static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
+    DecodeScope decode(ctx.decode, first_layer_ + static_cast<int64_t>(i), m);
     h = layers_[i]->forward(h);
   }
   return h;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "layers/decode.h"
 #include "layers/loss.h"
 #include "runtime/channel.h"
 #include "runtime/trace.h"
@@ -21,6 +22,7 @@ struct StepContext {
   int64_t step = 0;
   int micro_batch_offset = 0;  // replica r's micro-batch m is the job's r * M + m (dropout keys)
   double loss_scale = 1.0;  // 1 / (terms in the whole mini-batch): Note [Micro-batch weighting]
+  DecodeSession* decode = nullptr;  // incremental decoding state (layers/decode.h), prediction only
 };
 
 class Stage {
