@@ -201,6 +201,7 @@ int run_measure(const MeasureOptions& o) {
   po.partitions = o.partitions;
   po.micro_batches = o.micro_batches;
   po.remat = parse_remat(o.remat);
+  po.schedule = parse_schedule(o.schedule);
   po.threads_per_stage = o.threads;
   if (!o.balance.empty()) po.balance = parse_balance(o.balance);
   po.trace = !o.trace_path.empty();
@@ -310,6 +311,7 @@ std::string measure_in_child(const MeasureOptions& o) {
                     std::to_string(o.micro_batches) + " --remat " + o.remat + " --warmup " + std::to_string(o.warmup) +
                     " --steps " + std::to_string(o.steps) + " --max-seconds " + std::to_string(o.max_seconds);
   if (!o.balance.empty()) cmd += " --balance " + o.balance;
+  if (o.schedule != "gpipe") cmd += " --schedule " + o.schedule;
   if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";
   if (o.replicas > 1) cmd += " --replicas " + std::to_string(o.replicas);
   return run_json(cmd);

@@ -24,15 +24,17 @@ std::string seq_args(const std::string& mode, int threads, int m, const Pipeline
          std::to_string(m) + " --warmup " + std::to_string(opt.warmup) + " --steps " + std::to_string(opt.steps);
 }
 
-using SamplesPerSecond = std::map<std::tuple<std::string, int, int>, double>;  // (remat, M, K) -> samples/s
+using SamplesPerSecond = std::map<std::tuple<std::string, int, int>, double>;  // (schedule/remat, M, K) -> samples/s
 
 // gpipe's K = 1 vs K = 2 table; returns every figure and the K = 2 partition.
 SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop, std::string* partition) {
   SamplesPerSecond ours;
-  std::printf("%-12s %3s %12s %12s %8s %7s %10s %12s %9s\n", "remat", "M", "K=1 smp/s", "K=2 smp/s", "speedup", "ideal",
+  std::printf("%-18s %3s %12s %12s %8s %7s %10s %12s %9s\n", "schedule/remat", "M", "K=1 smp/s", "K=2 smp/s", "speedup", "ideal",
               "efficiency", "K=2 GF/s", "bubble");
+  for (const std::string& schedule : opt.schedules)
   for (const std::string& remat : opt.remat)
     for (int m : opt.micro_batches) {
+      const std::string row = schedule + "/" + remat;
       double sps[3] = {0, 0, 0};
       for (int k : {1, 2}) {
         MeasureOptions mo;
@@ -42,6 +44,7 @@ SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop, std:
         mo.partitions = k;
         mo.micro_batches = m;
         mo.remat = remat;
+        mo.schedule = schedule;
         mo.warmup = opt.warmup;
         mo.steps = opt.steps;
         mo.max_seconds = 1e9;
@@ -49,10 +52,10 @@ SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop, std:
         const std::string j = measure_in_child(mo);
         sps[k] = 64 / json_number(j, "median_s");
         if (k == 2) *partition = json_string(j, "partition");
-        ours[{remat, m, k}] = sps[k];
+        ours[{row, m, k}] = sps[k];
       }
       const double speedup = sps[2] / sps[1], ideal = 2.0 * m / (m + 1);
-      std::printf("%-12s %3d %12.2f %12.2f %8.2f %7.2f %10.3f %12.1f %9.3f\n", remat.c_str(), m, sps[1], sps[2], speedup,
+      std::printf("%-18s %3d %12.2f %12.2f %8.2f %7.2f %10.3f %12.1f %9.3f\n", row.c_str(), m, sps[1], sps[2], speedup,
                   ideal, speedup / ideal, gflop * sps[2] / 64, 1.0 / (m + 1));
       std::fflush(stdout);
     }
@@ -90,7 +93,8 @@ std::string torch_seq_table(const PipelineBenchOptions& opt, const std::string& 
       std::printf(" %12.2f", s);
     }
     double best = 0;
-    for (const std::string& r : opt.remat) best = std::max(best, ours.at({r, m, 2}));
+    for (const std::string& s : opt.schedules)
+      for (const std::string& r : opt.remat) best = std::max(best, ours.at({s + "/" + r, m, 2}));
     if (two > 0) std::printf("   %.2f\n", best / two);
     else std::printf("   -\n");
     std::fflush(stdout);

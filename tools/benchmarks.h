@@ -59,6 +59,7 @@ struct MeasureOptions {
   int partitions = 1;                    // K
   int micro_batches = 1;                 // M
   std::string remat = "never";           // never | except_last | always
+  std::string schedule = "gpipe";        // gpipe | 1f1b
   std::string balance;                   // "12,7": explicit layers per cell (else by cost)
   int warmup = 3, steps = 20;
   double max_seconds = 30;               // stop timing after this many seconds (>= 1 timed step)
@@ -93,6 +94,7 @@ struct PipelineBenchOptions {
   TorchSide torch;
   std::vector<int> micro_batches{1, 8};
   std::vector<std::string> remat{"except_last", "never"};
+  std::vector<std::string> schedules{"gpipe"};
   std::vector<int> torch_threads{1, 2};
   std::string balance;  // explicit K = 2 split, e.g. "12,7"
   int warmup = 1, steps = 3;

@@ -67,6 +67,7 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
+  c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b")->delimiter(',');
   c->add_option("--torch-threads", o.torch_threads, "thread counts of PyTorch's seq baseline")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
@@ -124,6 +125,7 @@ CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
   c->add_option("--partitions", o.partitions, "K");
   c->add_option("--micro-batches", o.micro_batches, "M");
   c->add_option("--remat", o.remat, "never | except_last | always");
+  c->add_option("--schedule", o.schedule, "gpipe | 1f1b");
   c->add_option("--balance", o.balance, "layers per cell");
   c->add_option("--warmup", o.warmup, "untimed steps");
   c->add_option("--steps", o.steps, "timed steps");
