@@ -174,8 +174,14 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
                                      ": the split backward (I and W) is not supported by this executor yet; "
                                      "use B (the dry run and validation accept I/W for planning)"));
         case ActionKind::kSendGradients: traced_send(*grad_out_, m, take(to_send_, m), "send B"); break;
-        case ActionKind::kReduceReplicas: reduce_replicas(ctx); break;
-        case ActionKind::kReduceTied: reduce_tied(totals); break;
+        case ActionKind::kReduceReplicas:
+        case ActionKind::kReduceTied: {
+          const double t0 = tracer->now_us();
+          if (a.kind == ActionKind::kReduceReplicas) reduce_replicas(ctx);
+          else reduce_tied(totals);
+          tracer->add({to_string(a), "reduce", s, t0, tracer->now_us() - t0, -1, static_cast<int>(ctx.step)});
+          break;
+        }
       }
     }
     wait_state("waiting for its last messages to leave");

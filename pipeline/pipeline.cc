@@ -340,10 +340,11 @@ StepResult Pipeline::train_step(const Batch& batch) {
   res.loss_terms = totals.front().terms;
   res.examples = static_cast<int64_t>(totals.front().examples);
   res.seconds = seconds_since(t0);
-  // Measured bubble: the idle share of (local stages) x (step start .. last compute end).
+  // Measured bubble: the idle share of (local stages) x (step start .. last
+  // compute end); transfers and reductions count as idle.
   double hi = trace_from, busy = 0;
   for (const TraceEvent& e : tracer_.events()) {
-    if (e.start_us < trace_from || e.category == "transfer") continue;
+    if (e.start_us < trace_from || e.category == "transfer" || e.category == "reduce") continue;
     hi = std::max(hi, e.start_us + e.duration_us);
     busy += e.duration_us;
   }

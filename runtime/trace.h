@@ -12,7 +12,7 @@ namespace gpipe {
 
 struct TraceEvent {
   std::string name;      // e.g. "F3", "B3", "send F3"
-  std::string category;  // forward | recompute | backward | transfer | optimizer
+  std::string category;  // forward | recompute | backward | transfer | reduce | optimizer
   int row = 0;           // device / stage index
   double start_us = 0, duration_us = 0;
   int micro_batch = -1;

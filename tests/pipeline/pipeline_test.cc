@@ -229,7 +229,8 @@ TEST_CASE("pipeline: trace, bubble and memory report") {
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(json.rfind("{\"displayTimeUnit\"", 0) == 0);
   CHECK_THAT(json, Contains("\"name\":\"F3\"") && Contains("\"cat\":\"recompute\"") &&
-                       Contains("\"name\":\"send B1\"") && Contains("stage 1 (cpu:1)"));
+                       Contains("\"name\":\"send B1\"") && Contains("stage 1 (cpu:1)") &&
+                       Contains("\"name\":\"reduce_tied\""));
   const auto mem = pipe.memory();
   REQUIRE(mem.size() == 2);
   CHECK(mem[0].device == Device("cpu:0"));

@@ -56,6 +56,10 @@ TEST_CASE("schedule: 1F1B programs for K=3, M=4 keep at most K - k micro-batches
         "<F0 F0 L0 B0 >B0 <F1 F1 L1 B1 >B1 <F2 F2 L2 B2 >B2 <F3 F3 L3 B3 >B3 reduce_replicas reduce_tied");
   const DryRun run = validate(s, 3, 4);
   CHECK(run.peak_live == std::vector<int>{3, 2, 1});
+  CHECK(to_text(make_schedule(ScheduleKind::k1F1B, 2, 2, RematMode::kExceptLast)) ==
+        "schedule K=2 M=2 train\n"
+        "0: F0 >F0 F1 >F1 R0 <B0 B0 R1 <B1 B1 reduce_replicas reduce_tied\n"
+        "1: <F0 F0 L0 B0 >B0 <F1 F1 L1 B1 >B1 reduce_replicas reduce_tied\n");
   // except_last recomputes only where other compute separates F and B: never on the last stage.
   const Schedule r = make_schedule(ScheduleKind::k1F1B, 3, 4, RematMode::kExceptLast);
   CHECK(compute(r.stages[0]) == "F0 F1 F2 R0 B0 F3 R1 B1 R2 B2 R3 B3");
