@@ -33,9 +33,14 @@ std::string Pipeline::describe() const {
                   cell_param_bytes_[s] / 1048576.0);
     os << line;
   }
-  os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat "
-     << remat_name(opt_.remat) << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches)
-     << "\n";
+  if (opt_.custom_schedule)
+    os << "schedule from text, M = " << opt_.micro_batches;
+  else
+    os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat " << remat_name(opt_.remat);
+  os << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches) << "\n";
+  os << "dry run: " << dry_run_.makespan << " ticks; peak live micro-batches per stage";
+  for (size_t s = 0; s < dry_run_.peak_live.size(); ++s) os << (s ? "/" : " ") << dry_run_.peak_live[s];
+  os << "\n";
   if (opt_.world)
     os << "processes: " << info_.world_size << " = K " << static_cast<int>(partition_.cells()) << " x R " << opt_.replicas
        << " (" << rank_layout_name(opt_.layout) << "-major ranks), links over " << ranks_.front()->link_kind() << "\n";

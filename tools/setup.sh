@@ -11,6 +11,7 @@ PACKAGES=(
   libcli11-dev        # @cli11
   zlib1g-dev          # //third_party:zlib
   libopenblas-dev     # //third_party:openblas (cblas.h)
+  clang-format        # tools/format_check.sh (CI): the tree follows .clang-format
   python3-numpy       # /usr/bin/python3 helper scripts (benchmarks, tests/mpi/compare_runs.py)
   libopenmpi-dev      # @mpi (runtime/mpi: one process per stage, replicas)
   openmpi-bin         # mpirun (tests/mpi, multi-process gpipe_train)
