@@ -4,6 +4,10 @@
 // failures, traces).
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <dirent.h>
 
 #include <fstream>
@@ -293,21 +297,39 @@ TEST_CASE("pipeline: evaluate and predict agree with single-device forward and k
   CHECK(std::isfinite(r.loss));
 }
 
-TEST_CASE("pipeline: evaluation is a pipelined program: stage 1 starts before stage 0 has finished") {
-  const Batch batch = token_batch(16, 4);
-  Pipeline pipe(models::transformer(tiny()), {.partitions = 2, .micro_batches = 8, .threads_per_stage = 1, .trace = true},
-                batch);
-  pipe.evaluate(batch);
-  double stage0_end = 0, stage1_start = 1e300;
-  int forwards[2] = {0, 0};
-  for (const TraceEvent& e : pipe.tracer().events()) {
-    if (e.category != "forward") continue;
-    ++forwards[e.row];
-    if (e.row == 0) stage0_end = std::max(stage0_end, e.start_us + e.duration_us);
-    if (e.row == 1) stage1_start = std::min(stage1_start, e.start_us);
-  }
-  CHECK(forwards[0] == 8);
-  CHECK(forwards[1] == 8);
-  // Stage by stage, stage 1 would start only after stage 0's eighth forward.
-  CHECK(stage1_start < stage0_end);
+TEST_CASE("pipeline: evaluation is a pipelined program: stage 1 runs micro-batch 0 before stage 0 runs micro-batch 1") {
+  // A pass-through layer at the start of each cell. Stage 0's waits, at
+  // micro-batch 1, until stage 1 has begun micro-batch 0: stage by stage,
+  // that never happens and the wait gives up after 20 s.
+  std::atomic<bool> stage1_started{false}, waited_in_vain{false};
+  auto gate = [&](const char* name, bool first_cell) {
+    auto fn = [&, first_cell](const Tensor& x) {
+      const uint64_t m = current_rng_context().micro_batch;
+      if (!first_cell && m == 0) stage1_started = true;
+      if (first_cell && m == 1) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!stage1_started && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!stage1_started) waited_in_vain = true;
+      }
+      return x;
+    };
+    struct Gate final : Layer {
+      std::shared_ptr<Lambda> inner;
+      Gate(const char* n, std::shared_ptr<Lambda> l) : Layer(n), inner(std::move(l)) {}
+      Bundle forward(const Bundle& in) override { Bundle out = in; out[0] = inner->forward(in[0]); return out; }
+      BundleSpec output_spec(const BundleSpec& in) const override { return in; }
+    };
+    return std::make_shared<Gate>(name, std::make_shared<Lambda>(name, fn, [](const TensorSpec& t) { return t; }));
+  };
+  const Batch batch = token_batch(8, 4);
+  Model m = models::transformer(tiny());
+  m.layers.insert(m.layers.begin() + 7, gate("gate1", false));  // after gate0 goes in: layer 8, cell 1 = [8, 15)
+  m.layers.insert(m.layers.begin(), gate("gate0", true));
+  Pipeline pipe(std::move(m), {.partitions = 2, .micro_batches = 4, .balance = {8, 7}}, batch);
+  REQUIRE(pipe.cells()[1].first_layer == 8);
+  const double loss = pipe.evaluate(batch);
+  CHECK(std::isfinite(loss));
+  CHECK(stage1_started);
+  CHECK_FALSE(waited_in_vain);
 }
