@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/autograd.h"
+#include "runtime/mailbox.h"
 
 namespace gpipe {
 
