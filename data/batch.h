@@ -1,7 +1,7 @@
 // Batch: what a data pipeline hands a training step, and the shared helpers
 // for making batches (deterministic shuffling, row gathering).
 //
-// inputs and targets are Bundles (layers/batch.h): every tensor batch-major,
+// inputs and targets are Bundles (core/bundle.h): every tensor batch-major,
 // axis 0 the example. For Fashion-MNIST inputs = {images [B,1,28,28] float32}
 // and targets = {labels [B] int64}; for translation inputs = {src [B,S],
 // tgt_in [B,T]} and targets = {tgt_out [B,T]}, all int64.
@@ -12,8 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include "core/bundle.h"  // Bundle and Batch (one definition, shared with pipeline/)
 #include "core/tensor.h"
-#include "layers/batch.h"  // Bundle and Batch (one definition, shared with pipeline/)
 
 namespace gpipe {
 

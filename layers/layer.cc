@@ -1,23 +1,9 @@
 #include "layers/layer.h"
 
-#include <sstream>
+#include <algorithm>
 #include <unordered_set>
 
 namespace gpipe {
-
-BundleSpec spec_of(const Bundle& b) {
-  BundleSpec s;
-  for (const Tensor& t : b) s.push_back({t.shape(), t.dtype()});
-  return s;
-}
-
-std::string to_string(const BundleSpec& spec) {
-  std::ostringstream os;
-  os << "(";
-  for (size_t i = 0; i < spec.size(); ++i) os << (i ? ", " : "") << spec[i].dtype << spec[i].shape;
-  os << ")";
-  return os.str();
-}
 
 double Layer::cost(const BundleSpec& in) const {
   if (in.empty() || in[0].shape.rank() == 0) return 0.0;

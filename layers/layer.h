@@ -5,7 +5,7 @@
 //  - cost (c_i) estimates one forward pass in FLOPs from the input shapes;
 //  - output_spec infers output shapes without computing anything.
 //
-// A Bundle is the small ordered list of tensors that flows between layers
+// A Bundle (core/bundle.h) is the small ordered list of tensors that flows between layers
 // (e.g. encoder output plus decoder state); every tensor in it is batch-major
 // (axis 0 is the example), which is how a pipeline splits it into
 // micro-batches. A custom layer implements forward with ops:: calls and gets
@@ -19,26 +19,10 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/bundle.h"
 #include "core/tensor.h"
 
 namespace gpipe {
-
-using Bundle = std::vector<Tensor>;
-
-struct TensorSpec {
-  Shape shape;
-  DType dtype = DType::kFloat32;
-  bool operator==(const TensorSpec&) const = default;
-};
-using BundleSpec = std::vector<TensorSpec>;
-
-BundleSpec spec_of(const Bundle& b);
-std::string to_string(const BundleSpec& spec);
-
-struct NamedTensor {
-  std::string name;
-  Tensor* tensor;  // points into the owning layer; stable for the layer's lifetime
-};
 
 class Layer {
  public:

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/layer.h"
+#include "core/bundle.h"
 #include "optim/optimizer.h"
 #include "optim/safetensors.h"
 

@@ -9,6 +9,7 @@
 
 #include "core/autograd.h"
 #include "core/tensor.h"
+#include "layers/layer.h"  // make_parameter
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "optim/adam.h"

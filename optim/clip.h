@@ -9,8 +9,8 @@
 
 #include <vector>
 
+#include "core/bundle.h"
 #include "core/tensor.h"
-#include "layers/layer.h"
 
 namespace gpipe::optim {
 

@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/bundle.h"
 #include "core/tensor.h"
-#include "layers/layer.h"
 #include "optim/format.h"
 
 namespace gpipe::optim {

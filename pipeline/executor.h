@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/batch.h"
+#include "core/bundle.h"
 #include "pipeline/faults.h"
 #include "pipeline/ranks.h"
 #include "pipeline/schedule.h"

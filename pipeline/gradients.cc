@@ -1,5 +1,6 @@
 #include "pipeline/gradients.h"
 
+#include "core/autograd.h"
 #include "ops/ops.h"
 
 namespace gpipe {

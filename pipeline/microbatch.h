@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "layers/batch.h"
+#include "core/bundle.h"
 #include "layers/layer.h"
 
 namespace gpipe {

@@ -12,7 +12,7 @@
 
 #include "layers/decode.h"
 #include "layers/loss.h"
-#include "runtime/channel.h"
+#include "runtime/mailbox.h"
 #include "runtime/trace.h"
 
 namespace gpipe {

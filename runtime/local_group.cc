@@ -1,11 +1,15 @@
 #include "runtime/local_group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
+
+#include "core/autograd.h"
+#include "runtime/mailbox.h"
 
 namespace gpipe {
 

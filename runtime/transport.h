@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/channel.h"
+#include "runtime/mailbox.h"
 
 namespace gpipe {
 

@@ -25,12 +25,12 @@ COPTS = [
 
 _CATCH2_MAIN = "@catch2//:catch2_main"
 
-def gpipe_cc_library(name, copts = [], visibility = ["//visibility:public"], **kwargs):
-    """cc_library with gpipe's COPTS; public by default (users of @gpipe need that)."""
+def gpipe_cc_library(name, copts = [], **kwargs):
+    """cc_library with gpipe's COPTS. Visibility is the package's (private) unless given:
+    each target lists the packages that use it, and the README's public targets say public."""
     native.cc_library(
         name = name,
         copts = COPTS + copts,
-        visibility = visibility,
         **kwargs
     )
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "layers/batch.h"
+#include "core/bundle.h"
 #include "models/transformer.h"
 
 namespace gpipe::testing {

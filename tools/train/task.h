@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/batch.h"
+#include "core/bundle.h"
 #include "layers/loss.h"
 #include "models/amoebanet.h"
 #include "models/transformer.h"

@@ -1,4 +1,4 @@
-#include "runtime/channel.h"
+#include "runtime/mailbox.h"
 
 namespace gpipe {
 

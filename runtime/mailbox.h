@@ -10,8 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/bundle.h"
 #include "core/error.h"
-#include "layers/layer.h"
 
 namespace gpipe {
 
