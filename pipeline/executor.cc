@@ -64,7 +64,7 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   pipe_ = world_->split(r.replica, r.stage);
   replicas_ = world_->split(r.stage, r.replica);
   GPIPE_ASSERT(pipe_->rank() == r.stage && replicas_->rank() == r.replica);
-  const int k = r.stages, s = r.stage;
+  const int k = r.cells, s = r.stage;
   auto name = [&](const char* what, int from, int to) {
     return detail::concat(what, " of stage ", from, " (rank ", world_rank_of(from, r.replica, k, r.replicas, opt_.layout),
                           ") to stage ", to, " (rank ", world_rank_of(to, r.replica, k, r.replicas, opt_.layout), ")");

@@ -15,16 +15,18 @@ struct ModeGuard {
 
 }  // namespace
 
-double Pipeline::evaluate(const Batch& batch) {
+double Pipeline::evaluate(const Batch& batch, int micro_batches) {
+  GPIPE_CHECK(micro_batches >= 0, "evaluate: micro_batches must be >= 0 (0 = M), got ", micro_batches);
   NoGradGuard no_grad;
   ModeGuard mode{this, model_.layers.front()->training()};
   train(false);
   const int k = static_cast<int>(partition_.cells());
   auto body = [&](StageExecutor& r) {
     const RankInfo& ri = r.info();
-    const bool last = ri.stage == ri.stages - 1;
+    const bool last = ri.stage == ri.cells - 1;
     const int64_t n = rows_from_first_stage(r, batch);
-    const int pieces = static_cast<int>(std::min<int64_t>(n, static_cast<int64_t>(opt_.replicas) * opt_.micro_batches));
+    const int64_t per_replica = micro_batches > 0 ? micro_batches : opt_.micro_batches;
+    const int pieces = static_cast<int>(std::min<int64_t>(n, opt_.replicas * per_replica));
     int64_t rows = 0;
     double terms = 0;
     const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/true, &rows, &terms);
@@ -39,7 +41,7 @@ double Pipeline::evaluate(const Batch& batch) {
   return t.terms > 0 ? t.loss / t.terms : 0.0;
 }
 
-Bundle Pipeline::predict(const Bundle& inputs, DecodeSession* session) {
+Bundle Pipeline::predict(const Bundle& inputs, const PredictOptions& options) {
   NoGradGuard no_grad;
   // Eval mode for this call (dropout off, BatchNorm on running statistics).
   ModeGuard mode{this, model_.layers.front()->training()};
@@ -49,12 +51,13 @@ Bundle Pipeline::predict(const Bundle& inputs, DecodeSession* session) {
   Bundle result;
   auto body = [&](StageExecutor& r) {
     const RankInfo& ri = r.info();
-    const bool last = ri.stage == ri.stages - 1;
+    const bool last = ri.stage == ri.cells - 1;
     const int64_t n = rows_from_first_stage(r, batch);
-    const int pieces = static_cast<int>(std::min<int64_t>(n, opt_.micro_batches));
+    GPIPE_CHECK(options.micro_batches >= 0, "predict: micro_batches must be >= 0 (0 = M), got ", options.micro_batches);
+    const int pieces = static_cast<int>(std::min<int64_t>(n, options.micro_batches > 0 ? options.micro_batches : opt_.micro_batches));
     const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
     const Schedule program = make_forward_schedule(k, pieces, /*with_loss=*/false);
-    r.run(program.stages[ri.stage], false, micro, StepContext{opt_.seed, step_, 0, 1.0, session}, {});
+    r.run(program.stages[ri.stage], false, micro, StepContext{opt_.seed, step_, 0, 1.0, options.session}, {});
     Bundle out;
     if (last) {
       std::vector<Bundle> parts;
@@ -69,7 +72,7 @@ Bundle Pipeline::predict(const Bundle& inputs, DecodeSession* session) {
         msg.tensors = out;
         bytes = serialize_message(msg);
       }
-      r.pipe().broadcast(bytes, ri.stages - 1, "sharing the prediction of the last stage");
+      r.pipe().broadcast(bytes, ri.cells - 1, "sharing the prediction of the last stage");
       if (!last) out = deserialize_message(bytes, kCpu).tensors;
     }
     if (last || !holds_whole_pipeline()) result = std::move(out);

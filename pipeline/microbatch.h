@@ -10,7 +10,7 @@
 
 namespace gpipe {
 
-// Batch (inputs, targets) is defined in layers/batch.h.
+// Batch (inputs, targets) is defined in core/bundle.h.
 
 // Number of examples: the common size of axis 0; throws if tensors disagree.
 int64_t batch_size(const Batch& b);

@@ -44,12 +44,12 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   GPIPE_CHECK(opt_.replicas == 1 || opt_.world != nullptr, "pipeline: R = ", opt_.replicas,
               " replicas need one process per stage and replica (launch with mpirun -np K*R)");
   if (!opt_.balance.empty()) {
-    GPIPE_CHECK(opt_.partitions == 1 || opt_.partitions == static_cast<int>(opt_.balance.size()), "pipeline: --balance has ",
-                opt_.balance.size(), " cells but K = ", opt_.partitions);
-    opt_.partitions = static_cast<int>(opt_.balance.size());
+    GPIPE_CHECK(opt_.cells == 1 || opt_.cells == static_cast<int>(opt_.balance.size()), "pipeline: --balance has ",
+                opt_.balance.size(), " cells but K = ", opt_.cells);
+    opt_.cells = static_cast<int>(opt_.balance.size());
   }
-  const int k = opt_.partitions;
-  GPIPE_CHECK(k >= 1, "pipeline: K (partitions) must be >= 1, got ", k);
+  const int k = opt_.cells;
+  GPIPE_CHECK(k >= 1, "pipeline: K (cells) must be >= 1, got ", k);
   std::set<std::string> names;
   for (const auto& l : model_.layers) {
     GPIPE_CHECK(names.insert(l->name()).second, "pipeline: two layers are named '", l->name(),
@@ -225,7 +225,7 @@ std::vector<Batch> Pipeline::micro_for(const StageExecutor& r, const Batch& batc
   const RankInfo& ri = r.info();
   const int replica = by_replica ? ri.replica : 0, replicas = by_replica ? ri.replicas : 1;
   const int count = pieces / replicas + (replica < pieces % replicas ? 1 : 0);
-  const bool first = ri.stage == 0, last = ri.stage == ri.stages - 1 && terms != nullptr;  // predict needs no targets
+  const bool first = ri.stage == 0, last = ri.stage == ri.cells - 1 && terms != nullptr;  // predict needs no targets
   std::vector<Batch> micro(count);
   if (!(first || last) || count == 0) return micro;
   GPIPE_CHECK(!first || !batch.inputs.empty(), who_, ": the first stage needs the batch's inputs");
@@ -311,7 +311,7 @@ StepResult Pipeline::train_step(const Batch& batch) {
   const double trace_from = tracer_.now_us();
   auto body = [&](StageExecutor& r) {
     const RankInfo& ri = r.info();
-    const bool last = ri.stage == ri.stages - 1;
+    const bool last = ri.stage == ri.cells - 1;
     int64_t n = 0;
     if (ri.stage == 0 || last) {
       n = batch_size(batch);

@@ -1,7 +1,7 @@
 // Pipeline: GPipe's synchronous micro-batch pipeline over K devices.
 //
 //   Model model = models::transformer(cfg);
-//   Pipeline pipe(std::move(model), {.partitions = 4, .micro_batches = 8}, sample_batch);
+//   Pipeline pipe(std::move(model), {.cells = 4, .micro_batches = 8}, sample_batch);
 //   Adam opt(pipe.parameters(), {...});
 //   StepResult r = pipe.train_step(batch);  // forward + backward of all micro-batches
 //   opt.step(); pipe.zero_grad();
@@ -35,7 +35,7 @@
 namespace gpipe {
 
 struct PipelineOptions {
-  int partitions = 1;                 // K
+  int cells = 1;                      // K (docs/GLOSSARY.md: cells are the layer runs, stages their runtime)
   int micro_batches = 1;              // M
   std::vector<Device> devices;        // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
   ScheduleKind schedule = ScheduleKind::kGPipe;
@@ -63,6 +63,17 @@ struct PipelineOptions {
   int replicas = 1;                   // R: data-parallel copies of the whole pipeline
   RankLayout layout = RankLayout::kPipelineMajor;
   bool sync_batchnorm = true;         // sum BatchNorm statistics over replicas before folding them
+};
+
+// How predict cuts and runs its inputs.
+struct PredictOptions {
+  // Micro-batches for this call (at most one per row); 0 = M. More of them
+  // shrink the fill-drain bubble of a large evaluation batch.
+  int micro_batches = 0;
+  // With a DecodeSession, layers that support it keep state between calls
+  // (incremental decoding, layers/decode.h): feed only the newest positions;
+  // the session must keep the same rows and micro-batches across its calls.
+  DecodeSession* session = nullptr;
 };
 
 struct CellInfo {
@@ -101,13 +112,11 @@ class Pipeline {
   // stage workers: the inputs cut into min(M, N) micro-batches that overlap
   // across the stages. Returns the final bundle on the caller's side (on
   // every rank of this replica in a multi-process job).
-  // With a DecodeSession, layers that support it keep state between calls
-  // (incremental decoding, layers/decode.h): feed only the newest positions;
-  // the session must keep the same rows and M across its calls.
-  Bundle predict(const Bundle& inputs, DecodeSession* session = nullptr);
+  Bundle predict(const Bundle& inputs, const PredictOptions& options = {});
   // Mean loss without gradients (eval mode for the call), pipelined like
-  // predict (each replica takes its share of the rows); every rank gets it.
-  double evaluate(const Batch& batch);
+  // predict (each replica takes its share of the rows; micro_batches as in
+  // PredictOptions, per replica); every rank gets it.
+  double evaluate(const Batch& batch, int micro_batches = 0);
 
   // Unique trainable tensors of this process's cells (tied copies in
   // different cells are distinct tensors).
@@ -166,7 +175,7 @@ class Pipeline {
   // the run and throws "<label> failed in stage s ... during <action>: ...".
   std::vector<StepTotals> run_ranks(const std::function<StepTotals(StageExecutor&)>& body, bool training,
                                     const std::string& label);
-  bool holds_whole_pipeline() const { return static_cast<int>(ranks_.size()) == info_.stages; }
+  bool holds_whole_pipeline() const { return static_cast<int>(ranks_.size()) == info_.cells; }
 
   PipelineOptions opt_;
   Model model_;  // in one process every cell's layers; in a multi-process job this rank's cell

@@ -12,19 +12,19 @@ RankLayout parse_rank_layout(const std::string& name) {
 
 const char* rank_layout_name(RankLayout l) { return l == RankLayout::kPipelineMajor ? "pipeline" : "stage"; }
 
-RankInfo rank_info_for(int rank, int stages, int replicas, RankLayout layout) {
+RankInfo rank_info_for(int rank, int cells, int replicas, RankLayout layout) {
   RankInfo r;
   r.world_rank = rank;
-  r.world_size = stages * replicas;
-  r.stages = stages;
+  r.world_size = cells * replicas;
+  r.cells = cells;
   r.replicas = replicas;
-  r.stage = layout == RankLayout::kPipelineMajor ? rank % stages : rank / replicas;
-  r.replica = layout == RankLayout::kPipelineMajor ? rank / stages : rank % replicas;
+  r.stage = layout == RankLayout::kPipelineMajor ? rank % cells : rank / replicas;
+  r.replica = layout == RankLayout::kPipelineMajor ? rank / cells : rank % replicas;
   return r;
 }
 
-int world_rank_of(int stage, int replica, int stages, int replicas, RankLayout layout) {
-  return layout == RankLayout::kPipelineMajor ? replica * stages + stage : stage * replicas + replica;
+int world_rank_of(int stage, int replica, int cells, int replicas, RankLayout layout) {
+  return layout == RankLayout::kPipelineMajor ? replica * cells + stage : stage * replicas + replica;
 }
 
 }  // namespace gpipe

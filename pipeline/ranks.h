@@ -17,12 +17,12 @@ const char* rank_layout_name(RankLayout l);
 
 struct RankInfo {
   int world_rank = 0, world_size = 1;
-  int stage = 0, replica = 0;  // this rank's stage (cell) and replica
-  int stages = 1, replicas = 1;
+  int stage = 0, replica = 0;  // this rank's stage (the index of its cell) and replica
+  int cells = 1, replicas = 1;  // K and R
 };
 // Where world rank `rank` of a K x R job sits under `layout`.
-RankInfo rank_info_for(int rank, int stages, int replicas, RankLayout layout);
+RankInfo rank_info_for(int rank, int cells, int replicas, RankLayout layout);
 // The world rank of (stage, replica).
-int world_rank_of(int stage, int replica, int stages, int replicas, RankLayout layout);
+int world_rank_of(int stage, int replica, int cells, int replicas, RankLayout layout);
 
 }  // namespace gpipe

@@ -36,7 +36,7 @@ TEST_CASE("custom layer: a pipeline of custom layers matches single-device train
   const Batch batch{{Tensor::randn(Shape{10, 6}, 1)}, {Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, Shape{10})}};
   Model ref = examples::glu_classifier(6, 8, 3, 3, 4);
   ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets).backward();
-  Pipeline pipe(examples::glu_classifier(6, 8, 3, 3, 4), {.partitions = 2, .micro_batches = 3, .remat = RematMode::kAlways}, batch);
+  Pipeline pipe(examples::glu_classifier(6, 8, 3, 3, 4), {.cells = 2, .micro_batches = 3, .remat = RematMode::kAlways}, batch);
   CHECK(pipe.partition().cells() == 2);
   pipe.train_step(batch);
   auto got = pipe.parameters();

@@ -198,7 +198,7 @@ int run_measure(const MeasureOptions& o) {
   // The optimizer's thread budget: every stage's cores in one process, one stage's otherwise.
   set_default_intra_op_threads(world ? o.threads : o.partitions * o.threads);
   PipelineOptions po;
-  po.partitions = o.partitions;
+  po.cells = o.partitions;
   po.micro_batches = o.micro_batches;
   po.remat = parse_remat(o.remat);
   po.schedule = parse_schedule(o.schedule);

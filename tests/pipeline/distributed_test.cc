@@ -50,7 +50,7 @@ void collect(Pipeline& pipe, std::map<std::string, std::vector<float>>* out) {
 
 Run one_process(int k, int m, const std::vector<Batch>& batches) {
   Run run;
-  Pipeline pipe(models::transformer(tiny(0.2)), {.partitions = k, .micro_batches = m, .seed = 5}, batches[0]);
+  Pipeline pipe(models::transformer(tiny(0.2)), {.cells = k, .micro_batches = m, .seed = 5}, batches[0]);
   train(pipe, batches, &run.losses);
   collect(pipe, &run.params);
   return run;
@@ -66,7 +66,7 @@ Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<B
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
-                      {.partitions = k, .micro_batches = m, .seed = 5, .timeout_seconds = 60,
+                      {.cells = k, .micro_batches = m, .seed = 5, .timeout_seconds = 60,
                        .world = group.rank(rank), .replicas = r, .layout = layout},
                       batches[0]);
         std::vector<double> losses;
@@ -126,7 +126,7 @@ TEST_CASE("Threads as ranks: a non-finite loss throws NonFiniteError on every ra
   for (int rank = 0; rank < 2; ++rank)
     ranks.emplace_back([&, rank] {
       Pipeline pipe(models::transformer(tiny(0.0)),
-                    {.partitions = 2, .micro_batches = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
+                    {.cells = 2, .micro_batches = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
       // Poison one weight of stage 0: the loss becomes NaN.
       if (rank == 0) pipe.parameters()[0].tensor->copy_from(Tensor::full(pipe.parameters()[0].tensor->shape(), NAN));
       try {
@@ -147,7 +147,7 @@ TEST_CASE("Threads as ranks: a non-finite loss throws NonFiniteError on every ra
 
 TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one process") {
   const Batch b = token_batch(7, 11);
-  Pipeline one(models::transformer(tiny(0.2)), {.partitions = 2, .micro_batches = 2, .seed = 5}, b);
+  Pipeline one(models::transformer(tiny(0.2)), {.cells = 2, .micro_batches = 2, .seed = 5}, b);
   const double want = one.evaluate(b);
   const std::vector<float> want_out = one.predict(b.inputs)[0].to_vector<float>();
   LocalGroup group(4);
@@ -159,7 +159,7 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
-                      {.partitions = 2, .micro_batches = 2, .seed = 5, .timeout_seconds = 60,
+                      {.cells = 2, .micro_batches = 2, .seed = 5, .timeout_seconds = 60,
                        .world = group.rank(rank), .replicas = 2},
                       b);
         // Only the first stage needs inputs and only the last targets; a middle rank may pass nothing.
@@ -185,9 +185,9 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
 TEST_CASE("Process count and layout errors name what was expected") {
   Batch b = token_batch(4, 7);
   LocalGroup group(3);
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.partitions = 2, .world = group.rank(0)}, b),
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .world = group.rank(0)}, b),
                     Contains("the job has 3 processes but K x R = 2 x 1 = 2"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.partitions = 2, .replicas = 2}, b),
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .replicas = 2}, b),
                     Contains("one process per stage and replica"));
   const RankInfo r = rank_info_for(5, 3, 2, RankLayout::kStageMajor);
   CHECK((r.stage == 2 && r.replica == 1));

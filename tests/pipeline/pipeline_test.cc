@@ -55,7 +55,7 @@ void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode rem
   const Batch batch = token_batch(n, 5);
   double ref_loss = 0;
   const auto ref = reference_grads(models::transformer(tiny()), batch, &ref_loss);
-  Pipeline pipe(models::transformer(tiny()), {.partitions = k, .micro_batches = m, .schedule = kind, .remat = remat,
+  Pipeline pipe(models::transformer(tiny()), {.cells = k, .micro_batches = m, .schedule = kind, .remat = remat,
                                               .threads_per_stage = 1}, batch);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.loss == Approx(ref_loss).epsilon(1e-5));
@@ -93,7 +93,7 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
 TEST_CASE("pipeline: several SGD steps keep matching single-device training; tied copies stay identical") {
   const Batch batch = token_batch(6, 9);
   Model ref = models::transformer(tiny());
-  Pipeline pipe(models::transformer(tiny()), {.partitions = 3, .micro_batches = 3, .threads_per_stage = 1}, batch);
+  Pipeline pipe(models::transformer(tiny()), {.cells = 3, .micro_batches = 3, .threads_per_stage = 1}, batch);
   std::vector<Tensor> ref_params;
   std::unordered_set<TensorImpl*> seen;
   for (auto& l : ref.layers)
@@ -130,7 +130,7 @@ TEST_CASE("pipeline: with dropout, remat and no remat give identical gradients")
   std::map<std::string, std::vector<float>> grads[2];
   int i = 0;
   for (RematMode mode : {RematMode::kNever, RematMode::kAlways}) {
-    Pipeline pipe(models::transformer(tiny(0.3)), {.partitions = 2, .micro_batches = 4, .remat = mode, .seed = 5}, batch);
+    Pipeline pipe(models::transformer(tiny(0.3)), {.cells = 2, .micro_batches = 4, .remat = mode, .seed = 5}, batch);
     pipe.train_step(batch);
     for (auto& p : pipe.named_state())
       if (p.tensor->grad().defined()) grads[i][p.name] = p.tensor->grad().to_vector<float>();
@@ -167,7 +167,7 @@ TEST_CASE("pipeline: BatchNorm running statistics equal a full-batch step's; rec
   for (RematMode mode : {RematMode::kAlways, RematMode::kNever}) {
     Model m = bn_model();
     auto* bn = dynamic_cast<BatchNorm*>(m.layers[1].get());
-    Pipeline pipe(std::move(m), {.partitions = 2, .micro_batches = 4, .remat = mode}, batch);
+    Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 4, .remat = mode}, batch);
     pipe.train_step(batch);
     const auto rm = bn->running_mean.to_vector<float>(), rv = bn->running_var.to_vector<float>();
     const auto em = ref_bn->running_mean.to_vector<float>(), ev = ref_bn->running_var.to_vector<float>();
@@ -196,7 +196,7 @@ TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batc
       BundleSpec output_spec(const BundleSpec& in) const override { return in; }
     };
     m.layers.insert(m.layers.begin() + 8, std::make_shared<Wrap>(bomb));  // 14 layers; stage 2 is [8, 11)
-    Pipeline pipe(std::move(m), {.partitions = 4, .micro_batches = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30}, batch);
+    Pipeline pipe(std::move(m), {.cells = 4, .micro_batches = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30}, batch);
     CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 2") && Contains("forward of micro-batch 2") &&
                                                    Contains("injected failure"));
     for (auto& p : pipe.parameters()) CHECK_FALSE(p.tensor->grad().defined());
@@ -209,20 +209,20 @@ TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batc
 
 TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
   const Batch batch = token_batch(4, 1);
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 14}, batch), Contains("K = 14 cells need at least 14 layers"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 14}, batch), Contains("K = 14 cells need at least 14 layers"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.micro_batches = 5}, batch).train_step(batch),
                     Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 2, .balance = {3, 3, 1}}, batch),
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 2, .balance = {3, 3, 1}}, batch),
                     Contains("--balance has 3 cells but K = 2"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.balance = {3, 3}}, batch),
                     Contains("cell sizes sum to 6 but the model has 13 layers"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.partitions = 2, .devices = devices("cpu", 3)}, batch),
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 2, .devices = devices("cpu", 3)}, batch),
                     Contains("got 3 devices for K = 2"));
 }
 
 TEST_CASE("pipeline: trace, bubble and memory report") {
   const Batch batch = token_batch(8, 2);
-  Pipeline pipe(models::transformer(tiny()), {.partitions = 2, .micro_batches = 4, .trace = true}, batch);
+  Pipeline pipe(models::transformer(tiny()), {.cells = 2, .micro_batches = 4, .trace = true}, batch);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.bubble_fraction > 0.0);
   CHECK(r.bubble_fraction < 1.0);
@@ -257,7 +257,7 @@ TEST_CASE("pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm a
     if (p.tensor->requires_grad()) want[p.name] = p.tensor->grad().to_vector<float>();
   for (auto [k, m] : {std::pair{2, 3}, std::pair{3, 7}, std::pair{4, 2}}) {
     INFO("K=" << k << " M=" << m);
-    Pipeline pipe(models::amoebanet_d(cfg), {.partitions = k, .micro_batches = m, .threads_per_stage = 1}, batch);
+    Pipeline pipe(models::amoebanet_d(cfg), {.cells = k, .micro_batches = m, .threads_per_stage = 1}, batch);
     pipe.train(false);
     const StepResult r = pipe.train_step(batch);
     CHECK(r.loss == Approx(loss.item()).epsilon(1e-5));
@@ -281,14 +281,18 @@ TEST_CASE("pipeline: evaluate and predict agree with single-device forward and k
     NoGradGuard ng;
     want_out = run_layers(ref.layers, batch.inputs)[0];
   }
-  Pipeline pipe(models::transformer(tiny()), {.partitions = 3, .micro_batches = 2}, batch);
+  Pipeline pipe(models::transformer(tiny()), {.cells = 3, .micro_batches = 2}, batch);
   CHECK(pipe.evaluate(batch) == Approx(want).epsilon(1e-5));
   const Bundle out = pipe.predict(batch.inputs);
   REQUIRE(out.size() == 1);
   CHECK(out[0].shape() == Shape{7, 4, 17});
   CHECK(max_rel_diff(out[0].to_vector<float>(), want_out.to_vector<float>()) < 1e-5);
+  // One micro-batch per row (fewer fill-drain bubbles for big evaluation batches): the same numbers.
+  CHECK(max_rel_diff(pipe.predict(batch.inputs, {.micro_batches = 7})[0].to_vector<float>(), want_out.to_vector<float>()) < 1e-5);
+  CHECK(pipe.evaluate(batch, 7) == Approx(want).epsilon(1e-5));
+  CHECK_THROWS_WITH(pipe.predict(batch.inputs, {.micro_batches = -1}), Contains("micro_batches must be >= 0"));
   // More micro-batches than rows: evaluation uses one per row.
-  Pipeline many(models::transformer(tiny()), {.partitions = 2, .micro_batches = 7}, batch);
+  Pipeline many(models::transformer(tiny()), {.cells = 2, .micro_batches = 7}, batch);
   CHECK(many.evaluate(token_batch(3, 4)) == Approx(Pipeline(models::transformer(tiny()), {}, batch).evaluate(token_batch(3, 4))).epsilon(1e-5));
   pipe.train(false);
   pipe.evaluate(batch);
@@ -326,7 +330,7 @@ TEST_CASE("pipeline: evaluation is a pipelined program: stage 1 runs micro-batch
   Model m = models::transformer(tiny());
   m.layers.insert(m.layers.begin() + 7, gate("gate1", false));  // after gate0 goes in: layer 8, cell 1 = [8, 15)
   m.layers.insert(m.layers.begin(), gate("gate0", true));
-  Pipeline pipe(std::move(m), {.partitions = 2, .micro_batches = 4, .balance = {8, 7}}, batch);
+  Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 4, .balance = {8, 7}}, batch);
   REQUIRE(pipe.cells()[1].first_layer == 8);
   const double loss = pipe.evaluate(batch);
   CHECK(std::isfinite(loss));

@@ -19,7 +19,7 @@ std::vector<std::vector<int64_t>> greedy_decode(Pipeline& pipe, const Tensor& sr
   for (int64_t t = 1; t <= max_len && remaining > 0; ++t) {
     const Tensor logits =
         mode == DecodeMode::kCached
-            ? pipe.predict({src, Tensor::from_vector(newest, Shape{b, 1})}, &session)[0]  // [B, 1, V]
+            ? pipe.predict({src, Tensor::from_vector(newest, Shape{b, 1})}, {.session = &session})[0]  // [B, 1, V]
             : pipe.predict({src, Tensor::from_vector(tgt, Shape{b, t})})[0];              // [B, t, V]
     const std::vector<int64_t> next =
         ops::argmax(ops::narrow(logits, 1, logits.size(1) - 1, 1), -1).to_vector<int64_t>();

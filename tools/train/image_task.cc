@@ -84,15 +84,15 @@ class ImageTask final : public Task {
     AccuracyCount acc;
     double sum = 0;
     const int64_t n = test_.size();
-    int64_t batches = 0;
-    for (int64_t first = 0; first < n; first += c_.batch) {
-      if (c_.eval_batches > 0 && batches++ >= c_.eval_batches) break;
+    const int64_t limit = c_.eval_batches > 0 ? std::min(n, c_.eval_batches * c_.batch) : n;
+    const int64_t chunk = kEvalChunkBatches * c_.batch;
+    for (int64_t first = 0; first < limit; first += chunk) {
       std::vector<int64_t> rows;
-      for (int64_t i = first; i < std::min(n, first + c_.batch); ++i) rows.push_back(i);
+      for (int64_t i = first; i < std::min(limit, first + chunk); ++i) rows.push_back(i);
       MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
       const Tensor x = padded(gather_rows(test_.images, rows), std::vector<Placement>(rows.size()));
       const Tensor y = gather_rows(test_.labels, rows);
-      const Bundle out = pipe.predict({x});
+      const Bundle out = pipe.predict({x}, {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows.size()))});
       const Tensor labels = y.to(out[0].device());
       sum += loss.sum(out, {labels}).item();
       const AccuracyCount a = count_correct(out[0], labels);

@@ -54,6 +54,11 @@ std::vector<int64_t> StepRows::rows(int64_t step) const {
   return batches_[step % batches_per_epoch()];
 }
 
+int eval_micro_batches(const TrainConfig& c, int64_t rows) {
+  const int64_t micro_rows = std::max<int64_t>(1, c.batch / std::max(1, c.micro_batches));
+  return static_cast<int>(std::max<int64_t>(1, (rows + micro_rows - 1) / micro_rows));
+}
+
 uint64_t data_seed(const TrainConfig& c) { return mix_key(c.seed, 0xda7a); }
 uint64_t dropout_seed(const TrainConfig& c) { return mix_key(c.seed, 0xd209); }
 uint64_t weight_seed(const TrainConfig& c) { return mix_key(c.seed, 0x3e1); }

@@ -96,6 +96,12 @@ std::unique_ptr<Task> make_translation_task(
     const TrainConfig& c);  // tools/train/translation_task.cc
 
 // Seeds derived from --seed, one per use, so no two draw the same stream.
+// Evaluation runs the test rows in chunks of this many training batches,
+// each as one pipelined program with micro-batches of the training
+// micro-batch's size: few fill-drain bubbles, the same per-micro-batch work.
+constexpr int64_t kEvalChunkBatches = 8;
+int eval_micro_batches(const TrainConfig& c, int64_t rows);
+
 uint64_t data_seed(const TrainConfig& c);     // epoch shuffles, augmentation
 uint64_t dropout_seed(const TrainConfig& c);  // the pipeline's dropout keys
 uint64_t weight_seed(const TrainConfig& c);   // initial weights

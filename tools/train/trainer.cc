@@ -86,7 +86,7 @@ namespace {
 
 PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communicator> world) {
   PipelineOptions o;
-  o.partitions = c.partitions;
+  o.cells = c.partitions;
   o.micro_batches = c.micro_batches;
   o.devices = parse_devices(c.devices);
   o.remat = parse_remat(c.remat);
@@ -240,7 +240,7 @@ class Trainer {
     // stage, targets on the last; the stages between make no batches.
     const RankInfo me = pipe_->rank_info();
     const bool want_inputs = me.stage == 0 || !pipe_->distributed();
-    const bool want_targets = me.stage == me.stages - 1 || !pipe_->distributed();
+    const bool want_targets = me.stage == me.cells - 1 || !pipe_->distributed();
     PrefetchLoader loader(
         [task = task_.get(), s = step, end = c_.steps, want_inputs, want_targets]() mutable -> std::optional<Batch> {
           if (s >= end) return std::nullopt;
@@ -436,7 +436,7 @@ class Trainer {
     if (pipe_->distributed()) {
       // Every stage's ranks of replica 0 write a shard; rank 0 the manifest once all have.
       const RankInfo me = pipe_->rank_info();
-      optim::save_sharded_checkpoint(*world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.stages},
+      optim::save_sharded_checkpoint(*world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.cells},
                                      path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
     } else {
       optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));

@@ -105,13 +105,15 @@ class TranslationTask final : public Task {
     const int64_t n = static_cast<int64_t>(eval_order_.size());
     double sum = 0, terms = 0;
     AccuracyCount acc;
-    for (int64_t first = 0; first < n; first += c_.batch) {
+    const int64_t chunk = kEvalChunkBatches * c_.batch;
+    for (int64_t first = 0; first < n; first += chunk) {
       const std::vector<int64_t> rows(eval_order_.begin() + first,
-                                      eval_order_.begin() + std::min(n, first + c_.batch));
+                                      eval_order_.begin() + std::min(n, first + chunk));
       MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
       const TranslationBatch b =
           make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
-      const Bundle out = pipe.predict({b.src, b.tgt_in});
+      const int64_t count = static_cast<int64_t>(rows.size());
+      const Bundle out = pipe.predict({b.src, b.tgt_in}, {.micro_batches = eval_micro_batches(c_, count)});
       const Tensor labels = b.tgt_out.to(out[0].device());
       sum += loss.sum(out, {labels}).item();
       terms += loss.count({labels});
