@@ -66,8 +66,9 @@ class CpuAllocator final : public Allocator {
         p = system_allocate(size);
       }
       if (p == nullptr)
-        throw Error(detail::concat("out of memory on ", device_, ": failed to allocate ", bytes, " bytes for ",
-                                   memory_category_name(c), " (live: ", stats().str(), ")"));
+        throw Error(detail::concat("out of memory on ", device_, ": failed to allocate ", bytes,
+                                   " bytes for ", memory_category_name(c),
+                                   " (live: ", stats().str(), ")"));
     }
     charge(bytes, c);
     return p;
@@ -100,7 +101,8 @@ class CpuAllocator final : public Allocator {
   // The size class of a request: multiples of 2^(p-2) in (2^p, 2^(p+1)].
   static size_t size_class(size_t bytes) {
     if (bytes <= kAllocAlignment) return kAllocAlignment;
-    const int p = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes - 1));  // 2^p < bytes <= 2^(p+1)
+    const int p =
+        63 - __builtin_clzll(static_cast<unsigned long long>(bytes - 1));  // 2^p < bytes <= 2^(p+1)
     const size_t step = size_t{1} << (p - 2);
     return (bytes + step - 1) / step * step;
   }
@@ -115,8 +117,11 @@ class CpuAllocator final : public Allocator {
       if (const char* env = std::getenv("GPIPE_CPU_CACHE_MB")) {
         char* end = nullptr;
         const long long mb = std::strtoll(env, &end, 10);
-        if (end != env && *end == 0 && mb >= 0) return static_cast<int64_t>(std::min(mb, 1LL << 40)) << 20;
-        std::fprintf(stderr, "gpipe: GPIPE_CPU_CACHE_MB='%s' is not a count of MB; using the default\n", env);
+        if (end != env && *end == 0 && mb >= 0)
+          return static_cast<int64_t>(std::min(mb, 1LL << 40)) << 20;
+        std::fprintf(stderr,
+                     "gpipe: GPIPE_CPU_CACHE_MB='%s' is not a count of MB; using the default\n",
+                     env);
       }
 #if defined(__SANITIZE_ADDRESS__)
       return int64_t{0};
@@ -179,11 +184,16 @@ Registry& registry() {
 
 std::string_view memory_category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::kParameter: return "parameter";
-    case MemoryCategory::kGradient: return "gradient";
-    case MemoryCategory::kOptimizerState: return "optimizer_state";
-    case MemoryCategory::kActivation: return "activation";
-    case MemoryCategory::kWorkspace: return "workspace";
+    case MemoryCategory::kParameter:
+      return "parameter";
+    case MemoryCategory::kGradient:
+      return "gradient";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::kActivation:
+      return "activation";
+    case MemoryCategory::kWorkspace:
+      return "workspace";
   }
   return "?";
 }
@@ -248,7 +258,8 @@ Allocator& allocator_for(Device device) {
   auto it = r.allocators.find(key);
   if (it != r.allocators.end()) return *it->second;
   AllocatorFactory f = r.factories[static_cast<int>(device.type)];
-  GPIPE_CHECK(f != nullptr, "device ", device, " is not available: gpipe was built without CUDA "
+  GPIPE_CHECK(f != nullptr, "device ", device,
+              " is not available: gpipe was built without CUDA "
               "(build with --config=cuda)");
   Allocator* a = f(device.index);
   GPIPE_ASSERT(a != nullptr);

@@ -17,7 +17,13 @@
 
 namespace gpipe {
 
-enum class MemoryCategory : uint8_t { kParameter, kGradient, kOptimizerState, kActivation, kWorkspace };
+enum class MemoryCategory : uint8_t {
+  kParameter,
+  kGradient,
+  kOptimizerState,
+  kActivation,
+  kWorkspace
+};
 inline constexpr int kNumMemoryCategories = 5;
 std::string_view memory_category_name(MemoryCategory c);
 
@@ -25,9 +31,9 @@ struct MemoryStats {
   std::array<int64_t, kNumMemoryCategories> live{};  // bytes allocated now
   std::array<int64_t, kNumMemoryCategories> peak{};  // high-water mark of live, per category
   int64_t live_total = 0;
-  int64_t peak_total = 0;       // high-water mark of the sum over categories
-  int64_t allocations = 0;      // number of allocate() calls
-  int64_t cached_bytes = 0;     // freed blocks the allocator keeps for reuse (not in live/peak)
+  int64_t peak_total = 0;    // high-water mark of the sum over categories
+  int64_t allocations = 0;   // number of allocate() calls
+  int64_t cached_bytes = 0;  // freed blocks the allocator keeps for reuse (not in live/peak)
   int64_t live_bytes(MemoryCategory c) const { return live[static_cast<int>(c)]; }
   int64_t peak_bytes(MemoryCategory c) const { return peak[static_cast<int>(c)]; }
   std::string str() const;

@@ -36,7 +36,8 @@ class LambdaNode final : public CountedNode {
   LambdaNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
   std::string name() const override { return name_; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    GPIPE_CHECK(fn_ != nullptr, "backward through '", name_, "' a second time: its saved tensors "
+    GPIPE_CHECK(fn_ != nullptr, "backward through '", name_,
+                "' a second time: its saved tensors "
                 "were freed by the first backward (pass retain_graph=true to keep them)");
     return fn_(grads);
   }
@@ -127,7 +128,8 @@ class CheckpointNode final : public CountedNode {
   }
   std::string name() const override { return "Checkpoint"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    GPIPE_CHECK(fn_ != nullptr, "backward through a checkpoint a second time: its saved inputs "
+    GPIPE_CHECK(fn_ != nullptr,
+                "backward through a checkpoint a second time: its saved inputs "
                 "were freed by the first backward");
     EnableGradGuard enable;
     RngScope rng(ctx_);  // Note [Remat RNG]: the recompute draws what the forward drew
@@ -154,7 +156,8 @@ class CheckpointNode final : public CountedNode {
     }
     if (!roots.empty()) gpipe::backward(roots, root_grads);
     std::vector<Tensor> result;
-    for (size_t i = 0; i < leaves.size(); ++i) result.push_back(requires_[i] ? leaves[i].grad() : Tensor());
+    for (size_t i = 0; i < leaves.size(); ++i)
+      result.push_back(requires_[i] ? leaves[i].grad() : Tensor());
     return result;
   }
   void release() override {
@@ -222,7 +225,8 @@ std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& i
   std::vector<size_t> float_outputs;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i].defined() || !is_floating(outs[i].dtype())) continue;  // ints pass through
-    outs[i] = outs[i].detach();  // a fresh handle: never re-parent a tensor fn merely passed through
+    outs[i] =
+        outs[i].detach();  // a fresh handle: never re-parent a tensor fn merely passed through
     ptrs.push_back(&outs[i]);
     float_outputs.push_back(i);
   }
@@ -231,7 +235,8 @@ std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& i
   return outs;
 }
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+              bool retain_graph) {
   GPIPE_CHECK(grads.empty() || grads.size() == roots.size(), "backward: got ", grads.size(),
               " gradients for ", roots.size(), " roots");
   NoGradGuard no_grad;
@@ -286,7 +291,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
     return a->sequence_nr < b->sequence_nr;
   };
-  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later_first)>
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>,
+                      decltype(later_first)>
       ready(later_first);
   std::unordered_set<Node*> queued;
   for (auto& n : start)
@@ -311,7 +317,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       }
       out = node->apply(std::move(in));
       GPIPE_ASSERT(out.empty() || out.size() == node->next_edges.size(), "'", node->name(),
-                   "' returned ", out.size(), " gradients for ", node->next_edges.size(), " inputs");
+                   "' returned ", out.size(), " gradients for ", node->next_edges.size(),
+                   " inputs");
     }
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
@@ -325,15 +332,17 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
 Tensor accumulate(const Tensor& a, const Tensor& b) {
   GPIPE_ASSERT(a.shape() == b.shape() && a.dtype() == b.dtype(), a.shape(), " vs ", b.shape());
-  GPIPE_CHECK(a.device() == b.device(), "gradient accumulation across devices: ", a.device(), " and ",
-              b.device());
+  GPIPE_CHECK(a.device() == b.device(), "gradient accumulation across devices: ", a.device(),
+              " and ", b.device());
   AccumulateFn f = g_accumulate[static_cast<int>(a.device().type)];
   if (f) return f(a, b);
   GPIPE_CHECK(a.device().is_cpu(), "no gradient accumulation kernel for ", a.device());
   return cpu_accumulate(a, b);
 }
 
-void register_accumulate(DeviceType type, AccumulateFn fn) { g_accumulate[static_cast<int>(type)] = fn; }
+void register_accumulate(DeviceType type, AccumulateFn fn) {
+  g_accumulate[static_cast<int>(type)] = fn;
+}
 
 int64_t live_node_count() { return g_live_nodes.load(); }
 

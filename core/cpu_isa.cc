@@ -44,7 +44,8 @@ CpuIsa detect() {
   if (cpuid(0).eax < 7) return CpuIsa::kBaseline;
   const CpuidRegs l7 = cpuid(7, 0);
   const bool avx2 = bit(l7.ebx, 5);
-  const bool avx512 = bit(l7.ebx, 16) && bit(l7.ebx, 17) && bit(l7.ebx, 30) && bit(l7.ebx, 31);  // F DQ BW VL
+  const bool avx512 =
+      bit(l7.ebx, 16) && bit(l7.ebx, 17) && bit(l7.ebx, 30) && bit(l7.ebx, 31);  // F DQ BW VL
   if (avx512 && avx2 && os_zmm) return CpuIsa::kAvx512;
   if (avx2 && os_ymm) return CpuIsa::kAvx2;
   return CpuIsa::kBaseline;
@@ -102,9 +103,12 @@ void set_cpu_isa(CpuIsa isa) {
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kBaseline: return "baseline";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kBaseline:
+      return "baseline";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -112,7 +116,8 @@ const char* cpu_isa_name(CpuIsa isa) {
 CpuIsa parse_cpu_isa(std::string_view name) {
   for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
     if (name == cpu_isa_name(isa)) return isa;
-  throw Error(detail::concat("unknown CPU ISA level '", name, "': expected avx512, avx2 or baseline"));
+  throw Error(
+      detail::concat("unknown CPU ISA level '", name, "': expected avx512, avx2 or baseline"));
 }
 
 std::string cpu_description() {

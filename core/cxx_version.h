@@ -4,5 +4,6 @@
 #pragma once
 
 #if !defined(__cplusplus) || __cplusplus < 202002L
-#error "gpipe needs C++20: compile with -std=c++20 (in Bazel: import gpipe's third_party/gpipe.bazelrc, or add build --cxxopt=-std=c++20; see README, 'Using gpipe from another Bazel workspace')"
+#error \
+    "gpipe needs C++20: compile with -std=c++20 (in Bazel: import gpipe's third_party/gpipe.bazelrc, or add build --cxxopt=-std=c++20; see README, 'Using gpipe from another Bazel workspace')"
 #endif

@@ -27,7 +27,9 @@ Device::Device(std::string_view spec) {
   }
 }
 
-std::string Device::str() const { return std::string(device_type_name(type)) + ":" + std::to_string(index); }
+std::string Device::str() const {
+  return std::string(device_type_name(type)) + ":" + std::to_string(index);
+}
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 

@@ -3,13 +3,13 @@
 // runtime, its own worker); "cuda:i" exists only in CUDA builds.
 #pragma once
 
-#include "core/cxx_version.h"
-
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/cxx_version.h"
 
 namespace gpipe {
 

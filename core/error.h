@@ -6,11 +6,11 @@
 // marks a bug in gpipe itself; it stays on in optimised builds.
 #pragma once
 
-#include "core/cxx_version.h"
-
 #include <sstream>
 #include <stdexcept>
 #include <string>
+
+#include "core/cxx_version.h"
 
 namespace gpipe {
 
@@ -47,14 +47,15 @@ std::string concat(const Parts&... parts) {
 
 }  // namespace gpipe
 
-#define GPIPE_CHECK(cond, ...)                                       \
-  do {                                                               \
+#define GPIPE_CHECK(cond, ...)                                               \
+  do {                                                                       \
     if (!(cond)) throw ::gpipe::Error(::gpipe::detail::concat(__VA_ARGS__)); \
   } while (0)
 
-#define GPIPE_ASSERT(cond, ...)                                                   \
-  do {                                                                            \
-    if (!(cond))                                                                  \
-      throw ::gpipe::InternalError(::gpipe::detail::concat(                       \
-          "gpipe internal error at ", __FILE__, ":", __LINE__, ": ", #cond, " " __VA_OPT__(, ) __VA_ARGS__)); \
+#define GPIPE_ASSERT(cond, ...)                                                                  \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      throw ::gpipe::InternalError(::gpipe::detail::concat("gpipe internal error at ", __FILE__, \
+                                                           ":", __LINE__, ": ", #cond,           \
+                                                           " " __VA_OPT__(, ) __VA_ARGS__));     \
   } while (0)

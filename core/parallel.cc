@@ -53,7 +53,8 @@ struct ThreadPool::Job {
   void work() {
     const bool outer = t_in_task;
     t_in_task = true;
-    for (int i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed)) {
+    for (int i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
       try {
         (*task)(i);
       } catch (...) {
@@ -65,7 +66,8 @@ struct ThreadPool::Job {
     t_in_task = outer;
   }
   bool done() const {
-    return finished.load(std::memory_order_acquire) == n && refs.load(std::memory_order_acquire) == 0;
+    return finished.load(std::memory_order_acquire) == n &&
+           refs.load(std::memory_order_acquire) == 0;
   }
 };
 
@@ -88,7 +90,8 @@ void ThreadPool::worker_loop() {
   while (true) {
     bool woke = false;
     for (int r = 0; r < kSpinRounds && !woke; ++r) {
-      woke = stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
+      woke = stop_.load(std::memory_order_relaxed) ||
+             generation_.load(std::memory_order_acquire) != seen;
       if (!woke) cpu_relax();
     }
     Job* job = nullptr;
@@ -114,7 +117,8 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::run(int n, const std::function<void(int)>& task) {
   if (n <= 0) return;
-  if (size_ == 1 || n == 1 || t_in_task) {  // (inside a task: never try the lock this thread may hold)
+  if (size_ == 1 || n == 1 ||
+      t_in_task) {  // (inside a task: never try the lock this thread may hold)
     for (int i = 0; i < n; ++i) task(i);
     return;
   }

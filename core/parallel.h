@@ -7,8 +7,6 @@
 // parallel_for inside a pool task runs serially, so nesting never deadlocks.
 #pragma once
 
-#include "core/cxx_version.h"
-
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -16,6 +14,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/cxx_version.h"
 
 namespace gpipe {
 
@@ -43,10 +43,10 @@ class ThreadPool {
   std::mutex run_mu_;  // one job at a time
   std::mutex mu_;      // guards job_, sleepers_ and the condition variables
   std::condition_variable cv_, done_cv_;
-  Job* job_ = nullptr;                     // the job workers may join, or none
-  std::atomic<uint64_t> generation_{0};    // bumped for every job: what spinning workers watch
+  Job* job_ = nullptr;                   // the job workers may join, or none
+  std::atomic<uint64_t> generation_{0};  // bumped for every job: what spinning workers watch
   std::atomic<bool> stop_{false};
-  int sleepers_ = 0;                       // workers parked on cv_
+  int sleepers_ = 0;  // workers parked on cv_
 };
 
 // The pool parallel_for uses on this thread.

@@ -10,9 +10,9 @@
 // of this header against core/rng.cc.
 #pragma once
 
-#include "core/cxx_version.h"
-
 #include <cstdint>
+
+#include "core/cxx_version.h"
 
 #if defined(__CUDACC__)
 #define GPIPE_HOST_DEVICE __host__ __device__

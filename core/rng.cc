@@ -80,7 +80,11 @@ void philox_uniform(uint64_t key, uint64_t offset, double* out, int64_t n) {
   }
 }
 
-void philox_normal(uint64_t key, uint64_t offset, float* out, int64_t n) { normal_impl(key, offset, out, n); }
-void philox_normal(uint64_t key, uint64_t offset, double* out, int64_t n) { normal_impl(key, offset, out, n); }
+void philox_normal(uint64_t key, uint64_t offset, float* out, int64_t n) {
+  normal_impl(key, offset, out, n);
+}
+void philox_normal(uint64_t key, uint64_t offset, double* out, int64_t n) {
+  normal_impl(key, offset, out, n);
+}
 
 }  // namespace gpipe

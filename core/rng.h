@@ -7,10 +7,10 @@
 // m at step s uses the key (seed, s, m, l), whatever K or the schedule is.
 #pragma once
 
-#include "core/cxx_version.h"
-
 #include <array>
 #include <cstdint>
+
+#include "core/cxx_version.h"
 
 namespace gpipe {
 

@@ -9,8 +9,9 @@ namespace gpipe {
 
 int64_t Shape::normalize_axis(int64_t axis, const char* op) const {
   const int64_t r = rank();
-  GPIPE_CHECK(axis >= -r && axis < r, op, ": axis ", axis, " is out of range for a tensor of shape ",
-              *this, " (expected -", r, " <= axis < ", r, ")");
+  GPIPE_CHECK(axis >= -r && axis < r, op, ": axis ", axis,
+              " is out of range for a tensor of shape ", *this, " (expected -", r, " <= axis < ", r,
+              ")");
   return axis < 0 ? axis + r : axis;
 }
 

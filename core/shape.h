@@ -2,13 +2,13 @@
 // go with them. Negative axes count from the back, as in numpy.
 #pragma once
 
-#include "core/cxx_version.h"
-
 #include <cstdint>
 #include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "core/cxx_version.h"
 
 namespace gpipe {
 

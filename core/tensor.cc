@@ -16,11 +16,16 @@ namespace {
 template <class F>
 decltype(auto) dispatch_any(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    default: break;
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    case DType::kInt32:
+      return f(int32_t{});
+    case DType::kInt64:
+      return f(int64_t{});
+    default:
+      break;
   }
   throw Error(detail::concat("dtype ", dtype, " has no CPU element access yet"));
 }
@@ -82,7 +87,8 @@ void cpu_copy(const Tensor& src, Tensor& dst) {
   if (!src.device().is_cpu() || !dst.device().is_cpu()) {
     const DeviceType t = src.device().is_cpu() ? dst.device().type : src.device().type;
     DeviceCopyFn f = g_copy[static_cast<int>(t)];
-    GPIPE_CHECK(f != nullptr, "copy from ", src.device(), " to ", dst.device(), " needs a CUDA build");
+    GPIPE_CHECK(f != nullptr, "copy from ", src.device(), " to ", dst.device(),
+                " needs a CUDA build");
     f(src, dst);
     return;
   }
@@ -116,7 +122,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
@@ -181,17 +189,20 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
-  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(dtype_size(dtype()));
+  return static_cast<char*>(storage()->data()) +
+         offset() * static_cast<int64_t>(dtype_size(dtype()));
 }
 
 double Tensor::item() const {
   GPIPE_CHECK(numel() == 1, "item(): expected a tensor with one element, got shape ", shape());
   Tensor c = device().is_cpu() ? *this : to(kCpu);
-  return dispatch_any(c.dtype(), [&](auto z) { return static_cast<double>(*c.data<decltype(z)>()); });
+  return dispatch_any(c.dtype(),
+                      [&](auto z) { return static_cast<double>(*c.data<decltype(z)>()); });
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
-  GPIPE_CHECK(device().is_cpu(), "at(): element access needs a CPU tensor, this one is on ", device());
+  GPIPE_CHECK(device().is_cpu(), "at(): element access needs a CPU tensor, this one is on ",
+              device());
   const int64_t off = flat_offset(*this, index);
   return dispatch_any(dtype(), [&](auto z) {
     return static_cast<double>(static_cast<const decltype(z)*>(storage()->data())[off]);
@@ -199,7 +210,8 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
 }
 
 void Tensor::set(std::initializer_list<int64_t> index, double value) {
-  GPIPE_CHECK(device().is_cpu(), "set(): element access needs a CPU tensor, this one is on ", device());
+  GPIPE_CHECK(device().is_cpu(), "set(): element access needs a CPU tensor, this one is on ",
+              device());
   const int64_t off = flat_offset(*this, index);
   dispatch_any(dtype(), [&](auto z) {
     static_cast<decltype(z)*>(storage()->data())[off] = static_cast<decltype(z)>(value);
@@ -223,7 +235,8 @@ Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   Tensor out = empty(shape(), dtype(), device());
   out.copy_from(*this);
-  record("contiguous", {*this}, out, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  record("contiguous", {*this}, out,
+         [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 
@@ -287,10 +300,14 @@ void Tensor::fill(double value) {
 }
 
 Tensor& Tensor::set_requires_grad(bool on) {
-  GPIPE_CHECK(is_leaf(), "set_requires_grad: only leaf tensors can be marked; this tensor is the "
-              "result of '", grad_fn() ? "an op" : "", "' (use detach() first)");
-  GPIPE_CHECK(!on || is_floating(dtype()), "set_requires_grad: only float tensors can require "
-              "grad, this one is ", dtype());
+  GPIPE_CHECK(is_leaf(),
+              "set_requires_grad: only leaf tensors can be marked; this tensor is the "
+              "result of '",
+              grad_fn() ? "an op" : "", "' (use detach() first)");
+  GPIPE_CHECK(!on || is_floating(dtype()),
+              "set_requires_grad: only float tensors can require "
+              "grad, this one is ",
+              dtype());
   impl().requires_grad = on;
   return *this;
 }

@@ -45,11 +45,12 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool s
   return p;
 }
 
-EpochSampler::EpochSampler(int64_t n, int64_t batch_size, uint64_t seed, bool shuffle, bool drop_last)
+EpochSampler::EpochSampler(int64_t n, int64_t batch_size, uint64_t seed, bool shuffle,
+                           bool drop_last)
     : n_(n), batch_size_(batch_size), seed_(seed), shuffle_(shuffle), drop_last_(drop_last) {
   GPIPE_CHECK(batch_size_ > 0, "EpochSampler: batch_size must be positive, got ", batch_size_);
-  GPIPE_CHECK(batches_per_epoch() > 0, "EpochSampler: ", n_, " examples make no batch of ", batch_size_,
-              (drop_last_ ? " (drop_last is on)" : ""));
+  GPIPE_CHECK(batches_per_epoch() > 0, "EpochSampler: ", n_, " examples make no batch of ",
+              batch_size_, (drop_last_ ? " (drop_last is on)" : ""));
   order_ = epoch_order(n_, seed_, epoch_, shuffle_);
 }
 

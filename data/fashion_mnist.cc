@@ -35,9 +35,10 @@ size_t read_some(gzFile f, const std::string& path, const char* what, void* buf,
       int errnum = 0;
       const char* msg = gzerror(f, &errnum);
       if (errnum == Z_BUF_ERROR)
-        throw Error(detail::concat(path, ": truncated: the gzip stream ends inside the ", what, " (expected ", n,
-                                   " bytes)"));
-      throw Error(detail::concat(path, ": corrupt gzip data (", msg ? msg : "unknown zlib error", ")"));
+        throw Error(detail::concat(path, ": truncated: the gzip stream ends inside the ", what,
+                                   " (expected ", n, " bytes)"));
+      throw Error(
+          detail::concat(path, ": corrupt gzip data (", msg ? msg : "unknown zlib error", ")"));
     }
     if (got == 0) break;
     done += static_cast<size_t>(got);
@@ -51,14 +52,18 @@ uint32_t big_endian_u32(const uint8_t* p) {
 
 const char* kind_of(uint32_t magic) {
   switch (magic) {
-    case 0x0803: return " (images)";
-    case 0x0801: return " (labels)";
-    default: return "";
+    case 0x0803:
+      return " (images)";
+    case 0x0801:
+      return " (labels)";
+    default:
+      return "";
   }
 }
 
 std::string file_name(const std::string& dir, bool train, const char* kind) {
-  return (std::filesystem::path(dir) / (std::string(train ? "train" : "t10k") + "-" + kind + "-ubyte.gz"))
+  return (std::filesystem::path(dir) /
+          (std::string(train ? "train" : "t10k") + "-" + kind + "-ubyte.gz"))
       .string();
 }
 
@@ -67,15 +72,16 @@ std::string file_name(const std::string& dir, bool train, const char* kind) {
 IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t limit) {
   std::error_code ec;
   GPIPE_CHECK(std::filesystem::is_regular_file(path, ec), path,
-              ": no such file (expected an IDX file with magic ", expected_magic, kind_of(expected_magic),
+              ": no such file (expected an IDX file with magic ", expected_magic,
+              kind_of(expected_magic),
               "; Fashion-MNIST comes from Debian's dataset-fashion-mnist package)");
   GzFile f(gzopen(path.c_str(), "rb"));
   GPIPE_CHECK(f != nullptr, path, ": cannot open (", std::strerror(errno), ")");
 
   uint8_t head[4];
   size_t got = read_some(f.get(), path, "header", head, 4);
-  GPIPE_CHECK(got == 4, path, ": truncated: expected a 4-byte IDX header with magic ", expected_magic,
-              kind_of(expected_magic), ", got ", got, " bytes");
+  GPIPE_CHECK(got == 4, path, ": truncated: expected a 4-byte IDX header with magic ",
+              expected_magic, kind_of(expected_magic), ", got ", got, " bytes");
   const uint32_t magic = big_endian_u32(head);
   GPIPE_CHECK(magic == expected_magic, path, ": expected IDX magic ", expected_magic,
               kind_of(expected_magic), ", got ", magic, kind_of(magic));
@@ -84,8 +90,8 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t l
   const int ndims = head[3];
   std::vector<uint8_t> sizes(static_cast<size_t>(ndims) * 4);
   got = read_some(f.get(), path, "header", sizes.data(), sizes.size());
-  GPIPE_CHECK(got == sizes.size(), path, ": truncated: expected ", ndims, " dimension sizes in the header, got ",
-              got, " of ", sizes.size(), " bytes");
+  GPIPE_CHECK(got == sizes.size(), path, ": truncated: expected ", ndims,
+              " dimension sizes in the header, got ", got, " of ", sizes.size(), " bytes");
   int64_t item_size = 1;
   for (int d = 0; d < ndims; ++d) {
     out.dims.push_back(static_cast<int64_t>(big_endian_u32(&sizes[static_cast<size_t>(d) * 4])));
@@ -96,12 +102,13 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t l
   const size_t want = static_cast<size_t>(items * item_size);
   out.data.resize(want);
   got = read_some(f.get(), path, "data", out.data.data(), want);
-  GPIPE_CHECK(got == want, path, ": truncated: expected ", want, " bytes of data for ", items, " items, got ",
-              got);
+  GPIPE_CHECK(got == want, path, ": truncated: expected ", want, " bytes of data for ", items,
+              " items, got ", got);
   return out;
 }
 
-ImageDataset load_fashion_mnist(const std::string& dir, bool train, const FashionMnistOptions& options) {
+ImageDataset load_fashion_mnist(const std::string& dir, bool train,
+                                const FashionMnistOptions& options) {
   const std::string image_path = file_name(dir, train, "images-idx3");
   const std::string label_path = file_name(dir, train, "labels-idx1");
   const int64_t side = kFashionMnistSide;
@@ -111,35 +118,38 @@ ImageDataset load_fashion_mnist(const std::string& dir, bool train, const Fashio
   int64_t image_count = -1, label_count = -1;
   if (options.images) {
     IdxArray images = read_idx_gz(image_path, 0x0803, options.limit);
-    GPIPE_CHECK(images.dims.size() == 3 && images.dims[1] == side && images.dims[2] == side, image_path,
-                ": expected images of shape [N, 28, 28], got ", Shape(images.dims));
+    GPIPE_CHECK(images.dims.size() == 3 && images.dims[1] == side && images.dims[2] == side,
+                image_path, ": expected images of shape [N, 28, 28], got ", Shape(images.dims));
     image_count = images.dims[0];
     const int64_t n = static_cast<int64_t>(images.data.size() / (side * side));
     ds.images = Tensor::empty(Shape{n, 1, side, side}, DType::kFloat32);
     float* px = ds.images.data<float>();
-    const float scale = options.normalize ? static_cast<float>(1.0 / (255.0 * options.std)) : 1.0f / 255.0f;
+    const float scale =
+        options.normalize ? static_cast<float>(1.0 / (255.0 * options.std)) : 1.0f / 255.0f;
     const float shift = options.normalize ? static_cast<float>(options.mean / options.std) : 0.0f;
-    for (size_t i = 0; i < images.data.size(); ++i) px[i] = static_cast<float>(images.data[i]) * scale - shift;
+    for (size_t i = 0; i < images.data.size(); ++i)
+      px[i] = static_cast<float>(images.data[i]) * scale - shift;
   }
   if (options.labels || !options.images) {
     // Without either part, the label file's header still gives the count.
     IdxArray labels = read_idx_gz(label_path, 0x0801, options.labels ? options.limit : 0);
-    GPIPE_CHECK(labels.dims.size() == 1, label_path, ": expected labels of shape [N], got ", Shape(labels.dims));
+    GPIPE_CHECK(labels.dims.size() == 1, label_path, ": expected labels of shape [N], got ",
+                Shape(labels.dims));
     label_count = labels.dims[0];
     if (options.labels) {
       const int64_t n = static_cast<int64_t>(labels.data.size());
       ds.labels = Tensor::empty(Shape{n}, DType::kInt64);
       int64_t* lb = ds.labels.data<int64_t>();
       for (int64_t i = 0; i < n; ++i) {
-        GPIPE_CHECK(labels.data[i] < kFashionMnistClasses, label_path, ": label ", int{labels.data[i]},
-                    " of example ", i, " is out of range; expected 0..9");
+        GPIPE_CHECK(labels.data[i] < kFashionMnistClasses, label_path, ": label ",
+                    int{labels.data[i]}, " of example ", i, " is out of range; expected 0..9");
         lb[i] = labels.data[i];
       }
     }
   }
   if (image_count >= 0 && label_count >= 0)
-    GPIPE_CHECK(image_count == label_count, image_path, " holds ", image_count, " images but ", label_path, " holds ",
-                label_count, " labels; expected equal counts");
+    GPIPE_CHECK(image_count == label_count, image_path, " holds ", image_count, " images but ",
+                label_path, " holds ", label_count, " labels; expected equal counts");
   const int64_t total = std::max(image_count, label_count);
   ds.count = options.limit >= 0 ? std::min(options.limit, total) : total;
   return ds;

@@ -25,11 +25,13 @@ inline constexpr double kFashionMnistMean = 0.2860;
 inline constexpr double kFashionMnistStd = 0.3530;
 
 struct ImageDataset {
-  Tensor images;  // [N, 1, 28, 28] float32, CPU (undefined if not read)
-  Tensor labels;  // [N] int64 in [0, 10), CPU (undefined if not read)
+  Tensor images;       // [N, 1, 28, 28] float32, CPU (undefined if not read)
+  Tensor labels;       // [N] int64 in [0, 10), CPU (undefined if not read)
   int64_t count = -1;  // N when neither part was read (only counted)
   int64_t size() const {
-    return labels.defined() ? labels.size(0) : images.defined() ? images.size(0) : std::max<int64_t>(count, 0);
+    return labels.defined()   ? labels.size(0)
+           : images.defined() ? images.size(0)
+                              : std::max<int64_t>(count, 0);
   }
 };
 
@@ -65,9 +67,9 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t l
 
 struct ImageBatchOptions {
   int64_t batch_size = 64;
-  uint64_t seed = 0;       // epoch e is shuffled with mix_key(seed, e)
-  bool shuffle = true;     // false: in order (evaluation)
-  bool drop_last = true;   // true: every batch has exactly batch_size rows
+  uint64_t seed = 0;      // epoch e is shuffled with mix_key(seed, e)
+  bool shuffle = true;    // false: in order (evaluation)
+  bool drop_last = true;  // true: every batch has exactly batch_size rows
 };
 
 // Endless epoch iterator over an ImageDataset: next() returns

@@ -1,8 +1,7 @@
 #include "data/fashion_mnist.h"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <set>
 
@@ -14,7 +13,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 std::string be32(uint32_t v) {
-  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+          static_cast<char>(v)};
 }
 
 std::string idx_images(uint32_t count, uint32_t rows, uint32_t cols, size_t payload) {
@@ -44,21 +44,26 @@ TEST_CASE("Fashion-MNIST: the first 100 real training examples", "[data][fashion
   REQUIRE(ds.labels.shape() == Shape{100});
   REQUIRE(ds.labels.dtype() == DType::kInt64);
   std::vector<int64_t> labels = ds.labels.to_vector<int64_t>();
-  CHECK(std::vector<int64_t>(labels.begin(), labels.begin() + 6) == std::vector<int64_t>{9, 0, 0, 3, 0, 2});
+  CHECK(std::vector<int64_t>(labels.begin(), labels.begin() + 6) ==
+        std::vector<int64_t>{9, 0, 0, 3, 0, 2});
   CHECK(std::set<int64_t>(labels.begin(), labels.end()).size() == 10);  // all classes appear
   for (int64_t l : labels) CHECK((l >= 0 && l < 10));
   std::vector<float> px = ds.images.to_vector<float>();
   CHECK(*std::min_element(px.begin(), px.end()) == 0.0f);
   CHECK(*std::max_element(px.begin(), px.end()) == 1.0f);
   // Pixel sum of the first image, 76247 / 255 (computed with Python's gzip).
-  CHECK(std::accumulate(px.begin(), px.begin() + 784, 0.0) == Approx(76247.0 / 255.0).epsilon(1e-5));
+  CHECK(std::accumulate(px.begin(), px.begin() + 784, 0.0) ==
+        Approx(76247.0 / 255.0).epsilon(1e-5));
 }
 
 TEST_CASE("Fashion-MNIST: a pipeline stage reads only its part", "[data][fashion_mnist]") {
   const ImageDataset both = load_fashion_mnist(kFashionMnistDir, /*train=*/true, {.limit = 50});
-  const ImageDataset images = load_fashion_mnist(kFashionMnistDir, true, {.limit = 50, .labels = false});
-  const ImageDataset labels = load_fashion_mnist(kFashionMnistDir, true, {.limit = 50, .images = false});
-  const ImageDataset neither = load_fashion_mnist(kFashionMnistDir, true, {.images = false, .labels = false});
+  const ImageDataset images =
+      load_fashion_mnist(kFashionMnistDir, true, {.limit = 50, .labels = false});
+  const ImageDataset labels =
+      load_fashion_mnist(kFashionMnistDir, true, {.limit = 50, .images = false});
+  const ImageDataset neither =
+      load_fashion_mnist(kFashionMnistDir, true, {.images = false, .labels = false});
   CHECK_FALSE(images.labels.defined());
   CHECK(images.images.to_vector<float>() == both.images.to_vector<float>());
   CHECK_FALSE(labels.images.defined());
@@ -76,14 +81,16 @@ TEST_CASE("Fashion-MNIST: the whole test set, normalised", "[data][fashion_mnist
   REQUIRE(ds.images.shape() == Shape{10000, 1, 28, 28});
   CHECK(ds.labels.at({0}) == 9);
   std::vector<float> px = ds.images.to_vector<float>();
-  const double lo = -kFashionMnistMean / kFashionMnistStd, hi = (1 - kFashionMnistMean) / kFashionMnistStd;
+  const double lo = -kFashionMnistMean / kFashionMnistStd,
+               hi = (1 - kFashionMnistMean) / kFashionMnistStd;
   CHECK(*std::min_element(px.begin(), px.end()) == Approx(lo));
   CHECK(*std::max_element(px.begin(), px.end()) == Approx(hi));
   const double mean = std::accumulate(px.begin(), px.end(), 0.0) / static_cast<double>(px.size());
   CHECK(std::abs(mean) < 0.05);  // the test set is distributed like the training set
 }
 
-TEST_CASE("Fashion-MNIST: missing, mislabelled, truncated and mismatched files", "[data][fashion_mnist]") {
+TEST_CASE("Fashion-MNIST: missing, mislabelled, truncated and mismatched files",
+          "[data][fashion_mnist]") {
   const std::string dir = testing::scratch_dir("fmnist_bad");
   const std::string images = dir + "/train-images-idx3-ubyte.gz";
   const std::string labels = dir + "/train-labels-idx1-ubyte.gz";
@@ -134,7 +141,8 @@ TEST_CASE("Fashion-MNIST: missing, mislabelled, truncated and mismatched files",
   }
 }
 
-TEST_CASE("ImageBatcher: fixed shapes, every row once per epoch, deterministic shuffles", "[data][fashion_mnist]") {
+TEST_CASE("ImageBatcher: fixed shapes, every row once per epoch, deterministic shuffles",
+          "[data][fashion_mnist]") {
   ImageBatcher batcher(indexed_dataset(23), {.batch_size = 5, .seed = 7});
   REQUIRE(batcher.batches_per_epoch() == 4);  // drop_last: 20 of 23 rows per epoch
   std::vector<std::vector<int64_t>> epochs(2);
@@ -159,7 +167,8 @@ TEST_CASE("ImageBatcher: fixed shapes, every row once per epoch, deterministic s
     for (int64_t id : again.next().targets[0].to_vector<int64_t>()) first.push_back(id);
   CHECK(first == epochs[0]);
 
-  ImageBatcher in_order(indexed_dataset(7), {.batch_size = 3, .shuffle = false, .drop_last = false});
+  ImageBatcher in_order(indexed_dataset(7),
+                        {.batch_size = 3, .shuffle = false, .drop_last = false});
   CHECK(in_order.batches_per_epoch() == 3);
   in_order.next();
   in_order.next();

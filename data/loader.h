@@ -1,8 +1,8 @@
 // PrefetchLoader: runs a BatchProducer on a background thread so the next
 // batches are prepared while the current training step runs.
 //
-//   PrefetchLoader loader(image_batch_producer(ImageBatcher(train, {.batch_size = 128}), /*epochs=*/1));
-//   while (std::optional<Batch> b = loader.next()) step(*b);
+//   PrefetchLoader loader(image_batch_producer(ImageBatcher(train, {.batch_size = 128}),
+//   /*epochs=*/1)); while (std::optional<Batch> b = loader.next()) step(*b);
 //
 // The queue holds at most `depth` finished batches (one more may be in the
 // producer's hands); the producer waits when it is full. An exception thrown
@@ -50,7 +50,7 @@ class PrefetchLoader {
   bool finished_ = false;  // the producer returned nullopt or threw
   bool stop_ = false;      // the destructor asked the thread to end
   std::exception_ptr error_;
-  std::thread thread_;     // last: starts after every other member exists
+  std::thread thread_;  // last: starts after every other member exists
 };
 
 }  // namespace gpipe

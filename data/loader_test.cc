@@ -1,8 +1,7 @@
 #include "data/loader.h"
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
@@ -28,7 +27,8 @@ bool eventually(Pred pred) {
 
 }  // namespace
 
-TEST_CASE("PrefetchLoader delivers the producer's batches in order, then the end", "[data][loader]") {
+TEST_CASE("PrefetchLoader delivers the producer's batches in order, then the end",
+          "[data][loader]") {
   int64_t i = 0;
   PrefetchLoader loader([&i]() -> std::optional<Batch> {
     if (i == 5) return std::nullopt;
@@ -43,7 +43,8 @@ TEST_CASE("PrefetchLoader delivers the producer's batches in order, then the end
   CHECK_FALSE(loader.next().has_value());
 }
 
-TEST_CASE("PrefetchLoader rethrows the producer's exception after the batches before it", "[data][loader]") {
+TEST_CASE("PrefetchLoader rethrows the producer's exception after the batches before it",
+          "[data][loader]") {
   int64_t i = 0;
   PrefetchLoader loader([&i]() -> std::optional<Batch> {
     if (i == 2) throw Error("corrupt shard 2");
@@ -55,13 +56,14 @@ TEST_CASE("PrefetchLoader rethrows the producer's exception after the batches be
   CHECK_THROWS_WITH(loader.next(), Contains("corrupt shard 2"));  // and on every later call
 }
 
-TEST_CASE("PrefetchLoader stays depth ahead and shuts down while the producer waits on a full queue",
-          "[data][loader]") {
+TEST_CASE(
+    "PrefetchLoader stays depth ahead and shuts down while the producer waits on a full queue",
+    "[data][loader]") {
   std::atomic<int64_t> calls{0};
   auto start = std::chrono::steady_clock::now();
   {
-    PrefetchLoader loader(
-        [&calls]() -> std::optional<Batch> { return numbered(calls++); }, /*depth=*/2);
+    PrefetchLoader loader([&calls]() -> std::optional<Batch> { return numbered(calls++); },
+                          /*depth=*/2);
     // Two batches queued plus one in hand, blocked on the full queue.
     REQUIRE(eventually([&] { return calls.load() == 3; }));
     std::this_thread::sleep_for(20ms);

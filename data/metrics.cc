@@ -24,7 +24,11 @@ std::u32string decode_utf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto b0 = static_cast<uint8_t>(s[i]);
-    int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xe ? 3 : (b0 >> 3) == 0x1e ? 4 : 0;
+    int len = b0 < 0x80           ? 1
+              : (b0 >> 5) == 0x6  ? 2
+              : (b0 >> 4) == 0xe  ? 3
+              : (b0 >> 3) == 0x1e ? 4
+                                  : 0;
     char32_t cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1f) : len == 3 ? (b0 & 0x0f) : (b0 & 0x07);
     bool ok = len > 0 && i + static_cast<size_t>(len) <= s.size();
     for (int k = 1; ok && k < len; ++k) {
@@ -33,8 +37,8 @@ std::u32string decode_utf8(std::string_view s) {
       cp = (cp << 6) | (b & 0x3f);
     }
     // Reject overlong forms, surrogates and values past U+10FFFF.
-    ok = ok && !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && cp < 0x10000) &&
-         !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
+    ok = ok && !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) &&
+         !(len == 4 && cp < 0x10000) && !(cp >= 0xd800 && cp <= 0xdfff) && cp <= 0x10ffff;
     if (ok) {
       out.push_back(cp);
       i += static_cast<size_t>(len);
@@ -48,14 +52,15 @@ std::u32string decode_utf8(std::string_view s) {
 
 // Python's str.isspace() set, which sacreBLEU's re.sub(r'\s+', '') removes.
 bool is_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f ||
-         c == 0x3000;
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
 }
 
 std::u32string prepare(std::string_view s, bool keep_whitespace) {
   std::u32string chars = decode_utf8(s);
-  if (!keep_whitespace) chars.erase(std::remove_if(chars.begin(), chars.end(), is_space), chars.end());
+  if (!keep_whitespace)
+    chars.erase(std::remove_if(chars.begin(), chars.end(), is_space), chars.end());
   return chars;
 }
 
@@ -70,8 +75,8 @@ NgramCounts count_ngrams(const std::u32string& s, size_t n) {
 }  // namespace
 
 ChrfAccumulator::ChrfAccumulator(ChrfOptions options) : options_(options) {
-  GPIPE_CHECK(options_.char_order >= 1 && options_.char_order <= kMaxOrder, "chrF: char_order must be in [1, ",
-              kMaxOrder, "], got ", options_.char_order);
+  GPIPE_CHECK(options_.char_order >= 1 && options_.char_order <= kMaxOrder,
+              "chrF: char_order must be in [1, ", kMaxOrder, "], got ", options_.char_order);
   GPIPE_CHECK(options_.beta > 0, "chrF: beta must be positive, got ", options_.beta);
 }
 
@@ -108,14 +113,16 @@ double ChrfAccumulator::score() const {
 
 double chrf(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
             const ChrfOptions& options) {
-  GPIPE_CHECK(hypotheses.size() == references.size(), "chrF: ", hypotheses.size(), " hypotheses but ",
-              references.size(), " references; expected one reference per hypothesis");
+  GPIPE_CHECK(hypotheses.size() == references.size(), "chrF: ", hypotheses.size(),
+              " hypotheses but ", references.size(),
+              " references; expected one reference per hypothesis");
   ChrfAccumulator acc(options);
   for (size_t i = 0; i < hypotheses.size(); ++i) acc.add(hypotheses[i], references[i]);
   return acc.score();
 }
 
-double sentence_chrf(std::string_view hypothesis, std::string_view reference, const ChrfOptions& options) {
+double sentence_chrf(std::string_view hypothesis, std::string_view reference,
+                     const ChrfOptions& options) {
   ChrfAccumulator acc(options);
   acc.add(hypothesis, reference);
   return acc.score();
@@ -123,12 +130,14 @@ double sentence_chrf(std::string_view hypothesis, std::string_view reference, co
 
 AccuracyCount count_correct(const Tensor& logits, const Tensor& labels, int64_t ignore_index) {
   GPIPE_CHECK(logits.rank() >= 1 && is_floating(logits.dtype()),
-              "accuracy: expected float logits [..., C], got ", logits.dtype(), " ", logits.shape());
-  GPIPE_CHECK(is_integral(labels.dtype()), "accuracy: expected int32/int64 labels, got ", labels.dtype());
+              "accuracy: expected float logits [..., C], got ", logits.dtype(), " ",
+              logits.shape());
+  GPIPE_CHECK(is_integral(labels.dtype()), "accuracy: expected int32/int64 labels, got ",
+              labels.dtype());
   const std::vector<int64_t>& ld = logits.shape().dims();
   GPIPE_CHECK(labels.shape() == Shape(std::vector<int64_t>(ld.begin(), ld.end() - 1)),
-              "accuracy: labels of shape ", labels.shape(), " do not match logits of shape ", logits.shape(),
-              " (expected the logits' shape without its last axis)");
+              "accuracy: labels of shape ", labels.shape(), " do not match logits of shape ",
+              logits.shape(), " (expected the logits' shape without its last axis)");
   const int64_t classes = ld.back();
   GPIPE_CHECK(classes > 0, "accuracy: logits of shape ", logits.shape(), " have no classes");
   const std::vector<float> x = logits.to_vector<float>();

@@ -42,12 +42,15 @@ class ChrfAccumulator {
 double chrf(const std::vector<std::string>& hypotheses, const std::vector<std::string>& references,
             const ChrfOptions& options = {});
 // chrF of one sentence pair.
-double sentence_chrf(std::string_view hypothesis, std::string_view reference, const ChrfOptions& options = {});
+double sentence_chrf(std::string_view hypothesis, std::string_view reference,
+                     const ChrfOptions& options = {});
 
 struct AccuracyCount {
   int64_t correct = 0;
   int64_t total = 0;
-  double value() const { return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
+  double value() const {
+    return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+  }
 };
 
 // Counts positions whose argmax over the last axis of `logits` ([..., C],

@@ -48,10 +48,10 @@ TEST_CASE("chrF: characters are code points, not bytes", "[data][metrics]") {
 }
 
 TEST_CASE("accuracy: argmax over the last axis, with an ignored label", "[data][metrics]") {
-  Tensor logits = Tensor::from_vector(std::vector<float>{0.1f, 0.9f, 0.0f,    // -> 1
-                                                         2.0f, 1.0f, 0.0f,    // -> 0
-                                                         0.0f, 0.0f, 3.0f,    // -> 2
-                                                         1.0f, 1.0f, 0.0f},   // tie -> 0
+  Tensor logits = Tensor::from_vector(std::vector<float>{0.1f, 0.9f, 0.0f,   // -> 1
+                                                         2.0f, 1.0f, 0.0f,   // -> 0
+                                                         0.0f, 0.0f, 3.0f,   // -> 2
+                                                         1.0f, 1.0f, 0.0f},  // tie -> 0
                                       Shape{4, 3});
   Tensor labels = Tensor::from_vector(std::vector<int64_t>{1, 1, 2, 0}, Shape{4});
   CHECK(accuracy(logits, labels) == Approx(0.75));

@@ -31,7 +31,8 @@ class MoReader {
                 " lies past the end of the file (", bytes_.size(), " bytes)");
     const auto* p = reinterpret_cast<const unsigned char*>(bytes_.data() + at);
     if (big_endian_)
-      return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+      return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) |
+             uint32_t{p[3]};
     return (uint32_t{p[3]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[1]} << 8) | uint32_t{p[0]};
   }
 
@@ -40,8 +41,9 @@ class MoReader {
     const uint64_t entry = table + 8ull * i;
     const uint64_t length = word(entry, which);
     const uint64_t offset = word(entry + 4, which);
-    GPIPE_CHECK(offset + length <= bytes_.size(), name_, ": corrupt or truncated .mo file: ", which, " string ", i,
-                " spans bytes [", offset, ", ", offset + length, ") but the file has ", bytes_.size(), " bytes");
+    GPIPE_CHECK(offset + length <= bytes_.size(), name_, ": corrupt or truncated .mo file: ", which,
+                " string ", i, " spans bytes [", offset, ", ", offset + length,
+                ") but the file has ", bytes_.size(), " bytes");
     return bytes_.substr(offset, length);
   }
 
@@ -54,25 +56,28 @@ class MoReader {
 }  // namespace
 
 MoCatalog parse_mo(std::string_view bytes, const std::string& name) {
-  GPIPE_CHECK(bytes.size() >= 20, name, ": truncated .mo file: expected a 20-byte header, got ", bytes.size(),
-              " bytes");
+  GPIPE_CHECK(bytes.size() >= 20, name, ": truncated .mo file: expected a 20-byte header, got ",
+              bytes.size(), " bytes");
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const uint32_t le_magic = (uint32_t{p[3]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[1]} << 8) | uint32_t{p[0]};
+  const uint32_t le_magic =
+      (uint32_t{p[3]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[1]} << 8) | uint32_t{p[0]};
   GPIPE_CHECK(le_magic == kMoMagic || le_magic == kMoMagicSwapped, name,
-              ": not a GNU .mo file: expected magic 0x950412de (either byte order), got ", hex32(le_magic));
+              ": not a GNU .mo file: expected magic 0x950412de (either byte order), got ",
+              hex32(le_magic));
 
   MoCatalog cat;
   cat.big_endian = le_magic == kMoMagicSwapped;
   MoReader r(bytes, name, cat.big_endian);
   cat.revision = r.word(4, "revision");
-  GPIPE_CHECK((cat.revision >> 16) <= 1, name, ": unsupported .mo major revision ", cat.revision >> 16,
-              " (expected 0 or 1)");
+  GPIPE_CHECK((cat.revision >> 16) <= 1, name, ": unsupported .mo major revision ",
+              cat.revision >> 16, " (expected 0 or 1)");
   const uint32_t n = r.word(8, "string count");
   const uint64_t originals = r.word(12, "originals table offset");
   const uint64_t translations = r.word(16, "translations table offset");
   for (uint64_t table : {originals, translations})
-    GPIPE_CHECK(table + 8ull * n <= bytes.size(), name, ": corrupt or truncated .mo file: a table of ", n,
-                " entries at byte ", table, " runs past the end of the file (", bytes.size(), " bytes)");
+    GPIPE_CHECK(table + 8ull * n <= bytes.size(), name,
+                ": corrupt or truncated .mo file: a table of ", n, " entries at byte ", table,
+                " runs past the end of the file (", bytes.size(), " bytes)");
 
   cat.entries.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
@@ -99,7 +104,8 @@ MoCatalog parse_mo(std::string_view bytes, const std::string& name) {
 
 MoCatalog read_mo_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  GPIPE_CHECK(in.good(), path, ": cannot open .mo file (missing? the iso-codes package installs them)");
+  GPIPE_CHECK(in.good(), path,
+              ": cannot open .mo file (missing? the iso-codes package installs them)");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   GPIPE_CHECK(!in.bad(), path, ": read error");
   return parse_mo(bytes, path);

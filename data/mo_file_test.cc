@@ -1,8 +1,7 @@
 #include "data/mo_file.h"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <utility>
 #include <vector>
 
@@ -16,7 +15,8 @@ namespace {
 
 // Writes a .mo image: header words, the two (length, offset) tables, then
 // the NUL-terminated strings, all words in the chosen byte order.
-std::string build_mo(const std::vector<std::pair<std::string, std::string>>& entries, bool big_endian) {
+std::string build_mo(const std::vector<std::pair<std::string, std::string>>& entries,
+                     bool big_endian) {
   std::string out;
   auto word = [&](uint32_t v) {
     for (int i = 0; i < 4; ++i) {
@@ -105,13 +105,15 @@ TEST_CASE(".mo: corrupt and missing files name the file", "[data][mo]") {
   const std::string good = build_mo(kEntries, false);
 
   SECTION("missing") {
-    CHECK_THROWS_WITH(read_mo_file(dir + "/nope.mo"), Contains(dir + "/nope.mo") && Contains("cannot open"));
+    CHECK_THROWS_WITH(read_mo_file(dir + "/nope.mo"),
+                      Contains(dir + "/nope.mo") && Contains("cannot open"));
   }
   SECTION("bad magic") {
     std::string bytes = good;
     bytes[0] = 'X';
     testing::write_file(path, bytes);
-    CHECK_THROWS_WITH(read_mo_file(path), Contains(path + ": not a GNU .mo file") && Contains("0x950412de"));
+    CHECK_THROWS_WITH(read_mo_file(path),
+                      Contains(path + ": not a GNU .mo file") && Contains("0x950412de"));
   }
   SECTION("shorter than the header") {
     testing::write_file(path, good.substr(0, 12));

@@ -12,7 +12,8 @@ namespace gpipe::testing {
 
 std::string scratch_dir(std::string_view name) {
   const char* root = std::getenv("TEST_TMPDIR");
-  std::filesystem::path dir = root ? std::filesystem::path(root) : std::filesystem::temp_directory_path();
+  std::filesystem::path dir =
+      root ? std::filesystem::path(root) : std::filesystem::temp_directory_path();
   dir /= std::string("gpipe_data_") + std::string(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -28,9 +29,11 @@ void write_file(const std::string& path, std::string_view bytes) {
 void write_gz(const std::string& path, std::string_view bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   if (f == nullptr) throw std::runtime_error("cannot write " + path);
-  const int wrote = bytes.empty() ? 0 : gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  const int wrote =
+      bytes.empty() ? 0 : gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
   gzclose(f);
-  if (wrote != static_cast<int>(bytes.size())) throw std::runtime_error("gzwrite failed on " + path);
+  if (wrote != static_cast<int>(bytes.size()))
+    throw std::runtime_error("gzwrite failed on " + path);
 }
 
 std::string read_file(const std::string& path) {

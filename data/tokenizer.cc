@@ -7,18 +7,20 @@
 
 namespace gpipe {
 
-ByteTokenizer::ByteTokenizer(std::vector<std::string> languages) : languages_(std::move(languages)) {
+ByteTokenizer::ByteTokenizer(std::vector<std::string> languages)
+    : languages_(std::move(languages)) {
   for (size_t i = 0; i < languages_.size(); ++i) {
     GPIPE_CHECK(!languages_[i].empty(), "ByteTokenizer: language ", i, " has an empty name");
     for (size_t j = 0; j < i; ++j)
-      GPIPE_CHECK(languages_[j] != languages_[i], "ByteTokenizer: language \"", languages_[i], "\" listed twice");
+      GPIPE_CHECK(languages_[j] != languages_[i], "ByteTokenizer: language \"", languages_[i],
+                  "\" listed twice");
   }
 }
 
 int64_t ByteTokenizer::language_id(std::string_view language) const {
   auto it = std::find(languages_.begin(), languages_.end(), language);
-  GPIPE_CHECK(it != languages_.end(), "ByteTokenizer: unknown language \"", language, "\" (the vocabulary has ",
-              languages_.size(), " language tags)");
+  GPIPE_CHECK(it != languages_.end(), "ByteTokenizer: unknown language \"", language,
+              "\" (the vocabulary has ", languages_.size(), " language tags)");
   return kNumSpecial + (it - languages_.begin());
 }
 
@@ -29,7 +31,8 @@ std::vector<int64_t> ByteTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
-std::vector<int64_t> ByteTokenizer::encode_with_tag(std::string_view language, std::string_view text) const {
+std::vector<int64_t> ByteTokenizer::encode_with_tag(std::string_view language,
+                                                    std::string_view text) const {
   std::vector<int64_t> ids;
   ids.reserve(text.size() + 1);
   ids.push_back(language_id(language));
@@ -41,8 +44,8 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   out.reserve(ids.size());
   for (int64_t id : ids) {
-    GPIPE_CHECK(id >= 0 && id < vocab_size(), "ByteTokenizer::decode: id ", id, " outside the vocabulary [0, ",
-                vocab_size(), ")");
+    GPIPE_CHECK(id >= 0 && id < vocab_size(), "ByteTokenizer::decode: id ", id,
+                " outside the vocabulary [0, ", vocab_size(), ")");
     if (id == kEos) break;
     if (id == kPad || id == kBos) continue;
     if (id == kUnk) {
@@ -57,14 +60,19 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
 }
 
 std::string ByteTokenizer::token_name(int64_t id) const {
-  GPIPE_CHECK(id >= 0 && id < vocab_size(), "ByteTokenizer::token_name: id ", id, " outside the vocabulary [0, ",
-              vocab_size(), ")");
+  GPIPE_CHECK(id >= 0 && id < vocab_size(), "ByteTokenizer::token_name: id ", id,
+              " outside the vocabulary [0, ", vocab_size(), ")");
   switch (id) {
-    case kPad: return "<pad>";
-    case kBos: return "<bos>";
-    case kEos: return "<eos>";
-    case kUnk: return "<unk>";
-    default: break;
+    case kPad:
+      return "<pad>";
+    case kBos:
+      return "<bos>";
+    case kEos:
+      return "<eos>";
+    case kUnk:
+      return "<unk>";
+    default:
+      break;
   }
   if (is_language_tag(id)) return "<" + languages_[static_cast<size_t>(id - kNumSpecial)] + ">";
   const auto byte = static_cast<unsigned>(id - byte_base());

@@ -45,8 +45,8 @@ TEST_CASE("ByteTokenizer: encode/decode round-trips any UTF-8 and raw bytes", "[
 
 TEST_CASE("ByteTokenizer: decode skips PAD/BOS and stops at EOS", "[data][tokenizer]") {
   ByteTokenizer tok;
-  std::vector<int64_t> ids = {ByteTokenizer::kBos, tok.byte_id('h'), tok.byte_id('i'), ByteTokenizer::kEos,
-                              tok.byte_id('x'), ByteTokenizer::kPad};
+  std::vector<int64_t> ids = {ByteTokenizer::kBos, tok.byte_id('h'), tok.byte_id('i'),
+                              ByteTokenizer::kEos, tok.byte_id('x'), ByteTokenizer::kPad};
   CHECK(tok.decode(ids) == "hi");
   CHECK(tok.decode({ByteTokenizer::kUnk}) == "\xEF\xBF\xBD");
   CHECK_THROWS_WITH(tok.decode({tok.vocab_size()}), Contains("outside the vocabulary"));

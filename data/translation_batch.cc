@@ -26,7 +26,8 @@ Tensor pad_rows(const std::vector<std::vector<int64_t>>& rows, int64_t width) {
 }  // namespace
 
 TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,
-                                        const std::vector<int64_t>& rows, const ByteTokenizer& tokenizer,
+                                        const std::vector<int64_t>& rows,
+                                        const ByteTokenizer& tokenizer,
                                         const TranslationBatchOptions& options) {
   GPIPE_CHECK(!rows.empty(), "make_translation_batch: expected at least one row");
   std::vector<std::vector<int64_t>> src, tgt_in, tgt_out;
@@ -49,7 +50,8 @@ TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pair
   return TranslationBatch{pad_rows(src, s_len), pad_rows(tgt_in, t_len), pad_rows(tgt_out, t_len)};
 }
 
-TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs, const ByteTokenizer& tokenizer,
+TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,
+                                        const ByteTokenizer& tokenizer,
                                         const TranslationBatchOptions& options) {
   std::vector<int64_t> rows(pairs.size());
   std::iota(rows.begin(), rows.end(), int64_t{0});
@@ -63,9 +65,10 @@ TranslationBatcher::TranslationBatcher(std::vector<TranslationPair> pairs, ByteT
     : pairs_(std::make_shared<const std::vector<TranslationPair>>(std::move(pairs))),
       tokenizer_(std::move(tokenizer)),
       options_(options),
-      sampler_(static_cast<int64_t>(pairs_->size()), options.batch_size, options.seed, options.shuffle,
-               options.drop_last) {
-  for (const TranslationPair& p : *pairs_) tokenizer_.language_id(p.language);  // fail early, naming it
+      sampler_(static_cast<int64_t>(pairs_->size()), options.batch_size, options.seed,
+               options.shuffle, options.drop_last) {
+  for (const TranslationPair& p : *pairs_)
+    tokenizer_.language_id(p.language);  // fail early, naming it
 }
 
 TranslationBatch TranslationBatcher::next() {

@@ -39,10 +39,12 @@ struct TranslationBatchOptions {
 // The batch of pairs[rows[0]], pairs[rows[1]], ... (rows non-empty).
 // Throws gpipe::Error for an out-of-range row or a language the tokenizer lacks.
 TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,
-                                        const std::vector<int64_t>& rows, const ByteTokenizer& tokenizer,
+                                        const std::vector<int64_t>& rows,
+                                        const ByteTokenizer& tokenizer,
                                         const TranslationBatchOptions& options);
 // The batch of all of `pairs`, in order.
-TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs, const ByteTokenizer& tokenizer,
+TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,
+                                        const ByteTokenizer& tokenizer,
                                         const TranslationBatchOptions& options);
 
 // Batch{inputs = {src, tgt_in}, targets = {tgt_out}}.
@@ -52,7 +54,8 @@ Batch to_batch(const TranslationBatch& b);
 // epoch when one is used up. The pairs are shared (read-only) between copies.
 class TranslationBatcher {
  public:
-  TranslationBatcher(std::vector<TranslationPair> pairs, ByteTokenizer tokenizer, TranslationBatchOptions options);
+  TranslationBatcher(std::vector<TranslationPair> pairs, ByteTokenizer tokenizer,
+                     TranslationBatchOptions options);
 
   TranslationBatch next();
   int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }

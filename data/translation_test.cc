@@ -1,8 +1,7 @@
 #include "data/translation.h"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <set>
 
@@ -14,8 +13,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-bool has_pair(const std::vector<TranslationPair>& pairs, const std::string& src, const std::string& tgt,
-              const std::string& lang) {
+bool has_pair(const std::vector<TranslationPair>& pairs, const std::string& src,
+              const std::string& tgt, const std::string& lang) {
   return std::any_of(pairs.begin(), pairs.end(), [&](const TranslationPair& p) {
     return p.source == src && p.target == tgt && p.language == lang;
   });
@@ -31,8 +30,8 @@ std::vector<int64_t> row(const Tensor& t, int64_t r) {
 
 TEST_CASE("Translation corpus: default languages, English-disjoint split", "[data][translation]") {
   TranslationCorpus corpus = load_translation_corpus();
-  WARN("iso-codes corpus, default languages: " << corpus.train.size() << " train / " << corpus.test.size()
-                                               << " test pairs");
+  WARN("iso-codes corpus, default languages: " << corpus.train.size() << " train / "
+                                               << corpus.test.size() << " test pairs");
   CHECK(corpus.languages == default_translation_languages());
   CHECK(corpus.train.size() > 20000);
   CHECK(corpus.test.size() > 2000);
@@ -76,7 +75,8 @@ TEST_CASE("Translation corpus: options and determinism", "[data][translation]") 
   TranslationCorpus c = load_translation_corpus(options);
   CHECK(c.train.size() + c.test.size() == a.train.size() + a.test.size());
   bool differs = c.train.size() != a.train.size();
-  for (size_t i = 0; !differs && i < a.train.size(); ++i) differs = a.train[i].target != c.train[i].target;
+  for (size_t i = 0; !differs && i < a.train.size(); ++i)
+    differs = a.train[i].target != c.train[i].target;
   CHECK(differs);
 
   options.drop_identical = false;
@@ -105,8 +105,8 @@ TEST_CASE("Translation corpus: missing language and corrupt catalog", "[data][tr
 
 TEST_CASE("Translation batches: tags, BOS/EOS shifting, padding and caps", "[data][translation]") {
   ByteTokenizer tok({"fr", "de"});
-  std::vector<TranslationPair> pairs = {{"allemand", "German", "fr"}, {"Irland", "Ireland", "de"},
-                                        {"é", "e", "fr"}};
+  std::vector<TranslationPair> pairs = {
+      {"allemand", "German", "fr"}, {"Irland", "Ireland", "de"}, {"é", "e", "fr"}};
   TranslationBatch b = make_translation_batch(pairs, tok, {});
   REQUIRE(b.src.shape() == Shape{3, 9});      // "<fr>allemand"
   REQUIRE(b.tgt_in.shape() == Shape{3, 8});   // BOS + "Ireland"
@@ -118,21 +118,27 @@ TEST_CASE("Translation batches: tags, BOS/EOS shifting, padding and caps", "[dat
   for (int64_t id : bytes("é")) want_src.push_back(id);
   want_src.resize(9, ByteTokenizer::kPad);
   CHECK(row(b.src, 2) == want_src);
-  std::vector<int64_t> in = {ByteTokenizer::kBos, tok.byte_id('G'), tok.byte_id('e'), tok.byte_id('r'),
-                             tok.byte_id('m'),    tok.byte_id('a'), tok.byte_id('n'), ByteTokenizer::kPad};
-  std::vector<int64_t> out = {tok.byte_id('G'), tok.byte_id('e'), tok.byte_id('r'), tok.byte_id('m'),
-                              tok.byte_id('a'), tok.byte_id('n'), ByteTokenizer::kEos, ByteTokenizer::kPad};
+  std::vector<int64_t> in = {ByteTokenizer::kBos, tok.byte_id('G'),   tok.byte_id('e'),
+                             tok.byte_id('r'),    tok.byte_id('m'),   tok.byte_id('a'),
+                             tok.byte_id('n'),    ByteTokenizer::kPad};
+  std::vector<int64_t> out = {tok.byte_id('G'),    tok.byte_id('e'),   tok.byte_id('r'),
+                              tok.byte_id('m'),    tok.byte_id('a'),   tok.byte_id('n'),
+                              ByteTokenizer::kEos, ByteTokenizer::kPad};
   CHECK(row(b.tgt_in, 0) == in);
   CHECK(row(b.tgt_out, 0) == out);
   CHECK(tok.decode(row(b.tgt_out, 1)) == "Ireland");
   CHECK(tok.decode(row(b.src, 1)) == "<de>Irland");
 
-  TranslationBatch capped = make_translation_batch(pairs, tok, {.max_src_len = 4, .max_tgt_len = 3});
+  TranslationBatch capped =
+      make_translation_batch(pairs, tok, {.max_src_len = 4, .max_tgt_len = 3});
   CHECK(capped.src.shape() == Shape{3, 4});
   CHECK(capped.tgt_out.shape() == Shape{3, 3});
-  CHECK(row(capped.tgt_in, 1) == std::vector<int64_t>{ByteTokenizer::kBos, tok.byte_id('I'), tok.byte_id('r')});
-  CHECK(row(capped.tgt_out, 1) == std::vector<int64_t>{tok.byte_id('I'), tok.byte_id('r'), tok.byte_id('e')});
-  CHECK(row(capped.tgt_out, 2) == std::vector<int64_t>{tok.byte_id('e'), ByteTokenizer::kEos, ByteTokenizer::kPad});
+  CHECK(row(capped.tgt_in, 1) ==
+        std::vector<int64_t>{ByteTokenizer::kBos, tok.byte_id('I'), tok.byte_id('r')});
+  CHECK(row(capped.tgt_out, 1) ==
+        std::vector<int64_t>{tok.byte_id('I'), tok.byte_id('r'), tok.byte_id('e')});
+  CHECK(row(capped.tgt_out, 2) ==
+        std::vector<int64_t>{tok.byte_id('e'), ByteTokenizer::kEos, ByteTokenizer::kPad});
 
   Batch batch = to_batch(b);
   REQUIRE(batch.inputs.size() == 2);
@@ -140,10 +146,12 @@ TEST_CASE("Translation batches: tags, BOS/EOS shifting, padding and caps", "[dat
   CHECK(batch.inputs[1].shape() == Shape{3, 8});
 }
 
-TEST_CASE("TranslationBatcher: fixed B, deterministic epochs, producer adapter", "[data][translation]") {
+TEST_CASE("TranslationBatcher: fixed B, deterministic epochs, producer adapter",
+          "[data][translation]") {
   ByteTokenizer tok({"fr"});
   std::vector<TranslationPair> pairs;
-  for (int i = 0; i < 10; ++i) pairs.push_back({"s" + std::to_string(i), "t" + std::to_string(i), "fr"});
+  for (int i = 0; i < 10; ++i)
+    pairs.push_back({"s" + std::to_string(i), "t" + std::to_string(i), "fr"});
   TranslationBatcher a(pairs, tok, {.batch_size = 4, .seed = 3});
   TranslationBatcher b(pairs, tok, {.batch_size = 4, .seed = 3});
   CHECK(a.batches_per_epoch() == 2);
@@ -157,7 +165,8 @@ TEST_CASE("TranslationBatcher: fixed B, deterministic epochs, producer adapter",
   CHECK(seen.size() == 8);
   CHECK(a.epoch() == 1);
 
-  BatchProducer produce = translation_batch_producer(TranslationBatcher(pairs, tok, {.batch_size = 3}), 1);
+  BatchProducer produce =
+      translation_batch_producer(TranslationBatcher(pairs, tok, {.batch_size = 3}), 1);
   int count = 0;
   while (std::optional<Batch> batch = produce()) {
     CHECK(batch->inputs.size() == 2);

@@ -18,8 +18,10 @@ class GatedLinearUnit final : public UnaryLayer {
  public:
   GatedLinearUnit(std::string name, int64_t in, int64_t out, uint64_t seed)
       : UnaryLayer(std::move(name)), in_(in), out_(out) {
-    value_weight = make_parameter(Tensor::randn(Shape{out, in}, seed, 1.0 / std::sqrt(static_cast<double>(in))));
-    gate_weight = make_parameter(Tensor::randn(Shape{out, in}, seed + 1, 1.0 / std::sqrt(static_cast<double>(in))));
+    value_weight = make_parameter(
+        Tensor::randn(Shape{out, in}, seed, 1.0 / std::sqrt(static_cast<double>(in))));
+    gate_weight = make_parameter(
+        Tensor::randn(Shape{out, in}, seed + 1, 1.0 / std::sqrt(static_cast<double>(in))));
     value_bias = make_parameter(Tensor::zeros(Shape{out}));
     gate_bias = make_parameter(Tensor::zeros(Shape{out}));
     register_parameter("value_weight", &value_weight);
@@ -30,7 +32,8 @@ class GatedLinearUnit final : public UnaryLayer {
 
   Tensor forward(const Tensor& x) override {
     expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
-    return ops::mul(ops::linear(x, value_weight, value_bias), ops::sigmoid(ops::linear(x, gate_weight, gate_bias)));
+    return ops::mul(ops::linear(x, value_weight, value_bias),
+                    ops::sigmoid(ops::linear(x, gate_weight, gate_bias)));
   }
 
   TensorSpec output_spec(const TensorSpec& in) const override {
@@ -47,11 +50,13 @@ class GatedLinearUnit final : public UnaryLayer {
 };
 
 // A small classifier built from the custom layer and library layers.
-inline Model glu_classifier(int64_t in, int64_t hidden, int64_t classes, int64_t depth, uint64_t seed) {
+inline Model glu_classifier(int64_t in, int64_t hidden, int64_t classes, int64_t depth,
+                            uint64_t seed) {
   Model m;
   int64_t width = in;
   for (int64_t i = 0; i < depth; ++i) {
-    m.layers.push_back(std::make_shared<GatedLinearUnit>("glu_" + std::to_string(i), width, hidden, seed + 10 * i));
+    m.layers.push_back(std::make_shared<GatedLinearUnit>("glu_" + std::to_string(i), width, hidden,
+                                                         seed + 10 * i));
     width = hidden;
   }
   m.layers.push_back(std::make_shared<Linear>("head", width, classes, seed + 999));

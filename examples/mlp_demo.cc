@@ -44,7 +44,8 @@ int main() {
       const auto truth = labels.to_vector<int64_t>();
       int correct = 0;
       for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
-      std::printf("step %3d  loss %.4f  train accuracy %.1f%%\n", step, loss.item(), 100.0 * correct / kN);
+      std::printf("step %3d  loss %.4f  train accuracy %.1f%%\n", step, loss.item(),
+                  100.0 * correct / kN);
     }
   }
   return 0;

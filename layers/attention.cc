@@ -28,8 +28,8 @@ MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, u
       v_("v", opt.dim, opt.dim, mix_key(seed, 13), proj(opt.init_scale)),
       o_("o", opt.dim, opt.dim, mix_key(seed, 14), proj(opt.init_scale)),
       drop_("attn_dropout", opt.dropout, mix_key(seed, 15)) {
-  GPIPE_CHECK(opt.heads > 0 && opt.dim % opt.heads == 0, "MultiHeadAttention '", this->name(), "': dim ",
-              opt.dim, " is not divisible by heads ", opt.heads);
+  GPIPE_CHECK(opt.heads > 0 && opt.dim % opt.heads == 0, "MultiHeadAttention '", this->name(),
+              "': dim ", opt.dim, " is not divisible by heads ", opt.heads);
   register_sublayer("q", &q_);
   register_sublayer("k", &k_);
   register_sublayer("v", &v_);
@@ -37,17 +37,18 @@ MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, u
   register_sublayer("attn_dropout", &drop_);
 }
 
-Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding) {
+Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
+                                  const Tensor& key_padding) {
   GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
               "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
   GPIPE_CHECK(memory.rank() == 3 && memory.size(2) == opt_.dim && memory.size(0) == query.size(0),
-              "MultiHeadAttention '", name(), "': expected memory [", query.size(0), ", T, ", opt_.dim,
-              "], got ", memory.shape());
+              "MultiHeadAttention '", name(), "': expected memory [", query.size(0), ", T, ",
+              opt_.dim, "], got ", memory.shape());
   const int64_t b = query.size(0), tk = memory.size(1);
   if (key_padding.defined())
     GPIPE_CHECK(key_padding.rank() == 2 && key_padding.size(0) == b && key_padding.size(1) == tk,
-                "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk, "], got ",
-                key_padding.shape());
+                "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk,
+                "], got ", key_padding.shape());
   const Tensor q = q_(query), k = k_(memory), v = v_(memory);
   // Dropout on the probabilities needs them as a tensor: the composed form.
   // Otherwise one fused op (Note [Fused attention] in ops/cpu/attention.cc).
@@ -59,13 +60,15 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory, con
 }
 
 Tensor MultiHeadAttention::attend_incremental(const Tensor& query, LayerDecodeCache& cache) {
-  GPIPE_CHECK(!training(), "MultiHeadAttention '", name(), "': incremental decoding runs in eval mode");
+  GPIPE_CHECK(!training(), "MultiHeadAttention '", name(),
+              "': incremental decoding runs in eval mode");
   GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
               "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
   Tensor k = k_(query), v = v_(query);
   if (cache.has("k")) {
-    GPIPE_CHECK(cache.tensors["k"].size(0) == query.size(0), "MultiHeadAttention '", name(), "': the session has ",
-                cache.tensors["k"].size(0), " rows but this step has ", query.size(0));
+    GPIPE_CHECK(cache.tensors["k"].size(0) == query.size(0), "MultiHeadAttention '", name(),
+                "': the session has ", cache.tensors["k"].size(0), " rows but this step has ",
+                query.size(0));
     k = ops::concat({cache.tensors["k"], k}, 1);
     v = ops::concat({cache.tensors["v"], v}, 1);
   }
@@ -80,26 +83,29 @@ Tensor MultiHeadAttention::attend_incremental(const Tensor& query, LayerDecodeCa
   return o_(ops::attention(q_(query), k, v, opt_.heads, causal));
 }
 
-Tensor MultiHeadAttention::attend_cached_memory(const Tensor& query, const Tensor& memory, const Tensor& key_padding,
+Tensor MultiHeadAttention::attend_cached_memory(const Tensor& query, const Tensor& memory,
+                                                const Tensor& key_padding,
                                                 LayerDecodeCache& cache) {
-  GPIPE_CHECK(!training(), "MultiHeadAttention '", name(), "': incremental decoding runs in eval mode");
+  GPIPE_CHECK(!training(), "MultiHeadAttention '", name(),
+              "': incremental decoding runs in eval mode");
   if (!cache.has("memory_k")) {
     cache.tensors["memory_k"] = k_(memory);
     cache.tensors["memory_v"] = v_(memory);
   }
-  return o_(ops::attention(q_(query), cache.tensors["memory_k"], cache.tensors["memory_v"], opt_.heads, false,
-                           key_padding));
+  return o_(ops::attention(q_(query), cache.tensors["memory_k"], cache.tensors["memory_v"],
+                           opt_.heads, false, key_padding));
 }
 
 Bundle MultiHeadAttention::forward(const Bundle& in) {
-  GPIPE_CHECK(!in.empty() && in.size() <= 3, "MultiHeadAttention '", name(), "': expected (query[, memory[, key_padding]]), got ",
-              in.size(), " tensors");
+  GPIPE_CHECK(!in.empty() && in.size() <= 3, "MultiHeadAttention '", name(),
+              "': expected (query[, memory[, key_padding]]), got ", in.size(), " tensors");
   return {attend(in[0], in.size() > 1 ? in[1] : in[0], in.size() > 2 ? in[2] : Tensor())};
 }
 
 BundleSpec MultiHeadAttention::output_spec(const BundleSpec& in) const {
-  GPIPE_CHECK(!in.empty() && in[0].shape.rank() == 3 && in[0].shape[2] == opt_.dim, "MultiHeadAttention '", name(),
-              "': expected query [B, T, ", opt_.dim, "], got ", in.empty() ? Shape{} : in[0].shape);
+  GPIPE_CHECK(!in.empty() && in[0].shape.rank() == 3 && in[0].shape[2] == opt_.dim,
+              "MultiHeadAttention '", name(), "': expected query [B, T, ", opt_.dim, "], got ",
+              in.empty() ? Shape{} : in[0].shape);
   return {in[0]};
 }
 
@@ -115,8 +121,8 @@ double MultiHeadAttention::cost(const BundleSpec& in) const {
   return flops(q[0], q[1], tk);
 }
 
-FeedForward::FeedForward(std::string name, int64_t dim, int64_t hidden, Activation act, uint64_t seed, double dropout,
-                         double init_scale)
+FeedForward::FeedForward(std::string name, int64_t dim, int64_t hidden, Activation act,
+                         uint64_t seed, double dropout, double init_scale)
     : UnaryLayer(std::move(name)),
       dim_(dim),
       hidden_(hidden),
@@ -142,8 +148,11 @@ double FeedForward::cost(const BundleSpec& in) const {
   return 4.0 * rows * dim_ * hidden_;
 }
 
-Residual::Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim, double dropout, uint64_t salt)
-    : UnaryLayer(std::move(name)), inner_(std::move(inner)), drop_("residual_dropout", dropout, salt) {
+Residual::Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim,
+                   double dropout, uint64_t salt)
+    : UnaryLayer(std::move(name)),
+      inner_(std::move(inner)),
+      drop_("residual_dropout", dropout, salt) {
   register_sublayer(inner_->name(), inner_.get());
   if (norm_dim > 0) {
     norm_ = std::make_unique<LayerNorm>("norm", norm_dim);
@@ -152,7 +161,9 @@ Residual::Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t 
   register_sublayer("residual_dropout", &drop_);
 }
 
-Tensor Residual::forward(const Tensor& x) { return ops::add(x, drop_(inner_->forward(norm_ ? norm_->forward(x) : x))); }
+Tensor Residual::forward(const Tensor& x) {
+  return ops::add(x, drop_(inner_->forward(norm_ ? norm_->forward(x) : x)));
+}
 
 TensorSpec Residual::output_spec(const TensorSpec& in) const { return inner_->output_spec(in); }
 

@@ -7,10 +7,10 @@
 namespace gpipe {
 
 struct AttentionOptions {
-  int64_t dim = 512;    // model dimension D
-  int64_t heads = 8;    // A; D must be divisible by it
-  bool causal = false;  // decoder self-attention: query i sees keys j <= i
-  double dropout = 0.0; // on the attention probabilities
+  int64_t dim = 512;     // model dimension D
+  int64_t heads = 8;     // A; D must be divisible by it
+  bool causal = false;   // decoder self-attention: query i sees keys j <= i
+  double dropout = 0.0;  // on the attention probabilities
   double init_scale = 1.0;
 };
 
@@ -61,8 +61,8 @@ class FeedForward final : public UnaryLayer {
 // x + f(x) (post) or x + f(LN(x)) with pre-normalisation, for a UnaryLayer f.
 class Residual final : public UnaryLayer {
  public:
-  Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim = 0, double dropout = 0.0,
-           uint64_t salt = 7);
+  Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim = 0,
+           double dropout = 0.0, uint64_t salt = 7);
   Tensor forward(const Tensor& x) override;
   TensorSpec output_spec(const TensorSpec& in) const override;
   double cost(const BundleSpec& in) const override;

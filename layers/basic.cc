@@ -25,7 +25,8 @@ void expect_last_axis(const std::string& layer, const TensorSpec& in, int64_t si
 
 Linear::Linear(std::string name, int64_t in, int64_t out, uint64_t seed, LinearOptions opt)
     : UnaryLayer(std::move(name)), in_(in), out_(out) {
-  GPIPE_CHECK(in > 0 && out > 0, "Linear '", this->name(), "': sizes must be positive, got ", in, " -> ", out);
+  GPIPE_CHECK(in > 0 && out > 0, "Linear '", this->name(), "': sizes must be positive, got ", in,
+              " -> ", out);
   const double a = opt.init_scale / std::sqrt(static_cast<double>(in));
   weight = make_parameter(Tensor::uniform(Shape{out, in}, mix_key(seed, 1), -a, a));
   register_parameter("weight", &weight);
@@ -54,21 +55,25 @@ Embedding::Embedding(std::string name, int64_t vocab, int64_t dim, uint64_t seed
   register_parameter("weight", &weight);
 }
 
-Embedding::Embedding(std::string name, Tensor shared_weight) : UnaryLayer(std::move(name)), weight(std::move(shared_weight)) {
-  GPIPE_CHECK(weight.rank() == 2, "Embedding '", this->name(), "': weight must be [vocab, dim], got ", weight.shape());
+Embedding::Embedding(std::string name, Tensor shared_weight)
+    : UnaryLayer(std::move(name)), weight(std::move(shared_weight)) {
+  GPIPE_CHECK(weight.rank() == 2, "Embedding '", this->name(),
+              "': weight must be [vocab, dim], got ", weight.shape());
   register_parameter("weight", &weight);
 }
 
 Tensor Embedding::forward(const Tensor& indices) { return ops::embedding(weight, indices); }
 
 TensorSpec Embedding::output_spec(const TensorSpec& in) const {
-  GPIPE_CHECK(is_integral(in.dtype), "Embedding '", name(), "': expected integer indices, got ", in.dtype);
+  GPIPE_CHECK(is_integral(in.dtype), "Embedding '", name(), "': expected integer indices, got ",
+              in.dtype);
   std::vector<int64_t> d = in.shape.dims();
   d.push_back(weight.size(1));
   return {Shape(d), weight.dtype()};
 }
 
-LayerNorm::LayerNorm(std::string name, int64_t dim, double eps) : UnaryLayer(std::move(name)), dim_(dim), eps_(eps) {
+LayerNorm::LayerNorm(std::string name, int64_t dim, double eps)
+    : UnaryLayer(std::move(name)), dim_(dim), eps_(eps) {
   gamma = make_parameter(Tensor::full(Shape{dim}, 1.0));
   beta = make_parameter(Tensor::zeros(Shape{dim}));
   register_parameter("gamma", &gamma);
@@ -85,9 +90,12 @@ TensorSpec LayerNorm::output_spec(const TensorSpec& in) const {
   return in;
 }
 
-double LayerNorm::cost(const BundleSpec& in) const { return in.empty() ? 0.0 : 8.0 * in[0].shape.numel(); }
+double LayerNorm::cost(const BundleSpec& in) const {
+  return in.empty() ? 0.0 : 8.0 * in[0].shape.numel();
+}
 
-Dropout::Dropout(std::string name, double p, uint64_t salt) : UnaryLayer(std::move(name)), p_(p), salt_(salt) {
+Dropout::Dropout(std::string name, double p, uint64_t salt)
+    : UnaryLayer(std::move(name)), p_(p), salt_(salt) {
   GPIPE_CHECK(p >= 0 && p < 1, "Dropout '", this->name(), "': p must be in [0, 1), got ", p);
 }
 
@@ -95,10 +103,14 @@ Tensor Dropout::forward(const Tensor& x) { return ops::dropout(x, p_, training()
 
 Tensor activate(Activation a, const Tensor& x) {
   switch (a) {
-    case Activation::kRelu: return ops::relu(x);
-    case Activation::kGelu: return ops::gelu(x);
-    case Activation::kTanh: return ops::tanh(x);
-    case Activation::kSigmoid: return ops::sigmoid(x);
+    case Activation::kRelu:
+      return ops::relu(x);
+    case Activation::kGelu:
+      return ops::gelu(x);
+    case Activation::kTanh:
+      return ops::tanh(x);
+    case Activation::kSigmoid:
+      return ops::sigmoid(x);
   }
   return x;
 }

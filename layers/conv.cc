@@ -8,27 +8,34 @@
 namespace gpipe {
 namespace {
 void expect_nchw(const std::string& who, const TensorSpec& in, int64_t channels) {
-  GPIPE_CHECK(in.shape.rank() == 4 && in.shape[1] == channels, "layer '", who, "': expected input [N, ", channels,
-              ", H, W], got ", in.shape);
+  GPIPE_CHECK(in.shape.rank() == 4 && in.shape[1] == channels, "layer '", who,
+              "': expected input [N, ", channels, ", H, W], got ", in.shape);
 }
 }  // namespace
 
-int64_t window_out(const std::string& who, int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+int64_t window_out(const std::string& who, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                   int64_t dilation) {
   const int64_t out = (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
-  GPIPE_CHECK(out >= 1, "layer '", who, "': input size ", in, " is too small for kernel ", kernel, " (stride ", stride,
-              ", padding ", pad, ")");
+  GPIPE_CHECK(out >= 1, "layer '", who, "': input size ", in, " is too small for kernel ", kernel,
+              " (stride ", stride, ", padding ", pad, ")");
   return out;
 }
 
-Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel,
-               uint64_t seed, ops::Conv2dOptions opt, bool with_bias)
-    : UnaryLayer(std::move(name)), in_(in_channels), out_(out_channels), kernel_(kernel), opt_(opt) {
-  GPIPE_CHECK(opt.groups > 0 && in_channels % opt.groups == 0 && out_channels % opt.groups == 0, "Conv2d '",
-              this->name(), "': channels ", in_channels, " -> ", out_channels, " are not divisible by groups ", opt.groups);
+Conv2d::Conv2d(std::string name, int64_t in_channels, int64_t out_channels,
+               std::array<int64_t, 2> kernel, uint64_t seed, ops::Conv2dOptions opt, bool with_bias)
+    : UnaryLayer(std::move(name)),
+      in_(in_channels),
+      out_(out_channels),
+      kernel_(kernel),
+      opt_(opt) {
+  GPIPE_CHECK(opt.groups > 0 && in_channels % opt.groups == 0 && out_channels % opt.groups == 0,
+              "Conv2d '", this->name(), "': channels ", in_channels, " -> ", out_channels,
+              " are not divisible by groups ", opt.groups);
   const int64_t fan_in = in_channels / opt.groups * kernel[0] * kernel[1];
   // He (Kaiming) normal init for ReLU networks.
-  weight = make_parameter(Tensor::randn(Shape{out_channels, in_channels / opt.groups, kernel[0], kernel[1]},
-                                        mix_key(seed, 31), std::sqrt(2.0 / static_cast<double>(fan_in))));
+  weight = make_parameter(
+      Tensor::randn(Shape{out_channels, in_channels / opt.groups, kernel[0], kernel[1]},
+                    mix_key(seed, 31), std::sqrt(2.0 / static_cast<double>(fan_in))));
   register_parameter("weight", &weight);
   if (with_bias) {
     bias = make_parameter(Tensor::zeros(Shape{out_channels}));
@@ -44,8 +51,10 @@ Tensor Conv2d::forward(const Tensor& x) {
 TensorSpec Conv2d::output_spec(const TensorSpec& in) const {
   expect_nchw(name(), in, in_);
   return {Shape{in.shape[0], out_,
-                window_out(name(), in.shape[2], kernel_[0], opt_.stride[0], opt_.padding[0], opt_.dilation[0]),
-                window_out(name(), in.shape[3], kernel_[1], opt_.stride[1], opt_.padding[1], opt_.dilation[1])},
+                window_out(name(), in.shape[2], kernel_[0], opt_.stride[0], opt_.padding[0],
+                           opt_.dilation[0]),
+                window_out(name(), in.shape[3], kernel_[1], opt_.stride[1], opt_.padding[1],
+                           opt_.dilation[1])},
           in.dtype};
 }
 
@@ -81,8 +90,12 @@ double SeparableConv2d::cost(const BundleSpec& in) const {
 }
 
 BatchNorm::BatchNorm(std::string name, int64_t channels, double momentum, double eps)
-    : UnaryLayer(std::move(name)), channels_(channels), momentum_(momentum), eps_(eps),
-      sum_(channels, 0.0), sumsq_(channels, 0.0) {
+    : UnaryLayer(std::move(name)),
+      channels_(channels),
+      momentum_(momentum),
+      eps_(eps),
+      sum_(channels, 0.0),
+      sumsq_(channels, 0.0) {
   gamma = make_parameter(Tensor::full(Shape{channels}, 1.0));
   beta = make_parameter(Tensor::zeros(Shape{channels}));
   {
@@ -99,7 +112,8 @@ BatchNorm::BatchNorm(std::string name, int64_t channels, double momentum, double
 Tensor BatchNorm::forward(const Tensor& x) {
   GPIPE_CHECK((x.rank() == 4 || x.rank() == 2) && x.size(1) == channels_, "BatchNorm '", name(),
               "': expected input [N, ", channels_, "(, H, W)], got ", x.shape());
-  ops::BatchNormResult r = ops::batch_norm(x, gamma, beta, running_mean, running_var, training(), eps_);
+  ops::BatchNormResult r =
+      ops::batch_norm(x, gamma, beta, running_mean, running_var, training(), eps_);
   if (training() && !in_recomputation()) {
     // Note [BatchNorm across micro-batches]: record sums, fold them in once per step.
     const int64_t n = x.numel() / channels_;
@@ -122,8 +136,12 @@ void BatchNorm::finish_step() {
       mean[c] = sum_[c] / count_;
       var[c] = std::max(0.0, sumsq_[c] / count_ - mean[c] * mean[c]);
     }
-    Tensor m = Tensor::from_vector<double>(mean, Shape{channels_}).to(running_mean.dtype()).to(running_mean.device());
-    Tensor v = Tensor::from_vector<double>(var, Shape{channels_}).to(running_var.dtype()).to(running_var.device());
+    Tensor m = Tensor::from_vector<double>(mean, Shape{channels_})
+                   .to(running_mean.dtype())
+                   .to(running_mean.device());
+    Tensor v = Tensor::from_vector<double>(var, Shape{channels_})
+                   .to(running_var.dtype())
+                   .to(running_var.device());
     ops::update_running_stats(running_mean, running_var, m, v, count_, momentum_);
   }
   std::fill(sum_.begin(), sum_.end(), 0.0);
@@ -156,22 +174,28 @@ void BatchNorm::set_step_statistics(const std::vector<double>& summed) {
 }
 
 TensorSpec BatchNorm::output_spec(const TensorSpec& in) const {
-  GPIPE_CHECK((in.shape.rank() == 4 || in.shape.rank() == 2) && in.shape[1] == channels_, "BatchNorm '", name(),
-              "': expected input [N, ", channels_, "(, H, W)], got ", in.shape);
+  GPIPE_CHECK((in.shape.rank() == 4 || in.shape.rank() == 2) && in.shape[1] == channels_,
+              "BatchNorm '", name(), "': expected input [N, ", channels_, "(, H, W)], got ",
+              in.shape);
   return in;
 }
 
-double BatchNorm::cost(const BundleSpec& in) const { return in.empty() ? 0 : 6.0 * in[0].shape.numel(); }
+double BatchNorm::cost(const BundleSpec& in) const {
+  return in.empty() ? 0 : 6.0 * in[0].shape.numel();
+}
 
-Pool2d::Pool2d(std::string name, PoolKind kind, ops::Pool2dOptions opt) : UnaryLayer(std::move(name)), kind_(kind), opt_(opt) {}
+Pool2d::Pool2d(std::string name, PoolKind kind, ops::Pool2dOptions opt)
+    : UnaryLayer(std::move(name)), kind_(kind), opt_(opt) {}
 
 Tensor Pool2d::forward(const Tensor& x) {
   return kind_ == PoolKind::kMax ? ops::max_pool2d(x, opt_) : ops::avg_pool2d(x, opt_);
 }
 
 TensorSpec Pool2d::output_spec(const TensorSpec& in) const {
-  GPIPE_CHECK(in.shape.rank() == 4, "layer '", name(), "': expected input [N, C, H, W], got ", in.shape);
-  return {Shape{in.shape[0], in.shape[1], window_out(name(), in.shape[2], opt_.kernel[0], opt_.stride[0], opt_.padding[0]),
+  GPIPE_CHECK(in.shape.rank() == 4, "layer '", name(), "': expected input [N, C, H, W], got ",
+              in.shape);
+  return {Shape{in.shape[0], in.shape[1],
+                window_out(name(), in.shape[2], opt_.kernel[0], opt_.stride[0], opt_.padding[0]),
                 window_out(name(), in.shape[3], opt_.kernel[1], opt_.stride[1], opt_.padding[1])},
           in.dtype};
 }
@@ -184,7 +208,8 @@ double Pool2d::cost(const BundleSpec& in) const {
 Tensor GlobalAvgPool::forward(const Tensor& x) { return ops::global_avg_pool2d(x); }
 
 TensorSpec GlobalAvgPool::output_spec(const TensorSpec& in) const {
-  GPIPE_CHECK(in.shape.rank() == 4, "layer '", name(), "': expected input [N, C, H, W], got ", in.shape);
+  GPIPE_CHECK(in.shape.rank() == 4, "layer '", name(), "': expected input [N, C, H, W], got ",
+              in.shape);
   return {Shape{in.shape[0], in.shape[1]}, in.dtype};
 }
 

@@ -17,8 +17,8 @@ namespace gpipe {
 
 class Conv2d final : public UnaryLayer {
  public:
-  Conv2d(std::string name, int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel, uint64_t seed,
-         ops::Conv2dOptions opt = {}, bool bias = false);
+  Conv2d(std::string name, int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel,
+         uint64_t seed, ops::Conv2dOptions opt = {}, bool bias = false);
   Tensor forward(const Tensor& x) override;
   TensorSpec output_spec(const TensorSpec& in) const override;
   double cost(const BundleSpec& in) const override;
@@ -33,10 +33,12 @@ class Conv2d final : public UnaryLayer {
 // Depthwise kxk (groups = C) followed by pointwise 1x1.
 class SeparableConv2d final : public UnaryLayer {
  public:
-  SeparableConv2d(std::string name, int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel,
-                  int64_t stride, uint64_t seed);
+  SeparableConv2d(std::string name, int64_t in_channels, int64_t out_channels,
+                  std::array<int64_t, 2> kernel, int64_t stride, uint64_t seed);
   Tensor forward(const Tensor& x) override { return pointwise_(depthwise_(x)); }
-  TensorSpec output_spec(const TensorSpec& in) const override { return pointwise_.output_spec(depthwise_.output_spec(in)); }
+  TensorSpec output_spec(const TensorSpec& in) const override {
+    return pointwise_.output_spec(depthwise_.output_spec(in));
+  }
   double cost(const BundleSpec& in) const override;
 
  private:
@@ -85,10 +87,13 @@ class GlobalAvgPool final : public UnaryLayer {
   explicit GlobalAvgPool(std::string name) : UnaryLayer(std::move(name)) {}
   Tensor forward(const Tensor& x) override;
   TensorSpec output_spec(const TensorSpec& in) const override;
-  double cost(const BundleSpec& in) const override { return in.empty() ? 0 : static_cast<double>(in[0].shape.numel()); }
+  double cost(const BundleSpec& in) const override {
+    return in.empty() ? 0 : static_cast<double>(in[0].shape.numel());
+  }
 };
 
 // Output size of a conv/pool window along one axis; throws naming `who` if < 1.
-int64_t window_out(const std::string& who, int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation = 1);
+int64_t window_out(const std::string& who, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                   int64_t dilation = 1);
 
 }  // namespace gpipe

@@ -41,7 +41,8 @@ class DecodeSession {
 
  private:
   std::mutex mu_;
-  std::map<std::pair<int64_t, int>, LayerDecodeCache> caches_;  // nodes never move: references stay valid
+  std::map<std::pair<int64_t, int>, LayerDecodeCache>
+      caches_;  // nodes never move: references stay valid
 };
 
 // Sets the current thread's cache for the duration of one layer's forward

@@ -7,7 +7,8 @@ namespace gpipe {
 
 double Layer::cost(const BundleSpec& in) const {
   if (in.empty() || in[0].shape.rank() == 0) return 0.0;
-  const double rows = static_cast<double>(in[0].shape.numel()) / std::max<int64_t>(in[0].shape[in[0].shape.rank() - 1], 1);
+  const double rows = static_cast<double>(in[0].shape.numel()) /
+                      std::max<int64_t>(in[0].shape[in[0].shape.rank() - 1], 1);
   return 2.0 * static_cast<double>(const_cast<Layer*>(this)->parameter_count()) * rows;
 }
 
@@ -96,21 +97,30 @@ void Layer::set_step_statistics(const std::vector<double>& summed) {
   size_t at = 0;
   for (auto& [n, l] : sublayers_) {
     const size_t len = l->step_statistics().size();
-    GPIPE_CHECK(at + len <= summed.size(), "layer '", name_, "': set_step_statistics got ", summed.size(), " values, too few");
-    if (len > 0) l->set_step_statistics(std::vector<double>(summed.begin() + at, summed.begin() + at + len));
+    GPIPE_CHECK(at + len <= summed.size(), "layer '", name_, "': set_step_statistics got ",
+                summed.size(), " values, too few");
+    if (len > 0)
+      l->set_step_statistics(std::vector<double>(summed.begin() + at, summed.begin() + at + len));
     at += len;
   }
-  GPIPE_CHECK(at == summed.size(), "layer '", name_, "': set_step_statistics got ", summed.size(), " values, expected ", at);
+  GPIPE_CHECK(at == summed.size(), "layer '", name_, "': set_step_statistics got ", summed.size(),
+              " values, expected ", at);
 }
 
 void Layer::expect_inputs(const BundleSpec& in, size_t count) const {
-  GPIPE_CHECK(in.size() == count, "layer '", name_, "': expected a bundle of ", count, " tensors, got ",
-              in.size(), " ", to_string(in));
+  GPIPE_CHECK(in.size() == count, "layer '", name_, "': expected a bundle of ", count,
+              " tensors, got ", in.size(), " ", to_string(in));
 }
 
-void Layer::register_parameter(std::string name, Tensor* t) { params_.emplace_back(std::move(name), t); }
-void Layer::register_buffer(std::string name, Tensor* t) { buffers_.emplace_back(std::move(name), t); }
-void Layer::register_sublayer(std::string name, Layer* layer) { sublayers_.emplace_back(std::move(name), layer); }
+void Layer::register_parameter(std::string name, Tensor* t) {
+  params_.emplace_back(std::move(name), t);
+}
+void Layer::register_buffer(std::string name, Tensor* t) {
+  buffers_.emplace_back(std::move(name), t);
+}
+void Layer::register_sublayer(std::string name, Layer* layer) {
+  sublayers_.emplace_back(std::move(name), layer);
+}
 
 Bundle run_layers(const LayerList& layers, const Bundle& in) {
   Bundle x = in;
@@ -118,7 +128,8 @@ Bundle run_layers(const LayerList& layers, const Bundle& in) {
   return x;
 }
 
-BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in, std::vector<BundleSpec>* each) {
+BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in,
+                       std::vector<BundleSpec>* each) {
   BundleSpec s = in;
   for (const auto& l : layers) {
     if (each) each->push_back(s);
@@ -139,7 +150,8 @@ std::vector<NamedTensor> named_parameters(const LayerList& layers) {
   std::unordered_set<TensorImpl*> seen;
   for (const LayerPtr& l : layers)
     for (NamedTensor& p : l->parameters())
-      if (seen.insert(p.tensor->impl_ptr().get()).second) out.push_back({l->name() + "." + p.name, p.tensor});
+      if (seen.insert(p.tensor->impl_ptr().get()).second)
+        out.push_back({l->name() + "." + p.name, p.tensor});
   return out;
 }
 

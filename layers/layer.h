@@ -114,7 +114,8 @@ std::vector<std::vector<std::string>> tied_parameter_names(const LayerList& laye
 // Runs layers in order (no pipeline): the single-device reference.
 Bundle run_layers(const LayerList& layers, const Bundle& in);
 // Output spec of a whole list, validating each step.
-BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in, std::vector<BundleSpec>* each = nullptr);
+BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in,
+                       std::vector<BundleSpec>* each = nullptr);
 
 // Makes a parameter: `t` under MemoryCategory::kParameter, requires_grad.
 Tensor make_parameter(const Tensor& t);

@@ -11,13 +11,17 @@ Tensor Loss::mean(const Bundle& outputs, const Bundle& targets) {
 }
 
 Tensor CrossEntropyLoss::sum(const Bundle& outputs, const Bundle& targets) {
-  GPIPE_CHECK(outputs.size() == 1 && targets.size() == 1, "CrossEntropyLoss: expected (logits) and (labels), got ",
-              outputs.size(), " outputs and ", targets.size(), " targets");
+  GPIPE_CHECK(outputs.size() == 1 && targets.size() == 1,
+              "CrossEntropyLoss: expected (logits) and (labels), got ", outputs.size(),
+              " outputs and ", targets.size(), " targets");
   Tensor logits = outputs[0];
-  if (opt_.logit_clip > 0) logits = ops::mul_scalar(ops::tanh(ops::mul_scalar(logits, 1.0 / opt_.logit_clip)), opt_.logit_clip);
+  if (opt_.logit_clip > 0)
+    logits =
+        ops::mul_scalar(ops::tanh(ops::mul_scalar(logits, 1.0 / opt_.logit_clip)), opt_.logit_clip);
   const Tensor& labels = targets[0];
   GPIPE_CHECK(logits.rank() == labels.rank() + 1, "CrossEntropyLoss: logits ", logits.shape(),
-              " do not match labels ", labels.shape(), " (expected logits [..., C] for labels [...])");
+              " do not match labels ", labels.shape(),
+              " (expected logits [..., C] for labels [...])");
   Tensor flat_logits = ops::reshape(logits, {-1, logits.size(-1)});
   Tensor flat_labels = ops::reshape(labels, {-1});
   ops::CrossEntropyOptions o;
@@ -27,7 +31,8 @@ Tensor CrossEntropyLoss::sum(const Bundle& outputs, const Bundle& targets) {
 }
 
 double CrossEntropyLoss::count(const Bundle& targets) const {
-  GPIPE_CHECK(targets.size() == 1, "CrossEntropyLoss: expected one target tensor, got ", targets.size());
+  GPIPE_CHECK(targets.size() == 1, "CrossEntropyLoss: expected one target tensor, got ",
+              targets.size());
   const auto v = targets[0].to_vector<int64_t>();
   double n = 0;
   for (int64_t t : v) n += t != opt_.ignore_index;

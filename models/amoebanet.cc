@@ -21,7 +21,15 @@ namespace {
 
 // --- genotype ---------------------------------------------------------------
 
-enum class OpKind { kConv1x1, kConv3x3, kConv1x7_7x1, kAvgPool3x3, kMaxPool3x3, kMaxPool2x2, kNone };
+enum class OpKind {
+  kConv1x1,
+  kConv3x3,
+  kConv1x7_7x1,
+  kAvgPool3x3,
+  kMaxPool3x3,
+  kMaxPool2x2,
+  kNone
+};
 
 struct Gene {
   int input;  // index into the cell's states (0: prev, 1: prev_prev, k >= 2: node k)
@@ -69,8 +77,10 @@ struct NetPlan {
 };
 
 NetPlan plan_cells(const AmoebaNetConfig& c) {
-  GPIPE_CHECK(c.num_normal_cells >= 0, "amoebanet_d: num_normal_cells (N) must be >= 0, got ", c.num_normal_cells);
-  GPIPE_CHECK(c.filters >= 8, "amoebanet_d: filters (F) must be >= 8 (the narrowest op has F / 8 channels), got ",
+  GPIPE_CHECK(c.num_normal_cells >= 0, "amoebanet_d: num_normal_cells (N) must be >= 0, got ",
+              c.num_normal_cells);
+  GPIPE_CHECK(c.filters >= 8,
+              "amoebanet_d: filters (F) must be >= 8 (the narrowest op has F / 8 channels), got ",
               c.filters);
   GPIPE_CHECK(c.in_channels >= 1, "amoebanet_d: in_channels must be >= 1, got ", c.in_channels);
   GPIPE_CHECK(c.num_classes >= 1, "amoebanet_d: num_classes must be >= 1, got ", c.num_classes);
@@ -102,25 +112,35 @@ NetPlan plan_cells(const AmoebaNetConfig& c) {
 // --- parameter count (mirrors the constructors below) -------------------------
 
 int64_t rcb_params(int64_t cin, int64_t cout, int64_t taps) { return cin * cout * taps + 2 * cout; }
-int64_t factorized_reduce_params(int64_t cin, int64_t cout) { return 2 * cin * (cout / 2) + 2 * cout; }
+int64_t factorized_reduce_params(int64_t cin, int64_t cout) {
+  return 2 * cin * (cout / 2) + 2 * cout;
+}
 
 int64_t op_params(OpKind op, int64_t ch, int64_t stride) {
   const int64_t q = ch / 4;
   switch (op) {
-    case OpKind::kConv1x1: return rcb_params(ch, ch, 1);
-    case OpKind::kConv3x3: return rcb_params(ch, q, 1) + rcb_params(q, q, 9) + rcb_params(q, ch, 1);
-    case OpKind::kConv1x7_7x1: return rcb_params(ch, q, 1) + 2 * rcb_params(q, q, 7) + rcb_params(q, ch, 1);
-    case OpKind::kNone: return stride == 1 ? 0 : factorized_reduce_params(ch, ch);
-    default: return 0;  // pooling
+    case OpKind::kConv1x1:
+      return rcb_params(ch, ch, 1);
+    case OpKind::kConv3x3:
+      return rcb_params(ch, q, 1) + rcb_params(q, q, 9) + rcb_params(q, ch, 1);
+    case OpKind::kConv1x7_7x1:
+      return rcb_params(ch, q, 1) + 2 * rcb_params(q, q, 7) + rcb_params(q, ch, 1);
+    case OpKind::kNone:
+      return stride == 1 ? 0 : factorized_reduce_params(ch, ch);
+    default:
+      return 0;  // pooling
   }
 }
 
 int64_t cell_params(const CellPlan& p) {
   int64_t n = rcb_params(p.c_p, p.c, 1);
-  if (p.reduction_prev) n += factorized_reduce_params(p.c_pp, p.c);
-  else if (p.c_pp != p.c) n += rcb_params(p.c_pp, p.c, 1);
+  if (p.reduction_prev)
+    n += factorized_reduce_params(p.c_pp, p.c);
+  else if (p.c_pp != p.c)
+    n += rcb_params(p.c_pp, p.c, 1);
   for (const NodeGenes& g : genotype(p.reduction).nodes)
-    n += op_params(g.a.op, p.c, op_stride(p.reduction, g.a)) + op_params(g.b.op, p.c, op_stride(p.reduction, g.b));
+    n += op_params(g.a.op, p.c, op_stride(p.reduction, g.a)) +
+         op_params(g.b.op, p.c, op_stride(p.reduction, g.b));
   return n;
 }
 
@@ -144,12 +164,14 @@ struct RcbStep {
 // ReLU -> Conv2d -> BatchNorm, repeated: sublayers conv1, bn1, conv2, bn2, ...
 class ReluConvBn final : public UnaryLayer {
  public:
-  ReluConvBn(std::string name, const std::vector<RcbStep>& steps, SeedSequence& seeds) : UnaryLayer(std::move(name)) {
+  ReluConvBn(std::string name, const std::vector<RcbStep>& steps, SeedSequence& seeds)
+      : UnaryLayer(std::move(name)) {
     for (size_t i = 0; i < steps.size(); ++i) {
       const RcbStep& s = steps[i];
       const std::string n = std::to_string(i + 1);
-      convs_.push_back(std::make_unique<Conv2d>("conv" + n, s.cin, s.cout, s.kernel, seeds.next(),
-                                                ops::Conv2dOptions{.stride = s.stride, .padding = s.padding}));
+      convs_.push_back(
+          std::make_unique<Conv2d>("conv" + n, s.cin, s.cout, s.kernel, seeds.next(),
+                                   ops::Conv2dOptions{.stride = s.stride, .padding = s.padding}));
       bns_.push_back(std::make_unique<BatchNorm>("bn" + n, s.cout));
       register_sublayer("conv" + n, convs_.back().get());
       register_sublayer("bn" + n, bns_.back().get());
@@ -182,7 +204,8 @@ class ReluConvBn final : public UnaryLayer {
   std::vector<std::unique_ptr<BatchNorm>> bns_;
 };
 
-std::unique_ptr<ReluConvBn> rcb_1x1(std::string name, int64_t cin, int64_t cout, SeedSequence& seeds) {
+std::unique_ptr<ReluConvBn> rcb_1x1(std::string name, int64_t cin, int64_t cout,
+                                    SeedSequence& seeds) {
   return std::make_unique<ReluConvBn>(std::move(name), std::vector<RcbStep>{{cin, cout}}, seeds);
 }
 
@@ -221,8 +244,10 @@ class FactorizedReduce final : public UnaryLayer {
   static Tensor shift(const Tensor& x) {
     const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
     Tensor s = ops::slice(ops::slice(x, 2, 1, h), 3, 1, w);
-    if (h % 2 == 1) s = ops::concat({s, Tensor::zeros(Shape{n, c, 1, w - 1}, x.dtype(), x.device())}, 2);
-    if (w % 2 == 1) s = ops::concat({s, Tensor::zeros(Shape{n, c, s.size(2), 1}, x.dtype(), x.device())}, 3);
+    if (h % 2 == 1)
+      s = ops::concat({s, Tensor::zeros(Shape{n, c, 1, w - 1}, x.dtype(), x.device())}, 2);
+    if (w % 2 == 1)
+      s = ops::concat({s, Tensor::zeros(Shape{n, c, s.size(2), 1}, x.dtype(), x.device())}, 3);
     return s;
   }
 
@@ -238,28 +263,37 @@ class Identity final : public UnaryLayer {
   double cost(const BundleSpec&) const override { return 0.0; }
 };
 
-std::unique_ptr<UnaryLayer> pool(std::string name, PoolKind kind, int64_t k, int64_t s, int64_t pad) {
+std::unique_ptr<UnaryLayer> pool(std::string name, PoolKind kind, int64_t k, int64_t s,
+                                 int64_t pad) {
   return std::make_unique<Pool2d>(
       std::move(name), kind,
-      ops::Pool2dOptions{.kernel = {k, k}, .stride = {s, s}, .padding = {pad, pad}, .count_include_pad = false});
+      ops::Pool2dOptions{
+          .kernel = {k, k}, .stride = {s, s}, .padding = {pad, pad}, .count_include_pad = false});
 }
 
-std::unique_ptr<UnaryLayer> make_op(std::string name, OpKind op, int64_t ch, int64_t s, bool maxpool_quirk,
-                                    SeedSequence& seeds) {
+std::unique_ptr<UnaryLayer> make_op(std::string name, OpKind op, int64_t ch, int64_t s,
+                                    bool maxpool_quirk, SeedSequence& seeds) {
   const int64_t q = ch / 4;
   switch (op) {
     case OpKind::kConv1x1:
-      return std::make_unique<ReluConvBn>(std::move(name), std::vector<RcbStep>{{ch, ch, {1, 1}, {s, s}}}, seeds);
+      return std::make_unique<ReluConvBn>(std::move(name),
+                                          std::vector<RcbStep>{{ch, ch, {1, 1}, {s, s}}}, seeds);
     case OpKind::kConv3x3:
       return std::make_unique<ReluConvBn>(
-          std::move(name), std::vector<RcbStep>{{ch, q}, {q, q, {3, 3}, {s, s}, {1, 1}}, {q, ch}}, seeds);
+          std::move(name), std::vector<RcbStep>{{ch, q}, {q, q, {3, 3}, {s, s}, {1, 1}}, {q, ch}},
+          seeds);
     case OpKind::kConv1x7_7x1:
       return std::make_unique<ReluConvBn>(
           std::move(name),
-          std::vector<RcbStep>{{ch, q}, {q, q, {1, 7}, {1, s}, {0, 3}}, {q, q, {7, 1}, {s, 1}, {3, 0}}, {q, ch}}, seeds);
-    case OpKind::kAvgPool3x3: return pool(std::move(name), PoolKind::kAvg, 3, s, 1);
-    case OpKind::kMaxPool3x3: return pool(std::move(name), maxpool_quirk ? PoolKind::kAvg : PoolKind::kMax, 3, s, 1);
-    case OpKind::kMaxPool2x2: return pool(std::move(name), PoolKind::kMax, 2, s, 0);
+          std::vector<RcbStep>{
+              {ch, q}, {q, q, {1, 7}, {1, s}, {0, 3}}, {q, q, {7, 1}, {s, 1}, {3, 0}}, {q, ch}},
+          seeds);
+    case OpKind::kAvgPool3x3:
+      return pool(std::move(name), PoolKind::kAvg, 3, s, 1);
+    case OpKind::kMaxPool3x3:
+      return pool(std::move(name), maxpool_quirk ? PoolKind::kAvg : PoolKind::kMax, 3, s, 1);
+    case OpKind::kMaxPool2x2:
+      return pool(std::move(name), PoolKind::kMax, 2, s, 0);
     case OpKind::kNone:
       if (s == 1) return std::make_unique<Identity>(std::move(name));
       return std::make_unique<FactorizedReduce>(std::move(name), ch, ch, seeds);
@@ -284,11 +318,13 @@ class Node final : public Layer {
   BundleSpec output_spec(const BundleSpec& in) const override {
     expect_inputs(in, 2);
     const TensorSpec sa = a_->output_spec(in[0]), sb = b_->output_spec(in[1]);
-    GPIPE_CHECK(sa == sb, "layer '", name(), "': op_a gives ", sa.shape, " but op_b gives ", sb.shape);
+    GPIPE_CHECK(sa == sb, "layer '", name(), "': op_a gives ", sa.shape, " but op_b gives ",
+                sb.shape);
     return {sa};
   }
   double cost(const BundleSpec& in) const override {
-    return a_->cost({in[0]}) + b_->cost({in[1]}) + static_cast<double>(output_spec(in)[0].shape.numel());
+    return a_->cost({in[0]}) + b_->cost({in[1]}) +
+           static_cast<double>(output_spec(in)[0].shape.numel());
   }
 
  private:
@@ -300,8 +336,8 @@ class Node final : public Layer {
 int64_t ceil_half(int64_t n) { return (n + 1) / 2; }
 
 void expect_nchw(const std::string& who, const char* what, const TensorSpec& s, int64_t channels) {
-  GPIPE_CHECK(s.shape.rank() == 4 && s.shape[1] == channels && is_floating(s.dtype), "layer '", who, "': expected ",
-              what, " [N, ", channels, ", H, W] float, got ", s.dtype, s.shape);
+  GPIPE_CHECK(s.shape.rank() == 4 && s.shape[1] == channels && is_floating(s.dtype), "layer '", who,
+              "': expected ", what, " [N, ", channels, ", H, W] float, got ", s.dtype, s.shape);
 }
 
 // ReLU -> Conv2d(in -> c, 3x3, stride 2, pad 1) -> BatchNorm; (x) -> (s, s).
@@ -336,8 +372,10 @@ class Stem final : public Layer {
     expect_inputs(in, 1);
     expect_nchw(name(), "images", in[0], in_channels_);
     const int64_t h = in[0].shape[2], w = in[0].shape[3];
-    GPIPE_CHECK(ceil_half(h) % 16 == 0 && ceil_half(w) % 16 == 0, "layer '", name(), "': input size ", h, "x", w,
-                " does not fit the four reduction cells (ceil(H/2) and ceil(W/2) must be multiples of 16, e.g. "
+    GPIPE_CHECK(ceil_half(h) % 16 == 0 && ceil_half(w) % 16 == 0, "layer '", name(),
+                "': input size ", h, "x", w,
+                " does not fit the four reduction cells (ceil(H/2) and ceil(W/2) must be multiples "
+                "of 16, e.g. "
                 "32x32 or 224x224; pad 28x28 images to 32x32), got ",
                 in[0].shape);
   }
@@ -354,15 +392,18 @@ class Cell final : public Layer {
       : Layer("cell_" + std::to_string(index)), plan_(p), genes_(genotype(p.reduction)) {
     pre0_ = rcb_1x1("preprocess0", p.c_p, p.c, seeds);
     register_sublayer("preprocess0", pre0_.get());
-    if (p.reduction_prev) pre1_ = std::make_unique<FactorizedReduce>("preprocess1", p.c_pp, p.c, seeds);
-    else if (p.c_pp != p.c) pre1_ = rcb_1x1("preprocess1", p.c_pp, p.c, seeds);
+    if (p.reduction_prev)
+      pre1_ = std::make_unique<FactorizedReduce>("preprocess1", p.c_pp, p.c, seeds);
+    else if (p.c_pp != p.c)
+      pre1_ = rcb_1x1("preprocess1", p.c_pp, p.c, seeds);
     if (pre1_) register_sublayer("preprocess1", pre1_.get());
     for (size_t k = 0; k < genes_.nodes.size(); ++k) {
       const NodeGenes& g = genes_.nodes[k];
       auto op = [&](const char* which, const Gene& gene) {
         return make_op(which, gene.op, p.c, op_stride(p.reduction, gene), maxpool_quirk, seeds);
       };
-      nodes_.push_back(std::make_unique<Node>("node_" + std::to_string(k + 2), op("op_a", g.a), op("op_b", g.b)));
+      nodes_.push_back(std::make_unique<Node>("node_" + std::to_string(k + 2), op("op_a", g.a),
+                                              op("op_b", g.b)));
       register_sublayer(nodes_.back()->name(), nodes_.back().get());
     }
   }
@@ -371,7 +412,8 @@ class Cell final : public Layer {
     check(spec_of(in));
     std::vector<Tensor> states{(*pre0_)(in[0]), pre1_ ? (*pre1_)(in[1]) : in[1]};
     for (size_t k = 0; k < nodes_.size(); ++k)
-      states.push_back(nodes_[k]->combine(states[genes_.nodes[k].a.input], states[genes_.nodes[k].b.input]));
+      states.push_back(
+          nodes_[k]->combine(states[genes_.nodes[k].a.input], states[genes_.nodes[k].b.input]));
     std::vector<Tensor> out;
     for (int i : genes_.concat) out.push_back(states[i]);
     return {ops::concat(out, 1), in[0]};
@@ -398,8 +440,10 @@ class Cell final : public Layer {
     const Shape &p = in[0].shape, &pp = in[1].shape;
     const bool fits = plan_.reduction_prev ? ceil_half(pp[2]) == p[2] && ceil_half(pp[3]) == p[3]
                                            : pp[2] == p[2] && pp[3] == p[3];
-    GPIPE_CHECK(p[0] == pp[0] && fits, "layer '", name(), "': prev ", p, " and prev_prev ", pp, " do not match (",
-                plan_.reduction_prev ? "prev_prev must have twice prev's height and width" : "same height and width",
+    GPIPE_CHECK(p[0] == pp[0] && fits, "layer '", name(), "': prev ", p, " and prev_prev ", pp,
+                " do not match (",
+                plan_.reduction_prev ? "prev_prev must have twice prev's height and width"
+                                     : "same height and width",
                 ", same batch)");
     GPIPE_CHECK(!plan_.reduction || (p[2] % 2 == 0 && p[3] % 2 == 0), "layer '", name(),
                 "': a reduction cell needs an even height and width, got prev ", p,
@@ -409,7 +453,8 @@ class Cell final : public Layer {
   // Specs of all 7 states for inputs `in`; adds the FLOPs to *flops if given.
   std::vector<TensorSpec> walk(const BundleSpec& in, double* flops) const {
     check(in);
-    std::vector<TensorSpec> states{pre0_->output_spec(in[0]), pre1_ ? pre1_->output_spec(in[1]) : in[1]};
+    std::vector<TensorSpec> states{pre0_->output_spec(in[0]),
+                                   pre1_ ? pre1_->output_spec(in[1]) : in[1]};
     if (flops) *flops += pre0_->cost({in[0]}) + (pre1_ ? pre1_->cost({in[1]}) : 0.0);
     for (size_t k = 0; k < nodes_.size(); ++k) {
       const BundleSpec args{states[genes_.nodes[k].a.input], states[genes_.nodes[k].b.input]};
@@ -429,7 +474,10 @@ class Cell final : public Layer {
 class Classifier final : public Layer {
  public:
   Classifier(int64_t channels, int64_t classes, SeedSequence& seeds)
-      : Layer("classifier"), channels_(channels), pool_("pool"), fc_("fc", channels, classes, seeds.next()) {
+      : Layer("classifier"),
+        channels_(channels),
+        pool_("pool"),
+        fc_("fc", channels, classes, seeds.next()) {
     register_sublayer("pool", &pool_);
     register_sublayer("fc", &fc_);
   }
@@ -474,7 +522,8 @@ Model amoebanet_d(const AmoebaNetConfig& c) {
   Model m;
   m.layers.push_back(std::make_shared<Stem>(c, p.stem_channels, seeds));
   for (size_t i = 0; i < p.cells.size(); ++i)
-    m.layers.push_back(std::make_shared<Cell>(static_cast<int64_t>(i), p.cells[i], c.torchgpipe_maxpool_quirk, seeds));
+    m.layers.push_back(std::make_shared<Cell>(static_cast<int64_t>(i), p.cells[i],
+                                              c.torchgpipe_maxpool_quirk, seeds));
   m.layers.push_back(std::make_shared<Classifier>(p.out_channels, c.num_classes, seeds));
   m.loss = std::make_shared<CrossEntropyLoss>();
   return m;

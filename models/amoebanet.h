@@ -91,7 +91,7 @@ struct AmoebaNetConfig {
   // true: max_pool_3x3 is AvgPool2d(3, s, 1, count_include_pad = false), as in
   // torchgpipe's benchmark code; false (default): real max pooling.
   bool torchgpipe_maxpool_quirk = false;
-  uint64_t seed = 0;             // weights: He-normal convs, uniform Linear
+  uint64_t seed = 0;  // weights: He-normal convs, uniform Linear
 };
 
 // Exact parameter count from the config alone, without allocating.

@@ -30,9 +30,11 @@ class Embedder {
   // Positions [offset, offset + T) (offset > 0 when decoding incrementally).
   Tensor embed(const Tensor& tokens, Tensor& pe, Dropout& drop, int64_t offset = 0) {
     const int64_t t = tokens.size(1);
-    GPIPE_CHECK(offset + t <= c_.max_len, "Transformer: sequence length ", offset + t, " exceeds max_len ", c_.max_len);
+    GPIPE_CHECK(offset + t <= c_.max_len, "Transformer: sequence length ", offset + t,
+                " exceeds max_len ", c_.max_len);
     if (pe.device() != table_->device()) pe = pe.to(table_->device());
-    Tensor x = ops::mul_scalar(ops::embedding(*table_, tokens), std::sqrt(static_cast<double>(c_.dim)));
+    Tensor x =
+        ops::mul_scalar(ops::embedding(*table_, tokens), std::sqrt(static_cast<double>(c_.dim)));
     return drop(ops::add(x, ops::narrow(pe, 0, offset, t)));
   }
 
@@ -42,8 +44,8 @@ class Embedder {
 };
 
 void expect_tokens(const std::string& who, const TensorSpec& s) {
-  GPIPE_CHECK(s.shape.rank() == 2 && is_integral(s.dtype), "layer '", who, "': expected int tokens [B, T], got ",
-              s.dtype, s.shape);
+  GPIPE_CHECK(s.shape.rank() == 2 && is_integral(s.dtype), "layer '", who,
+              "': expected int tokens [B, T], got ", s.dtype, s.shape);
 }
 void expect_hidden(const std::string& who, const TensorSpec& s, int64_t dim) {
   GPIPE_CHECK(s.shape.rank() == 3 && s.shape[2] == dim && is_floating(s.dtype), "layer '", who,
@@ -53,8 +55,12 @@ void expect_hidden(const std::string& who, const TensorSpec& s, int64_t dim) {
 class SourceEmbedding final : public Layer {
  public:
   SourceEmbedding(const TransformerConfig& c, Tensor table)
-      : Layer("src_embed"), table(std::move(table)), c_(c), pe_(sinusoid_table(c.max_len, c.dim)),
-        drop_("dropout", c.dropout, 1), embed_(c, &this->table) {
+      : Layer("src_embed"),
+        table(std::move(table)),
+        c_(c),
+        pe_(sinusoid_table(c.max_len, c.dim)),
+        drop_("dropout", c.dropout, 1),
+        embed_(c, &this->table) {
     register_parameter("shared_embedding", &this->table);
     register_sublayer("dropout", &drop_);
   }
@@ -82,7 +88,9 @@ class SourceEmbedding final : public Layer {
     expect_inputs(in, 2);
     expect_tokens(name(), in[0]);
     expect_tokens(name(), in[1]);
-    return {{Shape{in[0].shape[0], in[0].shape[1], c_.dim}, table.dtype()}, {in[0].shape, table.dtype()}, in[1]};
+    return {{Shape{in[0].shape[0], in[0].shape[1], c_.dim}, table.dtype()},
+            {in[0].shape, table.dtype()},
+            in[1]};
   }
   double cost(const BundleSpec&) const override { return 0.0; }
   Tensor table;
@@ -105,18 +113,27 @@ enum class SublayerKind { kSelfAttention, kCausalSelfAttention, kCrossAttention,
 
 class ResidualSublayer final : public Layer {
  public:
-  ResidualSublayer(const TransformerConfig& c, std::string name, SublayerKind kind, size_t stream, uint64_t seed,
-                   double scale)
-      : Layer(std::move(name)), c_(c), kind_(kind), stream_(stream), norm_("norm", c.dim), drop_("dropout", c.dropout, 1) {
+  ResidualSublayer(const TransformerConfig& c, std::string name, SublayerKind kind, size_t stream,
+                   uint64_t seed, double scale)
+      : Layer(std::move(name)),
+        c_(c),
+        kind_(kind),
+        stream_(stream),
+        norm_("norm", c.dim),
+        drop_("dropout", c.dropout, 1) {
     register_sublayer("norm", &norm_);
     if (kind == SublayerKind::kFeedForward) {
-      ffn_ = std::make_unique<FeedForward>("mlp", c.dim, c.ffn, c.activation, seed, c.dropout, scale);
+      ffn_ =
+          std::make_unique<FeedForward>("mlp", c.dim, c.ffn, c.activation, seed, c.dropout, scale);
       register_sublayer("mlp", ffn_.get());
     } else {
       attn_ = std::make_unique<MultiHeadAttention>(
           "attn",
-          AttentionOptions{.dim = c.dim, .heads = c.heads, .causal = kind == SublayerKind::kCausalSelfAttention,
-                           .dropout = c.dropout, .init_scale = scale},
+          AttentionOptions{.dim = c.dim,
+                           .heads = c.heads,
+                           .causal = kind == SublayerKind::kCausalSelfAttention,
+                           .dropout = c.dropout,
+                           .init_scale = scale},
           seed);
       register_sublayer("attn", attn_.get());
     }
@@ -137,12 +154,19 @@ class ResidualSublayer final : public Layer {
     Tensor h = norm_(x);
     Tensor f;
     switch (kind_) {
-      case SublayerKind::kSelfAttention: f = attn_->attend(h, h, in[1]); break;  // keys: the padded source
-      case SublayerKind::kCausalSelfAttention: f = cache ? attn_->attend_incremental(h, *cache) : attn_->attend(h, h); break;
-      case SublayerKind::kCrossAttention:
-        f = cache ? attn_->attend_cached_memory(h, in[0], in[1], *cache) : attn_->attend(h, in[0], in[1]);
+      case SublayerKind::kSelfAttention:
+        f = attn_->attend(h, h, in[1]);
+        break;  // keys: the padded source
+      case SublayerKind::kCausalSelfAttention:
+        f = cache ? attn_->attend_incremental(h, *cache) : attn_->attend(h, h);
         break;
-      case SublayerKind::kFeedForward: f = (*ffn_)(h); break;
+      case SublayerKind::kCrossAttention:
+        f = cache ? attn_->attend_cached_memory(h, in[0], in[1], *cache)
+                  : attn_->attend(h, in[0], in[1]);
+        break;
+      case SublayerKind::kFeedForward:
+        f = (*ffn_)(h);
+        break;
     }
     out[stream_] = ops::add(x, drop_(f));
     if (cache && stream_ == 0) cache->tensors["out"] = out[0];
@@ -174,8 +198,13 @@ class ResidualSublayer final : public Layer {
 class TargetEmbedding final : public Layer {
  public:
   TargetEmbedding(const TransformerConfig& c, Tensor table)
-      : Layer("tgt_embed"), table(std::move(table)), c_(c), pe_(sinusoid_table(c.max_len, c.dim)),
-        ln_enc_("encoder_norm", c.dim), drop_("dropout", c.dropout, 1), embed_(c, &this->table) {
+      : Layer("tgt_embed"),
+        table(std::move(table)),
+        c_(c),
+        pe_(sinusoid_table(c.max_len, c.dim)),
+        ln_enc_("encoder_norm", c.dim),
+        drop_("dropout", c.dropout, 1),
+        embed_(c, &this->table) {
     register_parameter("shared_embedding", &this->table);
     register_sublayer("encoder_norm", &ln_enc_);
     register_sublayer("dropout", &drop_);
@@ -238,8 +267,10 @@ class OutputProjection final : public Layer {
 
 TransformerConfig transformer_preset(const std::string& name) {
   static const std::map<std::string, std::array<int64_t, 3>> presets = {
-      {"T(6,8192,16)", {6, 8192, 16}},     {"T(24,8192,16)", {24, 8192, 16}},
-      {"T(12,16384,32)", {12, 16384, 32}}, {"T(32,16384,32)", {32, 16384, 32}},
+      {"T(6,8192,16)", {6, 8192, 16}},
+      {"T(24,8192,16)", {24, 8192, 16}},
+      {"T(12,16384,32)", {12, 16384, 32}},
+      {"T(32,16384,32)", {32, 16384, 32}},
       {"T(64,16384,32)", {64, 16384, 32}}};
   auto it = presets.find(name);
   if (it == presets.end()) {
@@ -266,16 +297,18 @@ int64_t transformer_layer_count(const TransformerConfig& c) { return 5 * c.layer
 Model transformer(const TransformerConfig& c) {
   GPIPE_CHECK(c.layers >= 1 && c.ffn >= 1 && c.heads >= 1 && c.dim >= 2 && c.vocab >= 2,
               "transformer: layers, ffn, heads, dim and vocab must be positive");
-  GPIPE_CHECK(c.dim % c.heads == 0, "transformer: dim ", c.dim, " is not divisible by heads ", c.heads);
-  GPIPE_CHECK(c.pad_id >= 0 && c.pad_id < c.vocab, "transformer: pad_id ", c.pad_id, " outside the vocabulary [0, ",
-              c.vocab, ")");
-  const Tensor table = make_parameter(
-      Tensor::randn(Shape{c.vocab, c.dim}, mix_key(c.seed, 1), 1.0 / std::sqrt(static_cast<double>(c.dim))));
+  GPIPE_CHECK(c.dim % c.heads == 0, "transformer: dim ", c.dim, " is not divisible by heads ",
+              c.heads);
+  GPIPE_CHECK(c.pad_id >= 0 && c.pad_id < c.vocab, "transformer: pad_id ", c.pad_id,
+              " outside the vocabulary [0, ", c.vocab, ")");
+  const Tensor table = make_parameter(Tensor::randn(Shape{c.vocab, c.dim}, mix_key(c.seed, 1),
+                                                    1.0 / std::sqrt(static_cast<double>(c.dim))));
   const double scale = c.scaled_init ? 1.0 / std::sqrt(2.0 * c.layers) : 1.0;
   Model m;
   m.layers.push_back(std::make_shared<SourceEmbedding>(c, table));
   auto sublayer = [&](const std::string& name, SublayerKind kind, size_t stream, uint64_t salt) {
-    m.layers.push_back(std::make_shared<ResidualSublayer>(c, name, kind, stream, mix_key(c.seed, salt), scale));
+    m.layers.push_back(
+        std::make_shared<ResidualSublayer>(c, name, kind, stream, mix_key(c.seed, salt), scale));
   };
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string n = "encoder_" + std::to_string(i);

@@ -4,13 +4,13 @@
 //
 //   src_embed                            (src_tok, tgt_tok)        -> (src_h, src_pad, tgt_tok)
 //   encoder_i.self_attn, encoder_i.ffn   (src_h, src_pad, tgt_tok) -> same, src_h updated
-//   tgt_embed                            (src_h, src_pad, tgt_tok) -> (memory = LN(src_h), src_pad, tgt_h)
-//   decoder_i.self_attn, .cross_attn, .ffn  (memory, src_pad, tgt_h) -> same, tgt_h updated
+//   tgt_embed                            (src_h, src_pad, tgt_tok) -> (memory = LN(src_h), src_pad,
+//   tgt_h) decoder_i.self_attn, .cross_attn, .ffn  (memory, src_pad, tgt_h) -> same, tgt_h updated
 //   output                               (memory, src_pad, tgt_h)  -> (logits [B, T, V])
 //
 // (i = 0..L-1) followed by CrossEntropyLoss on labels [B, T] (padding
-// ignored). Each sublayer is pre-LayerNorm, x += dropout(f(LN(x))); one embedding table E is shared by the source embedding,
-// the target embedding and the output projection (logits = LN(y) E^T).
+// ignored). Each sublayer is pre-LayerNorm, x += dropout(f(LN(x))); one embedding table E is shared
+// by the source embedding, the target embedding and the output projection (logits = LN(y) E^T).
 // src_pad is [B, S] float, 1 at padded source positions.
 #pragma once
 
@@ -23,17 +23,17 @@
 namespace gpipe::models {
 
 struct TransformerConfig {
-  int64_t layers = 6;       // L: encoder layers (and as many decoder layers)
-  int64_t ffn = 8192;       // H: feed-forward hidden size
-  int64_t heads = 16;       // A: attention heads
-  int64_t dim = 1024;       // model dimension
+  int64_t layers = 6;  // L: encoder layers (and as many decoder layers)
+  int64_t ffn = 8192;  // H: feed-forward hidden size
+  int64_t heads = 16;  // A: attention heads
+  int64_t dim = 1024;  // model dimension
   int64_t vocab = 32000;
-  int64_t pad_id = 0;       // token id of padding (ignored by the loss and masked in attention)
-  int64_t max_len = 512;    // longest sequence the sinusoidal table covers
-  double dropout = 0.0;     // residual, attention and embedding dropout
+  int64_t pad_id = 0;     // token id of padding (ignored by the loss and masked in attention)
+  int64_t max_len = 512;  // longest sequence the sinusoidal table covers
+  double dropout = 0.0;   // residual, attention and embedding dropout
   double label_smoothing = 0.0;
-  double logit_clip = 0.0;  // > 0: soft-clip logits to (-c, c)
-  bool scaled_init = false; // scale residual-branch weights by 1/sqrt(2L)
+  double logit_clip = 0.0;   // > 0: soft-clip logits to (-c, c)
+  bool scaled_init = false;  // scale residual-branch weights by 1/sqrt(2L)
   Activation activation = Activation::kRelu;
   uint64_t seed = 0;
 };

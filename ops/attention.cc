@@ -19,38 +19,47 @@ namespace {
 
 constexpr double kMasked = -1e9;
 
-void check_args(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, const Tensor& pad) {
+void check_args(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                const Tensor& pad) {
   detail::check_rank("attention", q, 3, "the queries");
   detail::check_rank("attention", k, 3, "the keys");
   detail::check_rank("attention", v, 3, "the values");
   detail::check_floating("attention", q, "the queries");
   detail::check_same_dtype_device("attention", {q, k, v});
   const int64_t b = q.size(0), d = q.size(2);
-  GPIPE_CHECK(heads >= 1 && d % heads == 0, "attention: the width D = ", d, " of the queries is not divisible by ",
-              heads, " heads");
-  GPIPE_CHECK(d > 0 && k.size(1) > 0, "attention: expected a positive width and at least one key, got queries ",
-              q.shape(), " and keys ", k.shape());
-  GPIPE_CHECK(k.size(0) == b && k.size(2) == d, "attention: expected keys [", b, ", Tk, ", d, "], got ", k.shape());
-  GPIPE_CHECK(v.shape() == k.shape(), "attention: expected values of the keys' shape ", k.shape(), ", got ",
-              v.shape());
+  GPIPE_CHECK(heads >= 1 && d % heads == 0, "attention: the width D = ", d,
+              " of the queries is not divisible by ", heads, " heads");
+  GPIPE_CHECK(d > 0 && k.size(1) > 0,
+              "attention: expected a positive width and at least one key, got queries ", q.shape(),
+              " and keys ", k.shape());
+  GPIPE_CHECK(k.size(0) == b && k.size(2) == d, "attention: expected keys [", b, ", Tk, ", d,
+              "], got ", k.shape());
+  GPIPE_CHECK(v.shape() == k.shape(), "attention: expected values of the keys' shape ", k.shape(),
+              ", got ", v.shape());
   if (pad.defined()) {
-    GPIPE_CHECK(pad.rank() == 2 && pad.size(0) == b && pad.size(1) == k.size(1), "attention: expected key padding [",
-                b, ", ", k.size(1), "], got ", pad.shape());
-    GPIPE_CHECK(pad.device() == q.device(), "attention: key padding is on ", pad.device(), " but the queries on ",
-                q.device());
+    GPIPE_CHECK(pad.rank() == 2 && pad.size(0) == b && pad.size(1) == k.size(1),
+                "attention: expected key padding [", b, ", ", k.size(1), "], got ", pad.shape());
+    GPIPE_CHECK(pad.device() == q.device(), "attention: key padding is on ", pad.device(),
+                " but the queries on ", q.device());
   }
 }
 
 }  // namespace
 
-Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
-                          const Tensor& key_padding, const std::function<Tensor(const Tensor&)>& on_probs) {
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                          bool causal, const Tensor& key_padding,
+                          const std::function<Tensor(const Tensor&)>& on_probs) {
   check_args(q, k, v, heads, key_padding);
   const int64_t b = q.size(0), tq = q.size(1), tk = k.size(1), d = q.size(2), dh = d / heads;
-  auto split = [&](const Tensor& x, int64_t t) { return permute(reshape(x, {b, t, heads, dh}), {0, 2, 1, 3}); };
-  Tensor scores = mul_scalar(matmul(split(q, tq), split(k, tk), false, true), 1.0 / std::sqrt(static_cast<double>(dh)));
-  if (causal) scores = masked_fill(scores, causal_mask(tq, tk, scores.dtype()).to(scores.device()), kMasked);
-  if (key_padding.defined()) scores = masked_fill(scores, reshape(key_padding, {b, 1, 1, tk}), kMasked);
+  auto split = [&](const Tensor& x, int64_t t) {
+    return permute(reshape(x, {b, t, heads, dh}), {0, 2, 1, 3});
+  };
+  Tensor scores = mul_scalar(matmul(split(q, tq), split(k, tk), false, true),
+                             1.0 / std::sqrt(static_cast<double>(dh)));
+  if (causal)
+    scores = masked_fill(scores, causal_mask(tq, tk, scores.dtype()).to(scores.device()), kMasked);
+  if (key_padding.defined())
+    scores = masked_fill(scores, reshape(key_padding, {b, 1, 1, tk}), kMasked);
   Tensor p = softmax(scores, -1);
   if (on_probs) p = on_probs(p);
   return reshape(permute(matmul(p, split(v, tk)), {0, 2, 1, 3}), {b, tq, d});
@@ -62,21 +71,23 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head
   const Device dev = q.device();
   if (!attention_forward.has(dev.type) || !attention_backward.has(dev.type))
     return attention_composed(q, k, v, heads, causal, key_padding);
-  const Tensor qd = detail::dense(q).detach(), kd = detail::dense(k).detach(), vd = detail::dense(v).detach();
+  const Tensor qd = detail::dense(q).detach(), kd = detail::dense(k).detach(),
+               vd = detail::dense(v).detach();
   Tensor pad;
   if (key_padding.defined()) pad = detail::dense(key_padding.detach().to(q.dtype()));
   const int64_t b = q.size(0), tq = q.size(1), tk = k.size(1);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);
   Tensor probs = Tensor::empty(Shape{b * heads, tq, tk}, q.dtype(), dev);
   attention_forward(dev, qd, kd, vd, pad, heads, causal, out, probs);
-  record("attention", {q, k, v}, out, [qd, kd, vd, pad, probs, heads, causal](const std::vector<Tensor>& g) {
-    const Tensor gout = detail::dense(g[0]);
-    Tensor gq = Tensor::empty(qd.shape(), qd.dtype(), qd.device());
-    Tensor gk = Tensor::empty(kd.shape(), kd.dtype(), kd.device());
-    Tensor gv = Tensor::empty(vd.shape(), vd.dtype(), vd.device());
-    attention_backward(qd.device(), qd, kd, vd, pad, probs, gout, heads, causal, gq, gk, gv);
-    return std::vector<Tensor>{gq, gk, gv};
-  });
+  record("attention", {q, k, v}, out,
+         [qd, kd, vd, pad, probs, heads, causal](const std::vector<Tensor>& g) {
+           const Tensor gout = detail::dense(g[0]);
+           Tensor gq = Tensor::empty(qd.shape(), qd.dtype(), qd.device());
+           Tensor gk = Tensor::empty(kd.shape(), kd.dtype(), kd.device());
+           Tensor gv = Tensor::empty(vd.shape(), vd.dtype(), vd.device());
+           attention_backward(qd.device(), qd, kd, vd, pad, probs, gout, heads, causal, gq, gk, gv);
+           return std::vector<Tensor>{gq, gk, gv};
+         });
   return out;
 }
 

@@ -15,9 +15,9 @@ namespace gpipe::ops {
 // Per-channel mean and biased variance of x.
 GPIPE_DECLARE_KERNEL(batch_norm_stats, void(const Tensor& x, Tensor& mean, Tensor& var));
 // y = (x - mean) / sqrt(var + eps) * gamma + beta.
-GPIPE_DECLARE_KERNEL(batch_norm_forward, void(const Tensor& x, const Tensor& mean,
-                                              const Tensor& var, const Tensor& gamma,
-                                              const Tensor& beta, double eps, Tensor& y));
+GPIPE_DECLARE_KERNEL(batch_norm_forward,
+                     void(const Tensor& x, const Tensor& mean, const Tensor& var,
+                          const Tensor& gamma, const Tensor& beta, double eps, Tensor& y));
 // Gradients of batch_norm_forward. training: mean/var are x's own batch
 // statistics and the gradient flows through them; otherwise they are constants.
 GPIPE_DECLARE_KERNEL(batch_norm_backward,

@@ -19,7 +19,8 @@ void check_same_dtype_device(const char* op, const std::vector<Tensor>& xs) {
 }
 
 void check_rank(const char* op, const Tensor& x, int64_t rank, const char* what) {
-  GPIPE_CHECK(x.rank() == rank, op, ": expected ", what, " of rank ", rank, ", got shape ", x.shape());
+  GPIPE_CHECK(x.rank() == rank, op, ": expected ", what, " of rank ", rank, ", got shape ",
+              x.shape());
 }
 
 }  // namespace gpipe::ops::detail

@@ -16,8 +16,8 @@ void check_options(const Conv2dOptions& opt) {
                 opt.stride[1], "]");
     GPIPE_CHECK(opt.dilation[a] > 0, "conv2d: dilation must be positive, got [", opt.dilation[0],
                 ", ", opt.dilation[1], "]");
-    GPIPE_CHECK(opt.padding[a] >= 0, "conv2d: padding must be non-negative, got [",
-                opt.padding[0], ", ", opt.padding[1], "]");
+    GPIPE_CHECK(opt.padding[a] >= 0, "conv2d: padding must be non-negative, got [", opt.padding[0],
+                ", ", opt.padding[1], "]");
   }
   GPIPE_CHECK(opt.groups > 0, "conv2d: groups must be positive, got ", opt.groups);
 }
@@ -56,13 +56,18 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   }
   const int64_t oh = out_extent(h, kh, opt.stride[0], opt.padding[0], opt.dilation[0]);
   const int64_t ow = out_extent(w, kw, opt.stride[1], opt.padding[1], opt.dilation[1]);
-  GPIPE_CHECK(oh >= 1 && ow >= 1, "conv2d: output size would be [", oh, ", ", ow,
-              "]: input ", x.shape(), " with kernel [", kh, ", ", kw, "], padding [",
-              opt.padding[0], ", ", opt.padding[1], "], dilation [", opt.dilation[0], ", ",
-              opt.dilation[1], "] is too small");
+  GPIPE_CHECK(oh >= 1 && ow >= 1, "conv2d: output size would be [", oh, ", ", ow, "]: input ",
+              x.shape(), " with kernel [", kh, ", ", kw, "], padding [", opt.padding[0], ", ",
+              opt.padding[1], "], dilation [", opt.dilation[0], ", ", opt.dilation[1],
+              "] is too small");
 
-  const Conv2dParams params{opt.stride[0],   opt.stride[1],   opt.padding[0], opt.padding[1],
-                            opt.dilation[0], opt.dilation[1], g};
+  const Conv2dParams params{opt.stride[0],
+                            opt.stride[1],
+                            opt.padding[0],
+                            opt.padding[1],
+                            opt.dilation[0],
+                            opt.dilation[1],
+                            g};
   const Tensor xd = detail::dense(x), wd = detail::dense(weight);
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
   Tensor y = Tensor::empty(Shape{n, o, oh, ow}, x.dtype(), x.device());

@@ -65,9 +65,9 @@ class KernelSlot<R(Args...)> {
 
 // In a header: declares the slot `name` with signature `Sig`.
 #define GPIPE_DECLARE_KERNEL(name, ...) \
-  inline constinit ::gpipe::ops::KernelSlot<__VA_ARGS__> name{#name}
+  inline constinit ::gpipe::ops::KernelSlot<__VA_ARGS__> name { #name }
 
 // In a device source file: registers `fn` in slot `slot` for that device kind.
-#define GPIPE_REGISTER_KERNEL(slot, device_type, fn)                          \
+#define GPIPE_REGISTER_KERNEL(slot, device_type, fn)                  \
   [[maybe_unused]] static const bool gpipe_registered_##slot##_##fn = \
       ::gpipe::ops::slot.set(device_type, fn)

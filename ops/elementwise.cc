@@ -13,10 +13,14 @@ namespace {
 
 const char* binary_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "add";
-    case BinaryOp::kSub: return "sub";
-    case BinaryOp::kMul: return "mul";
-    case BinaryOp::kDiv: return "div";
+    case BinaryOp::kAdd:
+      return "add";
+    case BinaryOp::kSub:
+      return "sub";
+    case BinaryOp::kMul:
+      return "mul";
+    case BinaryOp::kDiv:
+      return "div";
   }
   return "?";
 }
@@ -47,18 +51,20 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
       });
       break;
     case BinaryOp::kMul:
-      record("mul", {a, b}, out, [=, ad = a.detach(), bd = b.detach()](const std::vector<Tensor>& g) {
-        Tensor ga = need_a ? sum_to(mul(g[0], bd), sa) : Tensor();
-        Tensor gb = need_b ? sum_to(mul(g[0], ad), sb) : Tensor();
-        return std::vector<Tensor>{ga, gb};
-      });
+      record("mul", {a, b}, out,
+             [=, ad = a.detach(), bd = b.detach()](const std::vector<Tensor>& g) {
+               Tensor ga = need_a ? sum_to(mul(g[0], bd), sa) : Tensor();
+               Tensor gb = need_b ? sum_to(mul(g[0], ad), sb) : Tensor();
+               return std::vector<Tensor>{ga, gb};
+             });
       break;
     case BinaryOp::kDiv:
-      record("div", {a, b}, out, [=, ad = a.detach(), bd = b.detach()](const std::vector<Tensor>& g) {
-        Tensor ga = need_a ? sum_to(div(g[0], bd), sa) : Tensor();
-        Tensor gb = need_b ? sum_to(neg(div(mul(g[0], ad), mul(bd, bd))), sb) : Tensor();
-        return std::vector<Tensor>{ga, gb};
-      });
+      record("div", {a, b}, out,
+             [=, ad = a.detach(), bd = b.detach()](const std::vector<Tensor>& g) {
+               Tensor ga = need_a ? sum_to(div(g[0], bd), sa) : Tensor();
+               Tensor gb = need_b ? sum_to(neg(div(mul(g[0], ad), mul(bd, bd))), sb) : Tensor();
+               return std::vector<Tensor>{ga, gb};
+             });
       break;
   }
   return out;
@@ -66,23 +72,36 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 // Which value the derivative of `op` reads: the input (x) or the output (y).
 bool grad_uses_output(UnaryOp op) {
-  return op == UnaryOp::kTanh || op == UnaryOp::kSigmoid || op == UnaryOp::kExp || op == UnaryOp::kSqrt;
+  return op == UnaryOp::kTanh || op == UnaryOp::kSigmoid || op == UnaryOp::kExp ||
+         op == UnaryOp::kSqrt;
 }
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::kNeg: return "neg";
-    case UnaryOp::kRelu: return "relu";
-    case UnaryOp::kGelu: return "gelu";
-    case UnaryOp::kTanh: return "tanh";
-    case UnaryOp::kSigmoid: return "sigmoid";
-    case UnaryOp::kExp: return "exp";
-    case UnaryOp::kLog: return "log";
-    case UnaryOp::kSqrt: return "sqrt";
-    case UnaryOp::kAbs: return "abs";
-    case UnaryOp::kPow: return "pow";
-    case UnaryOp::kAddScalar: return "add_scalar";
-    case UnaryOp::kMulScalar: return "mul_scalar";
+    case UnaryOp::kNeg:
+      return "neg";
+    case UnaryOp::kRelu:
+      return "relu";
+    case UnaryOp::kGelu:
+      return "gelu";
+    case UnaryOp::kTanh:
+      return "tanh";
+    case UnaryOp::kSigmoid:
+      return "sigmoid";
+    case UnaryOp::kExp:
+      return "exp";
+    case UnaryOp::kLog:
+      return "log";
+    case UnaryOp::kSqrt:
+      return "sqrt";
+    case UnaryOp::kAbs:
+      return "abs";
+    case UnaryOp::kPow:
+      return "pow";
+    case UnaryOp::kAddScalar:
+      return "add_scalar";
+    case UnaryOp::kMulScalar:
+      return "mul_scalar";
   }
   return "?";
 }
@@ -98,7 +117,8 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
   record(name, {x}, out, [op, alpha, use_y, saved](const std::vector<Tensor>& g) {
     Tensor gy = detail::dense(g[0]);
     Tensor gx = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
-    unary_backward(gy.device(), op, alpha, use_y ? Tensor() : saved, use_y ? saved : Tensor(), gy, gx);
+    unary_backward(gy.device(), op, alpha, use_y ? Tensor() : saved, use_y ? saved : Tensor(), gy,
+                   gx);
     return std::vector<Tensor>{gx};
   });
   return out;

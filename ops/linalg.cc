@@ -69,7 +69,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
            if (need_b) {
              if (bd.rank() == 2 && ad.rank() > 2) {
                // b was shared across a's batch: fold the batch into the product's k.
-               Tensor a2 = reshape(ta ? transpose(ad, -1, -2) : ad, {-1, ta ? ad.size(-2) : ad.size(-1)});
+               Tensor a2 =
+                   reshape(ta ? transpose(ad, -1, -2) : ad, {-1, ta ? ad.size(-2) : ad.size(-1)});
                Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
                gb = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
              } else {
@@ -84,9 +85,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_rank("linear", weight, 2, "weight [out, in]");
   GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
-              " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1), ")");
-  Tensor y = x.rank() == 1 ? reshape(matmul(reshape(x, {1, -1}), weight, false, true), {weight.size(0)})
-                           : matmul(x, weight, false, true);
+              " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
+              ")");
+  Tensor y = x.rank() == 1
+                 ? reshape(matmul(reshape(x, {1, -1}), weight, false, true), {weight.size(0)})
+                 : matmul(x, weight, false, true);
   if (bias.defined()) {
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");

@@ -12,6 +12,7 @@ struct GemmShape {
   bool ta = false, tb = false, b_shared = false;
   int64_t batch = 1, m = 0, n = 0, k = 0;
 };
-GPIPE_DECLARE_KERNEL(batched_gemm, void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
+GPIPE_DECLARE_KERNEL(batched_gemm,
+                     void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
 
 }  // namespace gpipe::ops

@@ -19,8 +19,8 @@ Pool2dParams check_pool(const char* op, const Tensor& x, const Pool2dOptions& op
   GPIPE_CHECK(k[0] > 0 && k[1] > 0, op, ": kernel size must be positive, got [", k[0], ", ", k[1],
               "]");
   GPIPE_CHECK(s[0] > 0 && s[1] > 0, op, ": stride must be positive, got [", s[0], ", ", s[1], "]");
-  GPIPE_CHECK(p[0] >= 0 && p[1] >= 0, op, ": padding must be non-negative, got [", p[0], ", ",
-              p[1], "]");
+  GPIPE_CHECK(p[0] >= 0 && p[1] >= 0, op, ": padding must be non-negative, got [", p[0], ", ", p[1],
+              "]");
   GPIPE_CHECK(2 * p[0] <= k[0] && 2 * p[1] <= k[1], op, ": padding [", p[0], ", ", p[1],
               "] must be at most half the kernel [", k[0], ", ", k[1], "]");
   const int64_t h = x.size(2), w = x.size(3);

@@ -23,7 +23,7 @@
 namespace gpipe::ops {
 
 struct Pool2dOptions {
-  std::array<int64_t, 2> kernel{2, 2};   // {height, width}
+  std::array<int64_t, 2> kernel{2, 2};  // {height, width}
   std::array<int64_t, 2> stride{2, 2};
   std::array<int64_t, 2> padding{0, 0};  // at most kernel / 2
   bool count_include_pad = true;         // avg_pool2d only

@@ -22,16 +22,16 @@ struct Pool2dParams {
 // y = max over each window (padding is -inf); argmax (int64) holds the index
 // h * W + w, within its [H, W] plane, of the first maximal element. argmax may
 // be undefined (inference): then only y is written.
-GPIPE_DECLARE_KERNEL(max_pool2d_forward, void(const Tensor& x, const Pool2dParams& params,
-                                              Tensor& y, Tensor& argmax));
+GPIPE_DECLARE_KERNEL(max_pool2d_forward,
+                     void(const Tensor& x, const Pool2dParams& params, Tensor& y, Tensor& argmax));
 // grad_x = grad_y scattered to the argmax positions (summed where windows overlap).
-GPIPE_DECLARE_KERNEL(max_pool2d_backward, void(const Tensor& grad_y, const Tensor& argmax,
-                                               Tensor& grad_x));
+GPIPE_DECLARE_KERNEL(max_pool2d_backward,
+                     void(const Tensor& grad_y, const Tensor& argmax, Tensor& grad_x));
 // y = mean over each window; the divisor is the window size clipped to the
 // padded input (count_include_pad) or the number of in-bounds elements.
-GPIPE_DECLARE_KERNEL(avg_pool2d_forward, void(const Tensor& x, const Pool2dParams& params,
-                                              Tensor& y));
-GPIPE_DECLARE_KERNEL(avg_pool2d_backward, void(const Tensor& grad_y, const Pool2dParams& params,
-                                               Tensor& grad_x));
+GPIPE_DECLARE_KERNEL(avg_pool2d_forward,
+                     void(const Tensor& x, const Pool2dParams& params, Tensor& y));
+GPIPE_DECLARE_KERNEL(avg_pool2d_backward,
+                     void(const Tensor& grad_y, const Pool2dParams& params, Tensor& grad_x));
 
 }  // namespace gpipe::ops

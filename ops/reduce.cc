@@ -14,8 +14,10 @@ namespace {
 
 Shape reduced_shape(const Shape& s, int64_t axis, bool keepdim) {
   std::vector<int64_t> d = s.dims();
-  if (keepdim) d[axis] = 1;
-  else d.erase(d.begin() + axis);
+  if (keepdim)
+    d[axis] = 1;
+  else
+    d.erase(d.begin() + axis);
   return Shape(d);
 }
 
@@ -32,7 +34,8 @@ std::vector<int64_t> normalize_axes(const Tensor& x, std::vector<int64_t> axes, 
     for (int64_t i = 0; i < x.rank(); ++i) axes.push_back(i);
   for (int64_t& a : axes) a = x.shape().normalize_axis(a, op);
   std::sort(axes.begin(), axes.end());
-  GPIPE_CHECK(std::adjacent_find(axes.begin(), axes.end()) == axes.end(), op, ": an axis is listed twice");
+  GPIPE_CHECK(std::adjacent_find(axes.begin(), axes.end()) == axes.end(), op,
+              ": an axis is listed twice");
   return axes;
 }
 

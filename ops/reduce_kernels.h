@@ -7,7 +7,8 @@
 
 namespace gpipe::ops {
 
-GPIPE_DECLARE_KERNEL(reduce_sum, void(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out));
+GPIPE_DECLARE_KERNEL(reduce_sum,
+                     void(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out));
 // out: max values; argmax: int64 index in [0, n) of the first maximum.
 GPIPE_DECLARE_KERNEL(reduce_max, void(const Tensor& x, int64_t outer, int64_t n, int64_t inner,
                                       Tensor& out, Tensor& argmax));

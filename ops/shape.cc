@@ -64,7 +64,8 @@ Tensor flatten(const Tensor& x, int64_t start_axis, int64_t end_axis) {
 
 Tensor unsqueeze(const Tensor& x, int64_t axis) {
   const int64_t r = x.rank() + 1;
-  GPIPE_CHECK(axis >= -r && axis < r, "unsqueeze: axis ", axis, " out of range for shape ", x.shape());
+  GPIPE_CHECK(axis >= -r && axis < r, "unsqueeze: axis ", axis, " out of range for shape ",
+              x.shape());
   if (axis < 0) axis += r;
   std::vector<int64_t> dims = x.shape().dims();
   dims.insert(dims.begin() + axis, 1);
@@ -170,8 +171,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
     } else if (shape[i - lead] == 1 && x.shape()[i] != 1) {
       axes.push_back(i);
     } else {
-      GPIPE_CHECK(shape[i - lead] == x.shape()[i], "sum_to: cannot reduce shape ", x.shape(), " to ",
-                  shape);
+      GPIPE_CHECK(shape[i - lead] == x.shape()[i], "sum_to: cannot reduce shape ", x.shape(),
+                  " to ", shape);
     }
   }
   return reshape(sum(x, axes, /*keepdim=*/true), shape.dims());
@@ -236,16 +237,16 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   }
   std::vector<Tensor*> outs;
   for (Tensor& p : pieces) outs.push_back(&p);
-  record("split", {x}, outs, [axis](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{concat(g, axis)};
-  });
+  record("split", {x}, outs,
+         [axis](const std::vector<Tensor>& g) { return std::vector<Tensor>{concat(g, axis)}; });
   return pieces;
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
   GPIPE_CHECK(chunks > 0, "chunk: number of chunks must be positive, got ", chunks);
   const int64_t n = x.shape()[x.shape().normalize_axis(axis, "chunk")];
-  GPIPE_CHECK(chunks <= n, "chunk: cannot cut an axis of size ", n, " into ", chunks, " non-empty pieces");
+  GPIPE_CHECK(chunks <= n, "chunk: cannot cut an axis of size ", n, " into ", chunks,
+              " non-empty pieces");
   std::vector<int64_t> sizes(chunks, n / chunks);
   for (int64_t i = 0; i < n % chunks; ++i) ++sizes[i];
   return split(x, sizes, axis);

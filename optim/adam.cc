@@ -56,18 +56,26 @@ AdamScalars<T> adam_scalars(const AdamOptions& o, double lr, int64_t step, bool 
   const double t = static_cast<double>(step);
   const double step_size = lr / (1.0 - std::pow(o.beta1, t));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, t));
-  return {static_cast<T>(o.beta2), static_cast<T>(1.0 - o.beta1), static_cast<T>(1.0 - o.beta2),
-          static_cast<T>(o.eps),   static_cast<T>(o.weight_decay), static_cast<T>(1.0 - lr * o.weight_decay),
-          static_cast<T>(step_size), static_cast<T>(bc2_sqrt), o.weight_decay != 0, decoupled};
+  return {static_cast<T>(o.beta2),
+          static_cast<T>(1.0 - o.beta1),
+          static_cast<T>(1.0 - o.beta2),
+          static_cast<T>(o.eps),
+          static_cast<T>(o.weight_decay),
+          static_cast<T>(1.0 - lr * o.weight_decay),
+          static_cast<T>(step_size),
+          static_cast<T>(bc2_sqrt),
+          o.weight_decay != 0,
+          decoupled};
 }
 
 // The scalars are copied to locals and the pointers are restrict, so the
 // compiler knows the stores cannot change them and vectorises the loop; the
 // weight-decay variant is chosen outside it.
 template <int kDecay, class T>  // 0 none, 1 L2 (Adam), 2 decoupled (AdamW)
-void adam_loop(const AdamScalars<T>& k, T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-               int64_t lo, int64_t hi) {
-  const T b2 = k.b2, c1 = k.c1, c2 = k.c2, eps = k.eps, wd = k.wd, shrink = k.shrink, ss = k.ss, bc2 = k.bc2;
+void adam_loop(const AdamScalars<T>& k, T* __restrict p, const T* __restrict g, T* __restrict m,
+               T* __restrict v, int64_t lo, int64_t hi) {
+  const T b2 = k.b2, c1 = k.c1, c2 = k.c2, eps = k.eps, wd = k.wd, shrink = k.shrink, ss = k.ss,
+          bc2 = k.bc2;
   for (int64_t i = lo; i < hi; ++i) {
     T d = g[i];
     if constexpr (kDecay == 2) p[i] *= shrink;
@@ -81,9 +89,12 @@ void adam_loop(const AdamScalars<T>& k, T* __restrict p, const T* __restrict g, 
 
 template <class T>
 void adam_elements(const AdamScalars<T>& k, T* p, const T* g, T* m, T* v, int64_t lo, int64_t hi) {
-  if (!k.decay) adam_loop<0>(k, p, g, m, v, lo, hi);
-  else if (k.decoupled) adam_loop<2>(k, p, g, m, v, lo, hi);
-  else adam_loop<1>(k, p, g, m, v, lo, hi);
+  if (!k.decay)
+    adam_loop<0>(k, p, g, m, v, lo, hi);
+  else if (k.decoupled)
+    adam_loop<2>(k, p, g, m, v, lo, hi);
+  else
+    adam_loop<1>(k, p, g, m, v, lo, hi);
 }
 
 constexpr int64_t kGrain = 1 << 14;
@@ -98,7 +109,8 @@ void Adam::update(const Update& u) {
     const T* g = u.grad.data<T>();
     T* m = u.state[0].data<T>();
     T* v = u.state[1].data<T>();
-    parallel_for(0, u.param.numel(), kGrain, [&](int64_t lo, int64_t hi) { adam_elements(k, p, g, m, v, lo, hi); });
+    parallel_for(0, u.param.numel(), kGrain,
+                 [&](int64_t lo, int64_t hi) { adam_elements(k, p, g, m, v, lo, hi); });
   });
 }
 
@@ -127,9 +139,10 @@ void Adam::update_all(const std::vector<Update>& updates) {
     size_t t = std::upper_bound(offset.begin(), offset.end(), lo) - offset.begin() - 1;
     for (; t < fused.size() && offset[t] < hi; ++t) {
       const Update& u = *fused[t];
-      const int64_t a = std::max(lo, offset[t]) - offset[t], b = std::min(hi, offset[t + 1]) - offset[t];
-      adam_elements(scalars[t], u.param.data<float>(), u.grad.data<float>(), u.state[0].data<float>(),
-                    u.state[1].data<float>(), a, b);
+      const int64_t a = std::max(lo, offset[t]) - offset[t],
+                    b = std::min(hi, offset[t + 1]) - offset[t];
+      adam_elements(scalars[t], u.param.data<float>(), u.grad.data<float>(),
+                    u.state[0].data<float>(), u.state[1].data<float>(), a, b);
     }
   });
 }

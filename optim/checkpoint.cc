@@ -11,15 +11,14 @@
 #include "optim/checkpoint.h"
 
 #include <charconv>
-#include <cmath>
-#include <unordered_map>
-#include <unordered_set>
-
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "core/autograd.h"
 #include "optim/safetensors.h"
@@ -34,15 +33,19 @@ constexpr const char* kManifestFormat = "checkpoint-manifest/1";
 
 // `name` and every name it may be found under in a file: its tied aliases,
 // and for optimizer state "optim/<alias>.<state>".
-std::vector<std::string> with_aliases(const std::string& name, const std::vector<std::vector<std::string>>& aliases) {
+std::vector<std::string> with_aliases(const std::string& name,
+                                      const std::vector<std::vector<std::string>>& aliases) {
   std::vector<std::string> out{name};
   for (const auto& group : aliases)
     for (const std::string& x : group) {
       std::string rest;
       const std::string state = kStatePrefix + x + ".";
-      if (name == x) rest = "";
-      else if (name.rfind(state, 0) == 0) rest = name.substr(state.size() - 1);
-      else continue;
+      if (name == x)
+        rest = "";
+      else if (name.rfind(state, 0) == 0)
+        rest = name.substr(state.size() - 1);
+      else
+        continue;
       const bool is_state = name != x;
       for (const std::string& y : group)
         if (y != x) out.push_back(is_state ? kStatePrefix + y + rest : y);
@@ -90,8 +93,8 @@ void save_impl(const std::string& path, const std::vector<NamedTensor>& tensors,
   const std::string where = "save_checkpoint: '" + path + "': ";
   std::map<std::string, std::string> meta;
   for (const auto& [k, v] : metadata) {
-    GPIPE_CHECK(k.rfind("gpipe.", 0) != 0 && k.rfind("optim.", 0) != 0, where, "metadata key '",
-                k, "' uses a reserved prefix (gpipe. or optim.)");
+    GPIPE_CHECK(k.rfind("gpipe.", 0) != 0 && k.rfind("optim.", 0) != 0, where, "metadata key '", k,
+                "' uses a reserved prefix (gpipe. or optim.)");
     meta[k] = v;
   }
   meta["gpipe.format"] = kFormat;
@@ -198,8 +201,8 @@ void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
   save_impl(path, tensors, &opt, step, metadata);
 }
 
-void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
-                     int64_t step, const std::map<std::string, std::string>& metadata) {
+void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors, int64_t step,
+                     const std::map<std::string, std::string>& metadata) {
   save_impl(path, tensors, nullptr, step, metadata);
 }
 
@@ -213,7 +216,8 @@ void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
   }
   const auto& meta = file.metadata;
   LoadPlan plan(file);
-  for (const Group& g : group_by_identity(tensors, where)) plan.expect(g.names, g.tensor, "model", options.aliases);
+  for (const Group& g : group_by_identity(tensors, where))
+    plan.expect(g.names, g.tensor, "model", options.aliases);
 
   int64_t step_count = 0;
   double lr = 0;
@@ -222,7 +226,8 @@ void load_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
     if (name == meta.end()) {
       plan.problem("it has no optimizer state (saved without an optimizer)");
     } else if (name->second != opt->name()) {
-      plan.problem("its optimizer state is " + name->second + "'s, the optimizer is " + opt->name());
+      plan.problem("its optimizer state is " + name->second + "'s, the optimizer is " +
+                   opt->name());
     } else {
       for (const NamedTensor& s : opt->state())
         plan.expect({kStatePrefix + s.name}, s.tensor, "optimizer", options.aliases);
@@ -259,8 +264,9 @@ SafetensorsFile read_checkpoint(const std::string& path) {
     GPIPE_CHECK(std::filesystem::exists(shard_path), where, "shard '", shard_path,
                 "' is missing (a sharded checkpoint needs every shard the manifest lists)");
     SafetensorsFile shard = load_safetensors(shard_path);
-    GPIPE_CHECK(shard.metadata["gpipe.step"] == manifest.metadata["gpipe.step"], where, "shard '", shard_path,
-                "' is of step ", shard.metadata["gpipe.step"], ", the manifest of step ", manifest.metadata["gpipe.step"]);
+    GPIPE_CHECK(shard.metadata["gpipe.step"] == manifest.metadata["gpipe.step"], where, "shard '",
+                shard_path, "' is of step ", shard.metadata["gpipe.step"],
+                ", the manifest of step ", manifest.metadata["gpipe.step"]);
     for (auto& [n, t] : shard.tensors) merged.tensors.emplace(n, std::move(t));
     if (merged.metadata.empty()) merged.metadata = shard.metadata;
   }
@@ -269,19 +275,23 @@ SafetensorsFile read_checkpoint(const std::string& path) {
 }
 
 void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const std::string& path,
-                             const std::vector<NamedTensor>& tensors, const Optimizer& opt, int64_t step,
-                             const std::map<std::string, std::string>& metadata) {
+                             const std::vector<NamedTensor>& tensors, const Optimizer& opt,
+                             int64_t step, const std::map<std::string, std::string>& metadata) {
   const std::string base = std::filesystem::path(path).filename().string();
   // A fresh id per save: saving the same step to the same path again never
   // overwrites the shards the current manifest names.
   std::string id;
   if (world.rank() == 0) {
     std::random_device rd;
-    id = detail::concat(std::hex, (static_cast<uint64_t>(rd()) << 32 | rd()) ^
-                                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    id = detail::concat(
+        std::hex,
+        (static_cast<uint64_t>(rd()) << 32 | rd()) ^
+            static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   }
   world.broadcast(id, 0, "sharing the checkpoint's save id");
-  auto shard_name = [&](int i) { return detail::concat(base, ".step", step, "-", id, ".shard", i, "of", who.shards); };
+  auto shard_name = [&](int i) {
+    return detail::concat(base, ".step", step, "-", id, ".shard", i, "of", who.shards);
+  };
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   std::string problem;
   if (who.writer) {
@@ -291,10 +301,12 @@ void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const 
       problem = e.what();
     }
   }
-  const std::vector<std::string> problems = world.allgather(problem, "gathering checkpoint shard results");
+  const std::vector<std::string> problems =
+      world.allgather(problem, "gathering checkpoint shard results");
   std::string failed;
   for (size_t r = 0; r < problems.size(); ++r)
-    if (!problems[r].empty()) failed += detail::concat(failed.empty() ? "" : "; ", "rank ", r, ": ", problems[r]);
+    if (!problems[r].empty())
+      failed += detail::concat(failed.empty() ? "" : "; ", "rank ", r, ": ", problems[r]);
   GPIPE_CHECK(failed.empty(), "checkpoint ", path, " at step ", step,
               " was not taken (the previous one, if any, is intact): ", failed);
   std::string manifest_problem;
@@ -323,16 +335,17 @@ void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const 
         if (std::find(now.begin(), now.end(), o) == now.end()) {
           std::error_code ec;  // the new checkpoint is complete either way
           std::filesystem::remove(dir / o, ec);
-          if (ec) std::fprintf(stderr, "warning: checkpoint %s: could not remove the old shard %s: %s\n", path.c_str(),
-                               o.c_str(), ec.message().c_str());
+          if (ec)
+            std::fprintf(stderr, "warning: checkpoint %s: could not remove the old shard %s: %s\n",
+                         path.c_str(), o.c_str(), ec.message().c_str());
         }
     } catch (const std::exception& e) {
       manifest_problem = e.what();
     }
   }
   world.broadcast(manifest_problem, 0, "sharing the checkpoint manifest's result");
-  GPIPE_CHECK(manifest_problem.empty(), "checkpoint ", path, " at step ", step, ": writing the manifest failed: ",
-              manifest_problem);
+  GPIPE_CHECK(manifest_problem.empty(), "checkpoint ", path, " at step ", step,
+              ": writing the manifest failed: ", manifest_problem);
 }
 
 }  // namespace gpipe::optim

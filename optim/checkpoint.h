@@ -42,8 +42,8 @@ void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& te
                      const Optimizer& opt, int64_t step,
                      const std::map<std::string, std::string>& metadata = {});
 // The same without optimizer state (e.g. for export or evaluation).
-void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors,
-                     int64_t step, const std::map<std::string, std::string>& metadata = {});
+void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& tensors, int64_t step,
+                     const std::map<std::string, std::string>& metadata = {});
 
 struct LoadCheckpointOptions {
   // Ignore file tensors nobody asked for instead of failing. ("optim/..."
@@ -105,7 +105,7 @@ class Communicator;
 }
 namespace gpipe::optim {
 void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const std::string& path,
-                             const std::vector<NamedTensor>& tensors, const Optimizer& opt, int64_t step,
-                             const std::map<std::string, std::string>& metadata = {});
+                             const std::vector<NamedTensor>& tensors, const Optimizer& opt,
+                             int64_t step, const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace gpipe::optim

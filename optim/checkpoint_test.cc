@@ -1,7 +1,8 @@
 // Checkpoints: a resumed run continues the exact trajectory; tied weights;
 // named errors for wrong shapes, missing and unexpected tensors.
-#include <catch2/catch.hpp>
+#include "optim/checkpoint.h"
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -13,7 +14,6 @@
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "optim/adam.h"
-#include "optim/checkpoint.h"
 #include "optim/rmsprop.h"
 #include "optim/safetensors.h"
 #include "optim/schedule.h"
@@ -56,7 +56,8 @@ struct TinyModel {
 
 // sum((p - 0.1 * s)^2): a quadratic whose minimum moves with the step.
 Tensor quadratic(const Tensor& p, int64_t s) {
-  const Tensor d = ops::sub(p, Tensor::full(p.shape(), 0.1 * static_cast<double>(s), p.dtype(), p.device()));
+  const Tensor d =
+      ops::sub(p, Tensor::full(p.shape(), 0.1 * static_cast<double>(s), p.dtype(), p.device()));
   return ops::sum(ops::mul(d, d));
 }
 
@@ -115,20 +116,34 @@ void check_resume_is_exact(const MakeOptimizer& make, const std::string& dir) {
 TEST_CASE("A resumed run continues the exact trajectory, for every optimizer") {
   const std::string dir = fresh_dir("resume");
   SECTION("Adam") {
-    check_resume_is_exact([](TinyModel& m) { return std::make_unique<Adam>(m.parameters(), AdamOptions{.weight_decay = 0.01}); }, dir);
+    check_resume_is_exact(
+        [](TinyModel& m) {
+          return std::make_unique<Adam>(m.parameters(), AdamOptions{.weight_decay = 0.01});
+        },
+        dir);
   }
   SECTION("AdamW") {
-    check_resume_is_exact([](TinyModel& m) { return std::make_unique<AdamW>(m.parameters(), AdamOptions{.weight_decay = 0.1}); }, dir);
+    check_resume_is_exact(
+        [](TinyModel& m) {
+          return std::make_unique<AdamW>(m.parameters(), AdamOptions{.weight_decay = 0.1});
+        },
+        dir);
   }
   SECTION("SGD") {
-    check_resume_is_exact([](TinyModel& m) {
-      return std::make_unique<Sgd>(m.parameters(), SgdOptions{.momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
-    }, dir);
+    check_resume_is_exact(
+        [](TinyModel& m) {
+          return std::make_unique<Sgd>(
+              m.parameters(), SgdOptions{.momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+        },
+        dir);
   }
   SECTION("RMSProp") {
-    check_resume_is_exact([](TinyModel& m) {
-      return std::make_unique<RmsProp>(m.parameters(), RmsPropOptions{.momentum = 0.5, .centered = true});
-    }, dir);
+    check_resume_is_exact(
+        [](TinyModel& m) {
+          return std::make_unique<RmsProp>(m.parameters(),
+                                           RmsPropOptions{.momentum = 0.5, .centered = true});
+        },
+        dir);
   }
 }
 
@@ -140,10 +155,11 @@ TEST_CASE("Checkpoint layout: tied tensors once, optimizer state under optim/, m
   const SafetensorsFile f = load_safetensors(dir + "/c.safetensors");
   std::vector<std::string> names;
   for (const auto& [n, t] : f.tensors) names.push_back(n);
-  CHECK(names == std::vector<std::string>{
-                     "b", "bn.running_mean", "enc.emb", "optim/b.exp_avg", "optim/b.exp_avg_sq",
-                     "optim/b.step", "optim/enc.emb.exp_avg", "optim/enc.emb.exp_avg_sq",
-                     "optim/enc.emb.step", "optim/w.exp_avg", "optim/w.exp_avg_sq", "optim/w.step", "w"});
+  CHECK(names == std::vector<std::string>{"b", "bn.running_mean", "enc.emb", "optim/b.exp_avg",
+                                          "optim/b.exp_avg_sq", "optim/b.step",
+                                          "optim/enc.emb.exp_avg", "optim/enc.emb.exp_avg_sq",
+                                          "optim/enc.emb.step", "optim/w.exp_avg",
+                                          "optim/w.exp_avg_sq", "optim/w.step", "w"});
   CHECK(f.tensors.at("optim/w.step").dtype() == DType::kInt64);
   CHECK(f.metadata.at("gpipe.step") == "7");
   CHECK(f.metadata.at("gpipe.format") == "checkpoint/1");
@@ -162,8 +178,9 @@ TEST_CASE("Checkpoint layout: tied tensors once, optimizer state under optim/, m
   CHECK(emb_before->to_vector<float>() == m.emb.to_vector<float>());
   CHECK(other.b.to_vector<double>() == m.b.to_vector<double>());
 
-  CHECK_THROWS_WITH(save_checkpoint(dir + "/d.safetensors", m.tensors(), opt, 1, {{"optim.lr", "1"}}),
-                    Contains("metadata key 'optim.lr' uses a reserved prefix"));
+  CHECK_THROWS_WITH(
+      save_checkpoint(dir + "/d.safetensors", m.tensors(), opt, 1, {{"optim.lr", "1"}}),
+      Contains("metadata key 'optim.lr' uses a reserved prefix"));
   CHECK_FALSE(fs::exists(dir + "/d.safetensors"));
 }
 
@@ -191,8 +208,9 @@ TEST_CASE("Checkpoint errors name the file and every problem; the model is untou
   Tensor wide = Tensor::zeros(Shape{4, 2});
   auto tensors = target.tensors();
   tensors[0].tensor = &wide;
-  CHECK_THROWS_WITH(load_checkpoint(path, tensors, nullptr, nullptr),
-                    Contains("checkpoint " + path + ": tensor 'w' has shape [3, 2], the model expects [4, 2]"));
+  CHECK_THROWS_WITH(
+      load_checkpoint(path, tensors, nullptr, nullptr),
+      Contains("checkpoint " + path + ": tensor 'w' has shape [3, 2], the model expects [4, 2]"));
 
   Tensor wrong_dtype = Tensor::zeros(Shape{3, 2}, DType::kFloat64);
   tensors[0].tensor = &wrong_dtype;
@@ -207,7 +225,8 @@ TEST_CASE("Checkpoint errors name the file and every problem; the model is untou
 
   tensors = target.tensors();
   tensors.erase(tensors.begin() + 1);  // no "b"
-  CHECK_THROWS_WITH(load_checkpoint(path, tensors, nullptr, nullptr), Contains("unexpected tensor 'b'"));
+  CHECK_THROWS_WITH(load_checkpoint(path, tensors, nullptr, nullptr),
+                    Contains("unexpected tensor 'b'"));
   load_checkpoint(path, tensors, nullptr, nullptr, {.allow_unexpected = true});
   CHECK(target.w.to_vector<float>() == m.w.to_vector<float>());
 
@@ -261,9 +280,13 @@ class SoloCommunicator final : public Communicator {
   void allreduce(double*, int64_t, ReduceOp, const char*) override {}
   void allreduce(float*, int64_t, ReduceOp, const char*) override {}
   void broadcast(std::string&, int, const char*) override {}
-  std::vector<std::string> allgather(const std::string& mine, const char*) override { return {mine}; }
+  std::vector<std::string> allgather(const std::string& mine, const char*) override {
+    return {mine};
+  }
   void barrier(const char*) override {}
-  std::shared_ptr<Communicator> split(int, int) override { return std::make_shared<SoloCommunicator>(); }
+  std::shared_ptr<Communicator> split(int, int) override {
+    return std::make_shared<SoloCommunicator>();
+  }
   std::unique_ptr<Transport> transport(int, int, Device, std::string) override { return nullptr; }
   [[noreturn]] void abort(int code) override { std::exit(code); }
 };
@@ -273,15 +296,18 @@ TEST_CASE("A sharded checkpoint is a manifest over whole shards; any layout read
   const std::string path = dir + "/ck.safetensors";
   TinyModel m(7);
   Sgd opt(m.parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (auto& p : m.parameters()) p.tensor->set_grad(Tensor::full(p.tensor->shape(), 0.5, p.tensor->dtype()));
+  for (auto& p : m.parameters())
+    p.tensor->set_grad(Tensor::full(p.tensor->shape(), 0.5, p.tensor->dtype()));
   opt.step();
   SoloCommunicator world;
-  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt, 3, {{"note", "x"}});
+  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt,
+                          3, {{"note", "x"}});
   const SafetensorsFile manifest = load_safetensors(path);
   CHECK(manifest.tensors.empty());
   CHECK(manifest.metadata.at("gpipe.format") == "checkpoint-manifest/1");
   const std::string first = manifest.metadata.at("gpipe.shards");
-  CHECK_THAT(first, Catch::Matchers::StartsWith("ck.safetensors.step3-") && Catch::Matchers::EndsWith(".shard0of1"));
+  CHECK_THAT(first, Catch::Matchers::StartsWith("ck.safetensors.step3-") &&
+                        Catch::Matchers::EndsWith(".shard0of1"));
   CHECK(fs::exists(dir + "/" + first));
 
   // Loads like a single file, into a fresh model and optimizer.
@@ -294,7 +320,8 @@ TEST_CASE("A sharded checkpoint is a manifest over whole shards; any layout read
   CHECK(read_checkpoint(path).metadata.at("note") == "x");
 
   // A later save, even of the same step, writes new shards and removes the ones it supersedes.
-  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt, 3);
+  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt,
+                          3);
   const std::string second = load_safetensors(path).metadata.at("gpipe.shards");
   CHECK(second != first);
   CHECK(fs::exists(dir + "/" + second));
@@ -321,15 +348,17 @@ TEST_CASE("Tied aliases let a cell's copy load from another cell's name") {
   // Saved by one process: the tied tensor once, under "enc.emb".
   TinyModel m(3);
   Adam opt(m.parameters(), {.lr = 0.01});
-  for (auto& p : m.parameters()) p.tensor->set_grad(Tensor::full(p.tensor->shape(), 0.25, p.tensor->dtype()));
+  for (auto& p : m.parameters())
+    p.tensor->set_grad(Tensor::full(p.tensor->shape(), 0.25, p.tensor->dtype()));
   opt.step();
   save_checkpoint(dir + "/one.safetensors", m.tensors(), opt, 2);
   // A later cell holding only its own copy, named "dec.emb" (as in a process per stage).
   Tensor emb = make_parameter(Tensor::zeros(Shape{2, 2}));
   Adam opt2({{"dec.emb", &emb}}, {.lr = 0.01});
   const std::vector<NamedTensor> mine = {{"dec.emb", &emb}};
-  CHECK_THROWS_WITH(load_checkpoint(dir + "/one.safetensors", mine, &opt2, nullptr, {.allow_unexpected = true}),
-                    Contains("missing tensor 'dec.emb'"));
+  CHECK_THROWS_WITH(
+      load_checkpoint(dir + "/one.safetensors", mine, &opt2, nullptr, {.allow_unexpected = true}),
+      Contains("missing tensor 'dec.emb'"));
   load_checkpoint(dir + "/one.safetensors", mine, &opt2, nullptr,
                   {.allow_unexpected = true, .aliases = {{"enc.emb", "dec.emb"}}});
   CHECK(emb.to_vector<float>() == m.emb.to_vector<float>());

@@ -1,11 +1,11 @@
 // Global-norm clipping and finiteness checks.
-#include <catch2/catch.hpp>
+#include "optim/clip.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
 #include "core/tensor.h"
-#include "optim/clip.h"
 
 namespace gpipe::optim {
 namespace {
@@ -67,7 +67,8 @@ TEST_CASE("The norm is exact in float64 for large float32 gradients, whatever th
 
 TEST_CASE("clip_grad_norm rejects a bad max_norm") {
   Tensor a = with_grad({1});
-  CHECK_THROWS_WITH(clip_grad_norm({{"a", &a}}, 0.0), Contains("clip_grad_norm: max_norm must be > 0, got 0"));
+  CHECK_THROWS_WITH(clip_grad_norm({{"a", &a}}, 0.0),
+                    Contains("clip_grad_norm: max_norm must be > 0, got 0"));
   CHECK_THROWS_WITH(clip_grad_norm({{"a", &a}}, -1.0), Contains("got -1"));
 }
 

@@ -18,8 +18,8 @@ struct Value {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool boolean = false;
-  std::string text;  // a string's decoded value, or a number's literal
-  std::vector<Value> items;                            // array
+  std::string text;          // a string's decoded value, or a number's literal
+  std::vector<Value> items;  // array
   std::vector<std::pair<std::string, Value>> members;  // object, in file order
 
   const Value* find(std::string_view key) const;  // object member or nullptr

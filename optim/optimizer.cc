@@ -49,7 +49,8 @@ void Optimizer::add_state_buffer(const std::string& buffer) {
   }
 }
 
-void Optimizer::check_hyper(bool ok, const char* what, const char* requirement, double value) const {
+void Optimizer::check_hyper(bool ok, const char* what, const char* requirement,
+                            double value) const {
   GPIPE_CHECK(ok, name_, ": ", what, " must be ", requirement, ", got ", format_double(value));
 }
 
@@ -76,8 +77,8 @@ void Optimizer::step() {
     if (!grad.defined()) continue;
     GPIPE_CHECK(grad.dtype() == p.dtype(), name_, ": parameter '", s.name, "' has dtype ",
                 p.dtype(), " but its gradient has dtype ", grad.dtype());
-    GPIPE_CHECK(grad.device() == p.device(), name_, ": parameter '", s.name, "' is on ",
-                p.device(), " but its gradient is on ", grad.device());
+    GPIPE_CHECK(grad.device() == p.device(), name_, ": parameter '", s.name, "' is on ", p.device(),
+                " but its gradient is on ", grad.device());
     GPIPE_CHECK(grad.shape() == p.shape(), name_, ": parameter '", s.name, "' has shape ",
                 p.shape(), " but its gradient has shape ", grad.shape());
     todo.emplace_back(&s, std::move(grad));

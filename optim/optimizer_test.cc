@@ -3,7 +3,6 @@
 // Each reference below writes PyTorch's update rule out in double; the first
 // step is also checked against a number worked out by hand in a comment.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <memory>
 
@@ -16,8 +15,7 @@
 namespace gpipe::optim {
 namespace {
 
-Tensor make_param(std::vector<double> values, DType dtype = DType::kFloat64,
-                  Device device = kCpu) {
+Tensor make_param(std::vector<double> values, DType dtype = DType::kFloat64, Device device = kCpu) {
   Tensor t = Tensor::from_vector(values, Shape{static_cast<int64_t>(values.size())}).to(dtype);
   if (device != kCpu) t = t.to(device);
   t = t.detach();
@@ -81,8 +79,10 @@ std::vector<double> adam_ref(AdamOptions o, bool decoupled, double p,
   for (size_t i = 0; i < grads.size(); ++i) {
     const double t = static_cast<double>(i + 1);
     double g = grads[i];
-    if (decoupled) p *= 1 - o.lr * o.weight_decay;
-    else g += o.weight_decay * p;
+    if (decoupled)
+      p *= 1 - o.lr * o.weight_decay;
+    else
+      g += o.weight_decay * p;
     m = o.beta1 * m + (1 - o.beta1) * g;
     v = o.beta2 * v + (1 - o.beta2) * g * g;
     const double m_hat = m / (1 - std::pow(o.beta1, t));
@@ -148,7 +148,8 @@ TEST_CASE("Adam and AdamW: bias-corrected steps, L2 vs decoupled decay") {
   CHECK(adam_ref(plain, false, 1.0, kGrads)[0] == Approx(1 - 0.1 / (1 + 1e-8)));
   // Step 2: m = 0.9 * 0.1 + 0.1 * 2 = 0.29, v = 0.999 * 0.001 + 0.001 * 4 = 0.004999,
   // m_hat = 0.29 / 0.19, v_hat = 0.004999 / 0.001999.
-  const double p2 = (1 - 0.1 / (1 + 1e-8)) - 0.1 * (0.29 / 0.19) / (std::sqrt(0.004999 / 0.001999) + 1e-8);
+  const double p2 =
+      (1 - 0.1 / (1 + 1e-8)) - 0.1 * (0.29 / 0.19) / (std::sqrt(0.004999 / 0.001999) + 1e-8);
   CHECK(adam_ref(plain, false, 1.0, kGrads)[1] == Approx(p2).epsilon(1e-12));
 
   const AdamOptions decay{.lr = 0.1, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.5};
@@ -174,7 +175,12 @@ TEST_CASE("RMSProp: plain, momentum, centered, weight decay") {
       plain,
       centered,
       {.lr = 0.01, .alpha = 0.9, .momentum = 0.9},
-      {.lr = 0.02, .alpha = 0.8, .eps = 1e-3, .momentum = 0.5, .weight_decay = 0.1, .centered = true},
+      {.lr = 0.02,
+       .alpha = 0.8,
+       .eps = 1e-3,
+       .momentum = 0.5,
+       .weight_decay = 0.1,
+       .centered = true},
   };
   for (const RmsPropOptions& o : configs)
     for (DType dt : kDTypes)
@@ -226,7 +232,8 @@ TEST_CASE("Optimizer state lives on the parameter's device and is charged to opt
     CHECK(s.tensor->device() == dev);
     CHECK(s.tensor->storage()->category() == MemoryCategory::kOptimizerState);
   }
-  CHECK(names == std::vector<std::string>{"w.step", "w.square_avg", "w.momentum_buffer", "w.grad_avg"});
+  CHECK(names ==
+        std::vector<std::string>{"w.step", "w.square_avg", "w.momentum_buffer", "w.grad_avg"});
   give_grad(w, {1.0, 1.0, 1.0});
   opt.step();
   CHECK(w.device() == dev);
@@ -343,15 +350,19 @@ TEST_CASE("Bad hyper-parameters and inputs throw errors naming the optimizer and
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(Sgd(ps, {.lr = -0.1}), Contains("SGD: lr must be >= 0, got -0.1"));
   CHECK_THROWS_WITH(Sgd(ps, {.momentum = -1}), Contains("SGD: momentum must be >= 0, got -1"));
-  CHECK_THROWS_WITH(Sgd(ps, {.nesterov = true}), Contains("SGD: momentum must be > 0 with nesterov"));
+  CHECK_THROWS_WITH(Sgd(ps, {.nesterov = true}),
+                    Contains("SGD: momentum must be > 0 with nesterov"));
   CHECK_THROWS_WITH(Sgd(ps, {.momentum = 0.9, .dampening = 0.1, .nesterov = true}),
                     Contains("SGD: dampening must be 0 with nesterov, got 0.1"));
   CHECK_THROWS_WITH(Adam(ps, {.beta1 = 1.0}), Contains("Adam: beta1 must be in [0, 1), got 1"));
-  CHECK_THROWS_WITH(AdamW(ps, {.beta2 = -0.5}), Contains("AdamW: beta2 must be in [0, 1), got -0.5"));
+  CHECK_THROWS_WITH(AdamW(ps, {.beta2 = -0.5}),
+                    Contains("AdamW: beta2 must be in [0, 1), got -0.5"));
   CHECK_THROWS_WITH(Adam(ps, {.eps = 0}), Contains("Adam: eps must be > 0, got 0"));
-  CHECK_THROWS_WITH(Adam(ps, {.weight_decay = -1e-4}), Contains("Adam: weight_decay must be >= 0, got -1e-04"));
+  CHECK_THROWS_WITH(Adam(ps, {.weight_decay = -1e-4}),
+                    Contains("Adam: weight_decay must be >= 0, got -1e-04"));
   CHECK_THROWS_WITH(Adam(ps, {.lr = NAN}), Contains("Adam: lr must be >= 0, got nan"));
-  CHECK_THROWS_WITH(RmsProp(ps, {.alpha = 1.0}), Contains("RMSProp: alpha must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(RmsProp(ps, {.alpha = 1.0}),
+                    Contains("RMSProp: alpha must be in [0, 1), got 1"));
   CHECK_THROWS_WITH(RmsProp(ps, {.eps = -1}), Contains("RMSProp: eps must be > 0, got -1"));
   Sgd sgd(ps, {});
   CHECK_THROWS_WITH(sgd.set_lr(-1), Contains("SGD: lr must be >= 0, got -1"));
@@ -367,7 +378,9 @@ TEST_CASE("Bad hyper-parameters and inputs throw errors naming the optimizer and
   Sgd opt({{"r", &r}, {"p", &p}}, {.lr = 0.1});
   give_grad(r, {1.0});
   p.set_grad(Tensor::from_vector<float>({1.0f}, Shape{1}));
-  CHECK_THROWS_WITH(opt.step(), Contains("SGD: parameter 'p' has dtype float64 but its gradient has dtype float32"));
+  CHECK_THROWS_WITH(
+      opt.step(),
+      Contains("SGD: parameter 'p' has dtype float64 but its gradient has dtype float32"));
   CHECK(value(r) == 1.0);
   CHECK(opt.step_count() == 0);
 

@@ -40,7 +40,7 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypes[] = {
-    {DType::kFloat64, "F64"}, {DType::kInt64, "I64"},   {DType::kFloat32, "F32"},
+    {DType::kFloat64, "F64"}, {DType::kInt64, "I64"},     {DType::kFloat32, "F32"},
     {DType::kInt32, "I32"},   {DType::kBFloat16, "BF16"}, {DType::kFloat16, "F16"},
 };
 
@@ -70,8 +70,8 @@ class AtomicFile {
   explicit AtomicFile(const std::string& path)
       : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    GPIPE_CHECK(fd_ >= 0, "save_safetensors: cannot create '", tmp_, "' for '", path_, "': ",
-                errno_text(errno));
+    GPIPE_CHECK(fd_ >= 0, "save_safetensors: cannot create '", tmp_, "' for '", path_,
+                "': ", errno_text(errno));
   }
   ~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -92,8 +92,8 @@ class AtomicFile {
   }
 
   void commit() {
-    GPIPE_CHECK(::fsync(fd_) == 0, "save_safetensors: fsync of '", tmp_, "' failed: ",
-                errno_text(errno));
+    GPIPE_CHECK(::fsync(fd_) == 0, "save_safetensors: fsync of '", tmp_,
+                "' failed: ", errno_text(errno));
     const int rc = ::close(fd_);
     fd_ = -1;
     GPIPE_CHECK(rc == 0, "save_safetensors: closing '", tmp_, "' failed: ", errno_text(errno));
@@ -102,7 +102,9 @@ class AtomicFile {
     committed_ = true;
     // Make the rename itself durable. Best effort: some file systems refuse.
     const size_t slash = path_.rfind('/');
-    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+    const std::string dir = slash == std::string::npos ? "."
+                            : slash == 0               ? "/"
+                                                       : path_.substr(0, slash);
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
       ::fsync(dfd);
@@ -139,7 +141,8 @@ void save_safetensors(const std::string& path,
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
     GPIPE_CHECK(!name.empty(), where, "tensor ", i, " has an empty name");
-    GPIPE_CHECK(name != "__metadata__", where, "'__metadata__' is reserved and cannot name a tensor");
+    GPIPE_CHECK(name != "__metadata__", where,
+                "'__metadata__' is reserved and cannot name a tensor");
     GPIPE_CHECK(names.insert(name).second, where, "two tensors are named '", name, "'");
     GPIPE_CHECK(t.defined(), where, "tensor '", name, "' is undefined");
     GPIPE_CHECK(dtype_tag(t.dtype()).has_value(), where, "tensor '", name, "' has dtype ",
@@ -164,8 +167,8 @@ void save_safetensors(const std::string& path,
   for (size_t i : order) {
     const auto& [name, t] = tensors[i];
     if (header.size() > 1) header += ",";
-    header += json::quote(name) + ":{\"dtype\":\"" + safetensors_dtype_name(t.dtype()) +
-              "\",\"shape\":[";
+    header +=
+        json::quote(name) + ":{\"dtype\":\"" + safetensors_dtype_name(t.dtype()) + "\",\"shape\":[";
     for (int64_t d = 0; d < t.rank(); ++d) header += (d ? "," : "") + std::to_string(t.size(d));
     const uint64_t end = offset + t.nbytes();
     header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
@@ -229,8 +232,8 @@ class Reader {
   void read(uint64_t offset, void* dst, uint64_t bytes) const {
     char* p = static_cast<char*>(dst);
     while (bytes > 0) {
-      const ssize_t n = ::pread(fd_, p, std::min<uint64_t>(bytes, uint64_t{1} << 30),
-                                static_cast<off_t>(offset));
+      const ssize_t n =
+          ::pread(fd_, p, std::min<uint64_t>(bytes, uint64_t{1} << 30), static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) fail("read failed: ", errno_text(errno));
       if (n == 0) fail("truncated: the file ended while reading byte ", offset);
@@ -246,9 +249,7 @@ class Reader {
   uint64_t size_ = 0;
 };
 
-std::string offsets_text(const Entry& e) {
-  return detail::concat("[", e.begin, ", ", e.end, "]");
-}
+std::string offsets_text(const Entry& e) { return detail::concat("[", e.begin, ", ", e.end, "]"); }
 
 Entry parse_entry(const Reader& r, const std::string& name, const json::Value& info) {
   using Kind = json::Value::Kind;
@@ -257,7 +258,8 @@ Entry parse_entry(const Reader& r, const std::string& name, const json::Value& i
   const json::Value* dtype = info.find("dtype");
   const json::Value* shape = info.find("shape");
   const json::Value* offsets = info.find("data_offsets");
-  if (!dtype || dtype->kind != Kind::kString) r.fail("tensor '", name, "': missing string \"dtype\"");
+  if (!dtype || dtype->kind != Kind::kString)
+    r.fail("tensor '", name, "': missing string \"dtype\"");
   if (!shape || shape->kind != Kind::kArray) r.fail("tensor '", name, "': missing array \"shape\"");
   if (!offsets || offsets->kind != Kind::kArray || offsets->items.size() != 2)
     r.fail("tensor '", name, "': \"data_offsets\" must be an array [begin, end]");
@@ -274,7 +276,8 @@ Entry parse_entry(const Reader& r, const std::string& name, const json::Value& i
   for (const json::Value& d : shape->items) {
     const auto v = d.as_uint();
     if (!v) r.fail("tensor '", name, "': shape entries must be non-negative integers");
-    if (*v != 0 && bytes > (uint64_t{1} << 62) / *v) r.fail("tensor '", name, "': shape is too large");
+    if (*v != 0 && bytes > (uint64_t{1} << 62) / *v)
+      r.fail("tensor '", name, "': shape is too large");
     bytes = *v == 0 ? 0 : bytes * *v;
     dims.push_back(static_cast<int64_t>(*v));
   }

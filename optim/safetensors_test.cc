@@ -1,10 +1,11 @@
 // safetensors: round trips, the exact bytes of a small file, corrupt files,
 // atomic saves; and the JSON reader underneath.
-#include <catch2/catch.hpp>
+#include "optim/safetensors.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,6 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "optim/json.h"
-#include "optim/safetensors.h"
 
 namespace gpipe::optim {
 namespace {
@@ -74,8 +74,15 @@ TEST_CASE("safetensors round trip: every dtype, scalars, empty and strided tenso
   const std::map<std::string, std::string> meta{
       {"note", "quotes \" backslash \\ newline \n tab \t é"}, {"empty", ""}};
   save_safetensors(path,
-                   {{"f32", f32}, {"f64", f64}, {"i32", i32}, {"i64", i64}, {"scalar", scalar},
-                    {"empty", empty}, {"empty2", empty2}, {"w.T", transposed}, {"cpu1", on_cpu1}},
+                   {{"f32", f32},
+                    {"f64", f64},
+                    {"i32", i32},
+                    {"i64", i64},
+                    {"scalar", scalar},
+                    {"empty", empty},
+                    {"empty2", empty2},
+                    {"w.T", transposed},
+                    {"cpu1", on_cpu1}},
                    meta);
   CHECK(listing(dir) == std::vector<std::string>{"t.safetensors"});
 
@@ -150,17 +157,22 @@ TEST_CASE("Corrupt safetensors files give one error naming the file and the prob
   CHECK_THAT(file_error(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "x"),
              Contains("tensor 'a': unknown or unsupported dtype 'U8'"));
   CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", f32x4),
-             Contains("tensor 'a': data_offsets [0, 12] hold 12 bytes, but shape [2, 2] of dtype F32 needs 16"));
-  CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", f32x4.substr(8)),
-             Contains("truncated: tensor 'a' has data_offsets [0, 16] but the data section has only 8 bytes"));
+             Contains("tensor 'a': data_offsets [0, 12] hold 12 bytes, but shape [2, 2] of dtype "
+                      "F32 needs 16"));
+  CHECK_THAT(
+      file_error(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})", f32x4.substr(8)),
+      Contains(
+          "truncated: tensor 'a' has data_offsets [0, 16] but the data section has only 8 bytes"));
   CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                         f32x4.substr(4)),
              Contains("tensors 'a' and 'b' overlap (data_offsets [0, 8] and [4, 12])"));
-  CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", f32x4.substr(8)),
-             Contains("data bytes [0, 4) belong to no tensor"));
-  CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", f32x4.substr(8)),
-             Contains("the data section has 8 bytes but the tensors cover only 4"));
+  CHECK_THAT(
+      file_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", f32x4.substr(8)),
+      Contains("data bytes [0, 4) belong to no tensor"));
+  CHECK_THAT(
+      file_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", f32x4.substr(8)),
+      Contains("the data section has 8 bytes but the tensors cover only 4"));
   CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", f32x4),
              Contains("shape entries must be non-negative integers"));
   CHECK_THAT(file_error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", f32x4),
@@ -175,8 +187,9 @@ TEST_CASE("Corrupt safetensors files give one error naming the file and the prob
   save_safetensors(good, {{"w", Tensor::zeros(Shape{4, 4})}});
   const std::string bytes = read_bytes(good);
   write_bytes(good, bytes.substr(0, bytes.size() - 4));
-  CHECK_THAT(load_error(good), Contains("truncated: tensor 'w' has data_offsets [0, 64] but the data "
-                                        "section has only 60 bytes"));
+  CHECK_THAT(load_error(good),
+             Contains("truncated: tensor 'w' has data_offsets [0, 64] but the data "
+                      "section has only 60 bytes"));
 }
 
 TEST_CASE("save_safetensors is atomic: failures leave no partial file") {
@@ -207,7 +220,8 @@ TEST_CASE("save_safetensors is atomic: failures leave no partial file") {
   CHECK(fs::is_directory(target));
 
   // An invalid tensor list fails before any file is created.
-  CHECK_THROWS_WITH(save_safetensors(dir + "/x", {{"t", t}, {"t", t}}), Contains("two tensors are named 't'"));
+  CHECK_THROWS_WITH(save_safetensors(dir + "/x", {{"t", t}, {"t", t}}),
+                    Contains("two tensors are named 't'"));
   CHECK_THROWS_WITH(save_safetensors(dir + "/x", {{"__metadata__", t}}), Contains("is reserved"));
   CHECK_THROWS_WITH(save_safetensors(dir + "/x", {{"", t}}), Contains("empty name"));
   CHECK(listing(dir) == std::vector<std::string>{"target"});
@@ -223,7 +237,8 @@ TEST_CASE("save_safetensors is atomic: failures leave no partial file") {
 }
 
 TEST_CASE("JSON reader: escapes, unicode, numbers, limits") {
-  const json::Value v = json::parse(R"( {"s": "a\"b\\c\/\n\u00e9\ud83d\ude00", "n": [0, -1.5e3, 18446744073709551615],
+  const json::Value v =
+      json::parse(R"( {"s": "a\"b\\c\/\n\u00e9\ud83d\ude00", "n": [0, -1.5e3, 18446744073709551615],
                                         "t": true, "f": false, "z": null, "o": {}} )");
   REQUIRE(v.kind == json::Value::Kind::kObject);
   CHECK(v.find("s")->text == "a\"b\\c/\n\xc3\xa9\xf0\x9f\x98\x80");
@@ -246,7 +261,8 @@ TEST_CASE("JSON reader: escapes, unicode, numbers, limits") {
   CHECK_THROWS_WITH(json::parse("[1,]"), Contains("malformed JSON at byte 3: unexpected ']'"));
   CHECK_THROWS_WITH(json::parse("\"\\ud800\""), Contains("unpaired surrogate"));
   CHECK_THROWS_WITH(json::parse("\"a\tb\""), Contains("control character"));
-  CHECK_THROWS_WITH(json::parse(std::string(100, '[') + std::string(100, ']')), Contains("nesting deeper than 64"));
+  CHECK_THROWS_WITH(json::parse(std::string(100, '[') + std::string(100, ']')),
+                    Contains("nesting deeper than 64"));
   CHECK_THROWS_WITH(json::parse(""), Contains("expected a value, got end of input"));
 }
 

@@ -68,8 +68,9 @@ CosineLr::CosineLr(double base, int64_t warmup, int64_t total, double floor)
   GPIPE_CHECK(warmup >= 0, "cosine schedule: warmup must be >= 0, got ", warmup);
   GPIPE_CHECK(total > warmup, "cosine schedule: total (", total, ") must exceed warmup (", warmup,
               ")");
-  GPIPE_CHECK(std::isfinite(floor) && floor >= 0 && floor <= base, "cosine schedule: floor must be in [0, base lr ",
-              format_double(base), "], got ", format_double(floor));
+  GPIPE_CHECK(std::isfinite(floor) && floor >= 0 && floor <= base,
+              "cosine schedule: floor must be in [0, base lr ", format_double(base), "], got ",
+              format_double(floor));
 }
 double CosineLr::lr_at(int64_t step) const {
   check_step(step, "cosine");
@@ -80,10 +81,12 @@ double CosineLr::lr_at(int64_t step) const {
   return floor_ + (base_ - floor_) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 std::string CosineLr::str() const {
-  return detail::concat("cosine:warmup=", warmup_, ",total=", total_, ",floor=", format_double(floor_));
+  return detail::concat("cosine:warmup=", warmup_, ",total=", total_,
+                        ",floor=", format_double(floor_));
 }
 
-StepLr::StepLr(double base, int64_t every, double gamma) : base_(base), every_(every), gamma_(gamma) {
+StepLr::StepLr(double base, int64_t every, double gamma)
+    : base_(base), every_(every), gamma_(gamma) {
   check_base(base, "step");
   GPIPE_CHECK(every >= 1, "step schedule: every must be >= 1, got ", every);
   GPIPE_CHECK(std::isfinite(gamma) && gamma > 0, "step schedule: gamma must be > 0, got ",
@@ -115,7 +118,8 @@ struct KeySpec {
 
 struct ScheduleSpec {
   std::vector<KeySpec> keys;
-  std::function<std::unique_ptr<LrSchedule>(double base, const std::map<std::string, double>&)> make;
+  std::function<std::unique_ptr<LrSchedule>(double base, const std::map<std::string, double>&)>
+      make;
 };
 
 const std::map<std::string, ScheduleSpec>& schedule_table() {
@@ -166,8 +170,8 @@ double parse_value(std::string_view text, const KeySpec& key, std::string_view s
   if (key.integer) {
     int64_t v = 0;
     auto [ptr, ec] = std::from_chars(text.data(), end, v);
-    GPIPE_CHECK(ec == std::errc() && ptr == end && !text.empty(), "lr schedule '", spec, "': ",
-                key.name, " must be an integer, got '", text, "'");
+    GPIPE_CHECK(ec == std::errc() && ptr == end && !text.empty(), "lr schedule '", spec,
+                "': ", key.name, " must be an integer, got '", text, "'");
     return static_cast<double>(v);
   }
   double v = 0;
@@ -196,8 +200,8 @@ std::unique_ptr<LrSchedule> parse_lr_schedule(std::string_view spec, double base
       const size_t comma = rest.find(',');
       const std::string_view item = trim(rest.substr(0, comma));
       const size_t eq = item.find('=');
-      GPIPE_CHECK(eq != std::string_view::npos, "lr schedule '", spec, "': expected key=value, got '",
-                  item, "'");
+      GPIPE_CHECK(eq != std::string_view::npos, "lr schedule '", spec,
+                  "': expected key=value, got '", item, "'");
       const std::string key(trim(item.substr(0, eq)));
       const KeySpec* ks = nullptr;
       for (const KeySpec& k : schedule.keys)

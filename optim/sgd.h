@@ -16,11 +16,11 @@
 namespace gpipe::optim {
 
 struct SgdOptions {
-  double lr = 1e-3;            // >= 0
-  double momentum = 0.0;       // >= 0
-  double dampening = 0.0;      // >= 0; must be 0 with nesterov
-  double weight_decay = 0.0;   // >= 0, L2 penalty added to the gradient
-  bool nesterov = false;       // needs momentum > 0 and dampening == 0
+  double lr = 1e-3;           // >= 0
+  double momentum = 0.0;      // >= 0
+  double dampening = 0.0;     // >= 0; must be 0 with nesterov
+  double weight_decay = 0.0;  // >= 0, L2 penalty added to the gradient
+  bool nesterov = false;      // needs momentum > 0 and dampening == 0
 };
 
 class Sgd : public Optimizer {

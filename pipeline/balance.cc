@@ -60,15 +60,18 @@ const char* balance_unit(BalanceBy by) {
   return by == BalanceBy::kTime ? "seconds" : by == BalanceBy::kMemory ? "bytes" : "FLOPs";
 }
 
-std::vector<double> layer_costs(const LayerList& layers, const std::vector<BundleSpec>& specs, BalanceBy by,
-                                const Bundle& sample) {
+std::vector<double> layer_costs(const LayerList& layers, const std::vector<BundleSpec>& specs,
+                                BalanceBy by, const Bundle& sample) {
   if (by == BalanceBy::kTime) return profile_layers(layers, sample);
-  GPIPE_ASSERT(specs.size() == layers.size() + 1, "layer_costs: ", specs.size(), " specs for ", layers.size(), " layers");
+  GPIPE_ASSERT(specs.size() == layers.size() + 1, "layer_costs: ", specs.size(), " specs for ",
+               layers.size(), " layers");
   std::vector<double> costs;
   for (size_t i = 0; i < layers.size(); ++i) {
     if (by == BalanceBy::kMemory) {
-      double bytes = 4.0 * static_cast<double>(layers[i]->parameter_count()) * 4;  // params, grads, 2 Adam moments
-      for (const TensorSpec& t : specs[i + 1]) bytes += static_cast<double>(t.shape.numel() * dtype_size(t.dtype));
+      double bytes = 4.0 * static_cast<double>(layers[i]->parameter_count()) *
+                     4;  // params, grads, 2 Adam moments
+      for (const TensorSpec& t : specs[i + 1])
+        bytes += static_cast<double>(t.shape.numel() * dtype_size(t.dtype));
       costs.push_back(bytes);
     } else {
       costs.push_back(layers[i]->cost(specs[i]));

@@ -14,12 +14,12 @@ namespace gpipe {
 
 enum class BalanceBy { kCost, kTime, kMemory };
 BalanceBy parse_balance_by(const std::string& name);  // "cost" | "time" | "memory"
-const char* balance_unit(BalanceBy by);  // "FLOPs" | "seconds" | "bytes"
+const char* balance_unit(BalanceBy by);               // "FLOPs" | "seconds" | "bytes"
 
 // Per-layer weights. `specs[i]` is layer i's input spec (specs has one
 // more entry: the model's output); `sample` one micro-batch's inputs,
 // used only by kTime (which runs every layer on it twice).
-std::vector<double> layer_costs(const LayerList& layers, const std::vector<BundleSpec>& specs, BalanceBy by,
-                                const Bundle& sample);
+std::vector<double> layer_costs(const LayerList& layers, const std::vector<BundleSpec>& specs,
+                                BalanceBy by, const Bundle& sample);
 
 }  // namespace gpipe

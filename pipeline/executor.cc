@@ -38,7 +38,8 @@ void FailureLog::clear() {
   non_finite_ = false;
 }
 
-StageExecutor::StageExecutor(ExecutorOptions options, std::unique_ptr<Stage> stage, std::vector<TiedWeight> ties)
+StageExecutor::StageExecutor(ExecutorOptions options, std::unique_ptr<Stage> stage,
+                             std::vector<TiedWeight> ties)
     : opt_(options), stage_(std::move(stage)), ties_(std::move(ties)) {}
 
 StageExecutor::~StageExecutor() {
@@ -58,20 +59,25 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   double kind[2] = {static_cast<double>(mine.type), static_cast<double>(mine.type)};
   world->allreduce(&kind[0], 1, ReduceOp::kMin, "comparing the stages' device kinds");
   world->allreduce(&kind[1], 1, ReduceOp::kMax, "comparing the stages' device kinds");
-  GPIPE_CHECK(kind[0] == kind[1], "rank ", r.world_rank, ": the stages of a job must all be on CPUs or all on GPUs (this "
-              "rank's is ", mine, ")");
+  GPIPE_CHECK(kind[0] == kind[1], "rank ", r.world_rank,
+              ": the stages of a job must all be on CPUs or all on GPUs (this "
+              "rank's is ",
+              mine, ")");
   world_ = communicator_for(world, mine);
   pipe_ = world_->split(r.replica, r.stage);
   replicas_ = world_->split(r.stage, r.replica);
   GPIPE_ASSERT(pipe_->rank() == r.stage && replicas_->rank() == r.replica);
   const int k = r.cells, s = r.stage;
   auto name = [&](const char* what, int from, int to) {
-    return detail::concat(what, " of stage ", from, " (rank ", world_rank_of(from, r.replica, k, r.replicas, opt_.layout),
-                          ") to stage ", to, " (rank ", world_rank_of(to, r.replica, k, r.replicas, opt_.layout), ")");
+    return detail::concat(what, " of stage ", from, " (rank ",
+                          world_rank_of(from, r.replica, k, r.replicas, opt_.layout), ") to stage ",
+                          to, " (rank ", world_rank_of(to, r.replica, k, r.replicas, opt_.layout),
+                          ")");
   };
   enum Channel { kActivations = 0, kGradients = 1 };
   if (s > 0) act_in_ = pipe_->transport(s - 1, kActivations, mine, name("activations", s - 1, s));
-  if (s + 1 < k) act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
+  if (s + 1 < k)
+    act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
   if (s + 1 < k) grad_in_ = pipe_->transport(s + 1, kGradients, mine, name("gradients", s + 1, s));
   if (s > 0) grad_out_ = pipe_->transport(s - 1, kGradients, mine, name("gradients", s, s - 1));
 }
@@ -79,18 +85,30 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
 std::string StageExecutor::action_name(const Action& a) const {
   const std::string m = std::to_string(a.micro_batch);
   switch (a.kind) {
-    case ActionKind::kRecvActivations: return "the receive of micro-batch " + m + "'s activations";
-    case ActionKind::kForward: return "forward of micro-batch " + m;
-    case ActionKind::kSendActivations: return "the send of micro-batch " + m + "'s activations";
-    case ActionKind::kLoss: return "the loss of micro-batch " + m;
-    case ActionKind::kRecompute: return "recompute of micro-batch " + m;
-    case ActionKind::kRecvGradients: return "the receive of micro-batch " + m + "'s gradients";
-    case ActionKind::kBackward: return "backward of micro-batch " + m;
-    case ActionKind::kBackwardInput: return "input backward of micro-batch " + m;
-    case ActionKind::kBackwardWeight: return "weight backward of micro-batch " + m;
-    case ActionKind::kSendGradients: return "the send of micro-batch " + m + "'s gradients";
-    case ActionKind::kReduceReplicas: return "the gradient sum over replicas";
-    case ActionKind::kReduceTied: return "the sum of the step's totals and tied gradients";
+    case ActionKind::kRecvActivations:
+      return "the receive of micro-batch " + m + "'s activations";
+    case ActionKind::kForward:
+      return "forward of micro-batch " + m;
+    case ActionKind::kSendActivations:
+      return "the send of micro-batch " + m + "'s activations";
+    case ActionKind::kLoss:
+      return "the loss of micro-batch " + m;
+    case ActionKind::kRecompute:
+      return "recompute of micro-batch " + m;
+    case ActionKind::kRecvGradients:
+      return "the receive of micro-batch " + m + "'s gradients";
+    case ActionKind::kBackward:
+      return "backward of micro-batch " + m;
+    case ActionKind::kBackwardInput:
+      return "input backward of micro-batch " + m;
+    case ActionKind::kBackwardWeight:
+      return "weight backward of micro-batch " + m;
+    case ActionKind::kSendGradients:
+      return "the send of micro-batch " + m + "'s gradients";
+    case ActionKind::kReduceReplicas:
+      return "the gradient sum over replicas";
+    case ActionKind::kReduceTied:
+      return "the sum of the step's totals and tied gradients";
   }
   return "?";
 }
@@ -99,8 +117,9 @@ void StageExecutor::wait_state(const std::string& what) {
   if (opt_.watchdog) opt_.watchdog->set(opt_.row, what);
 }
 
-StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training, const std::vector<Batch>& micro,
-                              const StepContext& ctx, const StepTotals& local) {
+StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
+                              const std::vector<Batch>& micro, const StepContext& ctx,
+                              const StepTotals& local) {
   const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
   const int s = opt_.info.stage;
   Tracer* tracer = opt_.tracer;
@@ -139,7 +158,8 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           break;
         case ActionKind::kForward: {
           wait_state(detail::concat("running the forward of micro-batch ", m, " in stage ", s));
-          if (opt_.fault_hook && *opt_.fault_hook) (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, m, "forward"});
+          if (opt_.fault_hook && *opt_.fault_hook)
+            (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, m, "forward"});
           Message in;
           if (s == 0) {
             in.tensors = micro[m].inputs;
@@ -151,8 +171,12 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           if (!stage_->is_last()) to_send_[m] = std::move(out);
           break;
         }
-        case ActionKind::kSendActivations: traced_send(*act_out_, m, take(to_send_, m), "send F"); break;
-        case ActionKind::kLoss: totals.loss += stage_->loss(m, micro[m].targets, ctx); break;
+        case ActionKind::kSendActivations:
+          traced_send(*act_out_, m, take(to_send_, m), "send F");
+          break;
+        case ActionKind::kLoss:
+          totals.loss += stage_->loss(m, micro[m].targets, ctx);
+          break;
         case ActionKind::kRecompute:
           wait_state(detail::concat("recomputing micro-batch ", m, " in stage ", s));
           stage_->recompute(m, ctx, tracer);
@@ -170,16 +194,22 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
         }
         case ActionKind::kBackwardInput:
         case ActionKind::kBackwardWeight:
-          throw Error(detail::concat("schedule action ", to_string(a),
-                                     ": the split backward (I and W) is not supported by this executor yet; "
-                                     "use B (the dry run and validation accept I/W for planning)"));
-        case ActionKind::kSendGradients: traced_send(*grad_out_, m, take(to_send_, m), "send B"); break;
+          throw Error(detail::concat(
+              "schedule action ", to_string(a),
+              ": the split backward (I and W) is not supported by this executor yet; "
+              "use B (the dry run and validation accept I/W for planning)"));
+        case ActionKind::kSendGradients:
+          traced_send(*grad_out_, m, take(to_send_, m), "send B");
+          break;
         case ActionKind::kReduceReplicas:
         case ActionKind::kReduceTied: {
           const double t0 = tracer->now_us();
-          if (a.kind == ActionKind::kReduceReplicas) reduce_replicas(ctx);
-          else reduce_tied(totals);
-          tracer->add({to_string(a), "reduce", s, t0, tracer->now_us() - t0, -1, static_cast<int>(ctx.step)});
+          if (a.kind == ActionKind::kReduceReplicas)
+            reduce_replicas(ctx);
+          else
+            reduce_tied(totals);
+          tracer->add({to_string(a), "reduce", s, t0, tracer->now_us() - t0, -1,
+                       static_cast<int>(ctx.step)});
           break;
         }
       }
@@ -226,11 +256,13 @@ void StageExecutor::reduce_replicas(const StepContext& ctx) {
     size_t at = params.size();
     for (size_t i = 0; i < stage_->layers().size(); ++i) {
       if (stat_sizes[i] > 0)
-        stage_->layers()[i]->set_step_statistics(std::vector<double>(defined.begin() + at, defined.begin() + at + stat_sizes[i]));
+        stage_->layers()[i]->set_step_statistics(
+            std::vector<double>(defined.begin() + at, defined.begin() + at + stat_sizes[i]));
       at += stat_sizes[i];
     }
   }
-  if (opt_.fault_hook && *opt_.fault_hook) (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, 0, "sync"});
+  if (opt_.fault_hook && *opt_.fault_hook)
+    (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, 0, "sync"});
   // The replicas are past the small reduction above, so what follows only
   // moves data; its all-reduce may block (Note [Large all-reduces]).
   if (opt_.watchdog) opt_.watchdog->set_blocking(true);
@@ -252,16 +284,21 @@ void StageExecutor::reduce_replicas(const StepContext& ctx) {
 void StageExecutor::reduce_tied(StepTotals& totals) {
   wait_state("summing the step's loss and tied gradients over all ranks");
   const bool last = stage_->is_last();
-  std::vector<double> sums = {last ? totals.loss : 0.0, last ? totals.terms : 0.0, last ? totals.examples : 0.0};
-  for (const TiedWeight& t : ties_) sums.push_back(t.local && t.local->grad().defined() ? 1.0 : 0.0);
-  world_->allreduce(sums.data(), static_cast<int64_t>(sums.size()), ReduceOp::kSum, "summing the step's loss over all ranks");
+  std::vector<double> sums = {last ? totals.loss : 0.0, last ? totals.terms : 0.0,
+                              last ? totals.examples : 0.0};
+  for (const TiedWeight& t : ties_)
+    sums.push_back(t.local && t.local->grad().defined() ? 1.0 : 0.0);
+  world_->allreduce(sums.data(), static_cast<int64_t>(sums.size()), ReduceOp::kSum,
+                    "summing the step's loss over all ranks");
   totals = {sums[0], sums[1], sums[2]};
   // Every rank is past the small reduction above, so what follows only
   // moves data; its all-reduce may block (Note [Large all-reduces]).
   if (opt_.watchdog) opt_.watchdog->set_blocking(true);
   std::vector<GradSlot> slots;
-  for (size_t i = 0; i < ties_.size(); ++i) slots.push_back({ties_[i].local, ties_[i].numel, ties_[i].dtype, sums[3 + i] > 0});
-  allreduce_gradients(*world_, slots, stage_->device(), "summing tied gradients over the cells holding them");
+  for (size_t i = 0; i < ties_.size(); ++i)
+    slots.push_back({ties_[i].local, ties_[i].numel, ties_[i].dtype, sums[3 + i] > 0});
+  allreduce_gradients(*world_, slots, stage_->device(),
+                      "summing tied gradients over the cells holding them");
   if (opt_.watchdog) opt_.watchdog->set_blocking(false);
 }
 

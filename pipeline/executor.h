@@ -66,7 +66,7 @@ class FailureLog {
 };
 
 struct ExecutorOptions {
-  int row = 0;             // this rank's row in its process's watchdog
+  int row = 0;  // this rank's row in its process's watchdog
   RankInfo info;
   RankLayout layout = RankLayout::kPipelineMajor;
   double timeout_seconds = 600;
@@ -79,7 +79,8 @@ struct ExecutorOptions {
 
 class StageExecutor {
  public:
-  StageExecutor(ExecutorOptions options, std::unique_ptr<Stage> stage, std::vector<TiedWeight> ties);
+  StageExecutor(ExecutorOptions options, std::unique_ptr<Stage> stage,
+                std::vector<TiedWeight> ties);
   ~StageExecutor();
 
   // Collective over `world` (every rank of the job calls it): checks that

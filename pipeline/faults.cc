@@ -19,7 +19,8 @@ FaultHook fault_hook_from_spec(const std::string& spec) {
   std::string item;
   while (std::getline(items, item, ',')) {
     char word[16] = "";
-    if (std::sscanf(item.c_str(), "rank=%d", &want_rank) == 1 || std::sscanf(item.c_str(), "step=%ld", &want_step) == 1 ||
+    if (std::sscanf(item.c_str(), "rank=%d", &want_rank) == 1 ||
+        std::sscanf(item.c_str(), "step=%ld", &want_step) == 1 ||
         std::sscanf(item.c_str(), "micro=%d", &want_micro) == 1)
       continue;
     if (std::sscanf(item.c_str(), "kind=%15[a-z]", word) == 1) {
@@ -27,15 +28,19 @@ FaultHook fault_hook_from_spec(const std::string& spec) {
     } else if (std::sscanf(item.c_str(), "at=%15[a-z]", word) == 1) {
       at = word;
     } else {
-      throw Error(detail::concat("fault spec '", spec, "': cannot read '", item,
-                                 "' (expected rank=R,step=S,micro=M,kind=throw|exit|kill|hang[,at=forward|sync])"));
+      throw Error(detail::concat(
+          "fault spec '", spec, "': cannot read '", item,
+          "' (expected rank=R,step=S,micro=M,kind=throw|exit|kill|hang[,at=forward|sync])"));
     }
   }
-  GPIPE_CHECK(kind == "throw" || kind == "exit" || kind == "kill" || kind == "hang", "fault spec '", spec,
-              "': unknown kind '", kind, "' (expected throw, exit, kill or hang)");
-  GPIPE_CHECK(at == "forward" || at == "sync", "fault spec '", spec, "': unknown at '", at, "' (expected forward or sync)");
+  GPIPE_CHECK(kind == "throw" || kind == "exit" || kind == "kill" || kind == "hang", "fault spec '",
+              spec, "': unknown kind '", kind, "' (expected throw, exit, kill or hang)");
+  GPIPE_CHECK(at == "forward" || at == "sync", "fault spec '", spec, "': unknown at '", at,
+              "' (expected forward or sync)");
   return [=](const FaultPoint& p) {
-    if (p.world_rank != want_rank || p.step + 1 != want_step || p.micro_batch != want_micro || at != p.where) return;
+    if (p.world_rank != want_rank || p.step + 1 != want_step || p.micro_batch != want_micro ||
+        at != p.where)
+      return;
     if (kind == "kill") std::raise(SIGKILL);
     if (kind == "exit") std::_Exit(3);
     if (kind == "hang")

@@ -12,9 +12,10 @@ namespace gpipe {
 
 struct FaultPoint {
   int world_rank = 0;
-  int64_t step = 0;         // 0-based, as Pipeline counts
+  int64_t step = 0;  // 0-based, as Pipeline counts
   int micro_batch = 0;
-  const char* where = "";   // "forward" (before micro_batch's forward) | "sync" (before the replica sum)
+  const char* where =
+      "";  // "forward" (before micro_batch's forward) | "sync" (before the replica sum)
 };
 using FaultHook = std::function<void(const FaultPoint&)>;
 

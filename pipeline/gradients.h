@@ -27,7 +27,8 @@ struct GradSlot {
 // each held tensor's gradient becomes its slice of the sum (a view: no
 // second copy of every gradient). Collective: every member passes the same
 // slot list (sizes, dtypes, presence).
-void allreduce_gradients(Communicator& comm, const std::vector<GradSlot>& slots, Device device, const char* what);
+void allreduce_gradients(Communicator& comm, const std::vector<GradSlot>& slots, Device device,
+                         const char* what);
 
 // Sum of squares of a float32 / float64 gradient, in float64.
 double sum_of_squares(const Tensor& g);

@@ -16,7 +16,8 @@ struct ModeGuard {
 }  // namespace
 
 double Pipeline::evaluate(const Batch& batch, int micro_batches) {
-  GPIPE_CHECK(micro_batches >= 0, "evaluate: micro_batches must be >= 0 (0 = M), got ", micro_batches);
+  GPIPE_CHECK(micro_batches >= 0, "evaluate: micro_batches must be >= 0 (0 = M), got ",
+              micro_batches);
   NoGradGuard no_grad;
   ModeGuard mode{this, model_.layers.front()->training()};
   train(false);
@@ -29,8 +30,10 @@ double Pipeline::evaluate(const Batch& batch, int micro_batches) {
     const int pieces = static_cast<int>(std::min<int64_t>(n, opt_.replicas * per_replica));
     int64_t rows = 0;
     double terms = 0;
-    const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/true, &rows, &terms);
-    const Schedule program = make_forward_schedule(k, static_cast<int>(micro.size()), /*with_loss=*/true);
+    const std::vector<Batch> micro =
+        micro_for(r, batch, n, pieces, /*by_replica=*/true, &rows, &terms);
+    const Schedule program =
+        make_forward_schedule(k, static_cast<int>(micro.size()), /*with_loss=*/true);
     const StepContext ctx{opt_.seed, step_, 0, 1.0};
     const StepTotals t = r.run(program.stages[ri.stage], false, micro, ctx, {});
     double sums[2] = {last ? t.loss : 0.0, last ? terms : 0.0};
@@ -53,11 +56,15 @@ Bundle Pipeline::predict(const Bundle& inputs, const PredictOptions& options) {
     const RankInfo& ri = r.info();
     const bool last = ri.stage == ri.cells - 1;
     const int64_t n = rows_from_first_stage(r, batch);
-    GPIPE_CHECK(options.micro_batches >= 0, "predict: micro_batches must be >= 0 (0 = M), got ", options.micro_batches);
-    const int pieces = static_cast<int>(std::min<int64_t>(n, options.micro_batches > 0 ? options.micro_batches : opt_.micro_batches));
-    const std::vector<Batch> micro = micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
+    GPIPE_CHECK(options.micro_batches >= 0, "predict: micro_batches must be >= 0 (0 = M), got ",
+                options.micro_batches);
+    const int pieces = static_cast<int>(std::min<int64_t>(
+        n, options.micro_batches > 0 ? options.micro_batches : opt_.micro_batches));
+    const std::vector<Batch> micro =
+        micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
     const Schedule program = make_forward_schedule(k, pieces, /*with_loss=*/false);
-    r.run(program.stages[ri.stage], false, micro, StepContext{opt_.seed, step_, 0, 1.0, options.session}, {});
+    r.run(program.stages[ri.stage], false, micro,
+          StepContext{opt_.seed, step_, 0, 1.0, options.session}, {});
     Bundle out;
     if (last) {
       std::vector<Bundle> parts;

@@ -9,11 +9,11 @@ int64_t batch_size(const Batch& b) {
   auto visit = [&](const Bundle& bundle, const char* what) {
     for (size_t i = 0; i < bundle.size(); ++i) {
       const Tensor& t = bundle[i];
-      GPIPE_CHECK(t.defined() && t.rank() >= 1, "batch: ", what, " tensor ", i, " has no batch axis (shape ",
-                  t.defined() ? t.shape().str() : "undefined", ")");
+      GPIPE_CHECK(t.defined() && t.rank() >= 1, "batch: ", what, " tensor ", i,
+                  " has no batch axis (shape ", t.defined() ? t.shape().str() : "undefined", ")");
       if (n < 0) n = t.size(0);
-      GPIPE_CHECK(t.size(0) == n, "batch: ", what, " tensor ", i, " has ", t.size(0), " examples, expected ", n,
-                  " like the others");
+      GPIPE_CHECK(t.size(0) == n, "batch: ", what, " tensor ", i, " has ", t.size(0),
+                  " examples, expected ", n, " like the others");
     }
   };
   visit(b.inputs, "input");

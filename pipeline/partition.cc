@@ -20,17 +20,19 @@ double Partition::bottleneck() const {
 
 std::string Partition::str() const {
   std::ostringstream os;
-  for (int64_t k = 0; k < cells(); ++k) os << (k ? " " : "") << "[" << begin(k) << ", " << end(k) << ")";
+  for (int64_t k = 0; k < cells(); ++k)
+    os << (k ? " " : "") << "[" << begin(k) << ", " << end(k) << ")";
   return os.str();
 }
 
 Partition balanced_partition(const std::vector<double>& costs, int64_t k) {
   const int64_t n = static_cast<int64_t>(costs.size());
   GPIPE_CHECK(k >= 1, "partition: the number of cells K must be >= 1, got ", k);
-  GPIPE_CHECK(k <= n, "partition: K = ", k, " cells need at least ", k, " layers, but the model has ", n);
+  GPIPE_CHECK(k <= n, "partition: K = ", k, " cells need at least ", k,
+              " layers, but the model has ", n);
   for (int64_t i = 0; i < n; ++i)
-    GPIPE_CHECK(std::isfinite(costs[i]) && costs[i] >= 0, "partition: layer ", i, " has cost ", costs[i],
-                " (expected a finite value >= 0)");
+    GPIPE_CHECK(std::isfinite(costs[i]) && costs[i] >= 0, "partition: layer ", i, " has cost ",
+                costs[i], " (expected a finite value >= 0)");
   std::vector<double> prefix(n + 1, 0.0);
   for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
   auto cell = [&](int64_t a, int64_t b) { return prefix[b] - prefix[a]; };
@@ -78,11 +80,12 @@ Partition explicit_partition(const std::vector<int64_t>& sizes, const std::vecto
   Partition p;
   p.bounds.push_back(0);
   for (size_t j = 0; j < sizes.size(); ++j) {
-    GPIPE_CHECK(sizes[j] > 0, "balance: cell ", j, " has ", sizes[j], " layers (every cell needs at least one)");
+    GPIPE_CHECK(sizes[j] > 0, "balance: cell ", j, " has ", sizes[j],
+                " layers (every cell needs at least one)");
     p.bounds.push_back(p.bounds.back() + sizes[j]);
   }
-  GPIPE_CHECK(p.bounds.back() == static_cast<int64_t>(costs.size()), "balance: cell sizes sum to ", p.bounds.back(),
-              " but the model has ", costs.size(), " layers");
+  GPIPE_CHECK(p.bounds.back() == static_cast<int64_t>(costs.size()), "balance: cell sizes sum to ",
+              p.bounds.back(), " but the model has ", costs.size(), " layers");
   for (size_t j = 0; j < sizes.size(); ++j) {
     double c = 0;
     for (int64_t i = p.bounds[j]; i < p.bounds[j + 1]; ++i) c += costs[i];
@@ -107,7 +110,8 @@ std::vector<int64_t> parse_balance(const std::string& text) {
                 "': expected comma-separated layer counts like 4,4,3,3");
     out.push_back(v);
   }
-  GPIPE_CHECK(!out.empty(), "balance '", text, "': expected comma-separated layer counts like 4,4,3,3");
+  GPIPE_CHECK(!out.empty(), "balance '", text,
+              "': expected comma-separated layer counts like 4,4,3,3");
   return out;
 }
 

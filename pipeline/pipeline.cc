@@ -35,17 +35,21 @@ Bundle to_device(const Bundle& b, Device d) {
 
 }  // namespace
 
-Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : opt_(std::move(options)), model_(std::move(model)) {
+Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
+    : opt_(std::move(options)), model_(std::move(model)) {
   GPIPE_CHECK(!model_.layers.empty(), "pipeline: the model has no layers");
   GPIPE_CHECK(model_.loss != nullptr, "pipeline: the model has no loss");
-  GPIPE_CHECK(opt_.micro_batches >= 1, "pipeline: M (micro-batches) must be >= 1, got ", opt_.micro_batches);
-  GPIPE_CHECK(opt_.timeout_seconds > 0, "pipeline: timeout must be positive, got ", opt_.timeout_seconds);
-  GPIPE_CHECK(opt_.replicas >= 1, "pipeline: the replica count R must be >= 1, got ", opt_.replicas);
+  GPIPE_CHECK(opt_.micro_batches >= 1, "pipeline: M (micro-batches) must be >= 1, got ",
+              opt_.micro_batches);
+  GPIPE_CHECK(opt_.timeout_seconds > 0, "pipeline: timeout must be positive, got ",
+              opt_.timeout_seconds);
+  GPIPE_CHECK(opt_.replicas >= 1, "pipeline: the replica count R must be >= 1, got ",
+              opt_.replicas);
   GPIPE_CHECK(opt_.replicas == 1 || opt_.world != nullptr, "pipeline: R = ", opt_.replicas,
               " replicas need one process per stage and replica (launch with mpirun -np K*R)");
   if (!opt_.balance.empty()) {
-    GPIPE_CHECK(opt_.cells == 1 || opt_.cells == static_cast<int>(opt_.balance.size()), "pipeline: --balance has ",
-                opt_.balance.size(), " cells but K = ", opt_.cells);
+    GPIPE_CHECK(opt_.cells == 1 || opt_.cells == static_cast<int>(opt_.balance.size()),
+                "pipeline: --balance has ", opt_.balance.size(), " cells but K = ", opt_.cells);
     opt_.cells = static_cast<int>(opt_.balance.size());
   }
   const int k = opt_.cells;
@@ -57,8 +61,11 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
     layer_names_.push_back(l->name());
   }
   // The program, checked before anything is built.
-  schedule_ = opt_.custom_schedule ? *opt_.custom_schedule : make_schedule(opt_.schedule, k, opt_.micro_batches, opt_.remat);
-  GPIPE_CHECK(schedule_.training, "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
+  schedule_ = opt_.custom_schedule
+                  ? *opt_.custom_schedule
+                  : make_schedule(opt_.schedule, k, opt_.micro_batches, opt_.remat);
+  GPIPE_CHECK(schedule_.training,
+              "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
               "its header) is needed");
   dry_run_ = validate(schedule_, k, opt_.micro_batches);
 
@@ -67,29 +74,33 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample) : 
   who_ = "pipeline";
   if (opt_.world) {
     const int size = opt_.world->size();
-    GPIPE_CHECK(size == k * opt_.replicas, "pipeline: the job has ", size, " processes but K x R = ", k, " x ",
-                opt_.replicas, " = ", k * opt_.replicas, " (run mpirun -np ", k * opt_.replicas,
-                ", or change --K/--replicas)");
+    GPIPE_CHECK(size == k * opt_.replicas, "pipeline: the job has ", size,
+                " processes but K x R = ", k, " x ", opt_.replicas, " = ", k * opt_.replicas,
+                " (run mpirun -np ", k * opt_.replicas, ", or change --K/--replicas)");
     info_ = rank_info_for(opt_.world->rank(), k, opt_.replicas, opt_.layout);
-    who_ = detail::concat("rank ", info_.world_rank, " (stage ", info_.stage, " of ", k, ", replica ", info_.replica,
-                          " of ", opt_.replicas, ")");
+    who_ = detail::concat("rank ", info_.world_rank, " (stage ", info_.stage, " of ", k,
+                          ", replica ", info_.replica, " of ", opt_.replicas, ")");
   }
   partition_ = opt_.balance.empty() ? balanced_partition(measure_costs(sample), k)
                                     : explicit_partition(opt_.balance, measure_costs(sample));
 
   if (opt_.devices.empty()) opt_.devices = devices("cpu", k);
-  GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == k, "pipeline: got ",
-              opt_.devices.size(), " devices for K = ", k, " cells (give K devices, or one for all cells)");
-  for (int s = 0; s < k; ++s) stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s]);
+  GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == k,
+              "pipeline: got ", opt_.devices.size(), " devices for K = ", k,
+              " cells (give K devices, or one for all cells)");
+  for (int s = 0; s < k; ++s)
+    stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s]);
   for (int s = 0; s < k; ++s) {
     int64_t params = 0, bytes = 0;
     std::unordered_set<TensorImpl*> seen;  // a tensor tied within the cell counts once in the bytes
     for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i) {
       params += model_.layers[i]->parameter_count();
       for (auto& p : model_.layers[i]->parameters())
-        if (seen.insert(p.tensor->impl_ptr().get()).second) bytes += static_cast<int64_t>(p.tensor->nbytes());
+        if (seen.insert(p.tensor->impl_ptr().get()).second)
+          bytes += static_cast<int64_t>(p.tensor->nbytes());
     }
-    cells_.push_back({partition_.begin(s), partition_.end(s), stage_devices_[s], partition_.cell_costs[s], params});
+    cells_.push_back({partition_.begin(s), partition_.end(s), stage_devices_[s],
+                      partition_.cell_costs[s], params});
     cell_param_bytes_.push_back(bytes);
   }
   build_ranks();
@@ -109,16 +120,21 @@ std::vector<double> Pipeline::measure_costs(const Batch& sample) {
   if (info_.world_rank == 0) m.tensors = sample.inputs;
   std::string header = encode_header(m);
   share_from_rank0(header, "sharing the sample batch's shapes");
-  const Batch shaped = info_.world_rank == 0 ? sample : Batch{decode_header(header, kCpu).tensors, {}};
+  const Batch shaped =
+      info_.world_rank == 0 ? sample : Batch{decode_header(header, kCpu).tensors, {}};
   const std::vector<Batch> sample_micro =
       split_micro_batches(shaped, std::min<int64_t>(opt_.micro_batches, batch_size(shaped)));
   std::vector<BundleSpec> specs;
   const BundleSpec final_spec = infer_specs(model_.layers, spec_of(sample_micro[0].inputs), &specs);
   specs.push_back(final_spec);  // [input of layer 0, ..., the model's output]
-  // Explicit cells are not cut by these costs; they are only reported, so nothing is timed for them.
-  const BalanceBy by = opt_.balance_by == BalanceBy::kTime && !opt_.balance.empty() ? BalanceBy::kCost : opt_.balance_by;
+  // Explicit cells are not cut by these costs; they are only reported, so nothing is timed for
+  // them.
+  const BalanceBy by = opt_.balance_by == BalanceBy::kTime && !opt_.balance.empty()
+                           ? BalanceBy::kCost
+                           : opt_.balance_by;
   std::vector<double> costs;
-  if (by != BalanceBy::kTime || info_.world_rank == 0) costs = layer_costs(model_.layers, specs, by, sample_micro[0].inputs);
+  if (by != BalanceBy::kTime || info_.world_rank == 0)
+    costs = layer_costs(model_.layers, specs, by, sample_micro[0].inputs);
   if (by == BalanceBy::kTime) {
     std::string bytes(reinterpret_cast<const char*>(costs.data()), costs.size() * sizeof(double));
     share_from_rank0(bytes, "sharing the measured layer times");
@@ -137,15 +153,20 @@ void Pipeline::build_ranks() {
   const int k = static_cast<int>(partition_.cells());
   tied_names_ = tied_parameter_names(model_.layers);
   std::vector<int> local;
-  if (opt_.world) local = {info_.stage};
-  else for (int s = 0; s < k; ++s) local.push_back(s);
+  if (opt_.world)
+    local = {info_.stage};
+  else
+    for (int s = 0; s < k; ++s) local.push_back(s);
 
-  std::vector<std::vector<TiedWeight>> ties = place_cells(model_.layers, partition_, local, stage_devices_);
+  std::vector<std::vector<TiedWeight>> ties =
+      place_cells(model_.layers, partition_, local, stage_devices_);
   std::vector<std::unique_ptr<Stage>> stages;
   for (int s : local) {
     const Device dev = stage_devices_[s];
-    LayerList cell(model_.layers.begin() + partition_.begin(s), model_.layers.begin() + partition_.end(s));
-    stages.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), dev, s == k - 1 ? model_.loss : nullptr));
+    LayerList cell(model_.layers.begin() + partition_.begin(s),
+                   model_.layers.begin() + partition_.end(s));
+    stages.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), dev,
+                                             s == k - 1 ? model_.loss : nullptr));
   }
   if (opt_.world) {
     // Only this rank's cell stays; the other layers (and their weights) go.
@@ -158,16 +179,19 @@ void Pipeline::build_ranks() {
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_host);
   const int n = static_cast<int>(local.size());
   for (int s : local) {
-    const int threads = opt_.threads_per_stage > 0 ? opt_.threads_per_stage : std::max(1, cores / n);
+    const int threads =
+        opt_.threads_per_stage > 0 ? opt_.threads_per_stage : std::max(1, cores / n);
     workers_.push_back(std::make_unique<DeviceWorker>(stage_devices_[s], threads));
   }
-  const double watchdog = opt_.watchdog_seconds > 0 ? opt_.watchdog_seconds : opt_.timeout_seconds / 2;
+  const double watchdog =
+      opt_.watchdog_seconds > 0 ? opt_.watchdog_seconds : opt_.timeout_seconds / 2;
   // The gradient sums between processes may block without a deadline of
   // their own (Note [Large all-reduces]); twice the timeout there means a
   // rank is stuck: the job ends. (Local collectives always have a deadline.)
   std::shared_ptr<Communicator> world = opt_.world;
-  watchdog_ = std::make_unique<Watchdog>(who_, watchdog, n, world ? 2 * opt_.timeout_seconds : 0,
-                                         world ? std::function<void()>([world] { world->abort(1); }) : nullptr);
+  watchdog_ = std::make_unique<Watchdog>(
+      who_, watchdog, n, world ? 2 * opt_.timeout_seconds : 0,
+      world ? std::function<void()>([world] { world->abort(1); }) : nullptr);
   failures_ = std::make_unique<FailureLog>([this] {
     for (auto& r : ranks_) r->abort_links();
     ranks_.front()->world().cancel();
@@ -186,7 +210,8 @@ void Pipeline::build_ranks() {
     eo.fault_hook = &opt_.fault_hook;
     ranks_.push_back(std::make_unique<StageExecutor>(eo, std::move(stages[i]), std::move(ties[i])));
   }
-  on_ranks([&](StageExecutor& r) { r.connect(opt_.world ? opt_.world : group_->rank(r.info().stage)); });
+  on_ranks(
+      [&](StageExecutor& r) { r.connect(opt_.world ? opt_.world : group_->rank(r.info().stage)); });
 }
 
 Pipeline::~Pipeline() {
@@ -220,12 +245,14 @@ void Pipeline::on_ranks(const std::function<void(StageExecutor&)>& fn) {
 // stages get empty batches (they only need the count). `rows` and `terms`
 // (the loss's divisor, last stage) describe the share; without `terms`
 // the last stage takes no targets (prediction).
-std::vector<Batch> Pipeline::micro_for(const StageExecutor& r, const Batch& batch, int64_t n, int pieces, bool by_replica,
-                                       int64_t* rows, double* terms) const {
+std::vector<Batch> Pipeline::micro_for(const StageExecutor& r, const Batch& batch, int64_t n,
+                                       int pieces, bool by_replica, int64_t* rows,
+                                       double* terms) const {
   const RankInfo& ri = r.info();
   const int replica = by_replica ? ri.replica : 0, replicas = by_replica ? ri.replicas : 1;
   const int count = pieces / replicas + (replica < pieces % replicas ? 1 : 0);
-  const bool first = ri.stage == 0, last = ri.stage == ri.cells - 1 && terms != nullptr;  // predict needs no targets
+  const bool first = ri.stage == 0,
+             last = ri.stage == ri.cells - 1 && terms != nullptr;  // predict needs no targets
   std::vector<Batch> micro(count);
   if (!(first || last) || count == 0) return micro;
   GPIPE_CHECK(!first || !batch.inputs.empty(), who_, ": the first stage needs the batch's inputs");
@@ -257,8 +284,8 @@ int64_t Pipeline::rows_from_first_stage(StageExecutor& r, const Batch& batch) {
   return std::stoll(bytes);
 }
 
-std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(StageExecutor&)>& body, bool training,
-                                            const std::string& label) {
+std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(StageExecutor&)>& body,
+                                            bool training, const std::string& label) {
   for (auto& r : ranks_) r->reset_links();
   failures_->clear();
   std::vector<StepTotals> out(ranks_.size());
@@ -292,9 +319,10 @@ std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(Stage
     std::rethrow_exception(first);
   }
   const int s = failures_->stage();
-  const std::string msg = detail::concat(label, " failed in ", opt_.world ? who_ + ", " : std::string(), "stage ", s,
-                                         " (", stage_devices_[s], ", layers [", partition_.begin(s), ", ",
-                                         partition_.end(s), ")) during ", failures_->action(), ": ", failures_->what());
+  const std::string msg =
+      detail::concat(label, " failed in ", opt_.world ? who_ + ", " : std::string(), "stage ", s,
+                     " (", stage_devices_[s], ", layers [", partition_.begin(s), ", ",
+                     partition_.end(s), ")) during ", failures_->action(), ": ", failures_->what());
   if (failures_->non_finite()) throw NonFiniteError(msg);
   throw Error(msg);
 }
@@ -315,23 +343,30 @@ StepResult Pipeline::train_step(const Batch& batch) {
     int64_t n = 0;
     if (ri.stage == 0 || last) {
       n = batch_size(batch);
-      GPIPE_CHECK(replicas == 1 || n >= replicas * m, "pipeline: a batch of ", n, " examples cannot feed R x M = ",
-                  replicas, " x ", m, " micro-batches (expected at least ", replicas * m, " examples)");
+      GPIPE_CHECK(replicas == 1 || n >= replicas * m, "pipeline: a batch of ", n,
+                  " examples cannot feed R x M = ", replicas, " x ", m,
+                  " micro-batches (expected at least ", replicas * m, " examples)");
     }
     int64_t rows = 0;
     double terms = 0;
-    const std::vector<Batch> micro = micro_for(r, batch, n, replicas * m, /*by_replica=*/true, &rows, &terms);
-    // The loss is scaled by 1 / (terms of the whole job's mini-batch): Note [Micro-batch weighting].
+    const std::vector<Batch> micro =
+        micro_for(r, batch, n, replicas * m, /*by_replica=*/true, &rows, &terms);
+    // The loss is scaled by 1 / (terms of the whole job's mini-batch): Note [Micro-batch
+    // weighting].
     double all_terms = terms;
     if (last && replicas > 1)
-      r.replicas().allreduce(&all_terms, 1, ReduceOp::kSum, "summing the loss terms of all replicas");
+      r.replicas().allreduce(&all_terms, 1, ReduceOp::kSum,
+                             "summing the loss terms of all replicas");
     const StepContext ctx{opt_.seed, step_, ri.replica * m, all_terms > 0 ? 1.0 / all_terms : 0.0};
-    const StepTotals t = r.run(schedule_.stages[ri.stage], true, micro, ctx, {0, terms, static_cast<double>(rows)});
+    const StepTotals t =
+        r.run(schedule_.stages[ri.stage], true, micro, ctx, {0, terms, static_cast<double>(rows)});
     if (opt_.check_finite && !std::isfinite(t.loss))
-      throw NonFiniteError(detail::concat("pipeline step ", step_ + 1, ": the loss is not finite (", t.loss, ")"));
+      throw NonFiniteError(
+          detail::concat("pipeline step ", step_ + 1, ": the loss is not finite (", t.loss, ")"));
     return t;
   };
-  const std::vector<StepTotals> totals = run_ranks(body, true, detail::concat("pipeline step ", step_ + 1));
+  const std::vector<StepTotals> totals =
+      run_ranks(body, true, detail::concat("pipeline step ", step_ + 1));
   for (auto& l : model_.layers) l->finish_step();
   for (auto& r : ranks_) r->stage().clear();
   ++step_;
@@ -348,7 +383,8 @@ StepResult Pipeline::train_step(const Batch& batch) {
     hi = std::max(hi, e.start_us + e.duration_us);
     busy += e.duration_us;
   }
-  if (hi > trace_from) res.bubble_fraction = 1.0 - busy / (static_cast<double>(ranks_.size()) * (hi - trace_from));
+  if (hi > trace_from)
+    res.bubble_fraction = 1.0 - busy / (static_cast<double>(ranks_.size()) * (hi - trace_from));
   return res;
 }
 
@@ -367,7 +403,8 @@ void Pipeline::scale_grads(double factor) {
 }
 
 double Pipeline::clip_grad_norm(double max_norm) {
-  GPIPE_CHECK(max_norm > 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm must be positive and finite, got ", max_norm);
+  GPIPE_CHECK(max_norm > 0 && std::isfinite(max_norm),
+              "clip_grad_norm: max_norm must be positive and finite, got ", max_norm);
   const double norm = grad_norm();
   if (std::isfinite(norm) && norm > max_norm) scale_grads(max_norm / (norm + 1e-6));
   return norm;

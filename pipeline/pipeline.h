@@ -35,34 +35,34 @@
 namespace gpipe {
 
 struct PipelineOptions {
-  int cells = 1;                      // K (docs/GLOSSARY.md: cells are the layer runs, stages their runtime)
-  int micro_batches = 1;              // M
-  std::vector<Device> devices;        // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
+  int cells = 1;          // K (docs/GLOSSARY.md: cells are the layer runs, stages their runtime)
+  int micro_batches = 1;  // M
+  std::vector<Device> devices;  // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
   ScheduleKind schedule = ScheduleKind::kGPipe;
   RematMode remat = RematMode::kExceptLast;
   // A training program to run instead of the built-in one (e.g. from
   // load_schedule_file); validated against K and M at construction.
   std::shared_ptr<const Schedule> custom_schedule;
-  std::vector<int64_t> balance;       // explicit layers per cell; overrides balance_by
+  std::vector<int64_t> balance;  // explicit layers per cell; overrides balance_by
   BalanceBy balance_by = BalanceBy::kCost;
-  int threads_per_stage = 0;          // intra-op threads per stage worker; 0 = cores / K (at least 1)
-  uint64_t seed = 0;                  // dropout key seed
-  double timeout_seconds = 600;       // longest a stage waits for a neighbour
-  bool check_finite = true;           // a non-finite loss fails the step
-  bool trace = false;                 // record a timeline (see write_trace)
+  int threads_per_stage = 0;     // intra-op threads per stage worker; 0 = cores / K (at least 1)
+  uint64_t seed = 0;             // dropout key seed
+  double timeout_seconds = 600;  // longest a stage waits for a neighbour
+  bool check_finite = true;      // a non-finite loss fails the step
+  bool trace = false;            // record a timeline (see write_trace)
   // A step running longer than this prints what every stage is waiting for
   // (to stderr); 0 = timeout_seconds / 2.
   double watchdog_seconds = 0;
-  FaultHook fault_hook;               // tests of failure handling (pipeline/faults.h); empty in normal runs
+  FaultHook fault_hook;  // tests of failure handling (pipeline/faults.h); empty in normal runs
 
   // Several processes (Note [Processes]): `world` holds K x R ranks; this
   // process runs one stage of one replica, chosen from its rank by
   // `layout`. Null: every stage runs in this process, each on its own
   // thread as a rank of a LocalGroup (R must be 1); the same executor.
   std::shared_ptr<Communicator> world;
-  int replicas = 1;                   // R: data-parallel copies of the whole pipeline
+  int replicas = 1;  // R: data-parallel copies of the whole pipeline
   RankLayout layout = RankLayout::kPipelineMajor;
-  bool sync_batchnorm = true;         // sum BatchNorm statistics over replicas before folding them
+  bool sync_batchnorm = true;  // sum BatchNorm statistics over replicas before folding them
 };
 
 // How predict cuts and runs its inputs.
@@ -84,8 +84,8 @@ struct CellInfo {
 };
 
 struct StepResult {
-  double loss = 0;            // mean loss of the mini-batch
-  double loss_terms = 0;      // what the mean divides by (examples or tokens)
+  double loss = 0;        // mean loss of the mini-batch
+  double loss_terms = 0;  // what the mean divides by (examples or tokens)
   int64_t examples = 0;
   double seconds = 0;
   double bubble_fraction = 0;  // measured idle share of K x makespan (needs trace)
@@ -158,7 +158,9 @@ class Pipeline {
   // Chrome trace of every step since construction (or the last clear).
   void write_trace(const std::string& path) const;
   Tracer& tracer() { return tracer_; }
-  static double ideal_bubble_fraction(int k, int m) { return static_cast<double>(k - 1) / (m + k - 1); }
+  static double ideal_bubble_fraction(int k, int m) {
+    return static_cast<double>(k - 1) / (m + k - 1);
+  }
 
  private:
   void share_from_rank0(std::string& bytes, const char* what);
@@ -168,13 +170,13 @@ class Pipeline {
   // (collectives need every rank of the process in them); rethrows the
   // first failure.
   void on_ranks(const std::function<void(StageExecutor&)>& fn);
-  std::vector<Batch> micro_for(const StageExecutor& r, const Batch& batch, int64_t n, int pieces, bool by_replica,
-                               int64_t* rows, double* terms) const;
+  std::vector<Batch> micro_for(const StageExecutor& r, const Batch& batch, int64_t n, int pieces,
+                               bool by_replica, int64_t* rows, double* terms) const;
   int64_t rows_from_first_stage(StageExecutor& r, const Batch& batch);
   // Runs body on every local rank at once; on a failure leaves no trace of
   // the run and throws "<label> failed in stage s ... during <action>: ...".
-  std::vector<StepTotals> run_ranks(const std::function<StepTotals(StageExecutor&)>& body, bool training,
-                                    const std::string& label);
+  std::vector<StepTotals> run_ranks(const std::function<StepTotals(StageExecutor&)>& body,
+                                    bool training, const std::string& label);
   bool holds_whole_pipeline() const { return static_cast<int>(ranks_.size()) == info_.cells; }
 
   PipelineOptions opt_;
@@ -183,7 +185,7 @@ class Pipeline {
   RankInfo info_;  // this process's rank (one process: stage 0's view)
   std::string who_;
   std::vector<Device> stage_devices_;
-  std::unique_ptr<LocalGroup> group_;  // one process: the stages' threads as ranks
+  std::unique_ptr<LocalGroup> group_;                  // one process: the stages' threads as ranks
   std::vector<std::unique_ptr<StageExecutor>> ranks_;  // the ranks this process runs, by stage
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   std::vector<std::vector<std::string>> tied_names_;

@@ -4,8 +4,10 @@
 
 namespace gpipe {
 
-std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers, const Partition& partition,
-                                                 const std::vector<int>& local, const std::vector<Device>& devices) {
+std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
+                                                 const Partition& partition,
+                                                 const std::vector<int>& local,
+                                                 const std::vector<Device>& devices) {
   const int k = static_cast<int>(partition.cells());
   std::unordered_map<TensorImpl*, std::vector<int>> stages_of;
   std::vector<TensorImpl*> order;  // first appearance
@@ -44,7 +46,8 @@ std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers, const 
     std::vector<TiedWeight> mine;
     for (TensorImpl* impl : order)
       if (stages_of[impl].size() > 1)
-        mine.push_back({impl->shape.numel(), impl->dtype, stages_of[impl], copy.count(impl) ? copy[impl] : nullptr});
+        mine.push_back({impl->shape.numel(), impl->dtype, stages_of[impl],
+                        copy.count(impl) ? copy[impl] : nullptr});
     ties.push_back(std::move(mine));
   }
   return ties;

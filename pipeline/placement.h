@@ -15,7 +15,9 @@ namespace gpipe {
 // tensor; reduce_tied sums their gradients. Returns, per entry of `local`,
 // every tied weight of the model as that cell sees it (its copy, or null).
 // `layers` is the whole model, so every rank agrees on the tied list.
-std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers, const Partition& partition,
-                                                 const std::vector<int>& local, const std::vector<Device>& devices);
+std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
+                                                 const Partition& partition,
+                                                 const std::vector<int>& local,
+                                                 const std::vector<Device>& devices);
 
 }  // namespace gpipe

@@ -10,7 +10,9 @@ RankLayout parse_rank_layout(const std::string& name) {
   throw Error(detail::concat("unknown rank layout '", name, "' (expected pipeline or stage)"));
 }
 
-const char* rank_layout_name(RankLayout l) { return l == RankLayout::kPipelineMajor ? "pipeline" : "stage"; }
+const char* rank_layout_name(RankLayout l) {
+  return l == RankLayout::kPipelineMajor ? "pipeline" : "stage";
+}
 
 RankInfo rank_info_for(int rank, int cells, int replicas, RankLayout layout) {
   RankInfo r;
@@ -24,7 +26,8 @@ RankInfo rank_info_for(int rank, int cells, int replicas, RankLayout layout) {
 }
 
 int world_rank_of(int stage, int replica, int cells, int replicas, RankLayout layout) {
-  return layout == RankLayout::kPipelineMajor ? replica * cells + stage : stage * replicas + replica;
+  return layout == RankLayout::kPipelineMajor ? replica * cells + stage
+                                              : stage * replicas + replica;
 }
 
 }  // namespace gpipe

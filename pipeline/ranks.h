@@ -17,7 +17,7 @@ const char* rank_layout_name(RankLayout l);
 
 struct RankInfo {
   int world_rank = 0, world_size = 1;
-  int stage = 0, replica = 0;  // this rank's stage (the index of its cell) and replica
+  int stage = 0, replica = 0;   // this rank's stage (the index of its cell) and replica
   int cells = 1, replicas = 1;  // K and R
 };
 // Where world rank `rank` of a K x R job sits under `layout`.

@@ -14,36 +14,43 @@ std::string Pipeline::describe() const {
   std::ostringstream os;
   const auto& cs = cells_;
   char line[256];
-  const char* cost_label = !opt_.balance.empty() ? "cost (given)"
-                           : opt_.balance_by == BalanceBy::kTime ? "seconds"
-                           : opt_.balance_by == BalanceBy::kMemory ? "bytes" : "FLOPs";
+  const char* cost_label = !opt_.balance.empty()                   ? "cost (given)"
+                           : opt_.balance_by == BalanceBy::kTime   ? "seconds"
+                           : opt_.balance_by == BalanceBy::kMemory ? "bytes"
+                                                                   : "FLOPs";
   auto names_of = [&](const CellInfo& c) {
     return layer_names_[c.first_layer] + ".." + layer_names_[c.last_layer - 1];
   };
   int width = 28;  // the first..last column fits the longest pair of layer names
   for (const CellInfo& c : cs) width = std::max(width, static_cast<int>(names_of(c).size()));
   width = std::min(width, 120);
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-*s %14s %12s %10s\n", "cell", "device", "layers", width,
-                "first..last", cost_label, "parameters", "param MB");
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-12s %-*s %14s %12s %10s\n", "cell", "device",
+                "layers", width, "first..last", cost_label, "parameters", "param MB");
   os << line;
   for (size_t s = 0; s < cs.size(); ++s) {
-    const std::string range = "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
-    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-*s %14.4g %12ld %10.2f\n", s, cs[s].device.str().c_str(),
-                  range.c_str(), width, names_of(cs[s]).c_str(), cs[s].cost, static_cast<long>(cs[s].parameters),
+    const std::string range =
+        "[" + std::to_string(cs[s].first_layer) + ", " + std::to_string(cs[s].last_layer) + ")";
+    std::snprintf(line, sizeof(line), "%-5zu %-8s %-12s %-*s %14.4g %12ld %10.2f\n", s,
+                  cs[s].device.str().c_str(), range.c_str(), width, names_of(cs[s]).c_str(),
+                  cs[s].cost, static_cast<long>(cs[s].parameters),
                   cell_param_bytes_[s] / 1048576.0);
     os << line;
   }
   if (opt_.custom_schedule)
     os << "schedule from text, M = " << opt_.micro_batches;
   else
-    os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches << ", remat " << remat_name(opt_.remat);
-  os << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches) << "\n";
+    os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches
+       << ", remat " << remat_name(opt_.remat);
+  os << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches)
+     << "\n";
   os << "dry run: " << dry_run_.makespan << " ticks; peak live micro-batches per stage";
-  for (size_t s = 0; s < dry_run_.peak_live.size(); ++s) os << (s ? "/" : " ") << dry_run_.peak_live[s];
+  for (size_t s = 0; s < dry_run_.peak_live.size(); ++s)
+    os << (s ? "/" : " ") << dry_run_.peak_live[s];
   os << "\n";
   if (opt_.world)
-    os << "processes: " << info_.world_size << " = K " << static_cast<int>(partition_.cells()) << " x R " << opt_.replicas
-       << " (" << rank_layout_name(opt_.layout) << "-major ranks), links over " << ranks_.front()->link_kind() << "\n";
+    os << "processes: " << info_.world_size << " = K " << static_cast<int>(partition_.cells())
+       << " x R " << opt_.replicas << " (" << rank_layout_name(opt_.layout)
+       << "-major ranks), links over " << ranks_.front()->link_kind() << "\n";
   return os.str();
 }
 
@@ -54,8 +61,10 @@ std::vector<DeviceMemory> Pipeline::memory() const {
     const Device d = r->stage().device();
     if (!seen.insert({static_cast<int>(d.type), d.index}).second) continue;
     const MemoryStats s = allocator_for(d).stats();
-    out.push_back({d, s.live_bytes(MemoryCategory::kParameter), s.live_bytes(MemoryCategory::kGradient),
-                   s.live_bytes(MemoryCategory::kOptimizerState), s.peak_bytes(MemoryCategory::kActivation), s.peak_total});
+    out.push_back({d, s.live_bytes(MemoryCategory::kParameter),
+                   s.live_bytes(MemoryCategory::kGradient),
+                   s.live_bytes(MemoryCategory::kOptimizerState),
+                   s.peak_bytes(MemoryCategory::kActivation), s.peak_total});
   }
   return out;
 }
@@ -66,7 +75,8 @@ void Pipeline::reset_memory_peaks() {
 
 void Pipeline::write_trace(const std::string& path) const {
   std::vector<std::string> rows;
-  for (size_t s = 0; s < cells_.size(); ++s) rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
+  for (size_t s = 0; s < cells_.size(); ++s)
+    rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
   tracer_.write(path, rows);
 }
 

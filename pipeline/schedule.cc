@@ -45,18 +45,30 @@ void add_forward(std::vector<Action>& out, int stage, int k, int mb, bool with_l
 
 const char* prefix(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kRecvActivations: return "<F";
-    case ActionKind::kForward: return "F";
-    case ActionKind::kSendActivations: return ">F";
-    case ActionKind::kLoss: return "L";
-    case ActionKind::kRecompute: return "R";
-    case ActionKind::kRecvGradients: return "<B";
-    case ActionKind::kBackward: return "B";
-    case ActionKind::kBackwardInput: return "I";
-    case ActionKind::kBackwardWeight: return "W";
-    case ActionKind::kSendGradients: return ">B";
-    case ActionKind::kReduceReplicas: return "reduce_replicas";
-    case ActionKind::kReduceTied: return "reduce_tied";
+    case ActionKind::kRecvActivations:
+      return "<F";
+    case ActionKind::kForward:
+      return "F";
+    case ActionKind::kSendActivations:
+      return ">F";
+    case ActionKind::kLoss:
+      return "L";
+    case ActionKind::kRecompute:
+      return "R";
+    case ActionKind::kRecvGradients:
+      return "<B";
+    case ActionKind::kBackward:
+      return "B";
+    case ActionKind::kBackwardInput:
+      return "I";
+    case ActionKind::kBackwardWeight:
+      return "W";
+    case ActionKind::kSendGradients:
+      return ">B";
+    case ActionKind::kReduceReplicas:
+      return "reduce_replicas";
+    case ActionKind::kReduceTied:
+      return "reduce_tied";
   }
   return "?";
 }
@@ -69,7 +81,9 @@ ScheduleKind parse_schedule(const std::string& name) {
   throw Error(detail::concat("unknown schedule '", name, "' (expected gpipe, 1f1b or file:PATH)"));
 }
 
-std::string schedule_name(ScheduleKind kind) { return kind == ScheduleKind::kGPipe ? "gpipe" : "1f1b"; }
+std::string schedule_name(ScheduleKind kind) {
+  return kind == ScheduleKind::kGPipe ? "gpipe" : "1f1b";
+}
 
 Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat) {
   GPIPE_CHECK(k >= 1 && m >= 1, "schedule: K and M must be >= 1, got K=", k, " M=", m);
@@ -120,8 +134,10 @@ std::string to_string(const std::vector<Action>& actions) {
 
 std::string to_text(const Schedule& s) {
   std::ostringstream os;
-  os << "schedule K=" << s.cells() << " M=" << s.micro_batches << (s.training ? " train" : " forward") << "\n";
-  for (int stage = 0; stage < s.cells(); ++stage) os << stage << ": " << to_string(s.stages[stage]) << "\n";
+  os << "schedule K=" << s.cells() << " M=" << s.micro_batches
+     << (s.training ? " train" : " forward") << "\n";
+  for (int stage = 0; stage < s.cells(); ++stage)
+    os << stage << ": " << to_string(s.stages[stage]) << "\n";
   return os.str();
 }
 
@@ -131,22 +147,25 @@ Action parse_action(const std::string& tok, const std::string& where) {
   if (tok == "reduce_replicas") return {ActionKind::kReduceReplicas};
   if (tok == "reduce_tied") return {ActionKind::kReduceTied};
   static const std::pair<const char*, ActionKind> kinds[] = {
-      {"<F", ActionKind::kRecvActivations}, {">F", ActionKind::kSendActivations}, {"<B", ActionKind::kRecvGradients},
-      {">B", ActionKind::kSendGradients},   {"F", ActionKind::kForward},          {"L", ActionKind::kLoss},
-      {"R", ActionKind::kRecompute},        {"B", ActionKind::kBackward},         {"I", ActionKind::kBackwardInput},
-      {"W", ActionKind::kBackwardWeight}};
+      {"<F", ActionKind::kRecvActivations}, {">F", ActionKind::kSendActivations},
+      {"<B", ActionKind::kRecvGradients},   {">B", ActionKind::kSendGradients},
+      {"F", ActionKind::kForward},          {"L", ActionKind::kLoss},
+      {"R", ActionKind::kRecompute},        {"B", ActionKind::kBackward},
+      {"I", ActionKind::kBackwardInput},    {"W", ActionKind::kBackwardWeight}};
   for (const auto& [p, kind] : kinds) {
     const std::string pre = p;
     if (tok.rfind(pre, 0) != 0) continue;
     const std::string digits = tok.substr(pre.size());
-    const bool number = !digits.empty() && digits.size() <= 6 &&
-                        std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); });
+    const bool number =
+        !digits.empty() && digits.size() <= 6 &&
+        std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); });
     if (!number) break;
     return {kind, std::stoi(digits)};
   }
-  throw ScheduleError(detail::concat(where, ": unknown action '", tok,
-                                     "' (expected <Fm Fm >Fm Lm Rm <Bm Bm Im Wm >Bm with m a micro-batch number, "
-                                     "reduce_replicas or reduce_tied)"));
+  throw ScheduleError(
+      detail::concat(where, ": unknown action '", tok,
+                     "' (expected <Fm Fm >Fm Lm Rm <Bm Bm Im Wm >Bm with m a micro-batch number, "
+                     "reduce_replicas or reduce_tied)"));
 }
 
 }  // namespace
@@ -168,11 +187,14 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
       words >> kk >> mm >> mode;
       int m = -1;
       const bool ok = first == "schedule" && std::sscanf(kk.c_str(), "K=%d", &k) == 1 &&
-                      std::sscanf(mm.c_str(), "M=%d", &m) == 1 && (mode == "train" || mode == "forward") && k >= 1 &&
-                      m >= 0;
+                      std::sscanf(mm.c_str(), "M=%d", &m) == 1 &&
+                      (mode == "train" || mode == "forward") && k >= 1 && m >= 0;
       if (!ok)
-        throw ScheduleError(detail::concat(where, ": expected the header 'schedule K=<cells> M=<micro-batches> train' "
-                                           "(or forward), got '", line, "'"));
+        throw ScheduleError(
+            detail::concat(where,
+                           ": expected the header 'schedule K=<cells> M=<micro-batches> train' "
+                           "(or forward), got '",
+                           line, "'"));
       s.micro_batches = m;
       s.training = mode == "train";
       s.stages.resize(k);
@@ -180,18 +202,24 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
       continue;
     }
     int stage = -1;
-    if (first.back() != ':' || std::sscanf(first.c_str(), "%d:", &stage) != 1 || stage < 0 || stage >= k)
-      throw ScheduleError(detail::concat(where, ": expected '<stage>:' with a stage in [0, ", k, "), got '", first, "'"));
+    if (first.back() != ':' || std::sscanf(first.c_str(), "%d:", &stage) != 1 || stage < 0 ||
+        stage >= k)
+      throw ScheduleError(detail::concat(where, ": expected '<stage>:' with a stage in [0, ", k,
+                                         "), got '", first, "'"));
     if (!s.stages[stage].empty())
       throw ScheduleError(detail::concat(where, ": stage ", stage, " is listed twice"));
     std::string tok;
     while (words >> tok) s.stages[stage].push_back(parse_action(tok, where));
-    if (s.stages[stage].empty()) throw ScheduleError(detail::concat(where, ": stage ", stage, " has no actions"));
+    if (s.stages[stage].empty())
+      throw ScheduleError(detail::concat(where, ": stage ", stage, " has no actions"));
   }
-  if (!header) throw ScheduleError(detail::concat(source, ": empty (expected 'schedule K=.. M=.. train' and one line per stage)"));
+  if (!header)
+    throw ScheduleError(detail::concat(
+        source, ": empty (expected 'schedule K=.. M=.. train' and one line per stage)"));
   for (int stage = 0; stage < k; ++stage)
     if (s.stages[stage].empty() && s.micro_batches > 0)
-      throw ScheduleError(detail::concat(source, ": no line for stage ", stage, " (K=", k, " needs lines 0: to ", k - 1, ":)"));
+      throw ScheduleError(detail::concat(source, ": no line for stage ", stage, " (K=", k,
+                                         " needs lines 0: to ", k - 1, ":)"));
   return s;
 }
 

@@ -99,8 +99,9 @@ class ScheduleError : public Error {
 // reduce_replicas is between copies of the same stage and never waits here.
 struct DryRun {
   std::vector<std::vector<int>> ticks;  // [stage][action index] -> start tick
-  std::vector<int> peak_live;           // per stage: most micro-batches forwarded and not yet fully backwarded
-  int makespan = 0;                     // ticks until the last action ends
+  std::vector<int>
+      peak_live;     // per stage: most micro-batches forwarded and not yet fully backwarded
+  int makespan = 0;  // ticks until the last action ends
 };
 // Checks that `s` is a complete program for K stages and M micro-batches
 // and runs it on the clock. Refuses (ScheduleError) a list where a

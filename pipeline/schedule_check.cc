@@ -37,7 +37,8 @@ std::string list_grid(const Schedule& s, Mark mark) {
   const size_t centre = mark.index;
   const size_t lo = centre > window ? centre - window : 0, hi = centre + window + 1;
   std::ostringstream os;
-  os << "  list positions " << lo << ".." << hi - 1 << " ([..] marks the first offending action):\n";
+  os << "  list positions " << lo << ".." << hi - 1
+     << " ([..] marks the first offending action):\n";
   for (int st = 0; st < s.cells(); ++st) {
     os << "  stage " << st << ":" << (lo > 0 ? " ..." : "");
     const auto& a = s.stages[st];
@@ -53,18 +54,20 @@ std::string list_grid(const Schedule& s, Mark mark) {
 }
 
 [[noreturn]] void refuse(const Schedule& s, Mark mark, const std::string& why) {
-  throw ScheduleError(detail::concat("invalid schedule: stage ", mark.stage, ": ", why, "\n", list_grid(s, mark)));
+  throw ScheduleError(
+      detail::concat("invalid schedule: stage ", mark.stage, ": ", why, "\n", list_grid(s, mark)));
 }
 
 // What one stage has done for one micro-batch, by list position (npos = not yet).
 struct Seen {
   static constexpr size_t npos = static_cast<size_t>(-1);
-  size_t recv_f = npos, f = npos, send_f = npos, loss = npos, r = npos, recv_b = npos, b = npos, i = npos, w = npos,
-         send_b = npos;
+  size_t recv_f = npos, f = npos, send_f = npos, loss = npos, r = npos, recv_b = npos, b = npos,
+         i = npos, w = npos, send_b = npos;
   bool backwarded() const { return b != npos || w != npos; }
 };
 
-void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& seen, size_t& replicas_at, size_t& tied_at) {
+void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& seen,
+                 size_t& replicas_at, size_t& tied_at) {
   const auto& acts = s.stages[st];
   const bool first = st == 0, last = st == k - 1;
   constexpr size_t npos = Seen::npos;
@@ -78,12 +81,15 @@ void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& see
       if (at != npos) refuse(s, here, tok + " runs twice (gradients are reduced once per step)");
       for (int mb = 0; mb < m; ++mb)
         if (!seen[mb].backwarded())
-          refuse(s, here, detail::concat(tok, " before the backward of micro-batch ", mb, " (it must follow every backward)"));
+          refuse(s, here,
+                 detail::concat(tok, " before the backward of micro-batch ", mb,
+                                " (it must follow every backward)"));
       at = pos;
       continue;
     }
     if (a.micro_batch < 0 || a.micro_batch >= m)
-      refuse(s, here, detail::concat(tok, ": micro-batch ", a.micro_batch, " is out of range [0, ", m, ")"));
+      refuse(s, here,
+             detail::concat(tok, ": micro-batch ", a.micro_batch, " is out of range [0, ", m, ")"));
     Seen& x = seen[a.micro_batch];
     auto once = [&](size_t& slot) {
       if (slot != npos) refuse(s, here, tok + " appears twice");
@@ -93,11 +99,14 @@ void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& see
       if (slot == npos) refuse(s, here, detail::concat(tok, " before ", what, a.micro_batch));
     };
     auto not_yet = [&](size_t slot, const char* what) {
-      if (slot != npos) refuse(s, here, detail::concat(tok, " after ", what, a.micro_batch, " (it must come before)"));
+      if (slot != npos)
+        refuse(s, here,
+               detail::concat(tok, " after ", what, a.micro_batch, " (it must come before)"));
     };
-    const bool backward_kind = a.kind == ActionKind::kRecompute || a.kind == ActionKind::kRecvGradients ||
-                               a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput ||
-                               a.kind == ActionKind::kBackwardWeight || a.kind == ActionKind::kSendGradients;
+    const bool backward_kind =
+        a.kind == ActionKind::kRecompute || a.kind == ActionKind::kRecvGradients ||
+        a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput ||
+        a.kind == ActionKind::kBackwardWeight || a.kind == ActionKind::kSendGradients;
     if (backward_kind && !s.training) refuse(s, here, tok + " in a forward-only program");
     switch (a.kind) {
       case ActionKind::kRecvActivations:
@@ -127,7 +136,8 @@ void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& see
         once(x.r);
         break;
       case ActionKind::kRecvGradients:
-        if (last) refuse(s, here, tok + ": the last stage has no next stage to receive gradients from");
+        if (last)
+          refuse(s, here, tok + ": the last stage has no next stage to receive gradients from");
         not_yet(x.b, "B");
         not_yet(x.i, "I");
         once(x.recv_b);
@@ -137,8 +147,14 @@ void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& see
         need(x.f, "F");
         if (last) need(x.loss, "L");
         if (!last) need(x.recv_b, "its receive <B");
-        if (a.kind == ActionKind::kBackward && x.i != npos) refuse(s, here, tok + " after I" + std::to_string(a.micro_batch) + " (a micro-batch's backward is B, or I then W)");
-        if (a.kind == ActionKind::kBackwardInput && x.b != npos) refuse(s, here, tok + " after B" + std::to_string(a.micro_batch) + " (a micro-batch's backward is B, or I then W)");
+        if (a.kind == ActionKind::kBackward && x.i != npos)
+          refuse(s, here,
+                 tok + " after I" + std::to_string(a.micro_batch) +
+                     " (a micro-batch's backward is B, or I then W)");
+        if (a.kind == ActionKind::kBackwardInput && x.b != npos)
+          refuse(s, here,
+                 tok + " after B" + std::to_string(a.micro_batch) +
+                     " (a micro-batch's backward is B, or I then W)");
         once(a.kind == ActionKind::kBackward ? x.b : x.i);
         break;
       case ActionKind::kBackwardWeight:
@@ -147,10 +163,13 @@ void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& see
         break;
       case ActionKind::kSendGradients:
         if (first) refuse(s, here, tok + ": stage 0 has no previous stage to send gradients to");
-        if (x.b == npos && x.i == npos) refuse(s, here, detail::concat(tok, " before B", a.micro_batch, " (or I", a.micro_batch, ")"));
+        if (x.b == npos && x.i == npos)
+          refuse(s, here,
+                 detail::concat(tok, " before B", a.micro_batch, " (or I", a.micro_batch, ")"));
         once(x.send_b);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -163,9 +182,11 @@ void check_complete(const Schedule& s, int k, int m, const std::vector<std::vect
     for (int mb = 0; mb < m; ++mb) {
       const Seen& x = seen[st][mb];
       if (x.recv_f != npos && seen[st - 1][mb].send_f == npos)
-        refuse(s, {st, x.recv_f}, detail::concat("<F", mb, " has no matching >F", mb, " on stage ", st - 1));
+        refuse(s, {st, x.recv_f},
+               detail::concat("<F", mb, " has no matching >F", mb, " on stage ", st - 1));
       if (x.recv_b != npos && seen[st + 1][mb].send_b == npos)
-        refuse(s, {st, x.recv_b}, detail::concat("<B", mb, " has no matching >B", mb, " on stage ", st + 1));
+        refuse(s, {st, x.recv_b},
+               detail::concat("<B", mb, " has no matching >B", mb, " on stage ", st + 1));
     }
   for (int st = 0; st < k; ++st) {
     const bool first = st == 0, last = st == k - 1;
@@ -190,13 +211,14 @@ void check_complete(const Schedule& s, int k, int m, const std::vector<std::vect
   }
 }
 
-std::string tick_grid(const Schedule& s, const std::vector<std::vector<int>>& ticks, const std::vector<size_t>& stuck_at,
-                      int makespan) {
+std::string tick_grid(const Schedule& s, const std::vector<std::vector<int>>& ticks,
+                      const std::vector<size_t>& stuck_at, int makespan) {
   std::vector<std::map<int, std::string>> cells(s.cells());
   size_t width = 2;
   for (int st = 0; st < s.cells(); ++st) {
     for (size_t i = 0; i < ticks[st].size(); ++i)
-      if (ticks[st][i] >= 0 && is_compute(s.stages[st][i].kind)) cells[st][ticks[st][i]] = to_string(s.stages[st][i]);
+      if (ticks[st][i] >= 0 && is_compute(s.stages[st][i].kind))
+        cells[st][ticks[st][i]] = to_string(s.stages[st][i]);
     if (stuck_at[st] < s.stages[st].size()) {
       int at = 0;
       for (int t : ticks[st]) at = std::max(at, t + 1);
@@ -228,7 +250,8 @@ std::string tick_grid(const Schedule& s, const std::vector<std::vector<int>>& ti
 }  // namespace
 
 DryRun validate(const Schedule& s, int k, int m) {
-  GPIPE_CHECK(s.cells() == k, "schedule: it has ", s.cells(), " stages but the pipeline has K = ", k, " cells");
+  GPIPE_CHECK(s.cells() == k, "schedule: it has ", s.cells(),
+              " stages but the pipeline has K = ", k, " cells");
   GPIPE_CHECK(s.micro_batches == m, "schedule: it is written for M = ", s.micro_batches,
               " micro-batches but the step has M = ", m);
   constexpr size_t npos = Seen::npos;
@@ -243,7 +266,8 @@ DryRun validate(const Schedule& s, int k, int m) {
   for (int st = 0; st < k; ++st) run.ticks[st].assign(s.stages[st].size(), -1);
   std::vector<size_t> pos(k, 0);
   std::vector<int> clock(k, 0);
-  std::vector<std::vector<int>> act_sent(k, std::vector<int>(m, -1)), grad_sent(k, std::vector<int>(m, -1));
+  std::vector<std::vector<int>> act_sent(k, std::vector<int>(m, -1)),
+      grad_sent(k, std::vector<int>(m, -1));
   for (bool moved = true; moved;) {
     moved = false;
     for (int st = 0; st < k; ++st) {
@@ -251,15 +275,17 @@ DryRun validate(const Schedule& s, int k, int m) {
         const Action& a = s.stages[st][pos[st]];
         int start = clock[st];
         if (a.kind == ActionKind::kRecvActivations || a.kind == ActionKind::kRecvGradients) {
-          const int sent = a.kind == ActionKind::kRecvActivations ? act_sent[st - 1][a.micro_batch]
-                                                                  : grad_sent[st + 1][a.micro_batch];
+          const int sent = a.kind == ActionKind::kRecvActivations
+                               ? act_sent[st - 1][a.micro_batch]
+                               : grad_sent[st + 1][a.micro_batch];
           if (sent < 0) break;
           start = std::max(start, sent);
         } else if (a.kind == ActionKind::kReduceTied) {
           // A collective: it runs when every stage is waiting at its own.
           bool all = true;
           for (int o = 0; o < k; ++o)
-            all = all && pos[o] < s.stages[o].size() && s.stages[o][pos[o]].kind == ActionKind::kReduceTied;
+            all = all && pos[o] < s.stages[o].size() &&
+                  s.stages[o][pos[o]].kind == ActionKind::kReduceTied;
           if (!all) break;
           int t = 0;
           for (int o = 0; o < k; ++o) t = std::max(t, clock[o]);
@@ -287,16 +313,19 @@ DryRun validate(const Schedule& s, int k, int m) {
     std::string who;
     for (int st = 0; st < k; ++st)
       if (pos[st] < s.stages[st].size())
-        who += detail::concat(who.empty() ? "" : ", ", "stage ", st, " waits at ", to_string(s.stages[st][pos[st]]));
-    throw ScheduleError(detail::concat("invalid schedule: it deadlocks: ", who,
-                                       ", and nothing else can run\n  ([..] marks where each stuck stage waits)\n",
-                                       tick_grid(s, run.ticks, pos, run.makespan)));
+        who += detail::concat(who.empty() ? "" : ", ", "stage ", st, " waits at ",
+                              to_string(s.stages[st][pos[st]]));
+    throw ScheduleError(
+        detail::concat("invalid schedule: it deadlocks: ", who,
+                       ", and nothing else can run\n  ([..] marks where each stuck stage waits)\n",
+                       tick_grid(s, run.ticks, pos, run.makespan)));
   }
   for (int st = 0; st < k; ++st) {
     int live = 0, best = 0;
     for (const Action& a : s.stages[st]) {
       if (a.kind == ActionKind::kForward) best = std::max(best, ++live);
-      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight || (!s.training && a.kind == ActionKind::kForward))
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight ||
+          (!s.training && a.kind == ActionKind::kForward))
         --live;
     }
     run.peak_live.push_back(best);

@@ -11,7 +11,12 @@ namespace {
 class ScopedEvent {
  public:
   ScopedEvent(Tracer* t, int row, std::string name, const char* cat, int micro, int64_t step)
-      : t_(t), row_(row), name_(std::move(name)), cat_(cat), micro_(micro), step_(static_cast<int>(step)),
+      : t_(t),
+        row_(row),
+        name_(std::move(name)),
+        cat_(cat),
+        micro_(micro),
+        step_(static_cast<int>(step)),
         start_(t ? t->now_us() : 0) {}
   ~ScopedEvent() {
     if (t_) t_->add({name_, cat_, row_, start_, t_->now_us() - start_, micro_, step_});
@@ -28,14 +33,20 @@ class ScopedEvent {
 
 }  // namespace
 
-Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device, std::shared_ptr<Loss> loss)
-    : index_(index), layers_(std::move(layers)), first_layer_(first_layer), device_(device), loss_(std::move(loss)) {}
+Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device,
+             std::shared_ptr<Loss> loss)
+    : index_(index),
+      layers_(std::move(layers)),
+      first_layer_(first_layer),
+      device_(device),
+      loss_(std::move(loss)) {}
 
 Bundle Stage::run(int m, const Bundle& x, const StepContext& ctx) {
   Bundle h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
-    RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step), static_cast<uint64_t>(m + ctx.micro_batch_offset),
+    RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step),
+                  static_cast<uint64_t>(m + ctx.micro_batch_offset),
                   static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
     DecodeScope decode(ctx.decode, first_layer_ + static_cast<int64_t>(i), m);
     h = layers_[i]->forward(h);
@@ -49,11 +60,13 @@ Tensor Stage::scaled_loss(const Bundle& outputs, const Bundle& targets, const St
 
 Stage::Saved& Stage::saved(int m, const char* action) {
   auto it = saved_.find(m);
-  GPIPE_ASSERT(it != saved_.end(), "stage ", index_, ": ", action, " of micro-batch ", m, " before its forward");
+  GPIPE_ASSERT(it != saved_.end(), "stage ", index_, ": ", action, " of micro-batch ", m,
+               " before its forward");
   return it->second;
 }
 
-Message Stage::forward(int m, const Message& in, bool keep_graph, const StepContext& ctx, Tracer* tracer) {
+Message Stage::forward(int m, const Message& in, bool keep_graph, const StepContext& ctx,
+                       Tracer* tracer) {
   ScopedEvent ev(tracer, index_, "F" + std::to_string(m), "forward", m, ctx.step);
   Saved s;
   s.graph = keep_graph && grad_mode_enabled();
@@ -81,7 +94,8 @@ Message Stage::forward(int m, const Message& in, bool keep_graph, const StepCont
     bool differentiable = false;
     for (const auto& l : layers_) differentiable = differentiable || !l->parameters().empty();
     for (bool r : s.input_requires) differentiable = differentiable || r;
-    for (const Tensor& t : out) msg.requires_grad.push_back(differentiable && t.defined() && is_floating(t.dtype()));
+    for (const Tensor& t : out)
+      msg.requires_grad.push_back(differentiable && t.defined() && is_floating(t.dtype()));
   }
   saved_[m] = std::move(s);
   return msg;
@@ -120,14 +134,15 @@ void Stage::recompute(int m, const StepContext& ctx, Tracer* tracer) {
 Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
   Saved s = std::move(saved(m, "backward"));
   saved_.erase(m);
-  GPIPE_ASSERT(s.graph, "stage ", index_, ": backward of micro-batch ", m, " without its graph (no recompute ran)");
+  GPIPE_ASSERT(s.graph, "stage ", index_, ": backward of micro-batch ", m,
+               " without its graph (no recompute ran)");
   ScopedEvent ev(tracer, index_, "B" + std::to_string(m), "backward", m, ctx.step);
   std::vector<Tensor> roots, root_grads;
   if (loss_) {
     if (s.root.defined() && s.root.requires_grad()) roots.push_back(s.root);
   } else {
-    GPIPE_ASSERT(grads.tensors.size() == s.outputs.size(), "stage ", index_, ": got ", grads.tensors.size(),
-                 " gradients for ", s.outputs.size(), " outputs");
+    GPIPE_ASSERT(grads.tensors.size() == s.outputs.size(), "stage ", index_, ": got ",
+                 grads.tensors.size(), " gradients for ", s.outputs.size(), " outputs");
     for (size_t i = 0; i < s.outputs.size(); ++i) {
       if (!grads.tensors[i].defined() || !s.outputs[i].requires_grad()) continue;
       roots.push_back(s.outputs[i]);

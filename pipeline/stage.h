@@ -21,13 +21,14 @@ struct StepContext {
   uint64_t seed = 0;
   int64_t step = 0;
   int micro_batch_offset = 0;  // replica r's micro-batch m is the job's r * M + m (dropout keys)
-  double loss_scale = 1.0;  // 1 / (terms in the whole mini-batch): Note [Micro-batch weighting]
+  double loss_scale = 1.0;     // 1 / (terms in the whole mini-batch): Note [Micro-batch weighting]
   DecodeSession* decode = nullptr;  // incremental decoding state (layers/decode.h), prediction only
 };
 
 class Stage {
  public:
-  Stage(int index, LayerList layers, int64_t first_layer, Device device, std::shared_ptr<Loss> loss);
+  Stage(int index, LayerList layers, int64_t first_layer, Device device,
+        std::shared_ptr<Loss> loss);
 
   int index() const { return index_; }
   Device device() const { return device_; }
@@ -38,7 +39,8 @@ class Stage {
   // (otherwise only the inputs stay, for R). Returns the message for the
   // next stage; the last stage keeps its outputs instead (for L, or for
   // take_outputs in a forward-only program).
-  Message forward(int m, const Message& in, bool keep_graph, const StepContext& ctx, Tracer* tracer);
+  Message forward(int m, const Message& in, bool keep_graph, const StepContext& ctx,
+                  Tracer* tracer);
   // L (last stage): the loss of micro-batch m's outputs against `targets`,
   // times ctx.loss_scale; returns its value, also kept (loss_value).
   double loss(int m, const Bundle& targets, const StepContext& ctx);
@@ -59,12 +61,12 @@ class Stage {
   Tensor scaled_loss(const Bundle& outputs, const Bundle& targets, const StepContext& ctx);
 
   struct Saved {
-    Bundle leaves;                    // the stage's inputs as autograd leaves
-    std::vector<bool> input_requires; // which of them the previous stage wants gradients for
-    Bundle outputs;                   // with their graph when `graph`
+    Bundle leaves;                     // the stage's inputs as autograd leaves
+    std::vector<bool> input_requires;  // which of them the previous stage wants gradients for
+    Bundle outputs;                    // with their graph when `graph`
     bool graph = false;
-    Bundle targets;                   // last stage, for recomputation
-    Tensor root;                      // last stage: the scaled loss, with its graph
+    Bundle targets;  // last stage, for recomputation
+    Tensor root;     // last stage: the scaled loss, with its graph
   };
   Saved& saved(int m, const char* action);
 

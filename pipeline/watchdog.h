@@ -20,7 +20,8 @@ class Watchdog {
   // `hard_stop`: called when a phase marked blocking (set_blocking) lasts
   // longer than `hard_limit` seconds: a multi-process job ends itself there
   // (Note [Large all-reduces]: those waits have no deadline of their own).
-  Watchdog(std::string who, double limit, int rows, double hard_limit = 0, std::function<void()> hard_stop = {});
+  Watchdog(std::string who, double limit, int rows, double hard_limit = 0,
+           std::function<void()> hard_stop = {});
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;

@@ -16,7 +16,8 @@ void put(std::string& out, T v) {
 
 template <class T>
 T get(const std::string& in, size_t& at) {
-  GPIPE_CHECK(at + sizeof(T) <= in.size(), "message header: truncated at byte ", at, " of ", in.size());
+  GPIPE_CHECK(at + sizeof(T) <= in.size(), "message header: truncated at byte ", at, " of ",
+              in.size());
   T v;
   std::memcpy(&v, in.data() + at, sizeof(T));
   at += sizeof(T);
@@ -30,7 +31,9 @@ static DeviceCommunicatorFactory& factory_slot(DeviceType type) {
   return slots[static_cast<int>(type)];
 }
 
-void register_device_communicator(DeviceType type, DeviceCommunicatorFactory factory) { factory_slot(type) = factory; }
+void register_device_communicator(DeviceType type, DeviceCommunicatorFactory factory) {
+  factory_slot(type) = factory;
+}
 
 std::shared_ptr<Communicator> communicator_for(std::shared_ptr<Communicator> base, Device device) {
   DeviceCommunicatorFactory f = factory_slot(device.type);
@@ -51,7 +54,8 @@ void Communicator::allreduce_sum(Tensor& t, const char* what) {
   else if (t.dtype() == DType::kFloat64)
     allreduce(t.data<double>(), t.numel(), ReduceOp::kSum, what);
   else
-    throw Error(detail::concat(what, ": allreduce of ", t.dtype(), " tensors is not supported (float32 or float64)"));
+    throw Error(detail::concat(what, ": allreduce of ", t.dtype(),
+                               " tensors is not supported (float32 or float64)"));
 }
 
 std::string encode_header(const Message& m) {
@@ -73,7 +77,8 @@ std::string encode_header(const Message& m) {
 namespace {
 
 Message decode(const std::string& bytes, size_t& at, Device device) {
-  GPIPE_CHECK(get<uint32_t>(bytes, at) == kMagic, "message header: bad magic number (not a gpipe message)");
+  GPIPE_CHECK(get<uint32_t>(bytes, at) == kMagic,
+              "message header: bad magic number (not a gpipe message)");
   const uint32_t n = get<uint32_t>(bytes, at);
   GPIPE_CHECK(n < 4096, "message header: implausible tensor count ", n);
   Message m;
@@ -86,8 +91,8 @@ Message decode(const std::string& bytes, size_t& at, Device device) {
       continue;
     }
     const auto dtype = static_cast<DType>(get<uint8_t>(bytes, at));
-    GPIPE_CHECK(static_cast<int>(dtype) <= static_cast<int>(DType::kFloat16), "message header: unknown dtype ",
-                static_cast<int>(dtype));
+    GPIPE_CHECK(static_cast<int>(dtype) <= static_cast<int>(DType::kFloat16),
+                "message header: unknown dtype ", static_cast<int>(dtype));
     const int ndim = get<uint8_t>(bytes, at);
     std::vector<int64_t> dims;
     for (int d = 0; d < ndim; ++d) dims.push_back(get<int64_t>(bytes, at));
@@ -124,7 +129,8 @@ Message deserialize_message(const std::string& bytes, Device device) {
   NoGradGuard no_grad;
   for (Tensor& t : m.tensors) {
     if (!t.defined()) continue;
-    GPIPE_CHECK(at + t.nbytes() <= bytes.size(), "message: payload truncated (", bytes.size(), " bytes)");
+    GPIPE_CHECK(at + t.nbytes() <= bytes.size(), "message: payload truncated (", bytes.size(),
+                " bytes)");
     std::memcpy(t.raw_data(), bytes.data() + at, t.nbytes());
     at += t.nbytes();
     if (device != kCpu) t = t.to(device);

@@ -49,7 +49,8 @@ class Communicator {
   // A one-directional link between this member and `peer` for `channel`
   // (links on different channels never see each other's messages); tensors
   // arrive on `device`. Both ends create one with the same channel.
-  virtual std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) = 0;
+  virtual std::unique_ptr<Transport> transport(int peer, int channel, Device device,
+                                               std::string name) = 0;
   // Ends the whole job (every rank) with `code`; does not return.
   [[noreturn]] virtual void abort(int code) = 0;
   // Wakes every member waiting in a collective of this group (and of groups
@@ -73,7 +74,8 @@ class Communicator {
 // runtime/cuda/nccl.h). communicator_for() returns `base` itself for CPU
 // devices or when nothing is registered (tensors are then staged through
 // host memory). Collective over `base`: every member calls it alike.
-using DeviceCommunicatorFactory = std::shared_ptr<Communicator> (*)(std::shared_ptr<Communicator> base, Device device);
+using DeviceCommunicatorFactory =
+    std::shared_ptr<Communicator> (*)(std::shared_ptr<Communicator> base, Device device);
 void register_device_communicator(DeviceType type, DeviceCommunicatorFactory factory);
 std::shared_ptr<Communicator> communicator_for(std::shared_ptr<Communicator> base, Device device);
 

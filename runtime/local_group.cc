@@ -32,7 +32,8 @@ struct LocalGroup::Shared {
 
   std::vector<std::string> exchange(int rank, std::string mine, double timeout, const char* what) {
     std::unique_lock<std::mutex> lock(mu);
-    if (cancelled) throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
+    if (cancelled)
+      throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
     slots[rank] = std::move(mine);
     const uint64_t mine_gen = generation;
     if (++arrived == size) {
@@ -43,11 +44,13 @@ struct LocalGroup::Shared {
       return done;
     }
     const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout));
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout));
     if (!cv.wait_until(lock, deadline, [&] { return generation != mine_gen || cancelled; }))
-      throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what, " with all ", size,
-                                 " ranks of its group (is a rank stuck or dead?)"));
-    if (generation == mine_gen) throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
+      throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what, " with all ",
+                                 size, " ranks of its group (is a rank stuck or dead?)"));
+    if (generation == mine_gen)
+      throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
     return done;
   }
 
@@ -78,7 +81,8 @@ namespace {
 
 class LocalTransport final : public Transport {
  public:
-  LocalTransport(std::shared_ptr<Mailbox> out, std::shared_ptr<Mailbox> in, Device device, std::string name)
+  LocalTransport(std::shared_ptr<Mailbox> out, std::shared_ptr<Mailbox> in, Device device,
+                 std::string name)
       : out_(std::move(out)), in_(std::move(in)), dst_(device), name_(std::move(name)) {}
   // The receiver gets detached views (the sender never writes to a tensor it
   // has sent), copied to its device on arrival when that is another one.
@@ -120,7 +124,9 @@ void reduce_into(T* data, int64_t n, ReduceOp op, const std::vector<std::string>
     for (size_t r = 1; r < all.size(); ++r) {
       T v;
       std::memcpy(&v, all[r].data() + i * sizeof(T), sizeof(T));
-      acc = op == ReduceOp::kSum ? acc + v : op == ReduceOp::kMin ? std::min(acc, v) : std::max(acc, v);
+      acc = op == ReduceOp::kSum   ? acc + v
+            : op == ReduceOp::kMin ? std::min(acc, v)
+                                   : std::max(acc, v);
     }
     data[i] = acc;
   }
@@ -128,8 +134,9 @@ void reduce_into(T* data, int64_t n, ReduceOp op, const std::vector<std::string>
 
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(std::shared_ptr<LocalGroup::Shared> root, std::shared_ptr<LocalGroup::Shared> shared, int rank,
-                    int world_rank, double timeout)
+  LocalCommunicator(std::shared_ptr<LocalGroup::Shared> root,
+                    std::shared_ptr<LocalGroup::Shared> shared, int rank, int world_rank,
+                    double timeout)
       : root_(std::move(root)), shared_(std::move(shared)), rank_(rank), world_rank_(world_rank) {
     timeout_ = timeout;
   }
@@ -138,8 +145,12 @@ class LocalCommunicator final : public Communicator {
   int world_rank() const override { return world_rank_; }
   int local_size() const override { return shared_->size; }
 
-  void allreduce(double* data, int64_t n, ReduceOp op, const char* what) override { reduce(data, n, op, what); }
-  void allreduce(float* data, int64_t n, ReduceOp op, const char* what) override { reduce(data, n, op, what); }
+  void allreduce(double* data, int64_t n, ReduceOp op, const char* what) override {
+    reduce(data, n, op, what);
+  }
+  void allreduce(float* data, int64_t n, ReduceOp op, const char* what) override {
+    reduce(data, n, op, what);
+  }
   void broadcast(std::string& bytes, int root, const char* what) override {
     bytes = shared_->exchange(rank_, bytes, timeout_, what)[root];
   }
@@ -152,7 +163,8 @@ class LocalCommunicator final : public Communicator {
     std::string mine(sizeof(int) * 2, '\0');
     std::memcpy(mine.data(), &color, sizeof(int));
     std::memcpy(mine.data() + sizeof(int), &key, sizeof(int));
-    const std::vector<std::string> all = shared_->exchange(rank_, mine, timeout_, "splitting a local group");
+    const std::vector<std::string> all =
+        shared_->exchange(rank_, mine, timeout_, "splitting a local group");
     std::vector<std::tuple<int, int>> members;  // (key, rank) of my color
     for (int r = 0; r < static_cast<int>(all.size()); ++r) {
       int c, k;
@@ -175,7 +187,8 @@ class LocalCommunicator final : public Communicator {
     return std::make_shared<LocalCommunicator>(root_, child, my_rank, world_rank_, timeout_);
   }
 
-  std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) override {
+  std::unique_ptr<Transport> transport(int peer, int channel, Device device,
+                                       std::string name) override {
     GPIPE_CHECK(peer >= 0 && peer < size() && peer != rank_, "transport: bad peer ", peer);
     return std::make_unique<LocalTransport>(shared_->box(rank_, peer, channel, name),
                                             shared_->box(peer, rank_, channel, name), device, name);
@@ -192,7 +205,8 @@ class LocalCommunicator final : public Communicator {
     reduce_into(data, n, op, shared_->exchange(rank_, std::move(mine), timeout_, what));
   }
 
-  std::shared_ptr<LocalGroup::Shared> root_;  // the whole group's (cancel() reaches every split of it)
+  std::shared_ptr<LocalGroup::Shared>
+      root_;  // the whole group's (cancel() reaches every split of it)
   std::shared_ptr<LocalGroup::Shared> shared_;
   int rank_, world_rank_;
 };
@@ -206,7 +220,8 @@ LocalGroup::~LocalGroup() = default;
 int LocalGroup::size() const { return shared_->size; }
 
 std::shared_ptr<Communicator> LocalGroup::rank(int r) {
-  GPIPE_CHECK(r >= 0 && r < shared_->size, "LocalGroup: rank ", r, " out of range [0, ", shared_->size, ")");
+  GPIPE_CHECK(r >= 0 && r < shared_->size, "LocalGroup: rank ", r, " out of range [0, ",
+              shared_->size, ")");
   return std::make_shared<LocalCommunicator>(shared_, shared_, r, r, 600);
 }
 

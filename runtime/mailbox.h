@@ -34,7 +34,7 @@ class Mailbox {
   // Waits for micro_batch's message; throws Aborted, or gpipe::Error after `timeout`.
   Message take(int micro_batch, std::chrono::duration<double> timeout);
   void abort();
-  void reset();  // forget messages and the abort flag (start of a step)
+  void reset();        // forget messages and the abort flag (start of a step)
   void clear_abort();  // the abort flag only (messages that arrived early stay)
   // Every present and future take() throws gpipe::Error(`why`) (the sender side broke).
   void fail(std::string why);

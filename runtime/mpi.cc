@@ -3,10 +3,10 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,7 +30,8 @@ std::mutex& mpi_mutex() {
 std::atomic<bool> g_broken{false};
 
 void check_usable(const std::string& what) {
-  if (g_broken.load()) throw Error(detail::concat(what, ": MPI is unusable after an earlier timeout in this process"));
+  if (g_broken.load())
+    throw Error(detail::concat(what, ": MPI is unusable after an earlier timeout in this process"));
 }
 
 // The largest tag (MPI guarantees at least 32767).
@@ -75,7 +76,8 @@ void poll_until(Done done, std::chrono::duration<double> timeout, What what_wait
     if (aborted && aborted->load()) throw Aborted(detail::concat(what_waited(), ": aborted"));
     if (Clock::now() > deadline) {
       g_broken = true;
-      throw Error(detail::concat("timed out after ", timeout.count(), " s waiting for ", what_waited(),
+      throw Error(detail::concat("timed out after ", timeout.count(), " s waiting for ",
+                                 what_waited(),
                                  " (is a rank stuck or dead? raise --timeout for slow steps)"));
     }
     std::this_thread::sleep_for(pause);
@@ -92,14 +94,18 @@ void wait_request(MPI_Request* req, double timeout, const std::string& what) {
         check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
         return flag != 0;
       },
-      std::chrono::duration<double>(timeout), [&] { return what; }, nullptr, std::chrono::microseconds(10));
+      std::chrono::duration<double>(timeout), [&] { return what; }, nullptr,
+      std::chrono::microseconds(10));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
   }
   return MPI_SUM;
 }
@@ -127,7 +133,12 @@ struct Finalizer {
 class MpiTransport final : public Transport {
  public:
   MpiTransport(MPI_Comm comm, int peer, Device device, std::string name, double timeout)
-      : comm_(comm), peer_(peer), device_(device), name_(std::move(name)), timeout_(timeout), box_(name_) {}
+      : comm_(comm),
+        peer_(peer),
+        device_(device),
+        name_(std::move(name)),
+        timeout_(timeout),
+        box_(name_) {}
   ~MpiTransport() override {
     stop_ = true;
     if (receiver_.joinable()) receiver_.join();
@@ -169,7 +180,8 @@ class MpiTransport final : public Transport {
       for (size_t off = 0; off < t.nbytes(); off += kMaxChunk) {
         p.requests.emplace_back();
         const int n = static_cast<int>(std::min<size_t>(kMaxChunk, t.nbytes() - off));
-        check(MPI_Isend(data + off, n, MPI_BYTE, peer_, tag, comm_, &p.requests.back()), "MPI_Isend");
+        check(MPI_Isend(data + off, n, MPI_BYTE, peer_, tag, comm_, &p.requests.back()),
+              "MPI_Isend");
       }
       bytes += static_cast<int64_t>(t.nbytes());
     }
@@ -200,7 +212,11 @@ class MpiTransport final : public Transport {
           reap_locked();
           return pending_.empty();
         },
-        timeout, [&] { return detail::concat(name_, ": the neighbour to take ", pending_.size(), " sent messages"); });
+        timeout,
+        [&] {
+          return detail::concat(name_, ": the neighbour to take ", pending_.size(),
+                                " sent messages");
+        });
   }
 
   const std::string& name() const override { return name_; }
@@ -229,7 +245,8 @@ class MpiTransport final : public Transport {
             int count = 0;
             check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
             header.resize(static_cast<size_t>(count));
-            check(MPI_Mrecv(header.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE), "MPI_Mrecv");
+            check(MPI_Mrecv(header.data(), count, MPI_BYTE, &handle, MPI_STATUS_IGNORE),
+                  "MPI_Mrecv");
           }
         }
         if (!flag) {
@@ -257,12 +274,13 @@ class MpiTransport final : public Transport {
           poll_until(
               [&] {
                 int done = 0;
-                check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
+                check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
+                                  MPI_STATUSES_IGNORE),
                       "MPI_Testall");
                 return done != 0;
               },
-              std::chrono::duration<double>(timeout_), [&] { return detail::concat(name_, ", micro-batch ", m); },
-              &stop_);
+              std::chrono::duration<double>(timeout_),
+              [&] { return detail::concat(name_, ", micro-batch ", m); }, &stop_);
         box_.put(m, std::move(msg));
       } catch (const std::exception& e) {
         // The waiting stage sees this as its failure (named by the mailbox).
@@ -278,7 +296,8 @@ class MpiTransport final : public Transport {
   void reap_locked() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       int flag = 0;
-      check(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &flag, MPI_STATUSES_IGNORE),
+      check(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &flag,
+                        MPI_STATUSES_IGNORE),
             "MPI_Testall");
       it = flag ? pending_.erase(it) : std::next(it);
     }
@@ -304,7 +323,8 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_), "MPI_Comm_rank");
     MPI_Comm local;
-    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
     check(MPI_Comm_size(local, &local_size_), "MPI_Comm_size");
     MPI_Comm_free(&local);
     // One duplicate per transport channel (collective: every member builds
@@ -335,25 +355,34 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(std::string& bytes, int root, const char* what) override {
     uint64_t n = bytes.size();
-    collective([&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_UINT64_T, root, comm_, r); }, what);
+    collective([&](MPI_Request* r) { return MPI_Ibcast(&n, 1, MPI_UINT64_T, root, comm_, r); },
+               what);
     bytes.resize(n);
     for (uint64_t off = 0; off < n; off += kMaxChunk) {
       const int len = static_cast<int>(std::min<uint64_t>(kMaxChunk, n - off));
-      collective([&](MPI_Request* r) { return MPI_Ibcast(bytes.data() + off, len, MPI_BYTE, root, comm_, r); }, what);
+      collective(
+          [&](MPI_Request* r) {
+            return MPI_Ibcast(bytes.data() + off, len, MPI_BYTE, root, comm_, r);
+          },
+          what);
     }
   }
 
   std::vector<std::string> allgather(const std::string& mine, const char* what) override {
     std::vector<int> sizes(size_);
     int my = static_cast<int>(mine.size());
-    collective([&](MPI_Request* r) { return MPI_Iallgather(&my, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_, r); },
-               what);
+    collective(
+        [&](MPI_Request* r) {
+          return MPI_Iallgather(&my, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm_, r);
+        },
+        what);
     std::vector<int> displs(size_, 0);
     for (int i = 1; i < size_; ++i) displs[i] = displs[i - 1] + sizes[i - 1];
     std::string all(static_cast<size_t>(displs.back() + sizes.back()), '\0');
     collective(
         [&](MPI_Request* r) {
-          return MPI_Iallgatherv(mine.data(), my, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE, comm_, r);
+          return MPI_Iallgatherv(mine.data(), my, MPI_BYTE, all.data(), sizes.data(), displs.data(),
+                                 MPI_BYTE, comm_, r);
         },
         what);
     std::vector<std::string> out;
@@ -376,11 +405,14 @@ class MpiCommunicator final : public Communicator {
     return c;
   }
 
-  std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) override {
-    GPIPE_CHECK(peer >= 0 && peer < size_ && peer != rank_, "transport: bad peer ", peer, " (rank ", rank_, " of ",
-                size_, ")");
-    GPIPE_CHECK(channel >= 0 && channel < kChannels, "transport: channel ", channel, " out of range [0, ", kChannels, ")");
-    return std::make_unique<MpiTransport>(channels_[channel], peer, device, std::move(name), timeout_);
+  std::unique_ptr<Transport> transport(int peer, int channel, Device device,
+                                       std::string name) override {
+    GPIPE_CHECK(peer >= 0 && peer < size_ && peer != rank_, "transport: bad peer ", peer, " (rank ",
+                rank_, " of ", size_, ")");
+    GPIPE_CHECK(channel >= 0 && channel < kChannels, "transport: channel ", channel,
+                " out of range [0, ", kChannels, ")");
+    return std::make_unique<MpiTransport>(channels_[channel], peer, device, std::move(name),
+                                          timeout_);
   }
 
   [[noreturn]] void abort(int code) override { abort_job(code); }
@@ -412,7 +444,11 @@ class MpiCommunicator final : public Communicator {
         check(MPI_Allreduce(MPI_IN_PLACE, p, len, type, mpi_op(op), comm_), what);
         continue;
       }
-      collective([&](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, p, len, type, mpi_op(op), comm_, r); }, what);
+      collective(
+          [&](MPI_Request* r) {
+            return MPI_Iallreduce(MPI_IN_PLACE, p, len, type, mpi_op(op), comm_, r);
+          },
+          what);
     }
   }
 
@@ -441,13 +477,13 @@ std::shared_ptr<Communicator> world() {
     if (inited) {  // the host program started MPI: its thread level must do
       int provided = 0;
       MPI_Query_thread(&provided);
-      GPIPE_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI was initialised with thread level ", provided,
-                  "; gpipe needs MPI_THREAD_SERIALIZED or more (MPI_Init_thread)");
+      GPIPE_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI was initialised with thread level ",
+                  provided, "; gpipe needs MPI_THREAD_SERIALIZED or more (MPI_Init_thread)");
     } else {
       int provided = 0;
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
-      GPIPE_CHECK(provided >= MPI_THREAD_SERIALIZED,
-                  "this MPI library provides thread level ", provided, ", gpipe needs MPI_THREAD_SERIALIZED");
+      GPIPE_CHECK(provided >= MPI_THREAD_SERIALIZED, "this MPI library provides thread level ",
+                  provided, ", gpipe needs MPI_THREAD_SERIALIZED");
       static Finalizer finalizer;
     }
     // Errors come back as codes, which check() turns into gpipe::Error.

@@ -1,6 +1,7 @@
+#include "core/allocator.h"
+
 #include <catch2/catch.hpp>
 
-#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/tensor.h"
 
@@ -71,18 +72,22 @@ TEST_CASE("allocator: gradients are charged to the gradient category") {
 TEST_CASE("allocator: out of memory is a gpipe::Error naming the device") {
   // 2^48 bytes: more than any machine holds, refused before the system allocator is asked
   // (so also under AddressSanitizer, which would abort on such a request).
-  CHECK_THROWS_WITH(Tensor::empty(Shape{int64_t(1) << 46}, DType::kFloat32, Device("cpu:47")),
-                    Catch::Contains("out of memory on cpu:47") && Catch::Contains("physical memory"));
+  CHECK_THROWS_WITH(
+      Tensor::empty(Shape{int64_t(1) << 46}, DType::kFloat32, Device("cpu:47")),
+      Catch::Contains("out of memory on cpu:47") && Catch::Contains("physical memory"));
   CHECK(allocator_for(Device("cpu:47")).stats().live_bytes(MemoryCategory::kActivation) == 0);
 }
 
 // Note [Caching CPU allocator] in core/allocator.cc.
-TEST_CASE("allocator: freed CPU blocks are reused, statistics count what was asked, release empties the cache") {
+TEST_CASE(
+    "allocator: freed CPU blocks are reused, statistics count what was asked, release empties the "
+    "cache") {
   const Device dev("cpu:48");
   Allocator& a = allocator_for(dev);
   const void* first = nullptr;
   {
-    Tensor x = Tensor::empty(Shape{1000, 1000}, DType::kFloat32, dev);  // 4 MB: an mmap without a cache
+    Tensor x =
+        Tensor::empty(Shape{1000, 1000}, DType::kFloat32, dev);  // 4 MB: an mmap without a cache
     first = x.raw_data();
     CHECK(a.stats().live_total == 4000000);
   }

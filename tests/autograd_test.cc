@@ -1,6 +1,7 @@
+#include "core/autograd.h"
+
 #include <catch2/catch.hpp>
 
-#include "core/autograd.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 
@@ -49,7 +50,8 @@ TEST_CASE("autograd: no-grad mode records nothing") {
   }
   CHECK_FALSE(y.requires_grad());
   CHECK(y.grad_fn() == nullptr);
-  CHECK_THROWS_WITH(y.backward(Tensor::full(Shape{2}, 1, DType::kFloat64)), Contains("does not require grad"));
+  CHECK_THROWS_WITH(y.backward(Tensor::full(Shape{2}, 1, DType::kFloat64)),
+                    Contains("does not require grad"));
 }
 
 TEST_CASE("autograd: unused outputs and integer inputs are fine") {
@@ -150,8 +152,9 @@ TEST_CASE("autograd: checkpoint gives the same gradients and frees internals") {
 TEST_CASE("autograd: checkpoint reaches parameters when the input needs no grad") {
   Tensor w = leaf({1, 2}, Shape{2});
   Tensor x = Tensor::from_vector<double>({3, 4}, Shape{2});
-  Tensor out = checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::mul(in[0], w)}; },
-                          {x})[0];
+  Tensor out = checkpoint(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::mul(in[0], w)}; },
+      {x})[0];
   ops::sum(out).backward();
   CHECK(w.grad().to_vector<double>() == std::vector<double>{3, 4});
 }
@@ -160,6 +163,8 @@ TEST_CASE("autograd: bad backward calls give readable errors") {
   Tensor x = leaf({1, 2}, Shape{2});
   Tensor y = ops::mul(x, x);
   CHECK_THROWS_WITH(y.backward(), Contains("pass its gradient explicitly"));
-  CHECK_THROWS_WITH(y.backward(Tensor::zeros(Shape{3}, DType::kFloat64)), Contains("has shape [3], its root has shape [2]"));
-  CHECK_THROWS_WITH(ops::mul(x, Tensor::zeros(Shape{2})), Contains("dtype float32 but input 0 has float64"));
+  CHECK_THROWS_WITH(y.backward(Tensor::zeros(Shape{3}, DType::kFloat64)),
+                    Contains("has shape [3], its root has shape [2]"));
+  CHECK_THROWS_WITH(ops::mul(x, Tensor::zeros(Shape{2})),
+                    Contains("dtype float32 but input 0 has float64"));
 }

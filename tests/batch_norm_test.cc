@@ -2,12 +2,12 @@
 // update_running_stats numbers, the fused backward against the composed
 // version built from elementwise ops, eval-mode backward, float32 vs float64,
 // many channels in [N, C], and error messages.
-#include <catch2/catch.hpp>
+#include "ops/batch_norm.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "core/autograd.h"
-#include "ops/batch_norm.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -41,7 +41,8 @@ Tensor composed_batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   const Tensor centered = ops::sub(x, mean);
   const Tensor var = ops::mean(ops::mul(centered, centered), axes, true);
   const Tensor xhat = ops::div(centered, ops::sqrt(ops::add_scalar(var, eps)));
-  return ops::add(ops::mul(xhat, ops::reshape(gamma, param_shape)), ops::reshape(beta, param_shape));
+  return ops::add(ops::mul(xhat, ops::reshape(gamma, param_shape)),
+                  ops::reshape(beta, param_shape));
 }
 
 struct Grads {
@@ -113,20 +114,25 @@ TEST_CASE("update_running_stats: momentum blend with the unbiased variance") {
   Tensor rm_view = ops::slice(storage, 0, 0, 4, 2);
   Tensor rv_view = ops::slice(storage, 0, 1, 4, 2);
   REQUIRE_FALSE(rm_view.is_contiguous());
-  ops::update_running_stats(rm_view, rv_view, bm.to(DType::kFloat32), bv.to(DType::kFloat32), 4, 0.5);
+  ops::update_running_stats(rm_view, rv_view, bm.to(DType::kFloat32), bv.to(DType::kFloat32), 4,
+                            0.5);
   CHECK(storage.to_vector<float>() == std::vector<float>{1.0f, 2.0f, -0.5f, 1.0f / 3});
 }
 
 TEST_CASE("update_running_stats: bad inputs give readable errors") {
-  Tensor rm = Tensor::zeros(Shape{2}, DType::kFloat64), rv = Tensor::zeros(Shape{2}, DType::kFloat64);
+  Tensor rm = Tensor::zeros(Shape{2}, DType::kFloat64),
+         rv = Tensor::zeros(Shape{2}, DType::kFloat64);
   const Tensor b = Tensor::zeros(Shape{2}, DType::kFloat64);
-  CHECK_THROWS_WITH(ops::update_running_stats(rm, rv, b, b, 1, 0.1),
-                    Contains("update_running_stats: count (values per channel) must be at least 2, got 1"));
+  CHECK_THROWS_WITH(
+      ops::update_running_stats(rm, rv, b, b, 1, 0.1),
+      Contains("update_running_stats: count (values per channel) must be at least 2, got 1"));
   CHECK_THROWS_WITH(ops::update_running_stats(rm, rv, b, b, 4, 1.5),
                     Contains("momentum must be in [0, 1], got 1.5"));
-  CHECK_THROWS_WITH(ops::update_running_stats(rm, rv, Tensor::zeros(Shape{3}, DType::kFloat64), b, 4, 0.1),
-                    Contains("all [C], got [2], [2], [3], [2]"));
-  CHECK_THROWS_WITH(ops::update_running_stats(rm, rv, b.to(DType::kFloat32), b, 4, 0.1), Contains("dtype"));
+  CHECK_THROWS_WITH(
+      ops::update_running_stats(rm, rv, Tensor::zeros(Shape{3}, DType::kFloat64), b, 4, 0.1),
+      Contains("all [C], got [2], [2], [3], [2]"));
+  CHECK_THROWS_WITH(ops::update_running_stats(rm, rv, b.to(DType::kFloat32), b, 4, 0.1),
+                    Contains("dtype"));
 }
 
 TEST_CASE("batch_norm: the fused training backward equals the composed version") {
@@ -137,15 +143,17 @@ TEST_CASE("batch_norm: the fused training backward equals the composed version")
     const Grads fused = run(x, gamma, beta, [](const Tensor& a, const Tensor& g, const Tensor& b) {
       return ops::batch_norm(a, g, b, Tensor(), Tensor(), true, 1e-3).y;
     });
-    const Grads composed = run(x, gamma, beta, [](const Tensor& a, const Tensor& g, const Tensor& b) {
-      return composed_batch_norm(a, g, b, 1e-3);
-    });
+    const Grads composed =
+        run(x, gamma, beta, [](const Tensor& a, const Tensor& g, const Tensor& b) {
+          return composed_batch_norm(a, g, b, 1e-3);
+        });
     check_close(fused, composed, 1e-12);
   }
 }
 
 TEST_CASE("batch_norm: many channels in [N, C] (channel blocks in parallel)") {
-  const Tensor x = rnd(Shape{5, 700}, 9, -1, 4), gamma = rnd(Shape{700}, 10), beta = rnd(Shape{700}, 11);
+  const Tensor x = rnd(Shape{5, 700}, 9, -1, 4), gamma = rnd(Shape{700}, 10),
+               beta = rnd(Shape{700}, 11);
   const Grads fused = run(x, gamma, beta, [](const Tensor& a, const Tensor& g, const Tensor& b) {
     return ops::batch_norm(a, g, b, Tensor(), Tensor(), true).y;
   });
@@ -156,14 +164,16 @@ TEST_CASE("batch_norm: many channels in [N, C] (channel blocks in parallel)") {
 }
 
 TEST_CASE("batch_norm: eval mode is an affine map, and so is its backward") {
-  const Tensor x = rnd(Shape{3, 2, 2, 2}, 12), gamma = rnd(Shape{2}, 13, 0.5, 1.5), beta = rnd(Shape{2}, 14);
+  const Tensor x = rnd(Shape{3, 2, 2, 2}, 12), gamma = rnd(Shape{2}, 13, 0.5, 1.5),
+               beta = rnd(Shape{2}, 14);
   const Tensor rm = rnd(Shape{2}, 15), rv = rnd(Shape{2}, 16, 0.5, 2.0);
   Tensor xi = x.clone().set_requires_grad(true);
   const Tensor y = ops::batch_norm(xi, gamma, beta, rm, rv, false, 1e-5).y;
   ops::sum(y).backward();
   for (int64_t c = 0; c < 2; ++c) {
     const double scale = gamma.at({c}) / std::sqrt(rv.at({c}) + 1e-5);
-    CHECK(std::abs(y.at({1, c, 1, 0}) - ((x.at({1, c, 1, 0}) - rm.at({c})) * scale + beta.at({c}))) < 1e-14);
+    CHECK(std::abs(y.at({1, c, 1, 0}) -
+                   ((x.at({1, c, 1, 0}) - rm.at({c})) * scale + beta.at({c}))) < 1e-14);
     CHECK(std::abs(xi.grad().at({2, c, 0, 1}) - scale) < 1e-14);
   }
 }
@@ -175,7 +185,8 @@ TEST_CASE("batch_norm: float32 agrees with float64, forward and backward") {
     return ops::batch_norm(a, g, b, Tensor(), Tensor(), true).y;
   };
   const Grads d = run(x, gamma, beta, f);
-  const Grads s = run(x.to(DType::kFloat32), gamma.to(DType::kFloat32), beta.to(DType::kFloat32), f);
+  const Grads s =
+      run(x.to(DType::kFloat32), gamma.to(DType::kFloat32), beta.to(DType::kFloat32), f);
   CHECK(s.y.dtype() == DType::kFloat32);
   check_close(d, s, 1e-4);
 }
@@ -209,10 +220,12 @@ TEST_CASE("batch_norm: bad inputs give readable errors") {
                     Contains("expected running_var [3] (one value per channel), got [2]"));
   CHECK_THROWS_WITH(ops::batch_norm(x, c3.to(DType::kFloat32), Tensor(), Tensor(), Tensor(), true),
                     Contains("dtype"));
-  CHECK_THROWS_WITH(ops::batch_norm(rnd(Shape{1, 3}, 1), Tensor(), Tensor(), Tensor(), Tensor(), true),
-                    Contains("expected more than 1 value per channel in training, got input [1, 3]"));
+  CHECK_THROWS_WITH(
+      ops::batch_norm(rnd(Shape{1, 3}, 1), Tensor(), Tensor(), Tensor(), Tensor(), true),
+      Contains("expected more than 1 value per channel in training, got input [1, 3]"));
   CHECK_THROWS_WITH(ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, -1.0),
                     Contains("eps must be non-negative, got -1"));
   // One sample is fine in eval mode.
-  CHECK(ops::batch_norm(rnd(Shape{1, 3}, 1), Tensor(), Tensor(), c3, c3, false).y.shape() == Shape{1, 3});
+  CHECK(ops::batch_norm(rnd(Shape{1, 3}, 1), Tensor(), Tensor(), c3, c3, false).y.shape() ==
+        Shape{1, 3});
 }

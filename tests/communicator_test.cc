@@ -1,11 +1,11 @@
 // The wire format of pipeline messages (what MPI and NCCL transports and
 // broadcasts carry) and the in-process transport's contract.
-#include <catch2/catch.hpp>
+#include "runtime/communicator.h"
 
+#include <catch2/catch.hpp>
 #include <thread>
 
 #include "ops/shape.h"
-#include "runtime/communicator.h"
 #include "runtime/local_group.h"
 
 namespace gpipe {
@@ -15,13 +15,15 @@ using Catch::Matchers::Contains;
 
 Message sample() {
   Message m;
-  m.tensors = {Tensor::randn(Shape{2, 3}, 1), Tensor(), Tensor::from_vector<int64_t>({4, 5, 6}, Shape{3}),
+  m.tensors = {Tensor::randn(Shape{2, 3}, 1), Tensor(),
+               Tensor::from_vector<int64_t>({4, 5, 6}, Shape{3}),
                Tensor::randn(Shape{1}, 2, 1.0, DType::kFloat64)};
   m.requires_grad = {true, false, false, true};
   return m;
 }
 
-TEST_CASE("A message survives serialisation: shapes, dtypes, values, undefined slots, gradient flags") {
+TEST_CASE(
+    "A message survives serialisation: shapes, dtypes, values, undefined slots, gradient flags") {
   const Message m = sample();
   const Message back = deserialize_message(serialize_message(m), kCpu);
   REQUIRE(back.tensors.size() == 4);
@@ -34,7 +36,9 @@ TEST_CASE("A message survives serialisation: shapes, dtypes, values, undefined s
   CHECK(back.tensors[3].to_vector<double>() == m.tensors[3].to_vector<double>());
 }
 
-TEST_CASE("A header describes the tensors without their bytes; a non-contiguous view is sent as its values") {
+TEST_CASE(
+    "A header describes the tensors without their bytes; a non-contiguous view is sent as its "
+    "values") {
   Message m;
   const Tensor base = Tensor::randn(Shape{3, 4}, 3);
   m.tensors = {ops::permute(base, {1, 0})};
@@ -48,13 +52,16 @@ TEST_CASE("A header describes the tensors without their bytes; a non-contiguous 
 
 TEST_CASE("Corrupt messages are rejected with a reason") {
   std::string bytes = serialize_message(sample());
-  CHECK_THROWS_WITH(deserialize_message(bytes.substr(0, bytes.size() - 3), kCpu), Contains("truncated"));
+  CHECK_THROWS_WITH(deserialize_message(bytes.substr(0, bytes.size() - 3), kCpu),
+                    Contains("truncated"));
   CHECK_THROWS_WITH(deserialize_message(bytes + "xx", kCpu), Contains("trailing bytes"));
   bytes[0] ^= 0x55;
   CHECK_THROWS_WITH(deserialize_message(bytes, kCpu), Contains("not a gpipe message"));
 }
 
-TEST_CASE("Local transport: keyed by micro-batch, copies to the destination device, times out, aborts, drops") {
+TEST_CASE(
+    "Local transport: keyed by micro-batch, copies to the destination device, times out, aborts, "
+    "drops") {
   LocalGroup group(2);
   auto r0 = group.rank(0), r1 = group.rank(1);
   auto out = r0->transport(1, 0, Device("cpu:1"), "activations of stage 0 to stage 1");
@@ -81,7 +88,8 @@ TEST_CASE("Local transport: keyed by micro-batch, copies to the destination devi
   CHECK_THROWS_WITH(in->receive(3, std::chrono::milliseconds(20)), Contains("micro-batch 3"));
 }
 
-TEST_CASE("Local group: cancel wakes a rank waiting in a collective with Aborted; resume restores it") {
+TEST_CASE(
+    "Local group: cancel wakes a rank waiting in a collective with Aborted; resume restores it") {
   LocalGroup group(2);
   auto r0 = group.rank(0), r1 = group.rank(1);
   auto sub0 = std::shared_ptr<Communicator>(), sub1 = std::shared_ptr<Communicator>();

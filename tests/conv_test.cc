@@ -2,13 +2,13 @@
 // depthwise fast path against the general (GEMM) path, thread-count
 // independence of the parallel strategies, strided inputs, and gradients only
 // where they are needed.
-#include <catch2/catch.hpp>
+#include "ops/conv.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "core/autograd.h"
 #include "core/parallel.h"
-#include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "ops/shape.h"
@@ -35,7 +35,8 @@ struct ConvRun {
 };
 
 // Forward, then backward of sum(y * r) for a fixed random r.
-ConvRun run_conv(const Tensor& x0, const Tensor& w0, const Tensor& b0, const ops::Conv2dOptions& opt) {
+ConvRun run_conv(const Tensor& x0, const Tensor& w0, const Tensor& b0,
+                 const ops::Conv2dOptions& opt) {
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor w = w0.clone().set_requires_grad(true);
   Tensor b = b0.defined() ? b0.clone().set_requires_grad(true) : Tensor();
@@ -60,8 +61,9 @@ TEST_CASE("conv2d: bad inputs give readable errors") {
                     Contains("conv2d: expected input [N, C, H, W] of rank 4, got shape [4, 5, 5]"));
   CHECK_THROWS_WITH(ops::conv2d(x, rnd(Shape{8, 4, 3}, 2), Tensor()),
                     Contains("conv2d: expected weight [out, in/groups, kh, kw] of rank 4"));
-  CHECK_THROWS_WITH(ops::conv2d(x, rnd(Shape{8, 3, 3, 3}, 2), Tensor()),
-                    Contains("expected weight [out, in/groups, kh, kw] = [8, 4, 3, 3], got [8, 3, 3, 3]"));
+  CHECK_THROWS_WITH(
+      ops::conv2d(x, rnd(Shape{8, 3, 3, 3}, 2), Tensor()),
+      Contains("expected weight [out, in/groups, kh, kw] = [8, 4, 3, 3], got [8, 3, 3, 3]"));
   ops::Conv2dOptions g3;
   g3.groups = 3;
   CHECK_THROWS_WITH(ops::conv2d(rnd(Shape{1, 6, 5, 5}, 1), rnd(Shape{8, 2, 3, 3}, 2), Tensor(), g3),
@@ -71,16 +73,20 @@ TEST_CASE("conv2d: bad inputs give readable errors") {
   ops::Conv2dOptions g0;
   g0.groups = 0;
   CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), g0), Contains("groups must be positive, got 0"));
-  CHECK_THROWS_WITH(ops::conv2d(x, w, rnd(Shape{4}, 3)), Contains("conv2d: expected bias [8], got [4]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, w, rnd(Shape{4}, 3)),
+                    Contains("conv2d: expected bias [8], got [4]"));
   ops::Conv2dOptions bad_stride;
   bad_stride.stride = {1, 0};
-  CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), bad_stride), Contains("stride must be positive, got [1, 0]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), bad_stride),
+                    Contains("stride must be positive, got [1, 0]"));
   ops::Conv2dOptions bad_dil;
   bad_dil.dilation = {0, 1};
-  CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), bad_dil), Contains("dilation must be positive, got [0, 1]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), bad_dil),
+                    Contains("dilation must be positive, got [0, 1]"));
   ops::Conv2dOptions bad_pad;
   bad_pad.padding = {-1, 0};
-  CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), bad_pad), Contains("padding must be non-negative, got [-1, 0]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, w, Tensor(), bad_pad),
+                    Contains("padding must be non-negative, got [-1, 0]"));
   CHECK_THROWS_WITH(ops::conv2d(rnd(Shape{1, 4, 2, 5}, 1), w, Tensor()),
                     Contains("conv2d: output size would be [0, 3]"));
   ops::Conv2dOptions dilated;
@@ -99,14 +105,15 @@ TEST_CASE("conv2d: float32 agrees with float64, forward and backward") {
   const std::vector<Config> configs = {
       {Shape{2, 3, 9, 8}, Shape{5, 3, 3, 3}, {{2, 1}, {1, 1}, {1, 1}, 1}},
       {Shape{2, 4, 7, 7}, Shape{4, 1, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 4}},  // depthwise
-      {Shape{3, 6, 4, 4}, Shape{6, 6, 1, 1}, {}},                          // pointwise
+      {Shape{3, 6, 4, 4}, Shape{6, 6, 1, 1}, {}},                           // pointwise
       {Shape{2, 4, 6, 9}, Shape{4, 2, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 2}},
   };
   for (const Config& c : configs) {
     INFO("x " << c.x << ", w " << c.w);
     const Tensor x = rnd(c.x, 3), w = rnd(c.w, 4), b = rnd(Shape{c.w[0]}, 5);
     const ConvRun d = run_conv(x, w, b, c.opt);
-    const ConvRun f = run_conv(x.to(DType::kFloat32), w.to(DType::kFloat32), b.to(DType::kFloat32), c.opt);
+    const ConvRun f =
+        run_conv(x.to(DType::kFloat32), w.to(DType::kFloat32), b.to(DType::kFloat32), c.opt);
     CHECK(f.y.dtype() == DType::kFloat32);
     CHECK(f.gw.dtype() == DType::kFloat32);
     check_close(d, f, 1e-4);
@@ -172,7 +179,8 @@ TEST_CASE("conv2d: non-contiguous inputs give the same result as contiguous ones
   REQUIRE_FALSE(x.is_contiguous());
   const Tensor w = rnd(Shape{4, 3, 3, 3}, 13);
   const ops::Conv2dOptions opt{{1, 1}, {1, 1}, {1, 1}, 1};
-  CHECK(max_diff(ops::conv2d(x, w, Tensor(), opt), ops::conv2d(x.contiguous(), w, Tensor(), opt)) == 0);
+  CHECK(max_diff(ops::conv2d(x, w, Tensor(), opt), ops::conv2d(x.contiguous(), w, Tensor(), opt)) ==
+        0);
 }
 
 TEST_CASE("conv2d: gradients reach only the inputs that require them") {

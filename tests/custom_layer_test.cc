@@ -1,8 +1,9 @@
 // A layer a user writes from ops:: calls gets gradients, partitioning,
 // placement and rematerialisation with no extra code (examples/custom_layer.h).
+#include "examples/custom_layer.h"
+
 #include <catch2/catch.hpp>
 
-#include "examples/custom_layer.h"
 #include "pipeline/pipeline.h"
 
 using namespace gpipe;
@@ -33,10 +34,12 @@ TEST_CASE("custom layer: finite-difference gradients and pipeline equivalence") 
 }
 
 TEST_CASE("custom layer: a pipeline of custom layers matches single-device training") {
-  const Batch batch{{Tensor::randn(Shape{10, 6}, 1)}, {Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, Shape{10})}};
+  const Batch batch{{Tensor::randn(Shape{10, 6}, 1)},
+                    {Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, Shape{10})}};
   Model ref = examples::glu_classifier(6, 8, 3, 3, 4);
   ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets).backward();
-  Pipeline pipe(examples::glu_classifier(6, 8, 3, 3, 4), {.cells = 2, .micro_batches = 3, .remat = RematMode::kAlways}, batch);
+  Pipeline pipe(examples::glu_classifier(6, 8, 3, 3, 4),
+                {.cells = 2, .micro_batches = 3, .remat = RematMode::kAlways}, batch);
   CHECK(pipe.partition().cells() == 2);
   pipe.train_step(batch);
   auto got = pipe.parameters();
@@ -44,7 +47,8 @@ TEST_CASE("custom layer: a pipeline of custom layers matches single-device train
   for (auto& l : ref.layers)
     for (auto& p : l->parameters()) {
       INFO(got[i].name);
-      const auto a = got[i++].tensor->grad().to_vector<float>(), b = p.tensor->grad().to_vector<float>();
+      const auto a = got[i++].tensor->grad().to_vector<float>(),
+                 b = p.tensor->grad().to_vector<float>();
       for (size_t j = 0; j < a.size(); ++j) CHECK(a[j] == Approx(b[j]).margin(1e-6));
     }
   CHECK(i == got.size());

@@ -1,9 +1,8 @@
 // The packed fp32 GEMM (ops/cpu/gemm_packed.h) against Eigen's GEMM in double,
 // at every ISA level this CPU supports, and the ISA detection it relies on.
 // Sizes sit around each level's tile edges (mr, nr) and k-slice edge (kc).
-#include <catch2/catch.hpp>
-
 #include <array>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -22,7 +21,8 @@ namespace {
 
 std::vector<CpuIsa> supported_levels() {
   std::vector<CpuIsa> levels;
-  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i) levels.push_back(static_cast<CpuIsa>(i));
+  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
+    levels.push_back(static_cast<CpuIsa>(i));
   return levels;
 }
 
@@ -30,15 +30,15 @@ struct GemmCase {
   bool ta = false, tb = false;
   int64_t m = 1, n = 1, k = 1;
   float alpha = 1, beta = 0;
-  int64_t pad = 0;         // extra elements per stored row of A, B and C
-  bool parallel = false;   // through parallel_gemm (the pool's threads) instead of gemm
-  bool dispatch = false;   // through ops::cpu::gemm / parallel_gemm (packed or, if small, Eigen)
+  int64_t pad = 0;        // extra elements per stored row of A, B and C
+  bool parallel = false;  // through parallel_gemm (the pool's threads) instead of gemm
+  bool dispatch = false;  // through ops::cpu::gemm / parallel_gemm (packed or, if small, Eigen)
 };
 
 std::string describe(const GemmCase& g) {
-  return detail::concat(cpu_isa_name(cpu_isa()), (g.ta ? " A^T" : " A"), (g.tb ? " B^T" : " B"), " m=", g.m,
-                        " n=", g.n, " k=", g.k, " alpha=", g.alpha, " beta=", g.beta, " pad=", g.pad,
-                        g.parallel ? " parallel" : "");
+  return detail::concat(cpu_isa_name(cpu_isa()), (g.ta ? " A^T" : " A"), (g.tb ? " B^T" : " B"),
+                        " m=", g.m, " n=", g.n, " k=", g.k, " alpha=", g.alpha, " beta=", g.beta,
+                        " pad=", g.pad, g.parallel ? " parallel" : "");
 }
 
 // Runs the case through the packed backend and checks every element against
@@ -53,28 +53,31 @@ void check_case(const GemmCase& g, std::mt19937& rng) {
   for (float& x : a) x = normal(rng);
   for (float& x : b) x = normal(rng);
   for (float& x : c) x = normal(rng);
-  if (g.beta == 0) std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());  // must not be read
+  if (g.beta == 0)
+    std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());  // must not be read
 
   std::vector<double> a64(a.begin(), a.end()), b64(b.begin(), b.end()), abs_a(a64), abs_b(b64);
   for (double& x : abs_a) x = std::abs(x);
   for (double& x : abs_b) x = std::abs(x);
   std::vector<double> ref(g.m * ldc, 0.0), mag(g.m * ldc, 0.0);
   ops::cpu::set_gemm_backend(ops::cpu::GemmBackend::kEigen);
-  ops::cpu::gemm<double>(g.ta, g.tb, g.m, g.n, g.k, 1.0, a64.data(), lda, b64.data(), ldb, 0.0, ref.data(), ldc);
-  ops::cpu::gemm<double>(g.ta, g.tb, g.m, g.n, g.k, 1.0, abs_a.data(), lda, abs_b.data(), ldb, 0.0, mag.data(),
-                         ldc);
+  ops::cpu::gemm<double>(g.ta, g.tb, g.m, g.n, g.k, 1.0, a64.data(), lda, b64.data(), ldb, 0.0,
+                         ref.data(), ldc);
+  ops::cpu::gemm<double>(g.ta, g.tb, g.m, g.n, g.k, 1.0, abs_a.data(), lda, abs_b.data(), ldb, 0.0,
+                         mag.data(), ldc);
   ops::cpu::set_gemm_backend(ops::cpu::GemmBackend::kPacked);
   const std::vector<float> c0 = c;
   // The packed kernels themselves (ops::cpu::gemm hands small products to
   // Eigen, Note [Small products]; g.dispatch tests that route too).
   if (g.dispatch && g.parallel)
-    ops::cpu::parallel_gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
-                                   c.data(), ldc);
+    ops::cpu::parallel_gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb,
+                                   g.beta, c.data(), ldc);
   else if (g.dispatch)
-    ops::cpu::gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc);
+    ops::cpu::gemm<float>(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
+                          c.data(), ldc);
   else
-    ops::cpu::packed_sgemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc,
-                           g.parallel);
+    ops::cpu::packed_sgemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta,
+                           c.data(), ldc, g.parallel);
 
   int64_t bad = 0, worst_i = 0, worst_j = 0;
   double worst = 0;
@@ -93,7 +96,8 @@ void check_case(const GemmCase& g, std::mt19937& rng) {
       if (!(err <= worst)) worst = err, worst_i = i, worst_j = j;
     }
   }
-  INFO(describe(g) << ": worst element (" << worst_i << ", " << worst_j << ") at " << worst << " x tolerance");
+  INFO(describe(g) << ": worst element (" << worst_i << ", " << worst_j << ") at " << worst
+                   << " x tolerance");
   CHECK(bad == 0);
 }
 
@@ -107,7 +111,8 @@ TEST_CASE("cpu_isa: names parse back, bad names and unsupported levels throw") {
   for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
     CHECK(parse_cpu_isa(cpu_isa_name(isa)) == isa);
   CHECK_THROWS_AS(parse_cpu_isa("avx1024"), Error);
-  CHECK_THROWS_WITH(parse_cpu_isa("avx1024"), Contains("unknown CPU ISA level 'avx1024'") && Contains("avx512, avx2 or baseline"));
+  CHECK_THROWS_WITH(parse_cpu_isa("avx1024"), Contains("unknown CPU ISA level 'avx1024'") &&
+                                                  Contains("avx512, avx2 or baseline"));
   CHECK_THROWS_AS(parse_cpu_isa(""), Error);
   CHECK(cpu_isa() <= detected_cpu_isa());
   CHECK_THAT(cpu_description(), Contains("supports") && Contains(cpu_isa_name(detected_cpu_isa())));
@@ -138,7 +143,8 @@ TEST_CASE("gemm: packed equals Eigen around every tile edge, all transpositions,
     const auto& ks = ops::cpu::packed_kernels();
     for (int64_t m : around(ks.mr, 100))
       for (int64_t n : around(ks.nr, 257))
-        for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{ks.kc} - 1, int64_t{ks.kc} + 1, int64_t{600}})
+        for (int64_t k :
+             {int64_t{1}, int64_t{7}, int64_t{ks.kc} - 1, int64_t{ks.kc} + 1, int64_t{600}})
           for (int t = 0; t < 4; ++t) {
             GemmCase g;
             g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k;
@@ -157,7 +163,8 @@ TEST_CASE("gemm: packed alpha, beta and leading strides wider than the rows") {
         for (int64_t pad : {0, 3, 64})
           for (int t = 0; t < 4; ++t) {
             GemmCase g;
-            g.ta = t & 1, g.tb = t & 2, g.m = 33, g.n = 65, g.k = 300, g.alpha = alpha, g.beta = beta, g.pad = pad;
+            g.ta = t & 1, g.tb = t & 2, g.m = 33, g.n = 65, g.k = 300, g.alpha = alpha,
+            g.beta = beta, g.pad = pad;
             check_case(g, rng);
           }
   }
@@ -191,18 +198,22 @@ TEST_CASE("gemm: packed with k = 0 or alpha = 0 only scales C") {
     ops::cpu::gemm<float>(true, true, 3, 4, 0, 1.0f, a, 3, b, 1, 0.0f, c.data(), 5);
     CHECK(c[0] == 0.0f);
     CHECK(c[13] == 0.0f);
-    std::fill(c.begin(), c.end(), 2.0f);  // the packed entry itself, below gemm's own k = 0 shortcut
+    std::fill(c.begin(), c.end(),
+              2.0f);  // the packed entry itself, below gemm's own k = 0 shortcut
     ops::cpu::packed_sgemm(false, true, 3, 4, 0, 1.0f, a, 1, b, 1, 0.25f, c.data(), 5, true);
     CHECK(c[0] == 0.5f);
     CHECK(c[4] == 2.0f);
     std::vector<float> ones(16, 1.0f);
     std::fill(c.begin(), c.end(), 3.0f);
-    ops::cpu::gemm<float>(false, false, 3, 4, 4, 0.0f, ones.data(), 4, ones.data(), 4, 1.0f, c.data(), 5);
+    ops::cpu::gemm<float>(false, false, 3, 4, 4, 0.0f, ones.data(), 4, ones.data(), 4, 1.0f,
+                          c.data(), 5);
     CHECK(c[7] == 3.0f);
   }
 }
 
-TEST_CASE("gemm: packed over a 2-thread pool equals Eigen (rows split, columns split, several k-slices)") {
+TEST_CASE(
+    "gemm: packed over a 2-thread pool equals Eigen (rows split, columns split, several "
+    "k-slices)") {
   ThreadPool pool(2);
   IntraOpScope scope(&pool);
   std::mt19937 rng(9);
@@ -216,7 +227,8 @@ TEST_CASE("gemm: packed over a 2-thread pool equals Eigen (rows split, columns s
     for (const auto& [m, n, k] : shapes)
       for (int t = 0; t < 4; ++t) {
         GemmCase g;
-        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 0.75f, g.beta = t == 1 ? 0.5f : 0.0f;
+        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 0.75f,
+        g.beta = t == 1 ? 0.5f : 0.0f;
         g.pad = t == 2 ? 5 : 0;
         g.parallel = true;
         check_case(g, rng);
@@ -226,7 +238,8 @@ TEST_CASE("gemm: packed over a 2-thread pool equals Eigen (rows split, columns s
 
 // Note [Small products]: ops::cpu::gemm sends small or thin products to Eigen
 // and the rest to the packed kernels; both routes, serial and over 2 threads.
-TEST_CASE("gemm: the float dispatch (small products to Eigen, large ones packed) equals the reference") {
+TEST_CASE(
+    "gemm: the float dispatch (small products to Eigen, large ones packed) equals the reference") {
   ThreadPool pool(2);
   IntraOpScope scope(&pool);
   std::mt19937 rng(13);
@@ -237,7 +250,8 @@ TEST_CASE("gemm: the float dispatch (small products to Eigen, large ones packed)
     for (const auto& [m, n, k] : shapes)
       for (int t = 0; t < 8; ++t) {
         GemmCase g;
-        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f, g.beta = t == 1 ? 0.5f : 0.0f;
+        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 1.0f,
+        g.beta = t == 1 ? 0.5f : 0.0f;
         g.dispatch = true;
         g.parallel = t & 4;
         check_case(g, rng);
@@ -250,6 +264,7 @@ TEST_CASE("gemm: the compute line names the CPU, the active level and the GEMM p
     CpuIsaGuard guard(isa);
     const std::string line = ops::cpu::compute_description();
     CHECK_THAT(line, Contains(std::string("kernels: ") + cpu_isa_name(isa)) &&
-                         Contains(std::string(ops::cpu::gemm_backend_name())) && Contains("supports"));
+                         Contains(std::string(ops::cpu::gemm_backend_name())) &&
+                         Contains("supports"));
   }
 }

@@ -1,9 +1,9 @@
-#include <catch2/catch.hpp>
+#include "core/parallel.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <numeric>
 
-#include "core/parallel.h"
 #include "ops/ops.h"
 
 using namespace gpipe;
@@ -22,9 +22,10 @@ TEST_CASE("parallel: parallel_for covers the range exactly once") {
 TEST_CASE("parallel: an exception in a task reaches the caller") {
   ThreadPool pool(2);
   IntraOpScope scope(&pool);
-  CHECK_THROWS_WITH(parallel_for(0, 100, 1, [&](int64_t lo, int64_t) {
-                      if (lo > 0) throw Error("task failed");
-                    }),
+  CHECK_THROWS_WITH(parallel_for(0, 100, 1,
+                                 [&](int64_t lo, int64_t) {
+                                   if (lo > 0) throw Error("task failed");
+                                 }),
                     "task failed");
   // The pool still works afterwards.
   std::atomic<int> n{0};

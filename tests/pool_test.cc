@@ -1,14 +1,14 @@
 // Pooling beyond the op table: error messages, float32 vs float64, tie and
 // overlap behaviour of max pooling's gradient, -inf padding, the two
 // average-pooling divisors, NaN propagation and global average pooling.
-#include <catch2/catch.hpp>
+#include "ops/pool.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 
 #include "core/autograd.h"
 #include "ops/elementwise.h"
-#include "ops/pool.h"
 #include "ops/reduce.h"
 
 using namespace gpipe;
@@ -20,8 +20,8 @@ Tensor rnd(const Shape& s, uint64_t seed, DType dtype = DType::kFloat64) {
   return Tensor::uniform(s, seed, -1.0, 1.0, dtype);
 }
 
-ops::Pool2dOptions pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s, std::array<int64_t, 2> p,
-                        bool include_pad = true) {
+ops::Pool2dOptions pool(std::array<int64_t, 2> k, std::array<int64_t, 2> s,
+                        std::array<int64_t, 2> p, bool include_pad = true) {
   return ops::Pool2dOptions{k, s, p, include_pad};
 }
 
@@ -37,8 +37,9 @@ double max_diff(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("pool: bad inputs give readable errors") {
   const Tensor x = rnd(Shape{1, 2, 5, 5}, 1);
-  CHECK_THROWS_WITH(ops::max_pool2d(rnd(Shape{2, 5, 5}, 1), pool({2, 2}, {2, 2}, {0, 0})),
-                    Contains("max_pool2d: expected input [N, C, H, W] of rank 4, got shape [2, 5, 5]"));
+  CHECK_THROWS_WITH(
+      ops::max_pool2d(rnd(Shape{2, 5, 5}, 1), pool({2, 2}, {2, 2}, {0, 0})),
+      Contains("max_pool2d: expected input [N, C, H, W] of rank 4, got shape [2, 5, 5]"));
   CHECK_THROWS_WITH(ops::avg_pool2d(x, pool({0, 2}, {2, 2}, {0, 0})),
                     Contains("avg_pool2d: kernel size must be positive, got [0, 2]"));
   CHECK_THROWS_WITH(ops::max_pool2d(x, pool({2, 2}, {2, 0}, {0, 0})),
@@ -49,10 +50,12 @@ TEST_CASE("pool: bad inputs give readable errors") {
                     Contains("avg_pool2d: padding [2, 1] must be at most half the kernel [3, 3]"));
   CHECK_THROWS_WITH(ops::max_pool2d(x, pool({6, 2}, {1, 1}, {0, 0})),
                     Contains("max_pool2d: output size would be [0, 4]"));
-  CHECK_THROWS_WITH(ops::max_pool2d(Tensor::zeros(Shape{1, 1, 4, 4}, DType::kInt32), pool({2, 2}, {2, 2}, {0, 0})),
+  CHECK_THROWS_WITH(ops::max_pool2d(Tensor::zeros(Shape{1, 1, 4, 4}, DType::kInt32),
+                                    pool({2, 2}, {2, 2}, {0, 0})),
                     Contains("expected a float32 or float64 tensor"));
-  CHECK_THROWS_WITH(ops::global_avg_pool2d(rnd(Shape{2, 3}, 1)),
-                    Contains("global_avg_pool2d: expected input [N, C, H, W] of rank 4, got shape [2, 3]"));
+  CHECK_THROWS_WITH(
+      ops::global_avg_pool2d(rnd(Shape{2, 3}, 1)),
+      Contains("global_avg_pool2d: expected input [N, C, H, W] of rank 4, got shape [2, 3]"));
 }
 
 TEST_CASE("pool: float32 agrees with float64, forward and backward") {
@@ -108,9 +111,12 @@ TEST_CASE("max_pool2d: NaN propagates") {
 
 TEST_CASE("avg_pool2d: count_include_pad chooses the divisor at the borders") {
   const Tensor ones = Tensor::full(Shape{1, 1, 3, 3}, 1.0, DType::kFloat64);
-  const auto with_pad = ops::avg_pool2d(ones, pool({3, 3}, {1, 1}, {1, 1}, true)).to_vector<double>();
-  const auto without = ops::avg_pool2d(ones, pool({3, 3}, {1, 1}, {1, 1}, false)).to_vector<double>();
-  const std::vector<double> expect = {4.0 / 9, 6.0 / 9, 4.0 / 9, 6.0 / 9, 1, 6.0 / 9, 4.0 / 9, 6.0 / 9, 4.0 / 9};
+  const auto with_pad =
+      ops::avg_pool2d(ones, pool({3, 3}, {1, 1}, {1, 1}, true)).to_vector<double>();
+  const auto without =
+      ops::avg_pool2d(ones, pool({3, 3}, {1, 1}, {1, 1}, false)).to_vector<double>();
+  const std::vector<double> expect = {4.0 / 9, 6.0 / 9, 4.0 / 9, 6.0 / 9, 1,
+                                      6.0 / 9, 4.0 / 9, 6.0 / 9, 4.0 / 9};
   for (size_t i = 0; i < 9; ++i) {
     CHECK(std::abs(with_pad[i] - expect[i]) < 1e-15);
     CHECK(std::abs(without[i] - 1.0) < 1e-15);
@@ -118,7 +124,8 @@ TEST_CASE("avg_pool2d: count_include_pad chooses the divisor at the borders") {
   // Windows running past the bottom-right edge of a 4x4 input (kernel 3,
   // stride 2, pad 1): PyTorch's divisor clips the window to the padded input.
   const Tensor ones4 = Tensor::full(Shape{1, 1, 4, 4}, 1.0, DType::kFloat64);
-  const auto clipped = ops::avg_pool2d(ones4, pool({3, 3}, {2, 2}, {1, 1}, true)).to_vector<double>();
+  const auto clipped =
+      ops::avg_pool2d(ones4, pool({3, 3}, {2, 2}, {1, 1}, true)).to_vector<double>();
   CHECK(clipped == std::vector<double>{4.0 / 9, 6.0 / 9, 6.0 / 9, 1.0});
 }
 

@@ -1,6 +1,7 @@
+#include "core/tensor.h"
+
 #include <catch2/catch.hpp>
 
-#include "core/tensor.h"
 #include "ops/shape.h"
 
 using namespace gpipe;
@@ -15,7 +16,8 @@ TEST_CASE("tensor: creation, element access and printing") {
   CHECK(t.at({1, 2}) == 6);
   t.set({0, 1}, 9);
   CHECK(t.at({0, 1}) == 9);
-  CHECK(Tensor::full(Shape{2}, 3.5, DType::kFloat64).to_vector<double>() == std::vector<double>{3.5, 3.5});
+  CHECK(Tensor::full(Shape{2}, 3.5, DType::kFloat64).to_vector<double>() ==
+        std::vector<double>{3.5, 3.5});
   CHECK(Tensor::scalar(2).item() == 2);
   CHECK_THAT(t.str(), Contains("shape=[2, 3]") && Contains("float32") && Contains("9"));
 }
@@ -48,7 +50,8 @@ TEST_CASE("tensor: dtype conversion and device moves between cpu devices") {
 }
 
 TEST_CASE("tensor: bad input gives readable errors") {
-  CHECK_THROWS_WITH(Tensor::from_vector<float>({1, 2, 3}, Shape{2, 2}), Contains("3 values do not fill shape [2, 2]"));
+  CHECK_THROWS_WITH(Tensor::from_vector<float>({1, 2, 3}, Shape{2, 2}),
+                    Contains("3 values do not fill shape [2, 2]"));
   Tensor t = Tensor::zeros(Shape{2, 2});
   CHECK_THROWS_WITH(t.at({2, 0}), Contains("index 2 out of range for axis 0 of shape [2, 2]"));
   CHECK_THROWS_WITH(t.at({0}), Contains("got 1 indices for a tensor of shape [2, 2]"));
@@ -57,8 +60,10 @@ TEST_CASE("tensor: bad input gives readable errors") {
   CHECK_THROWS_AS(Device("gpu:0"), Error);
   CHECK_THROWS_WITH(Device("gpu:0"), Contains("invalid device 'gpu:0'"));
   CHECK_THROWS_WITH(Device("cpu:x"), Contains("non-negative integer"));
-  CHECK_THROWS_WITH(Tensor::zeros(Shape{2}, DType::kFloat32, Device("cuda:0")), Contains("built without CUDA"));
-  CHECK_THROWS_WITH(Tensor::zeros(Shape{2}, DType::kInt64).set_requires_grad(true), Contains("only float tensors"));
+  CHECK_THROWS_WITH(Tensor::zeros(Shape{2}, DType::kFloat32, Device("cuda:0")),
+                    Contains("built without CUDA"));
+  CHECK_THROWS_WITH(Tensor::zeros(Shape{2}, DType::kInt64).set_requires_grad(true),
+                    Contains("only float tensors"));
   CHECK_THROWS_WITH(ops::reshape(t, {3, -1}), Contains("cannot reshape [2, 2]"));
   CHECK_THROWS_WITH(ops::narrow(t, 1, 1, 2), Contains("outside axis 1 of shape [2, 2]"));
   CHECK_THROWS_WITH(ops::permute(t, {0, 0}), Contains("appears twice"));
@@ -68,7 +73,8 @@ TEST_CASE("tensor: bad input gives readable errors") {
 }
 
 TEST_CASE("tensor: randn is deterministic in its seed") {
-  Tensor a = Tensor::randn(Shape{1000}, 7), b = Tensor::randn(Shape{1000}, 7), c = Tensor::randn(Shape{1000}, 8);
+  Tensor a = Tensor::randn(Shape{1000}, 7), b = Tensor::randn(Shape{1000}, 7),
+         c = Tensor::randn(Shape{1000}, 8);
   CHECK(a.to_vector<float>() == b.to_vector<float>());
   CHECK(a.to_vector<float>() != c.to_vector<float>());
   double mean = 0, var = 0;

@@ -14,11 +14,15 @@ namespace gpipe::bench {
 
 int run_amoebanet(const AmoebaNetBenchOptions& opt) {
   const double gflop = 3 * 4.37e6 * 64 / 1e9;
-  std::printf("# W5 AmoebaNet-D(2,32): N=64, 3x32x32, SGD(lr=0.01, momentum=0.9), max_pool_3x3 = %s;\n"
-              "# median of %d steps after %d warm-up (%.0f s max); %s\n",
-              opt.quirk_maxpool ? "AvgPool (torchgpipe quirk)" : "MaxPool", opt.steps, opt.warmup, opt.max_seconds,
-              opt.torch.env_note.c_str());
-  StepComparison c{"W5", "img", {}, 64, 679578, "amoebanet_torch.py", "", opt.quirk_maxpool ? "" : " --true-maxpool",
+  std::printf(
+      "# W5 AmoebaNet-D(2,32): N=64, 3x32x32, SGD(lr=0.01, momentum=0.9), max_pool_3x3 = %s;\n"
+      "# median of %d steps after %d warm-up (%.0f s max); %s\n",
+      opt.quirk_maxpool ? "AvgPool (torchgpipe quirk)" : "MaxPool", opt.steps, opt.warmup,
+      opt.max_seconds, opt.torch.env_note.c_str());
+  StepComparison c{"W5",    "img",
+                   {},      64,
+                   679578,  "amoebanet_torch.py",
+                   "",      opt.quirk_maxpool ? "" : " --true-maxpool",
                    "%10.2f"};
   c.model.workload = "amoebanet";
   c.model.layers = 2;

@@ -14,7 +14,8 @@
 
 namespace gpipe::bench {
 
-Timing time_it(const std::function<void()>& fn, int min_repeats, double min_seconds, int max_repeats) {
+Timing time_it(const std::function<void()>& fn, int min_repeats, double min_seconds,
+               int max_repeats) {
   using clock = std::chrono::steady_clock;
   fn();
   fn();
@@ -44,9 +45,9 @@ std::string ensure_fair_openblas_env(int argc, char** argv) {
     execv("/proc/self/exe", argv);
     throw Error("gpipe_bench: could not re-execute itself without OPENBLAS_CORETYPE");
   }
-  return std::getenv("GPIPE_BENCH_REEXEC")
-             ? "OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE were unset for both sides (OpenBLAS picks its kernels)"
-             : "OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE not set";
+  return std::getenv("GPIPE_BENCH_REEXEC") ? "OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE were unset for "
+                                             "both sides (OpenBLAS picks its kernels)"
+                                           : "OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE not set";
 }
 
 std::vector<std::string> run_lines(const std::string& command) {
@@ -79,7 +80,8 @@ std::string data_path(const std::string& relative) {
   const fs::path exe = fs::read_symlink("/proc/self/exe");
   const fs::path runfiles = fs::path(exe.string() + ".runfiles") / "gpipe" / relative;
   if (fs::exists(runfiles)) return runfiles.string();
-  throw Error(detail::concat("benchmark file '", relative, "' not found (run from the repository root "
+  throw Error(detail::concat("benchmark file '", relative,
+                             "' not found (run from the repository root "
                              "or with bazel run)"));
 }
 
@@ -92,7 +94,8 @@ double json_number(const std::string& line, const std::string& key) {
 bool json_bool(const std::string& line, const std::string& key) {
   const auto at = line.find("\"" + key + "\":");
   GPIPE_CHECK(at != std::string::npos, "expected key '", key, "' in: ", line);
-  return line.compare(at + key.size() + 3, 5, " true") == 0 || line.compare(at + key.size() + 3, 4, "true") == 0;
+  return line.compare(at + key.size() + 3, 5, " true") == 0 ||
+         line.compare(at + key.size() + 3, 4, "true") == 0;
 }
 
 std::string json_string(const std::string& line, const std::string& key) {
@@ -117,8 +120,8 @@ std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").
 std::string python_command(const std::string& python, const std::string& script, int threads,
                            const std::string& args) {
   const std::string t = std::to_string(threads);
-  return "OMP_NUM_THREADS=" + t + " OPENBLAS_NUM_THREADS=" + t + " MKL_NUM_THREADS=" + t + " " + python + " " +
-         data_path("benchmarks/" + script) + " " + args;
+  return "OMP_NUM_THREADS=" + t + " OPENBLAS_NUM_THREADS=" + t + " MKL_NUM_THREADS=" + t + " " +
+         python + " " + data_path("benchmarks/" + script) + " " + args;
 }
 
 std::string run_json(const std::string& command) {
@@ -142,9 +145,12 @@ std::string try_run_json(const std::string& command) {
 std::string default_torch_python() {
   namespace fs = std::filesystem;
   std::string venv;
-  if (const char* v = std::getenv("GPIPE_BENCH_VENV")) venv = v;
-  else if (const char* home = std::getenv("HOME")) venv = std::string(home) + "/.cache/gpipe-bench-venv";
-  if (!venv.empty() && fs::exists(fs::path(venv) / "bin" / "python")) return (fs::path(venv) / "bin" / "python").string();
+  if (const char* v = std::getenv("GPIPE_BENCH_VENV"))
+    venv = v;
+  else if (const char* home = std::getenv("HOME"))
+    venv = std::string(home) + "/.cache/gpipe-bench-venv";
+  if (!venv.empty() && fs::exists(fs::path(venv) / "bin" / "python"))
+    return (fs::path(venv) / "bin" / "python").string();
   return "/usr/bin/python3";
 }
 

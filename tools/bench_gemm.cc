@@ -33,7 +33,8 @@ struct GemmShape {
 const char* op_name(const GemmShape& s) { return s.ta ? "A^T*B" : s.tb ? "A*B^T" : "A*B"; }
 
 // The three GEMMs of a linear layer in -> out over `tokens` rows.
-void add_linear(std::vector<GemmShape>& out, const std::string& layer, int64_t tokens, int64_t in, int64_t width) {
+void add_linear(std::vector<GemmShape>& out, const std::string& layer, int64_t tokens, int64_t in,
+                int64_t width) {
   out.push_back({layer + " fwd", false, true, tokens, width, in});
   out.push_back({layer + " dx", false, false, tokens, in, width});
   out.push_back({layer + " dW", true, false, width, in, tokens});
@@ -43,7 +44,8 @@ std::vector<GemmShape> transformer_shapes(const GemmBenchOptions& opt) {
   std::vector<GemmShape> shapes;
   add_linear(shapes, "ffn-up", opt.tokens, opt.dim, 4 * opt.dim);
   add_linear(shapes, "ffn-down", opt.tokens, 4 * opt.dim, opt.dim);
-  for (int64_t v : opt.vocab) add_linear(shapes, "vocab-" + std::to_string(v), opt.vocab_tokens, opt.vocab_dim, v);
+  for (int64_t v : opt.vocab)
+    add_linear(shapes, "vocab-" + std::to_string(v), opt.vocab_tokens, opt.vocab_dim, v);
   return shapes;
 }
 
@@ -57,8 +59,8 @@ std::vector<double> time_backends(const GemmShape& s, double min_seconds) {
     ops::cpu::set_gemm_backend(backend);
     const Timing t = time_it(
         [&] {
-          ops::cpu::parallel_gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data<float>(), lda, b.data<float>(), ldb,
-                                         0.0f, c.data<float>(), s.n);
+          ops::cpu::parallel_gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data<float>(), lda,
+                                         b.data<float>(), ldb, 0.0f, c.data<float>(), s.n);
         },
         3, min_seconds);
     gf.push_back(2.0 * s.m * s.n * s.k / t.best_s / 1e9);
@@ -72,9 +74,10 @@ std::map<int64_t, double> numpy_gflops(const GemmBenchOptions& opt, int threads)
   if (opt.skip_numpy) return np;
   std::string sizes;
   for (int64_t n : opt.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
-  const std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " OMP_NUM_THREADS=" +
-                          std::to_string(threads) + " " + opt.python + " " + data_path("benchmarks/gemm_numpy.py") +
-                          " " + sizes + " " + std::to_string(opt.min_seconds);
+  const std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) +
+                          " OMP_NUM_THREADS=" + std::to_string(threads) + " " + opt.python + " " +
+                          data_path("benchmarks/gemm_numpy.py") + " " + sizes + " " +
+                          std::to_string(opt.min_seconds);
   for (const std::string& line : run_lines(cmd)) {
     GPIPE_CHECK(json_bool(line, "check"), "numpy result failed its Freivalds check: ", line);
     np[static_cast<int64_t>(json_number(line, "n"))] = json_number(line, "gflops");
@@ -84,8 +87,8 @@ std::map<int64_t, double> numpy_gflops(const GemmBenchOptions& opt, int threads)
 
 void run_square(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
   std::printf("\n# square n x n, C = A @ B through ops::matmul\n");
-  std::printf("%6s %7s %11s %6s %11s %11s %11s %11s %11s\n", "n", "threads", "packed GF/s", "%peak", "openblas",
-              "eigen", "numpy", "packed/blas", "packed/np");
+  std::printf("%6s %7s %11s %6s %11s %11s %11s %11s %11s\n", "n", "threads", "packed GF/s", "%peak",
+              "openblas", "eigen", "numpy", "packed/blas", "packed/np");
   for (int threads : opt.threads) {
     ThreadPool pool(threads);
     IntraOpScope scope(&pool);
@@ -101,20 +104,24 @@ void run_square(const GemmBenchOptions& opt, const std::map<int, double>& peak) 
       }
       ops::cpu::set_gemm_backend(GemmBackend::kPacked);
       const double npg = np.count(n) ? np.at(n) : 0.0;
-      std::printf("%6ld %7d %11.1f %5.0f%% %11.1f %11.1f %11.1f %11.2f %11.2f\n", static_cast<long>(n), threads, gf[0],
-                  100 * gf[0] / peak.at(threads), gf[1], gf[2], npg, gf[0] / gf[1], npg > 0 ? gf[0] / npg : 0.0);
+      std::printf("%6ld %7d %11.1f %5.0f%% %11.1f %11.1f %11.1f %11.2f %11.2f\n",
+                  static_cast<long>(n), threads, gf[0], 100 * gf[0] / peak.at(threads), gf[1],
+                  gf[2], npg, gf[0] / gf[1], npg > 0 ? gf[0] / npg : 0.0);
       std::fflush(stdout);
     }
   }
 }
 
 void run_transformer_shapes(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
-  std::printf("\n# Transformer linear layers: FFN tokens=%ld d=%ld (d -> 4d -> d); output projection tokens=%ld "
-              "d=%ld -> vocab; through parallel_gemm\n",
-              static_cast<long>(opt.tokens), static_cast<long>(opt.dim), static_cast<long>(opt.vocab_tokens),
-              static_cast<long>(opt.vocab_dim));
-  std::printf("%-16s %6s %6s %6s %6s %7s %11s %6s %8s %11s %11s %11s\n", "gemm", "op", "m", "n", "k", "threads",
-              "packed GF/s", "%peak", "speedup", "openblas", "eigen", "packed/blas");
+  std::printf(
+      "\n# Transformer linear layers: FFN tokens=%ld d=%ld (d -> 4d -> d); output projection "
+      "tokens=%ld "
+      "d=%ld -> vocab; through parallel_gemm\n",
+      static_cast<long>(opt.tokens), static_cast<long>(opt.dim),
+      static_cast<long>(opt.vocab_tokens), static_cast<long>(opt.vocab_dim));
+  std::printf("%-16s %6s %6s %6s %6s %7s %11s %6s %8s %11s %11s %11s\n", "gemm", "op", "m", "n",
+              "k", "threads", "packed GF/s", "%peak", "speedup", "openblas", "eigen",
+              "packed/blas");
   for (const GemmShape& s : transformer_shapes(opt)) {
     double one_thread = 0;
     for (int threads : opt.threads) {
@@ -122,10 +129,10 @@ void run_transformer_shapes(const GemmBenchOptions& opt, const std::map<int, dou
       IntraOpScope scope(&pool);
       const std::vector<double> gf = time_backends(s, opt.shape_min_seconds);
       if (threads == 1) one_thread = gf[0];
-      std::printf("%-16s %6s %6ld %6ld %6ld %7d %11.1f %5.0f%% %7.2fx %11.1f %11.1f %11.2f\n", s.name.c_str(),
-                  op_name(s), static_cast<long>(s.m), static_cast<long>(s.n), static_cast<long>(s.k), threads, gf[0],
-                  100 * gf[0] / peak.at(threads), one_thread > 0 ? gf[0] / one_thread : 0.0, gf[1], gf[2],
-                  gf[0] / gf[1]);
+      std::printf("%-16s %6s %6ld %6ld %6ld %7d %11.1f %5.0f%% %7.2fx %11.1f %11.1f %11.2f\n",
+                  s.name.c_str(), op_name(s), static_cast<long>(s.m), static_cast<long>(s.n),
+                  static_cast<long>(s.k), threads, gf[0], 100 * gf[0] / peak.at(threads),
+                  one_thread > 0 ? gf[0] / one_thread : 0.0, gf[1], gf[2], gf[0] / gf[1]);
       std::fflush(stdout);
     }
   }
@@ -138,18 +145,22 @@ int run_gemm(const GemmBenchOptions& opt) {
   const auto& ks = ops::cpu::packed_kernels();
   std::printf("# W1 gemm, fp32, best time; %s\n", opt.env_note.c_str());
   std::printf("# CPU: %s\n", cpu_description().c_str());
-  std::printf("# active ISA: %s (GPIPE_CPU_ISA=avx512|avx2|baseline forces one); GEMM path: %s, %dx%d tile, "
-              "kc=%d nc=%d mc=%d\n",
-              cpu_isa_name(isa), std::string(ops::cpu::gemm_backend_name()).c_str(), ks.mr, ks.nr, ks.kc, ks.nc,
-              ks.mc);
+  std::printf(
+      "# active ISA: %s (GPIPE_CPU_ISA=avx512|avx2|baseline forces one); GEMM path: %s, %dx%d "
+      "tile, "
+      "kc=%d nc=%d mc=%d\n",
+      cpu_isa_name(isa), std::string(ops::cpu::gemm_backend_name()).c_str(), ks.mr, ks.nr, ks.kc,
+      ks.nc, ks.mc);
   std::map<int, double> peak;
   for (int threads : opt.threads) peak[threads] = measure_fma_peak(isa, threads, 0.5);
   std::printf("# measured %s FMA peak:", cpu_isa_name(isa));
-  for (const auto& [threads, gf] : peak) std::printf(" %d thread%s %.1f GF/s;", threads, threads > 1 ? "s" : "", gf);
+  for (const auto& [threads, gf] : peak)
+    std::printf(" %d thread%s %.1f GF/s;", threads, threads > 1 ? "s" : "", gf);
   std::printf(" %%peak is against the figure for the row's thread count\n");
   if (!opt.skip_square) run_square(opt, peak);
   if (!opt.skip_transformer) run_transformer_shapes(opt, peak);
-  std::printf("# ops::matmul uses %s by default\n", std::string(ops::cpu::gemm_backend_name()).c_str());
+  std::printf("# ops::matmul uses %s by default\n",
+              std::string(ops::cpu::gemm_backend_name()).c_str());
   return 0;
 }
 

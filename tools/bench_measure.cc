@@ -45,8 +45,9 @@ Batch transformer_batch(int64_t n, uint64_t seed) {
       tin.push_back(target[i * (kTgtLen + 1) + j]);
       tout.push_back(target[i * (kTgtLen + 1) + j + 1]);
     }
-  return {{Tensor::from_vector(src, Shape{n, kSrcLen}), Tensor::from_vector(tin, Shape{n, kTgtLen})},
-          {Tensor::from_vector(tout, Shape{n, kTgtLen})}};
+  return {
+      {Tensor::from_vector(src, Shape{n, kSrcLen}), Tensor::from_vector(tin, Shape{n, kTgtLen})},
+      {Tensor::from_vector(tout, Shape{n, kTgtLen})}};
 }
 
 Batch image_batch(int64_t n, uint64_t seed) {
@@ -65,8 +66,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, int64_t d, int64_t ffn,
-                              int64_t vocab) {
+double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, int64_t d,
+                              int64_t ffn, int64_t vocab) {
   const double nd = static_cast<double>(d);
   const double enc = n * s * (8 * nd * d + 4.0 * s * d + 4 * nd * ffn);
   const double self_attn = n * t * (8 * nd * d + 4.0 * t * d);
@@ -106,7 +107,8 @@ Workload make_workload(const MeasureOptions& o) {
     w.model = models::amoebanet_d(c);
     w.batch = image_batch(o.batch, 7);
   } else {
-    throw Error(detail::concat("measure: unknown workload '", o.workload, "' (transformer | amoebanet)"));
+    throw Error(
+        detail::concat("measure: unknown workload '", o.workload, "' (transformer | amoebanet)"));
   }
   return w;
 }
@@ -123,7 +125,8 @@ struct Timed {
 };
 
 // Warm-up steps, peak reset, then timed steps (zero_grad, train_step, optimizer step).
-Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch, const MeasureOptions& o) {
+Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch,
+                const MeasureOptions& o) {
   Timed t;
   std::vector<double> bubbles;
   auto step = [&] {
@@ -138,7 +141,8 @@ Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch, const
   pipe.tracer().clear();
   bubbles.clear();
   const auto start = std::chrono::steady_clock::now();
-  while (static_cast<int>(t.seconds.size()) < o.steps && (t.seconds.empty() || seconds_since(start) < o.max_seconds)) {
+  while (static_cast<int>(t.seconds.size()) < o.steps &&
+         (t.seconds.empty() || seconds_since(start) < o.max_seconds)) {
     const auto t0 = std::chrono::steady_clock::now();
     step();
     t.seconds.push_back(seconds_since(t0));
@@ -148,7 +152,8 @@ Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch, const
 }
 
 // `extra`: more `"key": value` pairs, each starting with ", ".
-void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t expected_params, const std::string& extra) {
+void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t expected_params,
+                const std::string& extra) {
   int64_t act_max = 0, act_sum = 0, total_max = 0, param_b = 0, grad_b = 0, opt_b = 0;
   std::string per_device;
   for (const DeviceMemory& m : pipe.memory()) {
@@ -158,18 +163,21 @@ void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t ex
     param_b += m.parameter_bytes;
     grad_b += m.gradient_bytes;
     opt_b += m.optimizer_bytes;
-    per_device += (per_device.empty() ? "" : " ") + m.device.str() + "=" + std::to_string(m.peak_activation_bytes);
+    per_device += (per_device.empty() ? "" : " ") + m.device.str() + "=" +
+                  std::to_string(m.peak_activation_bytes);
   }
   std::printf(
-      "{\"median_s\": %.6f, \"best_s\": %.6f, \"steps\": %zu, \"params\": %ld, \"expected_params\": %ld, "
+      "{\"median_s\": %.6f, \"best_s\": %.6f, \"steps\": %zu, \"params\": %ld, "
+      "\"expected_params\": %ld, "
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
       "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
       "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"bubble\": %.4f%s}\n",
       median_of(t.seconds), *std::min_element(t.seconds.begin(), t.seconds.end()), t.seconds.size(),
-      static_cast<long>(params), static_cast<long>(expected_params), t.losses.front(), t.losses.back(),
-      static_cast<long>(act_max), static_cast<long>(act_sum), static_cast<long>(total_max), static_cast<long>(param_b),
-      static_cast<long>(grad_b), static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(),
-      t.mean_bubble, extra.c_str());
+      static_cast<long>(params), static_cast<long>(expected_params), t.losses.front(),
+      t.losses.back(), static_cast<long>(act_max), static_cast<long>(act_sum),
+      static_cast<long>(total_max), static_cast<long>(param_b), static_cast<long>(grad_b),
+      static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(), t.mean_bubble,
+      extra.c_str());
   std::fflush(stdout);
 }
 
@@ -179,12 +187,13 @@ void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t ex
 // micro-batch's boundary activations forward, and the gradient of each
 // floating one backward (N examples in all, per boundary, K - 1 boundaries).
 // `specs` describe `spec_examples` examples; a replica's step has `n`.
-int64_t predicted_boundary_bytes(const std::vector<BundleSpec>& specs, const Partition& part, int64_t n,
-                                 int64_t spec_examples) {
+int64_t predicted_boundary_bytes(const std::vector<BundleSpec>& specs, const Partition& part,
+                                 int64_t n, int64_t spec_examples) {
   int64_t bytes = 0;
   for (int64_t c = 1; c < part.cells(); ++c)
     for (const TensorSpec& t : specs[part.begin(c)]) {
-      const int64_t b = t.shape.numel() / spec_examples * n * static_cast<int64_t>(dtype_size(t.dtype));
+      const int64_t b =
+          t.shape.numel() / spec_examples * n * static_cast<int64_t>(dtype_size(t.dtype));
       bytes += is_floating(t.dtype) ? 2 * b : b;
     }
   return bytes;
@@ -217,8 +226,11 @@ int run_measure(const MeasureOptions& o) {
   Pipeline pipe(std::move(w.model), po, w.batch);
 
   std::unique_ptr<optim::Optimizer> opt;
-  if (o.workload == "transformer") opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
-  else opt = std::make_unique<optim::Sgd>(pipe.parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  if (o.workload == "transformer")
+    opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
+  else
+    opt = std::make_unique<optim::Sgd>(pipe.parameters(),
+                                       optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
   // Trained elements; with K > 1 a tied table has one copy per cell holding it.
   int64_t params = 0;
   for (const NamedTensor& p : opt->parameters()) params += p.tensor->numel();
@@ -231,7 +243,8 @@ int run_measure(const MeasureOptions& o) {
   const int64_t before = sent();
   const Timed t = run_steps(pipe, *opt, w.batch, o);
   // Per step and per replica (replica 0's ranks; the others send as much).
-  double bytes = static_cast<double>(sent() - before) / static_cast<double>(o.warmup + t.seconds.size());
+  double bytes =
+      static_cast<double>(sent() - before) / static_cast<double>(o.warmup + t.seconds.size());
   if (world) {
     if (pipe.rank_info().replica != 0) bytes = 0;
     world->allreduce(&bytes, 1, ReduceOp::kSum, "summing bytes sent");
@@ -239,11 +252,14 @@ int run_measure(const MeasureOptions& o) {
     world->allreduce(&p, 1, ReduceOp::kSum, "summing parameters");
     params = static_cast<int64_t>(p) / o.replicas;
   }
-  if (po.trace) pipe.write_trace(world ? detail::concat(o.trace_path, ".rank", world->rank()) : o.trace_path);
+  if (po.trace)
+    pipe.write_trace(world ? detail::concat(o.trace_path, ".rank", world->rank()) : o.trace_path);
   if (world && world->rank() != 0) return 0;
   print_json(pipe, t, params, w.expected_params,
-             detail::concat(", \"bytes_per_step\": ", static_cast<int64_t>(bytes), ", \"predicted_bytes_per_step\": ",
-                            predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas, batch_size(one[0]))));
+             detail::concat(", \"bytes_per_step\": ", static_cast<int64_t>(bytes),
+                            ", \"predicted_bytes_per_step\": ",
+                            predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas,
+                                                     batch_size(one[0]))));
   return 0;
 }
 
@@ -260,20 +276,23 @@ std::string with_commas(int64_t n) {
 
 }  // namespace
 
-int compare_steps(const StepComparison& c, const TorchSide& torch, const std::vector<int>& thread_counts, int warmup,
-                  int steps, double max_seconds, double gflop) {
+int compare_steps(const StepComparison& c, const TorchSide& torch,
+                  const std::vector<int>& thread_counts, int warmup, int steps, double max_seconds,
+                  double gflop) {
   const std::string python = torch.python.empty() ? default_torch_python() : torch.python;
-  const std::string gpipe_col = detail::concat("gpipe ", c.unit, "/s"), torch_col = detail::concat("torch ", c.unit, "/s");
-  std::printf("%7s %12s %12s %7s %10s %10s %10s %10s\n", "threads", gpipe_col.c_str(), torch_col.c_str(), "ratio",
-              "gpipe GF/s", "torch GF/s", "gpipe loss", "torch loss");
+  const std::string gpipe_col = detail::concat("gpipe ", c.unit, "/s"),
+                    torch_col = detail::concat("torch ", c.unit, "/s");
+  std::printf("%7s %12s %12s %7s %10s %10s %10s %10s\n", "threads", gpipe_col.c_str(),
+              torch_col.c_str(), "ratio", "gpipe GF/s", "torch GF/s", "gpipe loss", "torch loss");
   const std::string params = with_commas(c.expected_params);
   std::string torch_version;
   for (int threads : thread_counts) {
     std::string ref;
     if (!torch.skip) {
       std::string args = c.script_args.empty() ? "" : c.script_args + " ";
-      args += "--threads " + std::to_string(threads) + " --warmup " + std::to_string(warmup) + " --steps " +
-              std::to_string(steps) + " --max-seconds " + std::to_string(max_seconds) + c.script_extra;
+      args += "--threads " + std::to_string(threads) + " --warmup " + std::to_string(warmup) +
+              " --steps " + std::to_string(steps) + " --max-seconds " +
+              std::to_string(max_seconds) + c.script_extra;
       ref = try_run_json(python_command(python, c.script, threads, args));
       if (!ref.empty()) torch_version = json_string(ref, "torch");
     }
@@ -283,33 +302,40 @@ int compare_steps(const StepComparison& c, const TorchSide& torch, const std::ve
     m.steps = steps;
     m.max_seconds = max_seconds;
     const std::string ours = measure_in_child(m);
-    GPIPE_CHECK(json_number(ours, "params") == c.expected_params, c.name, " model has ", json_number(ours, "params"),
-                " parameters, expected ", params);
+    GPIPE_CHECK(json_number(ours, "params") == c.expected_params, c.name, " model has ",
+                json_number(ours, "params"), " parameters, expected ", params);
     if (!ref.empty())
-      GPIPE_CHECK(json_number(ref, "params") == c.expected_params, "PyTorch's ", c.name, " model has ",
-                  json_number(ref, "params"), " parameters, expected ", params);
+      GPIPE_CHECK(json_number(ref, "params") == c.expected_params, "PyTorch's ", c.name,
+                  " model has ", json_number(ref, "params"), " parameters, expected ", params);
     const double g_s = json_number(ours, "median_s");
     const double t_s = ref.empty() ? 0 : json_number(ref, "median_s");
     const double u = c.units_per_step;
-    std::printf("%7d %12.0f %12.0f %7.2f ", threads, u / g_s, t_s > 0 ? u / t_s : 0.0, t_s > 0 ? t_s / g_s : 0.0);
+    std::printf("%7d %12.0f %12.0f %7.2f ", threads, u / g_s, t_s > 0 ? u / t_s : 0.0,
+                t_s > 0 ? t_s / g_s : 0.0);
     std::printf(c.gflop_format, gflop / g_s);
     std::printf(" ");
     std::printf(c.gflop_format, t_s > 0 ? gflop / t_s : 0.0);
-    std::printf(" %10.3f %10.3f\n", json_number(ours, "loss_first"), ref.empty() ? 0.0 : json_number(ref, "loss_first"));
+    std::printf(" %10.3f %10.3f\n", json_number(ours, "loss_first"),
+                ref.empty() ? 0.0 : json_number(ref, "loss_first"));
     std::fflush(stdout);
   }
-  std::printf("# parameters: %s on both sides (checked); ratio = torch step time / gpipe step time; goal >= 1.3\n",
-              params.c_str());
-  if (!torch_version.empty()) std::printf("# reference: torch %s (%s)\n", torch_version.c_str(), python.c_str());
+  std::printf(
+      "# parameters: %s on both sides (checked); ratio = torch step time / gpipe step time; goal "
+      ">= 1.3\n",
+      params.c_str());
+  if (!torch_version.empty())
+    std::printf("# reference: torch %s (%s)\n", torch_version.c_str(), python.c_str());
   return 0;
 }
 
 std::string measure_in_child(const MeasureOptions& o) {
-  std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " + std::to_string(o.layers) +
-                    " --batch " + std::to_string(o.batch) + " --threads " + std::to_string(o.threads) +
-                    " --partitions " + std::to_string(o.partitions) + " --micro-batches " +
-                    std::to_string(o.micro_batches) + " --remat " + o.remat + " --warmup " + std::to_string(o.warmup) +
-                    " --steps " + std::to_string(o.steps) + " --max-seconds " + std::to_string(o.max_seconds);
+  std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " +
+                    std::to_string(o.layers) + " --batch " + std::to_string(o.batch) +
+                    " --threads " + std::to_string(o.threads) + " --partitions " +
+                    std::to_string(o.partitions) + " --micro-batches " +
+                    std::to_string(o.micro_batches) + " --remat " + o.remat + " --warmup " +
+                    std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
+                    " --max-seconds " + std::to_string(o.max_seconds);
   if (!o.balance.empty()) cmd += " --balance " + o.balance;
   if (o.schedule != "gpipe") cmd += " --schedule " + o.schedule;
   if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";

@@ -72,9 +72,12 @@ double flops_per_iter(CpuIsa isa) {
 
 float run_loop(CpuIsa isa, int64_t iters) {
   switch (isa) {
-    case CpuIsa::kAvx512: return fma_loop_avx512(iters);
-    case CpuIsa::kAvx2: return fma_loop_avx2(iters);
-    case CpuIsa::kBaseline: break;
+    case CpuIsa::kAvx512:
+      return fma_loop_avx512(iters);
+    case CpuIsa::kAvx2:
+      return fma_loop_avx2(iters);
+    case CpuIsa::kBaseline:
+      break;
   }
   return mul_add_loop_sse(iters);
 }
@@ -95,7 +98,8 @@ double time_loops(CpuIsa isa, int threads, int64_t iters) {
 }  // namespace
 
 double measure_fma_peak(CpuIsa isa, int threads, double seconds) {
-  GPIPE_CHECK(isa <= detected_cpu_isa(), "FMA peak: this CPU has no ", cpu_isa_name(isa), " (", cpu_description(), ")");
+  GPIPE_CHECK(isa <= detected_cpu_isa(), "FMA peak: this CPU has no ", cpu_isa_name(isa), " (",
+              cpu_description(), ")");
   int64_t iters = 1 << 20;
   while (time_loops(isa, 1, iters) < 0.05) iters *= 2;  // calibrate: ~50 ms per run
   iters = static_cast<int64_t>(iters * (seconds / 5) / 0.05) + 1;
@@ -106,7 +110,8 @@ double measure_fma_peak(CpuIsa isa, int threads, double seconds) {
 
 int run_peak(const PeakBenchOptions& opt) {
   const CpuIsa active = cpu_isa();
-  std::printf("# fp32 FMA peak, %d independent chains per thread, best of 5; %s\n", kChains, opt.env_note.c_str());
+  std::printf("# fp32 FMA peak, %d independent chains per thread, best of 5; %s\n", kChains,
+              opt.env_note.c_str());
   std::printf("# CPU: %s\n", cpu_description().c_str());
   std::printf("%9s %7s %10s %14s\n", "isa", "threads", "GFLOP/s", "per thread");
   for (int level = static_cast<int>(detected_cpu_isa()); level >= 0; --level) {
@@ -117,8 +122,10 @@ int run_peak(const PeakBenchOptions& opt) {
       std::fflush(stdout);
     }
   }
-  std::printf("# GEMM goal: >= 85%% of the 1-thread figure of the active level (%s), >= 1.9x that at 2 threads\n",
-              cpu_isa_name(active));
+  std::printf(
+      "# GEMM goal: >= 85%% of the 1-thread figure of the active level (%s), >= 1.9x that at 2 "
+      "threads\n",
+      cpu_isa_name(active));
   return 0;
 }
 

@@ -27,16 +27,18 @@ namespace {
 // memory (btl self,vader: without it OpenMPI also polls its TCP transport,
 // which cost the ranks 5-15% of their compute here).
 std::string mpirun(const ProcessesBenchOptions& opt, int np) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_rmaps_base_oversubscribe=1 "
          "OMPI_MCA_plm=isolated PMIX_MCA_gds=hash OMPI_MCA_btl=self,vader " +
          opt.mpirun + " -np " + std::to_string(np) + " ";
 }
 
 std::string measure_args(const MeasureOptions& o) {
   return " measure --workload transformer --layers 8 --batch 64 --threads 1 --partitions " +
-         std::to_string(o.partitions) + " --micro-batches " + std::to_string(o.micro_batches) + " --remat " + o.remat +
-         " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
-         " --max-seconds 1000000 --replicas " + std::to_string(o.replicas) + " < /dev/null";
+         std::to_string(o.partitions) + " --micro-batches " + std::to_string(o.micro_batches) +
+         " --remat " + o.remat + " --warmup " + std::to_string(o.warmup) + " --steps " +
+         std::to_string(o.steps) + " --max-seconds 1000000 --replicas " +
+         std::to_string(o.replicas) + " < /dev/null";
 }
 
 struct Row {
@@ -54,10 +56,13 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int run_processes(const ProcessesBenchOptions& opt) {
-  std::printf("# W3 (8+8 Transformer, N=64, remat %s): K=2 as two MPI ranks vs two threads of one process\n",
-              opt.remat.c_str());
-  std::printf("%3s %11s %13s %11s %9s %12s %10s %12s %12s %12s\n", "M", "K=1 smp/s", "K=2 in-proc", "K=2 MPI",
-              "MPI/in", "overhead ms", "MPI effic", "bytes/step", "in-process", "predicted");
+  std::printf(
+      "# W3 (8+8 Transformer, N=64, remat %s): K=2 as two MPI ranks vs two threads of one "
+      "process\n",
+      opt.remat.c_str());
+  std::printf("%3s %11s %13s %11s %9s %12s %10s %12s %12s %12s\n", "M", "K=1 smp/s", "K=2 in-proc",
+              "K=2 MPI", "MPI/in", "overhead ms", "MPI effic", "bytes/step", "in-process",
+              "predicted");
   for (int m : opt.micro_batches) {
     Row row;
     MeasureOptions mo;
@@ -83,16 +88,23 @@ int run_processes(const ProcessesBenchOptions& opt) {
     }
     const double k1 = median(row.k1), in = median(row.inproc), mp = median(row.mpi);
     const double ideal = 2.0 * m / (m + 1);
-    std::printf("%3d %11.2f %13.2f %11.2f %9.3f %12.1f %10.3f %12.0f %12.0f %12.0f\n", m, 64 / k1, 64 / in, 64 / mp,
-                median(row.ratio), 1e3 * median(row.overhead), (k1 / mp) / ideal, row.bytes_mpi, row.bytes_inproc, row.predicted);
+    std::printf("%3d %11.2f %13.2f %11.2f %9.3f %12.1f %10.3f %12.0f %12.0f %12.0f\n", m, 64 / k1,
+                64 / in, 64 / mp, median(row.ratio), 1e3 * median(row.overhead), (k1 / mp) / ideal,
+                row.bytes_mpi, row.bytes_inproc, row.predicted);
     std::fflush(stdout);
   }
-  std::printf("# MPI/in = in-process step time / MPI step time, overhead = their difference (same round, median of\n"
-              "#   rounds); MPI effic = (K=1 / K=2 MPI) / (2M/(M+1))\n");
-  std::printf("# bytes/step: all boundaries, forward + backward, headers included; predicted = activations of N\n"
-              "#   examples at each boundary forward + gradients of the floating ones backward\n");
+  std::printf(
+      "# MPI/in = in-process step time / MPI step time, overhead = their difference (same round, "
+      "median of\n"
+      "#   rounds); MPI effic = (K=1 / K=2 MPI) / (2M/(M+1))\n");
+  std::printf(
+      "# bytes/step: all boundaries, forward + backward, headers included; predicted = activations "
+      "of N\n"
+      "#   examples at each boundary forward + gradients of the floating ones backward\n");
 
-  std::printf("# Data parallel: R=2 replicas of K=1 (two ranks, N/2 each) vs one process, N=64, M=1 per replica\n");
+  std::printf(
+      "# Data parallel: R=2 replicas of K=1 (two ranks, N/2 each) vs one process, N=64, M=1 per "
+      "replica\n");
   std::printf("%14s %14s %9s %8s\n", "1 proc smp/s", "R=2 smp/s", "speedup", "ideal");
   MeasureOptions dp;
   dp.partitions = 1;
@@ -105,10 +117,12 @@ int run_processes(const ProcessesBenchOptions& opt) {
     MeasureOptions r2 = dp;
     r2.replicas = 2;
     one.push_back(json_number(run_json(self_exe() + measure_args(dp)), "median_s"));
-    two.push_back(json_number(run_json(mpirun(opt, 2) + self_exe() + measure_args(r2)), "median_s"));
+    two.push_back(
+        json_number(run_json(mpirun(opt, 2) + self_exe() + measure_args(r2)), "median_s"));
     speedup.push_back(one.back() / two.back());
   }
-  std::printf("%14.2f %14.2f %9.3f %8.2f\n", 64 / median(one), 64 / median(two), median(speedup), 2.0);
+  std::printf("%14.2f %14.2f %9.3f %8.2f\n", 64 / median(one), 64 / median(two), median(speedup),
+              2.0);
   return 0;
 }
 

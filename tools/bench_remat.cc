@@ -79,41 +79,49 @@ void print_gpipe_rows(const std::vector<Row>& rows) {
   const double n = static_cast<double>(rows.size());
   const double den = n * suu - su * su;
   const double b = den != 0 ? (n * sua - su * sa) / den : 0, a = (sa - b * su) / n;
-  std::printf("%2s %3s %-12s %9s %10s %9s %8s %10s %7s   %s\n", "K", "M", "remat", "step s", "act MB", "remat +%",
-              "u", "fit MB", "fit err", "peak activation bytes per device");
+  std::printf("%2s %3s %-12s %9s %10s %9s %8s %10s %7s   %s\n", "K", "M", "remat", "step s",
+              "act MB", "remat +%", "u", "fit MB", "fit err", "peak activation bytes per device");
   for (const Row& r : rows) {
     const auto it = never_s.find({r.k, r.m});
-    const double cost = it != never_s.end() && r.remat != "never" ? 100 * (r.step_s / it->second - 1) : 0;
+    const double cost =
+        it != never_s.end() && r.remat != "never" ? 100 * (r.step_s / it->second - 1) : 0;
     const double fit = a + b * r.units;
-    std::printf("%2d %3d %-12s %9.3f %10.1f %8.1f%% %8.0f %10.1f %6.1f%%   %s\n", r.k, r.m, r.remat.c_str(), r.step_s,
-                r.act / kMB, cost, r.units, fit / kMB, 100 * (r.act - fit) / r.act, r.devices.c_str());
+    std::printf("%2d %3d %-12s %9.3f %10.1f %8.1f%% %8.0f %10.1f %6.1f%%   %s\n", r.k, r.m,
+                r.remat.c_str(), r.step_s, r.act / kMB, cost, r.units, fit / kMB,
+                100 * (r.act - fit) / r.act, r.devices.c_str());
   }
-  std::printf("# fit: act = %.1f MB + %.3f MB x u, u = layer-examples alive on one device ((L/K)N never, (L/K)(N/M) "
-              "always and except_last with M>1; L=16, N=64)\n",
-              a / kMB, b / kMB);
+  std::printf(
+      "# fit: act = %.1f MB + %.3f MB x u, u = layer-examples alive on one device ((L/K)N never, "
+      "(L/K)(N/M) "
+      "always and except_last with M>1; L=16, N=64)\n",
+      a / kMB, b / kMB);
   std::printf("# remat +%% = step time vs never at the same K and M; goal <= 20%%\n");
   std::fflush(stdout);
 }
 
 // PyTorch's side (K = 1, seq schedule, 2 threads); returns the torch version.
 std::string torch_rows(const RematBenchOptions& opt, const std::string& python) {
-  std::printf("# PyTorch (K=1, seq schedule, 2 threads): activation = peak maxRSS - maxRSS after grads+Adam state\n");
-  std::printf("%3s %-6s %9s %10s %9s %12s %12s\n", "M", "remat", "step s", "act MB", "remat +%", "after st. MB",
-              "peak RSS MB");
+  std::printf(
+      "# PyTorch (K=1, seq schedule, 2 threads): activation = peak maxRSS - maxRSS after "
+      "grads+Adam state\n");
+  std::printf("%3s %-6s %9s %10s %9s %12s %12s\n", "M", "remat", "step s", "act MB", "remat +%",
+              "after st. MB", "peak RSS MB");
   std::string version;
   for (int m : opt.micro_batches) {
     double none_s = 0;
     for (const std::string& remat : {std::string("none"), std::string("layer")}) {
-      const std::string j = try_run_json(python_command(
-          python, "transformer_torch.py", 2,
-          "memory --threads 2 --layers 8 --batch 64 --micro-batches " + std::to_string(m) + " --remat " + remat +
-              " --warmup " + std::to_string(opt.warmup) + " --steps " + std::to_string(opt.steps)));
+      const std::string j = try_run_json(
+          python_command(python, "transformer_torch.py", 2,
+                         "memory --threads 2 --layers 8 --batch 64 --micro-batches " +
+                             std::to_string(m) + " --remat " + remat + " --warmup " +
+                             std::to_string(opt.warmup) + " --steps " + std::to_string(opt.steps)));
       if (j.empty()) continue;
       version = json_string(j, "torch");
       const double s = json_number(j, "median_s");
       if (remat == "none") none_s = s;
       std::printf("%3d %-6s %9.3f %10.1f %8.1f%% %12.1f %12.1f\n", m, remat.c_str(), s,
-                  json_number(j, "activation_bytes") / kMB, remat == "layer" && none_s > 0 ? 100 * (s / none_s - 1) : 0.0,
+                  json_number(j, "activation_bytes") / kMB,
+                  remat == "layer" && none_s > 0 ? 100 * (s / none_s - 1) : 0.0,
                   json_number(j, "rss_after_state") / kMB, json_number(j, "peak_rss") / kMB);
       std::fflush(stdout);
     }
@@ -125,13 +133,16 @@ std::string torch_rows(const RematBenchOptions& opt, const std::string& python) 
 
 int run_remat(const RematBenchOptions& opt) {
   const std::string python = opt.torch.python.empty() ? default_torch_python() : opt.torch.python;
-  std::printf("# W4 activation memory: 8+8 layers, N=64, Adam(lr=1e-4), 2 cores (K=1: 2 threads; K=2: 1 thread per "
-              "stage);\n# %d warm-up + %d timed steps (median); %s\n",
-              opt.warmup, opt.steps, opt.torch.env_note.c_str());
+  std::printf(
+      "# W4 activation memory: 8+8 layers, N=64, Adam(lr=1e-4), 2 cores (K=1: 2 threads; K=2: 1 "
+      "thread per "
+      "stage);\n# %d warm-up + %d timed steps (median); %s\n",
+      opt.warmup, opt.steps, opt.torch.env_note.c_str());
   print_gpipe_rows(gpipe_rows(opt));
   if (opt.torch.skip) return 0;
   const std::string version = torch_rows(opt, python);
-  if (!version.empty()) std::printf("# reference: torch %s (%s)\n", version.c_str(), python.c_str());
+  if (!version.empty())
+    std::printf("# reference: torch %s (%s)\n", version.c_str(), python.c_str());
   return 0;
 }
 

@@ -13,9 +13,11 @@ namespace gpipe::bench {
 
 int run_transformer(const TransformerBenchOptions& opt) {
   const double gflop = transformer_step_flops(3, 32, 32, 32, 256, 1024, 8192) / 1e9;
-  std::printf("# W2 transformer step: 3+3 layers, d 256, FFN 1024, 4 heads, vocab 8192, N=32, src 32, tgt 32;\n"
-              "# Adam(lr=1e-4); median of %d steps after %d warm-up (%.0f s max); %.1f GFLOP/step; %s\n",
-              opt.steps, opt.warmup, opt.max_seconds, gflop, opt.torch.env_note.c_str());
+  std::printf(
+      "# W2 transformer step: 3+3 layers, d 256, FFN 1024, 4 heads, vocab 8192, N=32, src 32, tgt "
+      "32;\n"
+      "# Adam(lr=1e-4); median of %d steps after %d warm-up (%.0f s max); %.1f GFLOP/step; %s\n",
+      opt.steps, opt.warmup, opt.max_seconds, gflop, opt.torch.env_note.c_str());
   StepComparison c{"W2", "tok", {}, 1024, 7627776, "transformer_torch.py", "step", "", "%10.1f"};
   c.model.workload = "transformer";
   c.model.layers = 3;

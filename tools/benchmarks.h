@@ -24,10 +24,11 @@ struct GemmBenchOptions {
   std::string python = "/usr/bin/python3";  // Debian's numpy (OpenBLAS)
   bool skip_numpy = false;
   bool skip_square = false, skip_transformer = false;
-  int64_t tokens = 2048, dim = 1024;              // FFN shapes: tokens x d -> 4d -> d
-  int64_t vocab_tokens = 1024, vocab_dim = 512;   // output projection shapes (smaller: vocab is wide)
+  int64_t tokens = 2048, dim = 1024;  // FFN shapes: tokens x d -> 4d -> d
+  int64_t vocab_tokens = 1024,
+          vocab_dim = 512;  // output projection shapes (smaller: vocab is wide)
   std::vector<int64_t> vocab{256, 32000};
-  double shape_min_seconds = 0.5;                  // timing budget per Transformer-shape measurement
+  double shape_min_seconds = 0.5;  // timing budget per Transformer-shape measurement
   std::string env_note;
 };
 int run_gemm(const GemmBenchOptions& opt);
@@ -52,20 +53,21 @@ double measure_fma_peak(CpuIsa isa, int threads, double seconds);
 // (peak activation bytes since the peaks were reset after the warm-up steps,
 // which also created the optimizer state).
 struct MeasureOptions {
-  std::string workload = "transformer";  // transformer (Adam 1e-4) | amoebanet (SGD 0.01, momentum 0.9)
-  int64_t layers = 3;                    // transformer: encoder (= decoder) layers; amoebanet: N
-  int64_t batch = 32;                    // N
-  int threads = 1;                       // intra-op threads per stage
-  int partitions = 1;                    // K
-  int micro_batches = 1;                 // M
-  std::string remat = "never";           // never | except_last | always
-  std::string schedule = "gpipe";        // gpipe | 1f1b
-  std::string balance;                   // "12,7": explicit layers per cell (else by cost)
+  std::string workload =
+      "transformer";               // transformer (Adam 1e-4) | amoebanet (SGD 0.01, momentum 0.9)
+  int64_t layers = 3;              // transformer: encoder (= decoder) layers; amoebanet: N
+  int64_t batch = 32;              // N
+  int threads = 1;                 // intra-op threads per stage
+  int partitions = 1;              // K
+  int micro_batches = 1;           // M
+  std::string remat = "never";     // never | except_last | always
+  std::string schedule = "gpipe";  // gpipe | 1f1b
+  std::string balance;             // "12,7": explicit layers per cell (else by cost)
   int warmup = 3, steps = 20;
-  double max_seconds = 30;               // stop timing after this many seconds (>= 1 timed step)
-  bool quirk_maxpool = false;            // amoebanet: torchgpipe's AvgPool for max_pool_3x3
-  std::string trace_path;                // write a Chrome trace of the timed steps here
-  int replicas = 1;                      // R (under mpirun: one process per stage and replica)
+  double max_seconds = 30;     // stop timing after this many seconds (>= 1 timed step)
+  bool quirk_maxpool = false;  // amoebanet: torchgpipe's AvgPool for max_pool_3x3
+  std::string trace_path;      // write a Chrome trace of the timed steps here
+  int replicas = 1;            // R (under mpirun: one process per stage and replica)
 };
 int run_measure(const MeasureOptions& opt);
 // Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.
@@ -119,7 +121,8 @@ struct RematBenchOptions {
   TorchSide torch;
   std::vector<int> partitions{1, 2};
   std::vector<int> micro_batches{1, 8};
-  std::vector<std::string> remat{"never", "except_last", "always"};  // except_last is skipped at M = 1 (= never)
+  std::vector<std::string> remat{"never", "except_last",
+                                 "always"};  // except_last is skipped at M = 1 (= never)
   int warmup = 1, steps = 2;
 };
 int run_remat(const RematBenchOptions& opt);
@@ -139,23 +142,23 @@ int run_amoebanet(const AmoebaNetBenchOptions& opt);
 // ratio, GFLOP/s, first loss), both sides' parameter counts checked. W2 and
 // W5 are this table with their own model and script.
 struct StepComparison {
-  const char* name;            // "W5", in errors and the footer
-  const char* unit;            // "img" or "tok", in the headers
-  MeasureOptions model;        // workload, layers, batch, quirk; threads/warmup/steps are set per row
-  double units_per_step;       // images or target tokens per step
+  const char* name;       // "W5", in errors and the footer
+  const char* unit;       // "img" or "tok", in the headers
+  MeasureOptions model;   // workload, layers, batch, quirk; threads/warmup/steps are set per row
+  double units_per_step;  // images or target tokens per step
   int64_t expected_params;
-  const char* script;          // under benchmarks/
-  std::string script_args;     // before the common --threads/--warmup/--steps/--max-seconds
-  std::string script_extra;    // after them
-  const char* gflop_format;    // printf format of the GF/s columns, e.g. "%10.2f"
+  const char* script;        // under benchmarks/
+  std::string script_args;   // before the common --threads/--warmup/--steps/--max-seconds
+  std::string script_extra;  // after them
+  const char* gflop_format;  // printf format of the GF/s columns, e.g. "%10.2f"
 };
 // Prints the rows and the footer; `gflop` is the model's GFLOP per step.
-int compare_steps(const StepComparison& c, const TorchSide& torch, const std::vector<int>& threads, int warmup,
-                  int steps, double max_seconds, double gflop);
+int compare_steps(const StepComparison& c, const TorchSide& torch, const std::vector<int>& threads,
+                  int warmup, int steps, double max_seconds, double gflop);
 
 // Matmul FLOPs of one training step of the encoder-decoder Transformer
 // (3 x forward, dense attention), as BENCHMARKS.md counts them.
-double transformer_step_flops(int64_t layers, int64_t n, int64_t src_len, int64_t tgt_len, int64_t dim, int64_t ffn,
-                              int64_t vocab);
+double transformer_step_flops(int64_t layers, int64_t n, int64_t src_len, int64_t tgt_len,
+                              int64_t dim, int64_t ffn, int64_t vocab);
 
 }  // namespace gpipe::bench

@@ -1,12 +1,13 @@
 // gpipe_bench: reproduces the workloads of shared/BENCHMARKS.md, each beside
 // its reference in the same run.
-//   bazel run //tools:gpipe_bench -- gemm [--sizes 512,1024] [--threads 1,2]   # W1 (GPIPE_CPU_ISA=avx2 for that path)
-//   bazel run //tools:gpipe_bench -- peak          # FMA peak per ISA level, 1 and 2 threads
-//   bazel run //tools:gpipe_bench -- transformer   # W2 vs PyTorch
+//   bazel run //tools:gpipe_bench -- gemm [--sizes 512,1024] [--threads 1,2]   # W1
+//   (GPIPE_CPU_ISA=avx2 for that path) bazel run //tools:gpipe_bench -- peak          # FMA peak
+//   per ISA level, 1 and 2 threads bazel run //tools:gpipe_bench -- transformer   # W2 vs PyTorch
 //   bazel run //tools:gpipe_bench -- pipeline      # W3 K=1 vs K=2 (+ PyTorch seq)
 //   bazel run //tools:gpipe_bench -- remat         # W4 activation memory
 //   bazel run //tools:gpipe_bench -- amoebanet     # W5 vs PyTorch
-//   bazel run //tools:gpipe_bench -- processes     # W3 over MPI ranks vs in-process; R=2 data parallel
+//   bazel run //tools:gpipe_bench -- processes     # W3 over MPI ranks vs in-process; R=2 data
+//   parallel
 // PyTorch comes from benchmarks/setup_torch.sh's virtualenv (--python to override).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -20,49 +21,68 @@ namespace {
 
 void add_torch_flags(CLI::App* c, gpipe::bench::TorchSide& t) {
   c->add_option("--python", t.python,
-                "python with torch for the reference (default: benchmarks/setup_torch.sh's venv, else /usr/bin/python3)");
+                "python with torch for the reference (default: benchmarks/setup_torch.sh's venv, "
+                "else /usr/bin/python3)");
   c->add_flag("--no-torch", t.skip, "skip the PyTorch reference");
 }
 
 CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "gemm", "W1: fp32 GEMM, square and Transformer shapes: packed (active ISA) vs OpenBLAS, Eigen, numpy");
-  c->add_option("--sizes", o.sizes, "square matrix sizes n")->delimiter(',')->check(CLI::PositiveNumber);
-  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
-  c->add_option("--min-seconds", o.min_seconds, "timing budget per square measurement")->check(CLI::PositiveNumber);
+  CLI::App* c = app.add_subcommand("gemm",
+                                   "W1: fp32 GEMM, square and Transformer shapes: packed (active "
+                                   "ISA) vs OpenBLAS, Eigen, numpy");
+  c->add_option("--sizes", o.sizes, "square matrix sizes n")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--threads", o.threads, "intra-op thread counts")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--min-seconds", o.min_seconds, "timing budget per square measurement")
+      ->check(CLI::PositiveNumber);
   c->add_option("--python", o.python, "python with numpy for the reference");
   c->add_flag("--no-numpy", o.skip_numpy, "skip the numpy reference");
   c->add_flag("--no-square", o.skip_square, "skip the square sizes");
   c->add_flag("--no-transformer", o.skip_transformer, "skip the Transformer shapes");
   c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(CLI::PositiveNumber);
-  c->add_option("--dim", o.dim, "FFN shapes: model width d (hidden 4d)")->check(CLI::PositiveNumber);
-  c->add_option("--vocab", o.vocab, "output projection widths")->delimiter(',')->check(CLI::PositiveNumber);
-  c->add_option("--vocab-tokens", o.vocab_tokens, "output projection: tokens")->check(CLI::PositiveNumber);
+  c->add_option("--dim", o.dim, "FFN shapes: model width d (hidden 4d)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--vocab", o.vocab, "output projection widths")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--vocab-tokens", o.vocab_tokens, "output projection: tokens")
+      ->check(CLI::PositiveNumber);
   c->add_option("--vocab-dim", o.vocab_dim, "output projection: d")->check(CLI::PositiveNumber);
-  c->add_option("--shape-min-seconds", o.shape_min_seconds, "timing budget per Transformer-shape measurement")
+  c->add_option("--shape-min-seconds", o.shape_min_seconds,
+                "timing budget per Transformer-shape measurement")
       ->check(CLI::PositiveNumber);
   return c;
 }
 
 CLI::App* add_peak(CLI::App& app, gpipe::bench::PeakBenchOptions& o) {
   CLI::App* c = app.add_subcommand("peak", "fp32 FMA peak GFLOP/s of each ISA level the CPU has");
-  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
+  c->add_option("--threads", o.threads, "intra-op thread counts")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   c->add_option("--seconds", o.seconds, "time per measurement")->check(CLI::PositiveNumber);
   return c;
 }
 
 CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& o) {
-  CLI::App* c = app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
-  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
+  CLI::App* c =
+      app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
+  c->add_option("--threads", o.threads, "intra-op thread counts")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
   c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")->check(CLI::PositiveNumber);
+  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
+      ->check(CLI::PositiveNumber);
   add_torch_flags(c, o.torch);
   return c;
 }
 
 CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
-  CLI::App* c = app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
+  CLI::App* c =
+      app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
   c->add_option("--micro-batches", o.micro_batches, "M values (full sweep: 1,4,8,16)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
@@ -71,7 +91,8 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
   c->add_option("--torch-threads", o.torch_threads, "thread counts of PyTorch's seq baseline")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  c->add_option("--balance", o.balance, "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
+  c->add_option("--balance", o.balance,
+                "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
   c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
   c->add_flag("!--no-pipe", o.try_pipe, "do not try torch.distributed.pipeline.sync.Pipe");
@@ -80,9 +101,14 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
 }
 
 CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
-  CLI::App* c = app.add_subcommand("remat", "W4: activation memory and step time with / without remat");
-  c->add_option("--partitions", o.partitions, "K values (1 or 2)")->delimiter(',')->check(CLI::Range(1, 2));
-  c->add_option("--micro-batches", o.micro_batches, "M values")->delimiter(',')->check(CLI::PositiveNumber);
+  CLI::App* c =
+      app.add_subcommand("remat", "W4: activation memory and step time with / without remat");
+  c->add_option("--partitions", o.partitions, "K values (1 or 2)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 2));
+  c->add_option("--micro-batches", o.micro_batches, "M values")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
   c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
   c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
@@ -91,24 +117,33 @@ CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
 }
 
 CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
-  CLI::App* c = app.add_subcommand("amoebanet", "W5: AmoebaNet-D(2,32) training step (N=64, 32x32) vs PyTorch");
-  c->add_option("--threads", o.threads, "intra-op thread counts")->delimiter(',')->check(CLI::PositiveNumber);
-  c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "both sides: torchgpipe's AvgPool for max_pool_3x3");
+  CLI::App* c = app.add_subcommand("amoebanet",
+                                   "W5: AmoebaNet-D(2,32) training step (N=64, 32x32) vs PyTorch");
+  c->add_option("--threads", o.threads, "intra-op thread counts")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool,
+              "both sides: torchgpipe's AvgPool for max_pool_3x3");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
   c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")->check(CLI::PositiveNumber);
+  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
+      ->check(CLI::PositiveNumber);
   add_torch_flags(c, o.torch);
   return c;
 }
 
 CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
-  CLI::App* c = app.add_subcommand(
-      "processes", "W3 with one MPI rank per stage vs in-process K=2; R=2 data parallel vs one process; bytes sent");
-  c->add_option("--micro-batches", o.micro_batches, "M values")->delimiter(',')->check(CLI::PositiveNumber);
+  CLI::App* c = app.add_subcommand("processes",
+                                   "W3 with one MPI rank per stage vs in-process K=2; R=2 data "
+                                   "parallel vs one process; bytes sent");
+  c->add_option("--micro-batches", o.micro_batches, "M values")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   c->add_option("--remat", o.remat, "never | except_last | always");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
   c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
-  c->add_option("--rounds", o.rounds, "alternate the variants this many times")->check(CLI::PositiveNumber);
+  c->add_option("--rounds", o.rounds, "alternate the variants this many times")
+      ->check(CLI::PositiveNumber);
   c->add_option("--mpirun", o.mpirun, "the MPI launcher");
   return c;
 }
@@ -116,7 +151,8 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
 // One gpipe measurement in this process (the subcommands above run it in a
 // fresh process per measurement); prints one JSON line.
 CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
-  CLI::App* c = app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
+  CLI::App* c =
+      app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
   c->group("");  // hidden from --help
   c->add_option("--workload", o.workload, "transformer | amoebanet");
   c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
@@ -131,7 +167,8 @@ CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
   c->add_option("--steps", o.steps, "timed steps");
   c->add_option("--max-seconds", o.max_seconds, "timing budget");
   c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
-  c->add_option("--trace", o.trace_path, "Chrome trace of the timed steps (measured bubble in the JSON)");
+  c->add_option("--trace", o.trace_path,
+                "Chrome trace of the timed steps (measured bubble in the JSON)");
   c->add_option("--replicas", o.replicas, "R (under mpirun: K x R ranks)");
   return c;
 }
@@ -151,7 +188,8 @@ int main(int argc, char** argv) {
   gpipe::bench::AmoebaNetBenchOptions am;
   gpipe::bench::MeasureOptions me;
   gpipe::bench::ProcessesBenchOptions pr;
-  gemm.env_note = peak.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note = am.torch.env_note = env_note;
+  gemm.env_note = peak.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note =
+      am.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
   CLI::App* pk = add_peak(app, peak);
   CLI::App* t = add_transformer(app, tr);
@@ -165,7 +203,8 @@ int main(int argc, char** argv) {
   try {
     // Every result names the CPU, the kernels' ISA level and the GEMM path
     // (measure prints only its JSON line: its parent prints this).
-    if (!m->parsed()) std::printf("# compute: %s\n", gpipe::ops::cpu::compute_description().c_str());
+    if (!m->parsed())
+      std::printf("# compute: %s\n", gpipe::ops::cpu::compute_description().c_str());
     if (g->parsed()) return gpipe::bench::run_gemm(gemm);
     if (pk->parsed()) return gpipe::bench::run_peak(peak);
     if (t->parsed()) return gpipe::bench::run_transformer(tr);

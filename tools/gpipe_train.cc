@@ -2,7 +2,8 @@
 // AmoebaNet-D (Fashion-MNIST) through a GPipe pipeline. A thin main over
 // tools/train/trainer.h; see `gpipe_train --help` and README.md.
 //   bazel run //tools:gpipe_train -- --model=transformer --K=2 --M=4 --steps=200
-//   mpirun -np 4 bazel-bin/tools/gpipe_train --model=transformer --K=2 --replicas=2 --M=4 --steps=200
+//   mpirun -np 4 bazel-bin/tools/gpipe_train --model=transformer --K=2 --replicas=2 --M=4
+//   --steps=200
 // Exit status: 0 done, 1 runtime error (data, checkpoint, I/O), 2 usage error.
 // Under mpirun every rank checks that all ranks got the same flags; a
 // failure on one rank after start-up ends the whole job (MPI_Abort) with the

@@ -19,9 +19,12 @@ using namespace gpipe;
 // Autograd gives its backward; the pipeline places, cuts and remats it.
 class RmsResidual final : public UnaryLayer {
  public:
-  RmsResidual(std::string name, int64_t dim, int64_t hidden, uint64_t seed) : UnaryLayer(std::move(name)) {
-    w1 = make_parameter(Tensor::randn(Shape{hidden, dim}, seed, 1.0 / std::sqrt(static_cast<double>(dim))));
-    w2 = make_parameter(Tensor::randn(Shape{dim, hidden}, seed + 1, 0.5 / std::sqrt(static_cast<double>(hidden))));
+  RmsResidual(std::string name, int64_t dim, int64_t hidden, uint64_t seed)
+      : UnaryLayer(std::move(name)) {
+    w1 = make_parameter(
+        Tensor::randn(Shape{hidden, dim}, seed, 1.0 / std::sqrt(static_cast<double>(dim))));
+    w2 = make_parameter(
+        Tensor::randn(Shape{dim, hidden}, seed + 1, 0.5 / std::sqrt(static_cast<double>(hidden))));
     register_parameter("w1", &w1);
     register_parameter("w2", &w2);
   }
@@ -39,11 +42,14 @@ class RmsResidual final : public UnaryLayer {
 int main() {
   const int64_t n = 64, dim = 16, classes = 4;
   Tensor x = Tensor::randn(Shape{n, dim}, 1);
-  Tensor labels = ops::argmax(ops::matmul(x, Tensor::randn(Shape{classes, dim}, 2), false, true), 1);
+  Tensor labels =
+      ops::argmax(ops::matmul(x, Tensor::randn(Shape{classes, dim}, 2), false, true), 1);
   const Batch batch{{x}, {labels}};
 
   Model model;
-  for (int i = 0; i < 4; ++i) model.layers.push_back(std::make_shared<RmsResidual>("block_" + std::to_string(i), dim, 32, 10 + i));
+  for (int i = 0; i < 4; ++i)
+    model.layers.push_back(
+        std::make_shared<RmsResidual>("block_" + std::to_string(i), dim, 32, 10 + i));
   model.layers.push_back(std::make_shared<Linear>("head", dim, classes, 99));
   model.loss = std::make_shared<CrossEntropyLoss>();
 

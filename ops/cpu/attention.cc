@@ -42,8 +42,8 @@ bool masked(const T* pad, bool causal, int64_t i, int64_t j) {
 }
 
 template <class T>
-void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t, int64_t heads, bool causal,
-                  Tensor& out_t, Tensor& probs_t) {
+void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
+                  int64_t heads, bool causal, Tensor& out_t, Tensor& probs_t) {
   const Dims g(q, k, heads);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(g.dh)));
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
@@ -54,10 +54,12 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     for (int64_t bh = lo; bh < hi; ++bh) {
       T* p = probs + bh * g.tq * g.tk;
       const T* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
-      cpu::gemm<T>(false, true, g.tq, g.tk, g.dh, T(1), pq + g.q_at(bh), g.d, pk + g.k_at(bh), g.d, T(0), p, g.tk);
+      cpu::gemm<T>(false, true, g.tq, g.tk, g.dh, T(1), pq + g.q_at(bh), g.d, pk + g.k_at(bh), g.d,
+                   T(0), p, g.tk);
       for (int64_t i = 0; i < g.tq; ++i) {
         T* row = p + i * g.tk;
-        for (int64_t j = 0; j < g.tk; ++j) row[j] = masked(pad_b, causal, i, j) ? T(kMasked) : row[j] * scale;
+        for (int64_t j = 0; j < g.tk; ++j)
+          row[j] = masked(pad_b, causal, i, j) ? T(kMasked) : row[j] * scale;
         Row<T> r(row, g.tk);
         const T mx = r.maxCoeff();
         r = (r - mx).exp();
@@ -66,14 +68,16 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
             if (masked(pad_b, causal, i, j)) row[j] = T(0);
         r *= T(1) / r.sum();
       }
-      cpu::gemm<T>(false, false, g.tq, g.dh, g.tk, T(1), p, g.tk, pv + g.k_at(bh), g.d, T(0), out + g.q_at(bh), g.d);
+      cpu::gemm<T>(false, false, g.tq, g.dh, g.tk, T(1), p, g.tk, pv + g.k_at(bh), g.d, T(0),
+                   out + g.q_at(bh), g.d);
     }
   });
 }
 
 template <class T>
-void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t, const Tensor& probs_t,
-                   const Tensor& gout_t, int64_t heads, bool causal, Tensor& gq_t, Tensor& gk_t, Tensor& gv_t) {
+void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
+                   const Tensor& probs_t, const Tensor& gout_t, int64_t heads, bool causal,
+                   Tensor& gq_t, Tensor& gk_t, Tensor& gv_t) {
   const Dims g(q, k, heads);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(g.dh)));
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *probs = probs_t.data<T>();
@@ -86,8 +90,10 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       const T* p = probs + bh * g.tq * g.tk;
       const T* go = gout + g.q_at(bh);
       const T* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
-      cpu::gemm<T>(true, false, g.tk, g.dh, g.tq, T(1), p, g.tk, go, g.d, T(0), gv + g.k_at(bh), g.d);
-      cpu::gemm<T>(false, true, g.tq, g.tk, g.dh, T(1), go, g.d, pv + g.k_at(bh), g.d, T(0), ds.data(), g.tk);
+      cpu::gemm<T>(true, false, g.tk, g.dh, g.tq, T(1), p, g.tk, go, g.d, T(0), gv + g.k_at(bh),
+                   g.d);
+      cpu::gemm<T>(false, true, g.tq, g.tk, g.dh, T(1), go, g.d, pv + g.k_at(bh), g.d, T(0),
+                   ds.data(), g.tk);
       for (int64_t i = 0; i < g.tq; ++i) {
         T* dr = ds.data() + i * g.tk;
         const T* pr = p + i * g.tk;
@@ -96,21 +102,24 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         for (int64_t j = 0; j < g.tk; ++j)
           dr[j] = masked(pad_b, causal, i, j) ? T(0) : pr[j] * (dr[j] - dot) * scale;
       }
-      cpu::gemm<T>(false, false, g.tq, g.dh, g.tk, T(1), ds.data(), g.tk, pk + g.k_at(bh), g.d, T(0), gq + g.q_at(bh), g.d);
-      cpu::gemm<T>(true, false, g.tk, g.dh, g.tq, T(1), ds.data(), g.tk, pq + g.q_at(bh), g.d, T(0), gk + g.k_at(bh), g.d);
+      cpu::gemm<T>(false, false, g.tq, g.dh, g.tk, T(1), ds.data(), g.tk, pk + g.k_at(bh), g.d,
+                   T(0), gq + g.q_at(bh), g.d);
+      cpu::gemm<T>(true, false, g.tk, g.dh, g.tq, T(1), ds.data(), g.tk, pq + g.q_at(bh), g.d, T(0),
+                   gk + g.k_at(bh), g.d);
     }
   });
 }
 
-void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad, int64_t heads,
-                           bool causal, Tensor& out, Tensor& probs) {
+void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
+                           int64_t heads, bool causal, Tensor& out, Tensor& probs) {
   dispatch_floating(q.dtype(), "attention", [&](auto z) {
     forward_impl<decltype(z)>(q, k, v, pad, heads, causal, out, probs);
   });
 }
 
-void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad, const Tensor& probs,
-                            const Tensor& gout, int64_t heads, bool causal, Tensor& gq, Tensor& gk, Tensor& gv) {
+void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
+                            const Tensor& probs, const Tensor& gout, int64_t heads, bool causal,
+                            Tensor& gq, Tensor& gk, Tensor& gv) {
   dispatch_floating(q.dtype(), "attention backward", [&](auto z) {
     backward_impl<decltype(z)>(q, k, v, pad, probs, gout, heads, causal, gq, gk, gv);
   });

@@ -13,11 +13,10 @@
 //   grad_x = gamma * invstd * (gy - grad_beta / m - xhat * grad_gamma / m),
 // which is the affine map gx = a * gy + b * x + d with per-channel constants.
 // In eval mode mean and var are constants and grad_x = gamma * invstd * gy.
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "core/parallel.h"
 #include "ops/batch_norm_kernels.h"
@@ -73,8 +72,11 @@ void affine_channels(const Layout& l, const T* u, const T* v, const std::vector<
                    for (int64_t n = lo; n < hi; ++n) {
                      const int64_t base = n * l.c;
                      Array<T> o(out + base, l.c);
-                     if (v) o = av * ConstArray<T>(u + base, l.c) + bv * ConstArray<T>(v + base, l.c) + dv;
-                     else o = av * ConstArray<T>(u + base, l.c) + dv;
+                     if (v)
+                       o = av * ConstArray<T>(u + base, l.c) + bv * ConstArray<T>(v + base, l.c) +
+                           dv;
+                     else
+                       o = av * ConstArray<T>(u + base, l.c) + dv;
                    }
                  });
     return;
@@ -83,8 +85,10 @@ void affine_channels(const Layout& l, const T* u, const T* v, const std::vector<
     for (int64_t plane = lo; plane < hi; ++plane) {
       const int64_t c = plane % l.c, base = plane * l.s;
       Array<T> o(out + base, l.s);
-      if (v) o = a[c] * ConstArray<T>(u + base, l.s) + b[c] * ConstArray<T>(v + base, l.s) + d[c];
-      else o = a[c] * ConstArray<T>(u + base, l.s) + d[c];
+      if (v)
+        o = a[c] * ConstArray<T>(u + base, l.s) + b[c] * ConstArray<T>(v + base, l.s) + d[c];
+      else
+        o = a[c] * ConstArray<T>(u + base, l.s) + d[c];
     }
   });
 }
@@ -102,7 +106,8 @@ void batch_norm_stats_cpu(const Tensor& x, Tensor& mean, Tensor& var) {
           return ConstArray<T>(xp + base, len).template cast<double>().sum();
         },
         [&](int64_t base, int64_t lo, int64_t hi, double* out) {
-          Array<double>(out + lo, hi - lo) += ConstArray<T>(xp + base + lo, hi - lo).template cast<double>();
+          Array<double>(out + lo, hi - lo) +=
+              ConstArray<T>(xp + base + lo, hi - lo).template cast<double>();
         },
         m.data());
     for (double& e : m) e *= inv_count;
@@ -149,7 +154,8 @@ void batch_norm_forward_cpu(const Tensor& x, const Tensor& mean, const Tensor& v
     std::vector<T> a(l.c), unused(l.c), d(l.c);
     for (int64_t c = 0; c < l.c; ++c) {
       a[c] = static_cast<T>(s[c]);
-      d[c] = static_cast<T>((bp ? static_cast<double>(bp[c]) : 0.0) - static_cast<double>(mp[c]) * s[c]);
+      d[c] = static_cast<T>((bp ? static_cast<double>(bp[c]) : 0.0) -
+                            static_cast<double>(mp[c]) * s[c]);
     }
     affine_channels<T>(l, x.data<T>(), nullptr, a, unused, d, y.data<T>());
   });
@@ -178,7 +184,8 @@ void batch_norm_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor
             return ConstArray<T>(gy + base, len).template cast<double>().sum();
           },
           [&](int64_t base, int64_t lo, int64_t hi, double* out) {
-            Array<double>(out + lo, hi - lo) += ConstArray<T>(gy + base + lo, hi - lo).template cast<double>();
+            Array<double>(out + lo, hi - lo) +=
+                ConstArray<T>(gy + base + lo, hi - lo).template cast<double>();
           },
           sum_gy.data());
     }

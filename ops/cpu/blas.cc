@@ -68,12 +68,18 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   Map C(c, m, n, Stride<T>(ldc));
   ConstMap A(a, ta ? k : m, ta ? m : k, Stride<T>(lda));
   ConstMap B(b, tb ? n : k, tb ? k : n, Stride<T>(ldb));
-  if (beta == T(0)) C.setZero();
-  else if (beta != T(1)) C *= beta;
-  if (!ta && !tb) C.noalias() += alpha * A * B;
-  else if (ta && !tb) C.noalias() += alpha * A.transpose() * B;
-  else if (!ta && tb) C.noalias() += alpha * A * B.transpose();
-  else C.noalias() += alpha * A.transpose() * B.transpose();
+  if (beta == T(0))
+    C.setZero();
+  else if (beta != T(1))
+    C *= beta;
+  if (!ta && !tb)
+    C.noalias() += alpha * A * B;
+  else if (ta && !tb)
+    C.noalias() += alpha * A.transpose() * B;
+  else if (!ta && tb)
+    C.noalias() += alpha * A * B.transpose();
+  else
+    C.noalias() += alpha * A.transpose() * B.transpose();
 }
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -108,7 +114,8 @@ constexpr double kSmallFlops = 1 << 24;
 constexpr int64_t kSmallSide = 32;
 
 bool small_product(int64_t m, int64_t n, int64_t k) {
-  return (2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < kSmallSide) && cpu_isa() != CpuIsa::kBaseline;
+  return (2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < kSmallSide) &&
+         cpu_isa() != CpuIsa::kBaseline;
 }
 
 }  // namespace
@@ -117,14 +124,20 @@ void set_gemm_backend(GemmBackend backend) { g_backend = static_cast<int>(backen
 GemmBackend gemm_backend() { return current_backend(); }
 std::string_view gemm_backend_name() {
   switch (current_backend()) {
-    case GemmBackend::kBlas: return "openblas";
-    case GemmBackend::kEigen: return "eigen";
-    case GemmBackend::kPacked: break;
+    case GemmBackend::kBlas:
+      return "openblas";
+    case GemmBackend::kEigen:
+      return "eigen";
+    case GemmBackend::kPacked:
+      break;
   }
   switch (cpu_isa()) {
-    case CpuIsa::kAvx512: return "packed-avx512";
-    case CpuIsa::kAvx2: return "packed-avx2";
-    case CpuIsa::kBaseline: break;
+    case CpuIsa::kAvx512:
+      return "packed-avx512";
+    case CpuIsa::kAvx2:
+      return "packed-avx2";
+    case CpuIsa::kBaseline:
+      break;
   }
   return "packed-baseline";
 }
@@ -132,8 +145,8 @@ std::string_view gemm_backend_name() {
 std::string compute_description() {
   std::string gemm(gemm_backend_name());
   if (current_backend() == GemmBackend::kPacked && cpu_isa() != CpuIsa::kBaseline)
-    gemm += detail::concat(", products under ", kSmallFlops / (1 << 20), " MFLOP or with a side under ", kSmallSide,
-                           ": eigen");
+    gemm += detail::concat(", products under ", kSmallFlops / (1 << 20),
+                           " MFLOP or with a side under ", kSmallSide, ": eigen");
   return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm;
 }
 
@@ -149,12 +162,18 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   switch (backend_for<T>()) {
     case GemmBackend::kPacked:
       if constexpr (std::is_same_v<T, float>) {
-        if (small_product(m, n, k)) eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        else packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+        if (small_product(m, n, k))
+          eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else
+          packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
       }
       break;
-    case GemmBackend::kBlas: blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
-    case GemmBackend::kEigen: eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
+    case GemmBackend::kBlas:
+      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      break;
+    case GemmBackend::kEigen:
+      eigen_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      break;
   }
 }
 

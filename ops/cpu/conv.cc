@@ -18,11 +18,10 @@
 // samples and its own partial sum, reduced in a fixed order: the result does
 // not vary from run to run (it may differ in round-off with the thread count).
 // Column buffers are tensors charged to MemoryCategory::kWorkspace.
+#include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "core/allocator.h"
 #include "core/parallel.h"
@@ -40,13 +39,25 @@ struct Geometry {
   Conv2dParams p;
 
   Geometry(const Shape& x, const Shape& weight, const Shape& y, const Conv2dParams& params)
-      : n(x[0]), c(x[1]), h(x[2]), w(x[3]), o(weight[0]), kh(weight[2]), kw(weight[3]),
-        oh(y[2]), ow(y[3]), groups(params.groups), cg(c / groups), og(o / groups),
-        k(cg * kh * kw), hw(h * w), ohw(oh * ow), p(params) {}
+      : n(x[0]),
+        c(x[1]),
+        h(x[2]),
+        w(x[3]),
+        o(weight[0]),
+        kh(weight[2]),
+        kw(weight[3]),
+        oh(y[2]),
+        ow(y[3]),
+        groups(params.groups),
+        cg(c / groups),
+        og(o / groups),
+        k(cg * kh * kw),
+        hw(h * w),
+        ohw(oh * ow),
+        p(params) {}
 
   bool pointwise() const {
-    return kh == 1 && kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
-           p.pad_w == 0;
+    return kh == 1 && kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
   }
   bool depthwise() const { return cg == 1 && groups > 1; }
 };
@@ -196,8 +207,10 @@ template <class T>
 void gemm_maybe_parallel(bool parallel, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                          const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
                          int64_t ldc) {
-  if (parallel) cpu::parallel_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
-  else cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+  if (parallel)
+    cpu::parallel_gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+  else
+    cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 // ---------------------------------------------------------------- depthwise
@@ -302,7 +315,8 @@ void gemm_forward(const Geometry& g, const Tensor& like, const T* x, const T* w,
     T* yg = y + (n * g.o + gr * g.og) * g.ohw;
     if (!pointwise) im2col_maybe_parallel(g, xg, col, parallel);
     if (b) {
-      for (int64_t r = 0; r < g.og; ++r) std::fill(yg + r * g.ohw, yg + (r + 1) * g.ohw, b[gr * g.og + r]);
+      for (int64_t r = 0; r < g.og; ++r)
+        std::fill(yg + r * g.ohw, yg + (r + 1) * g.ohw, b[gr * g.og + r]);
     }
     gemm_maybe_parallel(parallel, false, false, g.og, g.ohw, g.k, w + gr * g.og * g.k, g.k,
                         pointwise ? xg : col, g.ohw, b ? T(1) : T(0), yg, g.ohw);
@@ -326,16 +340,16 @@ void gemm_backward_input(const Geometry& g, const Tensor& like, const T* gy, con
 
 // grad_w_g[Og, K] (+)= grad_y_g[Og, OH*OW] * col^T for samples [n_lo, n_hi).
 template <class T>
-void accumulate_weight_grad(const Geometry& g, const T* gy, const T* x, int64_t n_lo,
-                            int64_t n_hi, T* col, bool parallel, T* gw) {
+void accumulate_weight_grad(const Geometry& g, const T* gy, const T* x, int64_t n_lo, int64_t n_hi,
+                            T* col, bool parallel, T* gw) {
   const bool pointwise = g.pointwise();
   for (int64_t n = n_lo; n < n_hi; ++n) {
     for (int64_t gr = 0; gr < g.groups; ++gr) {
       const T* xg = x + (n * g.c + gr * g.cg) * g.hw;
       if (!pointwise) im2col_maybe_parallel(g, xg, col, parallel);
-      gemm_maybe_parallel(parallel, false, true, g.og, g.k, g.ohw, gy + (n * g.o + gr * g.og) * g.ohw,
-                          g.ohw, pointwise ? xg : col, g.ohw, n == n_lo ? T(0) : T(1),
-                          gw + gr * g.og * g.k, g.k);
+      gemm_maybe_parallel(parallel, false, true, g.og, g.k, g.ohw,
+                          gy + (n * g.o + gr * g.og) * g.ohw, g.ohw, pointwise ? xg : col, g.ohw,
+                          n == n_lo ? T(0) : T(1), gw + gr * g.og * g.k, g.k);
     }
   }
 }
@@ -375,8 +389,10 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bia
   dispatch_floating(x.dtype(), "conv2d", [&](auto z) {
     using T = decltype(z);
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
-    if (g.depthwise()) depthwise_forward(g, x.data<T>(), weight.data<T>(), b, y.data<T>());
-    else gemm_forward(g, x, x.data<T>(), weight.data<T>(), b, y.data<T>());
+    if (g.depthwise())
+      depthwise_forward(g, x.data<T>(), weight.data<T>(), b, y.data<T>());
+    else
+      gemm_forward(g, x, x.data<T>(), weight.data<T>(), b, y.data<T>());
   });
 }
 

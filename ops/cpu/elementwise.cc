@@ -32,7 +32,8 @@ void binary_impl(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   T* po = out.data<T>();
   const int64_t numel = out.numel();
   if (numel == 0) return;
-  if (a.is_contiguous() && b.is_contiguous() && a.shape() == out.shape() && b.shape() == out.shape()) {
+  if (a.is_contiguous() && b.is_contiguous() && a.shape() == out.shape() &&
+      b.shape() == out.shape()) {
     pa += a.offset();
     pb += b.offset();
     parallel_for(0, numel, 1 << 15, [&](int64_t lo, int64_t hi) {
@@ -69,10 +70,14 @@ void binary_cpu(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   dispatch_floating(out.dtype(), "elementwise", [&](auto z) {
     using T = decltype(z);
     switch (op) {
-      case BinaryOp::kAdd: return binary_impl<T>(a, b, out, [](T x, T y) { return x + y; });
-      case BinaryOp::kSub: return binary_impl<T>(a, b, out, [](T x, T y) { return x - y; });
-      case BinaryOp::kMul: return binary_impl<T>(a, b, out, [](T x, T y) { return x * y; });
-      case BinaryOp::kDiv: return binary_impl<T>(a, b, out, [](T x, T y) { return x / y; });
+      case BinaryOp::kAdd:
+        return binary_impl<T>(a, b, out, [](T x, T y) { return x + y; });
+      case BinaryOp::kSub:
+        return binary_impl<T>(a, b, out, [](T x, T y) { return x - y; });
+      case BinaryOp::kMul:
+        return binary_impl<T>(a, b, out, [](T x, T y) { return x * y; });
+      case BinaryOp::kDiv:
+        return binary_impl<T>(a, b, out, [](T x, T y) { return x / y; });
     }
   });
 }
@@ -102,27 +107,38 @@ void unary_cpu(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
     using T = decltype(z);
     const T al = static_cast<T>(alpha);
     switch (op) {
-      case UnaryOp::kNeg: return map1<T>(x, out, [](T v) { return -v; });
-      case UnaryOp::kRelu: return map1<T>(x, out, [](T v) { return v > T(0) ? v : T(0); });
-      case UnaryOp::kGelu: return map1<T>(x, out, [](T v) { return gelu_fn(v); });
-      case UnaryOp::kTanh: return map1<T>(x, out, [](T v) { return std::tanh(v); });
-      case UnaryOp::kSigmoid: return map1<T>(x, out, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
-      case UnaryOp::kExp: return map1<T>(x, out, [](T v) { return std::exp(v); });
-      case UnaryOp::kLog: return map1<T>(x, out, [](T v) { return std::log(v); });
-      case UnaryOp::kSqrt: return map1<T>(x, out, [](T v) { return std::sqrt(v); });
-      case UnaryOp::kAbs: return map1<T>(x, out, [](T v) { return std::abs(v); });
+      case UnaryOp::kNeg:
+        return map1<T>(x, out, [](T v) { return -v; });
+      case UnaryOp::kRelu:
+        return map1<T>(x, out, [](T v) { return v > T(0) ? v : T(0); });
+      case UnaryOp::kGelu:
+        return map1<T>(x, out, [](T v) { return gelu_fn(v); });
+      case UnaryOp::kTanh:
+        return map1<T>(x, out, [](T v) { return std::tanh(v); });
+      case UnaryOp::kSigmoid:
+        return map1<T>(x, out, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+      case UnaryOp::kExp:
+        return map1<T>(x, out, [](T v) { return std::exp(v); });
+      case UnaryOp::kLog:
+        return map1<T>(x, out, [](T v) { return std::log(v); });
+      case UnaryOp::kSqrt:
+        return map1<T>(x, out, [](T v) { return std::sqrt(v); });
+      case UnaryOp::kAbs:
+        return map1<T>(x, out, [](T v) { return std::abs(v); });
       case UnaryOp::kPow:
         if (al == T(2)) return map1<T>(x, out, [](T v) { return v * v; });
         return map1<T>(x, out, [al](T v) { return std::pow(v, al); });
-      case UnaryOp::kAddScalar: return map1<T>(x, out, [al](T v) { return v + al; });
-      case UnaryOp::kMulScalar: return map1<T>(x, out, [al](T v) { return v * al; });
+      case UnaryOp::kAddScalar:
+        return map1<T>(x, out, [al](T v) { return v + al; });
+      case UnaryOp::kMulScalar:
+        return map1<T>(x, out, [al](T v) { return v * al; });
     }
   });
 }
 
 template <bool kX, bool kY, class T, class F>
-inline void grad_loop(const T* __restrict px, const T* __restrict py, const T* __restrict pg, T* __restrict po,
-                      int64_t lo, int64_t hi, F f) {
+inline void grad_loop(const T* __restrict px, const T* __restrict py, const T* __restrict pg,
+                      T* __restrict po, int64_t lo, int64_t hi, F f) {
   for (int64_t i = lo; i < hi; ++i) po[i] = pg[i] * f(kX ? px[i] : T(0), kY ? py[i] : T(0));
 }
 
@@ -135,33 +151,49 @@ void map_grad(const Tensor& x, const Tensor& y, const Tensor& gy, Tensor& gx, F 
   // One loop per operand combination: a pointer test inside the loop would
   // keep it from vectorising (and so would possible aliasing: gx is a fresh tensor).
   parallel_for(0, gy.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-    if (px && py) grad_loop<true, true>(px, py, pg, po, lo, hi, f);
-    else if (px) grad_loop<true, false>(px, py, pg, po, lo, hi, f);
-    else if (py) grad_loop<false, true>(px, py, pg, po, lo, hi, f);
-    else grad_loop<false, false>(px, py, pg, po, lo, hi, f);
+    if (px && py)
+      grad_loop<true, true>(px, py, pg, po, lo, hi, f);
+    else if (px)
+      grad_loop<true, false>(px, py, pg, po, lo, hi, f);
+    else if (py)
+      grad_loop<false, true>(px, py, pg, po, lo, hi, f);
+    else
+      grad_loop<false, false>(px, py, pg, po, lo, hi, f);
   });
 }
 
-void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor& y, const Tensor& gy,
-                        Tensor& gx) {
+void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor& y,
+                        const Tensor& gy, Tensor& gx) {
   dispatch_floating(gy.dtype(), "elementwise backward", [&](auto z) {
     using T = decltype(z);
     const T al = static_cast<T>(alpha);
     switch (op) {
-      case UnaryOp::kNeg: return map_grad<T>(x, y, gy, gx, [](T, T) { return T(-1); });
-      case UnaryOp::kRelu: return map_grad<T>(x, y, gy, gx, [](T v, T) { return static_cast<T>(v > T(0)); });
-      case UnaryOp::kGelu: return map_grad<T>(x, y, gy, gx, [](T v, T) { return gelu_grad(v); });
-      case UnaryOp::kTanh: return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(1) - o * o; });
-      case UnaryOp::kSigmoid: return map_grad<T>(x, y, gy, gx, [](T, T o) { return o * (T(1) - o); });
-      case UnaryOp::kExp: return map_grad<T>(x, y, gy, gx, [](T, T o) { return o; });
-      case UnaryOp::kLog: return map_grad<T>(x, y, gy, gx, [](T v, T) { return T(1) / v; });
-      case UnaryOp::kSqrt: return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(0.5) / o; });
+      case UnaryOp::kNeg:
+        return map_grad<T>(x, y, gy, gx, [](T, T) { return T(-1); });
+      case UnaryOp::kRelu:
+        return map_grad<T>(x, y, gy, gx, [](T v, T) { return static_cast<T>(v > T(0)); });
+      case UnaryOp::kGelu:
+        return map_grad<T>(x, y, gy, gx, [](T v, T) { return gelu_grad(v); });
+      case UnaryOp::kTanh:
+        return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(1) - o * o; });
+      case UnaryOp::kSigmoid:
+        return map_grad<T>(x, y, gy, gx, [](T, T o) { return o * (T(1) - o); });
+      case UnaryOp::kExp:
+        return map_grad<T>(x, y, gy, gx, [](T, T o) { return o; });
+      case UnaryOp::kLog:
+        return map_grad<T>(x, y, gy, gx, [](T v, T) { return T(1) / v; });
+      case UnaryOp::kSqrt:
+        return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(0.5) / o; });
       case UnaryOp::kAbs:
-        return map_grad<T>(x, y, gy, gx, [](T v, T) { return static_cast<T>(v > T(0)) - static_cast<T>(v < T(0)); });
+        return map_grad<T>(x, y, gy, gx, [](T v, T) {
+          return static_cast<T>(v > T(0)) - static_cast<T>(v < T(0));
+        });
       case UnaryOp::kPow:
         return map_grad<T>(x, y, gy, gx, [al](T v, T) { return al * std::pow(v, al - T(1)); });
-      case UnaryOp::kAddScalar: return map_grad<T>(x, y, gy, gx, [](T, T) { return T(1); });
-      case UnaryOp::kMulScalar: return map_grad<T>(x, y, gy, gx, [al](T, T) { return al; });
+      case UnaryOp::kAddScalar:
+        return map_grad<T>(x, y, gy, gx, [](T, T) { return T(1); });
+      case UnaryOp::kMulScalar:
+        return map_grad<T>(x, y, gy, gx, [al](T, T) { return al; });
     }
   });
 }

@@ -18,7 +18,8 @@ void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t l
 #pragma GCC unroll 6
   for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr; ++i) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+  for (int i = 0; i < kMr; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
   for (int64_t p = 0; p < kc; ++p) {
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
@@ -43,7 +44,8 @@ void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t l
     for (int i = 0; i < kMr; ++i) {
       float* ci = c + i * ldc;
       _mm256_storeu_ps(ci, _mm256_fmadd_ps(va, acc[i][0], _mm256_mul_ps(vb, _mm256_loadu_ps(ci))));
-      _mm256_storeu_ps(ci + 8, _mm256_fmadd_ps(va, acc[i][1], _mm256_mul_ps(vb, _mm256_loadu_ps(ci + 8))));
+      _mm256_storeu_ps(ci + 8,
+                       _mm256_fmadd_ps(va, acc[i][1], _mm256_mul_ps(vb, _mm256_loadu_ps(ci + 8))));
     }
   }
 }

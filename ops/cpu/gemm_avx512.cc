@@ -47,7 +47,8 @@ void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t 
     for (int i = 0; i < kMr; ++i) {
       float* ci = c + i * ldc;
       _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
-      _mm512_storeu_ps(ci + 16, _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
+      _mm512_storeu_ps(ci + 16,
+                       _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
     }
   }
 }
@@ -55,6 +56,7 @@ void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t 
 }  // namespace
 }  // namespace avx512
 
-const KernelSet kAvx512Kernels = {"avx512", avx512::kMr, avx512::kNr, 256, 512, 4096, avx512::kernel_14x32};
+const KernelSet kAvx512Kernels = {"avx512", avx512::kMr, avx512::kNr,         256,
+                                  512,      4096,        avx512::kernel_14x32};
 
 }  // namespace gpipe::ops::cpu::packed

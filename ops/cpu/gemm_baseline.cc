@@ -45,7 +45,7 @@ void kernel_4x8(int64_t kc, const float* a, const float* b, float* c, int64_t ld
 }  // namespace
 }  // namespace baseline
 
-const KernelSet kBaselineKernels = {"baseline", baseline::kMr, baseline::kNr, 256, 1024, 4096,
-                                    baseline::kernel_4x8};
+const KernelSet kBaselineKernels = {"baseline", baseline::kMr, baseline::kNr,       256,
+                                    1024,       4096,          baseline::kernel_4x8};
 
 }  // namespace gpipe::ops::cpu::packed

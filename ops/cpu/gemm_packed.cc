@@ -40,7 +40,7 @@ namespace {
 
 using packed::KernelSet;
 
-constexpr int64_t kNChunk = 8192;       // columns of op(B) packed at once (B buffer <= kc * kNChunk)
+constexpr int64_t kNChunk = 8192;  // columns of op(B) packed at once (B buffer <= kc * kNChunk)
 constexpr double kParallelFlops = 4e6;  // below this a product runs on the caller
 constexpr int kMaxTile = 14 * 32;       // largest mr * nr of any kernel set
 
@@ -63,10 +63,10 @@ struct Problem {
 // One (rows, columns, k-slice) block of the product.
 struct Block {
   int64_t i0, rows, j0, cols, p0, kc;
-  float beta;                 // beta for the first k-slice, 1 afterwards
+  float beta;  // beta for the first k-slice, 1 afterwards
   int64_t a_panels, b_panels;
-  float* pa;                  // a_panels * mr * kc
-  float* pb;                  // b_panels * nr * kc
+  float* pa;  // a_panels * mr * kc
+  float* pb;  // b_panels * nr * kc
 };
 
 class AlignedFloats {
@@ -89,7 +89,8 @@ class AlignedFloats {
 
 struct Workspace {
   AlignedFloats a, b;
-  std::unique_ptr<std::atomic<uint8_t>[]> b_state;  // Note [Shared B panels]: 0 free, 1 packing, 2 ready
+  std::unique_ptr<std::atomic<uint8_t>[]>
+      b_state;  // Note [Shared B panels]: 0 free, 1 packing, 2 ready
   int64_t b_state_size = 0;
 
   std::atomic<uint8_t>* states(int64_t count) {
@@ -107,7 +108,8 @@ struct Workspace {
 // dst[p * stride + r] = src[r * ld + p] for r < lanes, p < kc: the transposing
 // copy both op(A) = A and op(B) = B^T need. 4 x 4 blocks go through SSE
 // registers (x86-64 baseline), the rest element by element.
-void pack_transposed(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst, int64_t stride) {
+void pack_transposed(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
+                     int64_t stride) {
   int64_t r = 0;
   for (; r + 4 <= lanes; r += 4) {
     const float* s0 = src + r * ld;
@@ -136,7 +138,8 @@ void pack_transposed(const float* src, int64_t ld, int64_t lanes, int64_t kc, fl
 // Panels are 14-32 floats wide: a memcpy call per row costs more than the
 // copy, so rows move through SSE registers (which the compiler does not turn
 // back into a memcpy call).
-void pack_copy(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst, int64_t stride) {
+void pack_copy(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
+               int64_t stride) {
   for (int64_t p = 0; p < kc; ++p) {
     float* d = dst + p * stride;
     const float* s = src + p * ld;
@@ -149,11 +152,13 @@ void pack_copy(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* d
 
 void zero_lanes(int64_t from, int64_t stride, int64_t kc, float* dst) {
   if (from < stride)
-    for (int64_t p = 0; p < kc; ++p) std::fill(dst + p * stride + from, dst + (p + 1) * stride, 0.0f);
+    for (int64_t p = 0; p < kc; ++p)
+      std::fill(dst + p * stride + from, dst + (p + 1) * stride, 0.0f);
 }
 
 // Rows [i0, i0 + mr) of op(A), columns [p0, p0 + kc), as one mr panel.
-void pack_a_panel(const Problem& P, const KernelSet& ks, int64_t i0, int64_t p0, int64_t kc, float* dst) {
+void pack_a_panel(const Problem& P, const KernelSet& ks, int64_t i0, int64_t p0, int64_t kc,
+                  float* dst) {
   const int64_t rows = std::min<int64_t>(ks.mr, P.m - i0);
   if (P.ta) return pack_copy(P.a + p0 * P.lda + i0, P.lda, rows, kc, dst, ks.mr);
   pack_transposed(P.a + i0 * P.lda + p0, P.lda, rows, kc, dst, ks.mr);
@@ -161,7 +166,8 @@ void pack_a_panel(const Problem& P, const KernelSet& ks, int64_t i0, int64_t p0,
 }
 
 // Rows [p0, p0 + kc) of op(B), columns [j0, j0 + nr), as one nr panel.
-void pack_b_panel(const Problem& P, const KernelSet& ks, int64_t j0, int64_t p0, int64_t kc, float* dst) {
+void pack_b_panel(const Problem& P, const KernelSet& ks, int64_t j0, int64_t p0, int64_t kc,
+                  float* dst) {
   const int64_t cols = std::min<int64_t>(ks.nr, P.n - j0);
   if (!P.tb) return pack_copy(P.b + p0 * P.ldb + j0, P.ldb, cols, kc, dst, ks.nr);
   pack_transposed(P.b + j0 * P.ldb + p0, P.ldb, cols, kc, dst, ks.nr);
@@ -211,8 +217,10 @@ void run_tile(const Problem& P, const KernelSet& ks, const Block& blk, int64_t i
 // after a while in case that thread lost its core.
 void wait_ready(const std::atomic<uint8_t>& state) {
   for (int spins = 0; state.load(std::memory_order_acquire) != 2; ++spins) {
-    if (spins < 4096) __builtin_ia32_pause();
-    else std::this_thread::yield();
+    if (spins < 4096)
+      __builtin_ia32_pause();
+    else
+      std::this_thread::yield();
   }
 }
 
@@ -232,14 +240,16 @@ void run_block_split_rows(const Problem& P, const KernelSet& ks, const Block& bl
     }
     for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
     for (int64_t ip = lo; ip < hi; ++ip) {
-      if (jc == 0) pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.pa + ip * ks.mr * blk.kc);
+      if (jc == 0)
+        pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.pa + ip * ks.mr * blk.kc);
       for (int64_t jp = jc; jp < jend; ++jp) run_tile(P, ks, blk, ip, jp);
     }
   }
 }
 
 // Columns of C split: B panels [lo, hi) on this task, A packed beforehand.
-void run_block_split_cols(const Problem& P, const KernelSet& ks, const Block& blk, int64_t lo, int64_t hi) {
+void run_block_split_cols(const Problem& P, const KernelSet& ks, const Block& blk, int64_t lo,
+                          int64_t hi) {
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
   for (int64_t jc = lo; jc < hi; jc += nc_panels) {
     const int64_t jend = std::min(hi, jc + nc_panels);
@@ -255,11 +265,14 @@ double balance(int64_t panels, int threads) {
   return static_cast<double>(panels) / (threads * ceil_div(panels, threads));
 }
 
-void run_block(const Problem& P, const KernelSet& ks, const Block& blk, Workspace& ws, int threads) {
-  if (threads > 1 && balance(blk.a_panels, threads) < std::min(0.9, balance(blk.b_panels, threads))) {
+void run_block(const Problem& P, const KernelSet& ks, const Block& blk, Workspace& ws,
+               int threads) {
+  if (threads > 1 &&
+      balance(blk.a_panels, threads) < std::min(0.9, balance(blk.b_panels, threads))) {
     for (int64_t ip = 0; ip < blk.a_panels; ++ip)
       pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.pa + ip * ks.mr * blk.kc);
-    parallel_for(0, blk.b_panels, 1, [&](int64_t lo, int64_t hi) { run_block_split_cols(P, ks, blk, lo, hi); });
+    parallel_for(0, blk.b_panels, 1,
+                 [&](int64_t lo, int64_t hi) { run_block_split_cols(P, ks, blk, lo, hi); });
     return;
   }
   std::atomic<uint8_t>* b_state = ws.states(blk.b_panels);
@@ -274,7 +287,8 @@ void run_block(const Problem& P, const KernelSet& ks, const Block& blk, Workspac
 void scale_c(const Problem& P) {
   for (int64_t i = 0; i < P.m; ++i) {
     float* ci = P.c + i * P.ldc;
-    if (P.beta == 0.0f) std::fill(ci, ci + P.n, 0.0f);
+    if (P.beta == 0.0f)
+      std::fill(ci, ci + P.n, 0.0f);
     else if (P.beta != 1.0f)
       for (int64_t j = 0; j < P.n; ++j) ci[j] *= P.beta;
   }
@@ -282,9 +296,12 @@ void scale_c(const Problem& P) {
 
 const KernelSet& kernels_for(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kAvx512: return packed::kAvx512Kernels;
-    case CpuIsa::kAvx2: return packed::kAvx2Kernels;
-    case CpuIsa::kBaseline: break;
+    case CpuIsa::kAvx512:
+      return packed::kAvx512Kernels;
+    case CpuIsa::kAvx2:
+      return packed::kAvx2Kernels;
+    case CpuIsa::kBaseline:
+      break;
   }
   return packed::kBaselineKernels;
 }
@@ -309,7 +326,8 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
   // roles of m and n; when that pads far less, the transposed product is
   // computed and its tiles are written into C through a transpose.
   const auto padded = [&](int64_t rows, int64_t cols) {
-    return static_cast<double>(ceil_div(rows, ks.mr) * ks.mr) * static_cast<double>(ceil_div(cols, ks.nr) * ks.nr);
+    return static_cast<double>(ceil_div(rows, ks.mr) * ks.mr) *
+           static_cast<double>(ceil_div(cols, ks.nr) * ks.nr);
   };
   if (padded(n, m) < 0.8 * padded(m, n)) {
     P = Problem{!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, /*ct=*/true};
@@ -320,8 +338,10 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 
   // Even splits: no thin last block.
   const int64_t k_slices = ceil_div(k, ks.kc), kc_max = ceil_div(k, k_slices);
-  const int64_t m_blocks = ceil_div(m, ks.mc), mc_max = ceil_div(ceil_div(m, m_blocks), ks.mr) * ks.mr;
-  const int64_t n_chunks = ceil_div(n, kNChunk), nc_max = ceil_div(ceil_div(n, n_chunks), ks.nr) * ks.nr;
+  const int64_t m_blocks = ceil_div(m, ks.mc),
+                mc_max = ceil_div(ceil_div(m, m_blocks), ks.mr) * ks.mr;
+  const int64_t n_chunks = ceil_div(n, kNChunk),
+                nc_max = ceil_div(ceil_div(n, n_chunks), ks.nr) * ks.nr;
 
   static thread_local Workspace ws;
   float* pa = ws.a.get(mc_max * kc_max);

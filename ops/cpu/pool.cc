@@ -15,11 +15,10 @@
 // (count_include_pad) or by the number of in-bounds elements. Backward of
 // both writes each plane of grad_x from that plane's outputs only, which keeps
 // it race-free.
+#include <Eigen/Core>
 #include <algorithm>
 #include <limits>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "core/parallel.h"
 #include "ops/pool_kernels.h"
@@ -55,8 +54,14 @@ struct PlaneGeometry {
   std::vector<int64_t> tap_lo, tap_hi;  // per window column j, see tap_range
 
   PlaneGeometry(const Shape& in, const Shape& out, const Pool2dParams& params)
-      : planes(in[0] * in[1]), h(in[2]), w(in[3]), oh(out[2]), ow(out[3]), p(params),
-        tap_lo(p.kernel_w), tap_hi(p.kernel_w) {
+      : planes(in[0] * in[1]),
+        h(in[2]),
+        w(in[3]),
+        oh(out[2]),
+        ow(out[3]),
+        p(params),
+        tap_lo(p.kernel_w),
+        tap_hi(p.kernel_w) {
     for (int64_t j = 0; j < p.kernel_w; ++j)
       valid_range(j - p.pad_w, p.stride_w, w, ow, tap_lo[j], tap_hi[j]);
   }
@@ -86,8 +91,10 @@ void add_strided(int64_t n, const T* src, int64_t src_stride, const T* scale, T*
   if (n <= 0) return;
   ArrayMap<T> d(dst, n, Eigen::InnerStride<>(dst_stride));
   const ConstArrayMap<T> s(src, n, Eigen::InnerStride<>(src_stride));
-  if (scale) d += s * ConstArrayMap<T>(scale, n, Eigen::InnerStride<>(1));
-  else d += s;
+  if (scale)
+    d += s * ConstArrayMap<T>(scale, n, Eigen::InnerStride<>(1));
+  else
+    d += s;
 }
 
 // One output of max pooling by a direct window loop, NaN-aware (slow path).
@@ -167,8 +174,8 @@ void inverse_divisors(const PlaneGeometry& g, int64_t r, std::vector<T>& inv) {
   const Span rs = g.rows(r);
   for (int64_t q = 0; q < g.ow; ++q) {
     const Span cs = g.cols(q);
-    const int64_t count = g.p.count_include_pad ? rs.padded * cs.padded
-                                                : (rs.hi - rs.lo) * (cs.hi - cs.lo);
+    const int64_t count =
+        g.p.count_include_pad ? rs.padded * cs.padded : (rs.hi - rs.lo) * (cs.hi - cs.lo);
     inv[q] = T(1) / static_cast<T>(count);
   }
 }

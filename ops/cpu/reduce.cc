@@ -17,14 +17,15 @@ void sum_cpu(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& o
     const T* px = x.data<T>();
     T* po = out.data<T>();
     if (inner == 1) {
-      parallel_for(0, outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t lo, int64_t hi) {
-        for (int64_t o = lo; o < hi; ++o) {
-          const T* row = px + o * n;
-          double acc = 0;
-          for (int64_t i = 0; i < n; ++i) acc += row[i];
-          po[o] = static_cast<T>(acc);
-        }
-      });
+      parallel_for(0, outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)),
+                   [&](int64_t lo, int64_t hi) {
+                     for (int64_t o = lo; o < hi; ++o) {
+                       const T* row = px + o * n;
+                       double acc = 0;
+                       for (int64_t i = 0; i < n; ++i) acc += row[i];
+                       po[o] = static_cast<T>(acc);
+                     }
+                   });
       return;
     }
     auto body = [&](int64_t o, int64_t i0, int64_t i1) {
@@ -45,7 +46,8 @@ void sum_cpu(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& o
   });
 }
 
-void max_cpu(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out, Tensor& argmax) {
+void max_cpu(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out,
+             Tensor& argmax) {
   dispatch_floating(x.dtype(), "max", [&](auto z) {
     using T = decltype(z);
     const T* px = x.data<T>();
@@ -74,8 +76,8 @@ void max_cpu(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& o
   });
 }
 
-void max_backward_cpu(const Tensor& g, const Tensor& argmax, int64_t outer, int64_t n, int64_t inner,
-                      Tensor& gx) {
+void max_backward_cpu(const Tensor& g, const Tensor& argmax, int64_t outer, int64_t n,
+                      int64_t inner, Tensor& gx) {
   dispatch_floating(g.dtype(), "max backward", [&](auto z) {
     using T = decltype(z);
     const T* pg = g.data<T>();
@@ -83,7 +85,8 @@ void max_backward_cpu(const Tensor& g, const Tensor& argmax, int64_t outer, int6
     T* po = gx.data<T>();
     std::memset(po, 0, gx.nbytes());
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) po[(o * n + pa[o * inner + i]) * inner + i] = pg[o * inner + i];
+      for (int64_t i = 0; i < inner; ++i)
+        po[(o * n + pa[o * inner + i]) * inner + i] = pg[o * inner + i];
   });
 }
 

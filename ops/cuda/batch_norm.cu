@@ -41,8 +41,7 @@ struct GradTimesCentered {
   const T* x;
   const T* mean;
   __device__ double operator()(int64_t e, int64_t c) const {
-    return static_cast<double>(gy[e]) *
-           (static_cast<double>(x[e]) - static_cast<double>(mean[c]));
+    return static_cast<double>(gy[e]) * (static_cast<double>(x[e]) - static_cast<double>(mean[c]));
   }
 };
 
@@ -70,8 +69,8 @@ template <class T>
 __global__ void forward_coefficients_kernel(const T* mean, const T* var, const T* gamma,
                                             const T* beta, double eps, int64_t c, T* a, T* d) {
   GPIPE_KERNEL_LOOP(k, c) {
-    const double s = (gamma ? static_cast<double>(gamma[k]) : 1.0) /
-                     sqrt(static_cast<double>(var[k]) + eps);
+    const double s =
+        (gamma ? static_cast<double>(gamma[k]) : 1.0) / sqrt(static_cast<double>(var[k]) + eps);
     a[k] = static_cast<T>(s);
     d[k] = static_cast<T>((beta ? static_cast<double>(beta[k]) : 0.0) -
                           static_cast<double>(mean[k]) * s);
@@ -82,9 +81,8 @@ __global__ void forward_coefficients_kernel(const T* mean, const T* var, const T
 template <class T>
 __global__ void backward_coefficients_kernel(const double* sum_gy, const double* sum_gy_xc,
                                              const T* mean, const T* var, const T* gamma,
-                                             double eps, bool training, double inv_count,
-                                             int64_t c, T* a, T* b, T* d, T* grad_gamma,
-                                             T* grad_beta) {
+                                             double eps, bool training, double inv_count, int64_t c,
+                                             T* a, T* b, T* d, T* grad_gamma, T* grad_beta) {
   GPIPE_KERNEL_LOOP(k, c) {
     const double invstd = 1.0 / sqrt(static_cast<double>(var[k]) + eps);
     const double sgx = sum_gy_xc ? sum_gy_xc[k] * invstd : 0.0;  // sum(gy * xhat)

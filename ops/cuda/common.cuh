@@ -116,9 +116,9 @@ __device__ inline T group_max(T v, T* shared) {
 // blocks. The row is uniform within a group, so group reductions inside the
 // loop are safe (for kGroup == kThreads every thread of the block iterates
 // equally often, as __syncthreads needs).
-#define GPIPE_ROW_LOOP(row, rows, kGroup)                                           \
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / (kGroup)) +      \
-                     threadIdx.x / (kGroup);                                         \
+#define GPIPE_ROW_LOOP(row, rows, kGroup)                                                     \
+  for (int64_t row =                                                                          \
+           static_cast<int64_t>(blockIdx.x) * (kThreads / (kGroup)) + threadIdx.x / (kGroup); \
        row < (rows); row += static_cast<int64_t>(gridDim.x) * (kThreads / (kGroup)))
 
 // Rows of length n: a warp per row up to this length, else a block per row.

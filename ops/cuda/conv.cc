@@ -37,9 +37,12 @@ enum class Direction : int64_t { kForward, kBackwardData, kBackwardFilter };
 
 const char* direction_name(Direction d) {
   switch (d) {
-    case Direction::kForward: return "conv2d_forward";
-    case Direction::kBackwardData: return "conv2d_backward_input";
-    case Direction::kBackwardFilter: return "conv2d_backward_weight";
+    case Direction::kForward:
+      return "conv2d_forward";
+    case Direction::kBackwardData:
+      return "conv2d_backward_input";
+    case Direction::kBackwardFilter:
+      return "conv2d_backward_weight";
   }
   return "conv2d";
 }
@@ -56,9 +59,18 @@ struct Problem {
   int device;
 
   std::vector<int64_t> key() const {
-    std::vector<int64_t> k{static_cast<int64_t>(direction), static_cast<int64_t>(dtype),
-                           p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
-                           p.groups, alignment, tf32, device};
+    std::vector<int64_t> k{static_cast<int64_t>(direction),
+                           static_cast<int64_t>(dtype),
+                           p.stride_h,
+                           p.stride_w,
+                           p.pad_h,
+                           p.pad_w,
+                           p.dilation_h,
+                           p.dilation_w,
+                           p.groups,
+                           alignment,
+                           tf32,
+                           device};
     k.insert(k.end(), x.begin(), x.end());
     k.insert(k.end(), w.begin(), w.end());
     k.insert(k.end(), y.begin(), y.end());
@@ -87,32 +99,34 @@ cudnn::Descriptor operation(const Problem& pr, const cudnn::Descriptor& conv,
     cudnnBackendDescriptorType_t type;
     cudnnBackendAttributeName_t alpha, beta, conv, x, w, y;
   };
-  const Attrs a =
-      pr.direction == Direction::kForward
-          ? Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y}
-      : pr.direction == Direction::kBackwardData
-          ? Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY}
-          : Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-                  CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
+  const Attrs a = pr.direction == Direction::kForward
+                      ? Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y}
+                  : pr.direction == Direction::kBackwardData
+                      ? Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY}
+                      : Attrs{CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
   cudnn::Descriptor op(a.type);
-  op.set_descriptor(a.conv, conv).set_descriptor(a.x, x).set_descriptor(a.w, w).set_descriptor(a.y, y);
+  op.set_descriptor(a.conv, conv)
+      .set_descriptor(a.x, x)
+      .set_descriptor(a.w, w)
+      .set_descriptor(a.y, y);
   if (pr.dtype == DType::kFloat64) {  // alpha / beta in the compute type
     const double one = 1.0, zero = 0.0;
     op.set(a.alpha, CUDNN_TYPE_DOUBLE, 1, &one).set(a.beta, CUDNN_TYPE_DOUBLE, 1, &zero);
@@ -245,7 +259,8 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
     ws = Tensor::empty(Shape{(plan->workspace + 7) / 8}, DType::kInt64, device);
   }
   cudnn::execute(handle.get(), *plan, {kUidX, kUidW, kUidY},
-                 {x.raw_data(), w.raw_data(), y.raw_data()}, ws.defined() ? ws.raw_data() : nullptr);
+                 {x.raw_data(), w.raw_data(), y.raw_data()},
+                 ws.defined() ? ws.raw_data() : nullptr);
   // ws is freed here: the caching allocator hands it out again only to later
   // work on the same compute stream, which runs after this convolution.
   return true;

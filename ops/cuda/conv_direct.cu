@@ -14,8 +14,18 @@ struct Geometry {
 };
 
 Geometry geometry(const Shape& x, const Shape& weight, const Shape& y, const Conv2dParams& p) {
-  return Geometry{x[0], x[1], x[2], x[3], weight[0], weight[2], weight[3], y[2], y[3],
-                  x[1] / p.groups, weight[0] / p.groups, p};
+  return Geometry{x[0],
+                  x[1],
+                  x[2],
+                  x[3],
+                  weight[0],
+                  weight[2],
+                  weight[3],
+                  y[2],
+                  y[3],
+                  x[1] / p.groups,
+                  weight[0] / p.groups,
+                  p};
 }
 
 template <class T>

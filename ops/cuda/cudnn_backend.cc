@@ -29,17 +29,28 @@ namespace {
 
 const char* note_name(cudnnBackendNumericalNote_t n) {
   switch (n) {
-    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE: return "tensor_core";
-    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS: return "down_convert_inputs";
-    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: return "reduced_precision_reduction";
-    case CUDNN_NUMERICAL_NOTE_FFT: return "fft";
-    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: return "nondeterministic";
-    case CUDNN_NUMERICAL_NOTE_WINOGRAD: return "winograd";
-    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4: return "winograd_4x4";
-    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6: return "winograd_6x6";
-    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13: return "winograd_13x13";
-    case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP: return "strict_nan_prop";
-    default: return "?";
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+      return "tensor_core";
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+      return "down_convert_inputs";
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      return "reduced_precision_reduction";
+    case CUDNN_NUMERICAL_NOTE_FFT:
+      return "fft";
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+      return "nondeterministic";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+      return "winograd";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+      return "winograd_4x4";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+      return "winograd_6x6";
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13:
+      return "winograd_13x13";
+    case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP:
+      return "strict_nan_prop";
+    default:
+      return "?";
   }
 }
 
@@ -89,7 +100,8 @@ EngineInfo describe_engine(const Descriptor& config) {
   cudnnBackendDescriptor_t raw = engine.get();
   int64_t got = 0;
   if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &raw) != CUDNN_STATUS_SUCCESS)
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                               &raw) != CUDNN_STATUS_SUCCESS)
     return info;
   int64_t index = -1;
   if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
@@ -230,15 +242,17 @@ Plan build_plan(cudnnHandle_t handle, const Descriptor& graph, const PlanPolicy&
       out.engine = infos[i].index;
       out.round = static_cast<int>(round);
       out.keep_alive.push_back(std::move(configs[i]));
-      for (auto n : infos[i].notes) out.notes += std::string(out.notes.empty() ? "" : ",") + note_name(n);
-      if (infos[i].runtime_compiled) out.notes += std::string(out.notes.empty() ? "" : ",") + "runtime_compiled";
+      for (auto n : infos[i].notes)
+        out.notes += std::string(out.notes.empty() ? "" : ",") + note_name(n);
+      if (infos[i].runtime_compiled)
+        out.notes += std::string(out.notes.empty() ? "" : ",") + "runtime_compiled";
       return out;
     }
   }
   throw Error(detail::concat(what, ": cuDNN offers no usable engine (", configs.size(),
                              " configurations proposed, none passed the numerical-note filters, "
-                             "the workspace limit of ", policy.max_workspace,
-                             " bytes and plan finalization)"));
+                             "the workspace limit of ",
+                             policy.max_workspace, " bytes and plan finalization)"));
 }
 
 void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,

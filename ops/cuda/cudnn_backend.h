@@ -32,7 +32,7 @@ class Descriptor {
   Descriptor& set_descriptor(cudnnBackendAttributeName_t name, const Descriptor& value);
   Descriptor& set_data_type(cudnnBackendAttributeName_t name, cudnnDataType_t value);
   Descriptor& set_handle(cudnnBackendAttributeName_t name, cudnnHandle_t handle);
-  Descriptor& finalize();  // throws on failure
+  Descriptor& finalize();        // throws on failure
   cudnnStatus_t try_finalize();  // returns the status instead (clearing cuDNN's last error)
   int64_t get_int64(cudnnBackendAttributeName_t name) const;
 

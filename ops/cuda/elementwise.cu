@@ -15,8 +15,8 @@ __global__ void binary_flat(const T* a, const T* b, T* out, int64_t n, F f) {
 }
 
 template <class T, class F>
-__global__ void binary_strided(const T* a, StridedIndexer ai, const T* b, StridedIndexer bi,
-                               T* out, int64_t n, F f) {
+__global__ void binary_strided(const T* a, StridedIndexer ai, const T* b, StridedIndexer bi, T* out,
+                               int64_t n, F f) {
   GPIPE_KERNEL_LOOP(i, n) { out[i] = f(a[ai(i)], b[bi(i)]); }
 }
 
@@ -45,7 +45,7 @@ void binary_impl(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   if (a.is_contiguous() && b.is_contiguous() && a.shape() == out.shape() &&
       b.shape() == out.shape()) {
     binary_flat<<<blocks_for(n), kThreads, 0, scope.stream()>>>(a.data<T>(), b.data<T>(),
-                                                                  out.data<T>(), n, f);
+                                                                out.data<T>(), n, f);
   } else {
     const auto idx = make_indexers({&a, &b});
     binary_strided<<<blocks_for(n), kThreads, 0, scope.stream()>>>(
@@ -58,10 +58,14 @@ void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   dispatch_floating(out.dtype(), "elementwise", [&](auto z) {
     using T = decltype(z);
     switch (op) {
-      case BinaryOp::kAdd: return binary_impl<T>(a, b, out, AddOp<T>{});
-      case BinaryOp::kSub: return binary_impl<T>(a, b, out, SubOp<T>{});
-      case BinaryOp::kMul: return binary_impl<T>(a, b, out, MulOp<T>{});
-      case BinaryOp::kDiv: return binary_impl<T>(a, b, out, DivOp<T>{});
+      case BinaryOp::kAdd:
+        return binary_impl<T>(a, b, out, AddOp<T>{});
+      case BinaryOp::kSub:
+        return binary_impl<T>(a, b, out, SubOp<T>{});
+      case BinaryOp::kMul:
+        return binary_impl<T>(a, b, out, MulOp<T>{});
+      case BinaryOp::kDiv:
+        return binary_impl<T>(a, b, out, DivOp<T>{});
     }
   });
 }
@@ -81,18 +85,30 @@ __device__ inline T gelu_grad(T x) {
 template <class T>
 __device__ inline T unary_value(UnaryOp op, T v, T al) {
   switch (op) {
-    case UnaryOp::kNeg: return -v;
-    case UnaryOp::kRelu: return v > T(0) ? v : T(0);
-    case UnaryOp::kGelu: return gelu_fn(v);
-    case UnaryOp::kTanh: return dtanh(v);
-    case UnaryOp::kSigmoid: return T(1) / (T(1) + dexp(-v));
-    case UnaryOp::kExp: return dexp(v);
-    case UnaryOp::kLog: return dlog(v);
-    case UnaryOp::kSqrt: return dsqrt(v);
-    case UnaryOp::kAbs: return dabs(v);
-    case UnaryOp::kPow: return al == T(2) ? v * v : dpow(v, al);
-    case UnaryOp::kAddScalar: return v + al;
-    case UnaryOp::kMulScalar: return v * al;
+    case UnaryOp::kNeg:
+      return -v;
+    case UnaryOp::kRelu:
+      return v > T(0) ? v : T(0);
+    case UnaryOp::kGelu:
+      return gelu_fn(v);
+    case UnaryOp::kTanh:
+      return dtanh(v);
+    case UnaryOp::kSigmoid:
+      return T(1) / (T(1) + dexp(-v));
+    case UnaryOp::kExp:
+      return dexp(v);
+    case UnaryOp::kLog:
+      return dlog(v);
+    case UnaryOp::kSqrt:
+      return dsqrt(v);
+    case UnaryOp::kAbs:
+      return dabs(v);
+    case UnaryOp::kPow:
+      return al == T(2) ? v * v : dpow(v, al);
+    case UnaryOp::kAddScalar:
+      return v + al;
+    case UnaryOp::kMulScalar:
+      return v * al;
   }
   return v;
 }
@@ -101,18 +117,30 @@ __device__ inline T unary_value(UnaryOp op, T v, T al) {
 template <class T>
 __device__ inline T unary_derivative(UnaryOp op, T v, T o, T al) {
   switch (op) {
-    case UnaryOp::kNeg: return T(-1);
-    case UnaryOp::kRelu: return v > T(0) ? T(1) : T(0);
-    case UnaryOp::kGelu: return gelu_grad(v);
-    case UnaryOp::kTanh: return T(1) - o * o;
-    case UnaryOp::kSigmoid: return o * (T(1) - o);
-    case UnaryOp::kExp: return o;
-    case UnaryOp::kLog: return T(1) / v;
-    case UnaryOp::kSqrt: return T(0.5) / o;
-    case UnaryOp::kAbs: return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0));
-    case UnaryOp::kPow: return al * dpow(v, al - T(1));
-    case UnaryOp::kAddScalar: return T(1);
-    case UnaryOp::kMulScalar: return al;
+    case UnaryOp::kNeg:
+      return T(-1);
+    case UnaryOp::kRelu:
+      return v > T(0) ? T(1) : T(0);
+    case UnaryOp::kGelu:
+      return gelu_grad(v);
+    case UnaryOp::kTanh:
+      return T(1) - o * o;
+    case UnaryOp::kSigmoid:
+      return o * (T(1) - o);
+    case UnaryOp::kExp:
+      return o;
+    case UnaryOp::kLog:
+      return T(1) / v;
+    case UnaryOp::kSqrt:
+      return T(0.5) / o;
+    case UnaryOp::kAbs:
+      return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0));
+    case UnaryOp::kPow:
+      return al * dpow(v, al - T(1));
+    case UnaryOp::kAddScalar:
+      return T(1);
+    case UnaryOp::kMulScalar:
+      return al;
   }
   return T(0);
 }
@@ -136,8 +164,8 @@ void unary_cuda(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
   KernelScope scope(out.device());
   dispatch_floating(x.dtype(), "elementwise", [&](auto z) {
     using T = decltype(z);
-    unary_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
-        op, static_cast<T>(alpha), x.data<T>(), out.data<T>(), n);
+    unary_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(op, static_cast<T>(alpha),
+                                                                    x.data<T>(), out.data<T>(), n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }

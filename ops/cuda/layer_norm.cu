@@ -177,8 +177,7 @@ void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& me
             g.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(gamma),
             gx.data<T>(), rows, d);
       } else {
-        input_grad_kernel<T, kThreads><<<row_blocks<kThreads>(rows), kThreads, 0,
-                                         scope.stream()>>>(
+        input_grad_kernel<T, kThreads><<<row_blocks<kThreads>(rows), kThreads, 0, scope.stream()>>>(
             g.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(gamma),
             gx.data<T>(), rows, d);
       }
@@ -195,8 +194,8 @@ void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& me
     param_partials_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, scope.stream()>>>(
         g.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), rows, d, chunks, pg, pb);
     GPIPE_CUDA_CHECK_LAUNCH();
-    param_finish_kernel<T><<<blocks_for(d), kThreads, 0, scope.stream()>>>(pg, pb, d, chunks, pgg,
-                                                                          pgb);
+    param_finish_kernel<T>
+        <<<blocks_for(d), kThreads, 0, scope.stream()>>>(pg, pb, d, chunks, pgg, pgb);
     GPIPE_CUDA_CHECK_LAUNCH();
   });
 }

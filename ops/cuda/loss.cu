@@ -109,8 +109,8 @@ void launch_stats(const Tensor& targets, int64_t n, int64_t c, int64_t ignore_in
                   unsigned long long* stats, cudaStream_t stream) {
   init_stats_kernel<<<1, 1, 0, stream>>>(stats, static_cast<unsigned long long>(n));
   if (n > 0)
-    target_stats_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(targets.data<I>(), n, c,
-                                                                    ignore_index, stats);
+    target_stats_kernel<I>
+        <<<blocks_for(n), kThreads, 0, stream>>>(targets.data<I>(), n, c, ignore_index, stats);
   GPIPE_CUDA_CHECK_LAUNCH();
 }
 
@@ -126,12 +126,13 @@ void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int
       auto* stats = static_cast<unsigned long long*>(stats_t.raw_data());
       launch_stats<I>(targets, n, c, ignore_index, stats, scope.stream());
       unsigned long long host[2];
-      GPIPE_CUDA_CHECK(cudaMemcpyAsync(host, stats, sizeof(host), cudaMemcpyDeviceToHost,
-                                       scope.stream()));
+      GPIPE_CUDA_CHECK(
+          cudaMemcpyAsync(host, stats, sizeof(host), cudaMemcpyDeviceToHost, scope.stream()));
       GPIPE_CUDA_CHECK(cudaStreamSynchronize(scope.stream()));
       if (static_cast<int64_t>(host[0]) < n) {
         const int64_t i = static_cast<int64_t>(host[0]);
-        const int64_t v = static_cast<int64_t>(read_device_value<I>(targets.data<I>() + i, scope.stream()));
+        const int64_t v =
+            static_cast<int64_t>(read_device_value<I>(targets.data<I>() + i, scope.stream()));
         throw Error(detail::concat("cross_entropy: target ", v, " at position ", i,
                                    " is out of range for C = ", c, " classes (valid: 0 .. ", c - 1,
                                    ", or ignore_index = ", ignore_index, ")"));
@@ -143,15 +144,14 @@ void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int
               logits.data<T>(), targets.data<I>(), n, c, ignore_index, label_smoothing,
               lse.data<T>(), row_loss.data<double>());
         } else {
-          row_loss_kernel<T, I, kThreads><<<row_blocks<kThreads>(n), kThreads, 0,
-                                            scope.stream()>>>(
+          row_loss_kernel<T, I, kThreads><<<row_blocks<kThreads>(n), kThreads, 0, scope.stream()>>>(
               logits.data<T>(), targets.data<I>(), n, c, ignore_index, label_smoothing,
               lse.data<T>(), row_loss.data<double>());
         }
         GPIPE_CUDA_CHECK_LAUNCH();
       }
-      mean_loss_kernel<T><<<1, 1024, 0, scope.stream()>>>(row_loss.data<double>(), n, stats,
-                                                           loss.data<T>());
+      mean_loss_kernel<T>
+          <<<1, 1024, 0, scope.stream()>>>(row_loss.data<double>(), n, stats, loss.data<T>());
       GPIPE_CUDA_CHECK_LAUNCH();
     });
   });

@@ -28,10 +28,14 @@ void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, Tensor&
     using T = decltype(z);
     const T v = static_cast<T>(value);
     switch (mask.dtype()) {
-      case DType::kFloat32: return launch<T, float>(x, mask, v, out, scope.stream());
-      case DType::kFloat64: return launch<T, double>(x, mask, v, out, scope.stream());
-      case DType::kInt32: return launch<T, int32_t>(x, mask, v, out, scope.stream());
-      case DType::kInt64: return launch<T, int64_t>(x, mask, v, out, scope.stream());
+      case DType::kFloat32:
+        return launch<T, float>(x, mask, v, out, scope.stream());
+      case DType::kFloat64:
+        return launch<T, double>(x, mask, v, out, scope.stream());
+      case DType::kInt32:
+        return launch<T, int32_t>(x, mask, v, out, scope.stream());
+      case DType::kInt64:
+        return launch<T, int64_t>(x, mask, v, out, scope.stream());
       default:
         throw Error(detail::concat("masked_fill: unsupported mask dtype ", mask.dtype()));
     }

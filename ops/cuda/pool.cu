@@ -91,8 +91,8 @@ __global__ void max_backward_kernel(const T* gy, const int64_t* argmax, int64_t 
 
 template <class T>
 __device__ inline T inverse_divisor(const Geometry& g, const Span& rs, const Span& cs) {
-  const int64_t count = g.p.count_include_pad ? rs.padded * cs.padded
-                                              : (rs.hi - rs.lo) * (cs.hi - cs.lo);
+  const int64_t count =
+      g.p.count_include_pad ? rs.padded * cs.padded : (rs.hi - rs.lo) * (cs.hi - cs.lo);
   return T(1) / static_cast<T>(count);
 }
 
@@ -167,8 +167,8 @@ void avg_pool2d_forward_cuda(const Tensor& x, const Pool2dParams& params, Tensor
   KernelScope scope(y.device());
   dispatch_floating(x.dtype(), "avg_pool2d", [&](auto z) {
     using T = decltype(z);
-    avg_forward_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(x.data<T>(), g,
-                                                                          y.data<T>());
+    avg_forward_kernel<T>
+        <<<blocks_for(n), kThreads, 0, scope.stream()>>>(x.data<T>(), g, y.data<T>());
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }
@@ -180,8 +180,8 @@ void avg_pool2d_backward_cuda(const Tensor& grad_y, const Pool2dParams& params, 
   KernelScope scope(grad_x.device());
   dispatch_floating(grad_y.dtype(), "avg_pool2d backward", [&](auto z) {
     using T = decltype(z);
-    avg_backward_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(grad_y.data<T>(), g,
-                                                                           grad_x.data<T>());
+    avg_backward_kernel<T>
+        <<<blocks_for(n), kThreads, 0, scope.stream()>>>(grad_y.data<T>(), g, grad_x.data<T>());
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }

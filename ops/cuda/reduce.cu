@@ -21,7 +21,8 @@ constexpr int64_t kTargetThreads = 1 << 16;  // enough parallel columns x chunks
 // Chunks to cut a reduction of length n into, given `columns` independent outputs.
 int64_t chunks_for(int64_t n, int64_t columns, bool rows) {
   const int64_t by_length = (n + kChunkElems - 1) / kChunkElems;
-  if (rows) return std::max<int64_t>(1, std::min<int64_t>(by_length, 4096 / std::max<int64_t>(columns, 1)));
+  if (rows)
+    return std::max<int64_t>(1, std::min<int64_t>(by_length, 4096 / std::max<int64_t>(columns, 1)));
   const int64_t wanted = kTargetThreads / std::max<int64_t>(columns, 1);
   return std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, (n + 31) / 32));
 }

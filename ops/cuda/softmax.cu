@@ -110,8 +110,9 @@ void forward_cuda(const Tensor& x, int64_t axis, Tensor& y) {
       forward_rows<T, 32, kLog><<<row_blocks<32>(g.outer), kThreads, 0, scope.stream()>>>(
           x.data<T>(), y.data<T>(), g.outer, g.n);
     } else if (g.inner == 1) {
-      forward_rows<T, kThreads, kLog><<<row_blocks<kThreads>(g.outer), kThreads, 0,
-                                        scope.stream()>>>(x.data<T>(), y.data<T>(), g.outer, g.n);
+      forward_rows<T, kThreads, kLog>
+          <<<row_blocks<kThreads>(g.outer), kThreads, 0, scope.stream()>>>(x.data<T>(), y.data<T>(),
+                                                                           g.outer, g.n);
     } else {
       forward_columns<T, kLog><<<blocks_for(g.outer * g.inner), kThreads, 0, scope.stream()>>>(
           x.data<T>(), y.data<T>(), g.outer, g.n, g.inner);
@@ -131,9 +132,9 @@ void backward_cuda(const Tensor& y, const Tensor& gy, int64_t axis, Tensor& gx) 
       backward_rows<T, 32, kLog><<<row_blocks<32>(g.outer), kThreads, 0, scope.stream()>>>(
           y.data<T>(), gy.data<T>(), gx.data<T>(), g.outer, g.n);
     } else if (g.inner == 1) {
-      backward_rows<T, kThreads, kLog><<<row_blocks<kThreads>(g.outer), kThreads, 0,
-                                         scope.stream()>>>(y.data<T>(), gy.data<T>(),
-                                                           gx.data<T>(), g.outer, g.n);
+      backward_rows<T, kThreads, kLog>
+          <<<row_blocks<kThreads>(g.outer), kThreads, 0, scope.stream()>>>(
+              y.data<T>(), gy.data<T>(), gx.data<T>(), g.outer, g.n);
     } else {
       backward_columns<T, kLog><<<blocks_for(g.outer * g.inner), kThreads, 0, scope.stream()>>>(
           y.data<T>(), gy.data<T>(), gx.data<T>(), g.outer, g.n, g.inner);

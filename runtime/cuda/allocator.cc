@@ -143,7 +143,8 @@ class CachingAllocator final : public Allocator {
     return b;
   }
 
-  Block* malloc_locked(cudaStream_t stream, size_t size, size_t requested, MemoryCategory category) {
+  Block* malloc_locked(cudaStream_t stream, size_t size, size_t requested,
+                       MemoryCategory category) {
     void* ptr = nullptr;
     cudaError_t s = cudaMalloc(&ptr, size);
     if (s == cudaErrorMemoryAllocation) {
@@ -224,14 +225,16 @@ Allocator* make_caching_allocator(int index) { return new CachingAllocator(index
 
 CachingAllocator& caching_allocator(int device) {
   auto* a = dynamic_cast<CachingAllocator*>(&allocator_for(Device(DeviceType::kCUDA, device)));
-  GPIPE_ASSERT(a != nullptr, "the allocator of cuda:", device, " is not the CUDA caching allocator");
+  GPIPE_ASSERT(a != nullptr, "the allocator of cuda:", device,
+               " is not the CUDA caching allocator");
   return *a;
 }
 
 }  // namespace
 
 size_t round_size(size_t bytes) {
-  if (bytes <= kSmallLimit) return std::max(kMinBlock, (bytes + kMinBlock - 1) / kMinBlock * kMinBlock);
+  if (bytes <= kSmallLimit)
+    return std::max(kMinBlock, (bytes + kMinBlock - 1) / kMinBlock * kMinBlock);
   const size_t step = std::bit_floor(bytes) / 4;
   return (bytes + step - 1) / step * step;
 }

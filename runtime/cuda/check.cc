@@ -24,8 +24,8 @@ void throw_status(cudaError_t status, const char* call, const char* file, int li
 
 void throw_status(cublasStatus_t status, const char* call, const char* file, int line) {
   raise("cuBLAS", call,
-        detail::concat(cublasGetStatusName(status), " (", cublasGetStatusString(status), ")"),
-        file, line);
+        detail::concat(cublasGetStatusName(status), " (", cublasGetStatusString(status), ")"), file,
+        line);
 }
 
 void throw_status(cudnnStatus_t status, const char* call, const char* file, int line) {

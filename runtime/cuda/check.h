@@ -28,10 +28,11 @@ namespace gpipe::cuda {
 
 }  // namespace gpipe::cuda
 
-#define GPIPE_STATUS_CHECK_(ok, call)                                                   \
-  do {                                                                                  \
-    const auto gpipe_status_ = (call);                                                  \
-    if (gpipe_status_ != (ok)) ::gpipe::cuda::throw_status(gpipe_status_, #call, __FILE__, __LINE__); \
+#define GPIPE_STATUS_CHECK_(ok, call)                                        \
+  do {                                                                       \
+    const auto gpipe_status_ = (call);                                       \
+    if (gpipe_status_ != (ok))                                               \
+      ::gpipe::cuda::throw_status(gpipe_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #define GPIPE_CUDA_CHECK(call) GPIPE_STATUS_CHECK_(cudaSuccess, call)

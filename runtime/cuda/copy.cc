@@ -34,13 +34,14 @@ Tensor landing_for(const Tensor& dst, DType dtype) {
 }
 
 void host_to_device(const Tensor& src, Tensor& dst) {
-  const Tensor h = dense_as(src, dst.dtype());  // convert on the host: fewer bytes to move if narrowing
+  const Tensor h =
+      dense_as(src, dst.dtype());  // convert on the host: fewer bytes to move if narrowing
   Tensor d = landing_for(dst, dst.dtype());
   {
     DeviceGuard guard(dst.device().index);
     // From pageable memory this returns once the bytes are staged: h may go away afterwards.
-    GPIPE_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), h.raw_data(), d.nbytes(),
-                                     cudaMemcpyHostToDevice, compute_stream(dst.device().index)));
+    GPIPE_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), h.raw_data(), d.nbytes(), cudaMemcpyHostToDevice,
+                                     compute_stream(dst.device().index)));
   }
   if (!d.shares_storage_with(dst)) copy_on_device(d, dst);
 }
@@ -51,8 +52,8 @@ void device_to_host(const Tensor& src, Tensor& dst) {
   {
     const int i = src.device().index;
     DeviceGuard guard(i);
-    GPIPE_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), s.raw_data(), s.nbytes(),
-                                     cudaMemcpyDeviceToHost, compute_stream(i)));
+    GPIPE_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), s.raw_data(), s.nbytes(), cudaMemcpyDeviceToHost,
+                                     compute_stream(i)));
     GPIPE_CUDA_CHECK(cudaStreamSynchronize(compute_stream(i)));
   }
   if (!h.shares_storage_with(dst)) dst.copy_from(h);  // CPU: converts dtype / scatters
@@ -117,8 +118,8 @@ void staged_copy(const Tensor& s, Tensor& d) {
       GPIPE_CUDA_CHECK(cudaStreamSynchronize(compute_stream(i)));
     }
     DeviceGuard guard(j);
-    GPIPE_CUDA_CHECK(cudaMemcpyAsync(to + off, stage.buffer, len, cudaMemcpyHostToDevice,
-                                     compute_stream(j)));
+    GPIPE_CUDA_CHECK(
+        cudaMemcpyAsync(to + off, stage.buffer, len, cudaMemcpyHostToDevice, compute_stream(j)));
     GPIPE_CUDA_CHECK(cudaStreamSynchronize(compute_stream(j)));  // before the buffer is reused
   }
 }

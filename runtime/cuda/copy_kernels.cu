@@ -3,7 +3,6 @@
 // that index into each operand's offset. Contiguous same-dtype copies skip
 // the kernel and use cudaMemcpyAsync.
 #include "runtime/cuda/copy_kernels.h"
-
 #include "runtime/cuda/launch.cuh"
 
 namespace gpipe::cuda {
@@ -12,11 +11,16 @@ namespace {
 template <class F>
 decltype(auto) dispatch_copyable(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: return f(float{});
-    case DType::kFloat64: return f(double{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kInt64: return f(int64_t{});
-    default: break;
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    case DType::kInt32:
+      return f(int32_t{});
+    case DType::kInt64:
+      return f(int64_t{});
+    default:
+      break;
   }
   throw Error(detail::concat("dtype ", dtype, " has no CUDA copy kernel yet"));
 }

@@ -76,7 +76,8 @@ void check_device(int index) {
     const cudaError_t s = devices().count_status;
     throw Error(detail::concat(
         "cuda:", index, " is not available: no CUDA device found (cudaGetDeviceCount: ",
-        s == cudaSuccess ? "0 devices" : detail::concat(cudaGetErrorName(s), ", ", cudaGetErrorString(s)),
+        s == cudaSuccess ? "0 devices"
+                         : detail::concat(cudaGetErrorName(s), ", ", cudaGetErrorString(s)),
         ")"));
   }
   GPIPE_CHECK(index >= 0 && index < n, "cuda:", index, " is not available: this machine has ", n,

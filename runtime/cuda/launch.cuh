@@ -16,7 +16,7 @@
 
 namespace gpipe::cuda {
 
-inline constexpr int kThreads = 256;     // threads per block for elementwise kernels
+inline constexpr int kThreads = 256;          // threads per block for elementwise kernels
 inline constexpr int64_t kMaxBlocks = 65535;  // grid cap; kernels use grid-stride loops
 
 // Blocks for `n` elements at `threads` per block, capped (grid-stride loops cover the rest).
@@ -38,7 +38,7 @@ class KernelScope {
 };
 
 // Grid-stride loop over [0, n).
-#define GPIPE_KERNEL_LOOP(i, n)                                                           \
+#define GPIPE_KERNEL_LOOP(i, n)                                                          \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 

@@ -4,9 +4,9 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <exception>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -43,7 +43,8 @@ void require_usable(const ChannelState& c, const std::string& what) {
 template <class Done>
 void wait_for(Done done, ChannelState& ch, double timeout, const std::string& what) {
   require_usable(ch, what);
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout));
   auto pause = std::chrono::microseconds(2);
   while (!done()) {
     ncclResult_t async = ncclSuccess;
@@ -52,7 +53,9 @@ void wait_for(Done done, ChannelState& ch, double timeout, const std::string& wh
     if (failed || Clock::now() > deadline) {
       ncclCommAbort(ch.comm);
       ch.aborted = true;
-      if (failed) throw Error(detail::concat("NCCL failed while waiting for ", what, ": ", ncclGetErrorString(async)));
+      if (failed)
+        throw Error(detail::concat("NCCL failed while waiting for ", what, ": ",
+                                   ncclGetErrorString(async)));
       throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what,
                                  " (is a rank stuck or dead? raise --timeout for slow steps)"));
     }
@@ -105,12 +108,18 @@ void wait_stream(cudaStream_t s, ChannelState& ch, double timeout, const std::st
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kInt32: return ncclInt32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kBFloat16: return ncclBfloat16;
-    case DType::kFloat16: return ncclFloat16;
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kFloat16:
+      return ncclFloat16;
   }
   return ncclUint8;
 }
@@ -168,18 +177,25 @@ Message header_message(const std::string& header) {
 }
 
 std::string header_of(const Message& m) {
-  GPIPE_CHECK(m.tensors.size() == 1 && m.tensors[0].dtype() == DType::kInt64, "NCCL link: malformed header message");
+  GPIPE_CHECK(m.tensors.size() == 1 && m.tensors[0].dtype() == DType::kInt64,
+              "NCCL link: malformed header message");
   const std::vector<int64_t> words = m.tensors[0].to_vector<int64_t>();
-  GPIPE_CHECK(!words.empty() && words[0] >= 0 && static_cast<size_t>(words[0]) <= (words.size() - 1) * 8,
-              "NCCL link: malformed header length");
-  return std::string(reinterpret_cast<const char*>(words.data() + 1), static_cast<size_t>(words[0]));
+  GPIPE_CHECK(
+      !words.empty() && words[0] >= 0 && static_cast<size_t>(words[0]) <= (words.size() - 1) * 8,
+      "NCCL link: malformed header length");
+  return std::string(reinterpret_cast<const char*>(words.data() + 1),
+                     static_cast<size_t>(words[0]));
 }
 
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(std::unique_ptr<Transport> headers, Channel channel, int peer, Device device, std::string name,
-                double timeout)
-      : headers_(std::move(headers)), ch_(channel), peer_(peer), device_(device), name_(std::move(name)),
+  NcclTransport(std::unique_ptr<Transport> headers, Channel channel, int peer, Device device,
+                std::string name, double timeout)
+      : headers_(std::move(headers)),
+        ch_(channel),
+        peer_(peer),
+        device_(device),
+        name_(std::move(name)),
         timeout_(timeout) {}
   ~NcclTransport() override {
     // After a timeout, or while an exception unwinds (the job is about to be
@@ -209,7 +225,8 @@ class NcclTransport final : public Transport {
       Group group;
       for (const Tensor& t : msg.tensors) {
         if (!t.defined() || t.numel() == 0) continue;
-        const ncclResult_t r = ncclSend(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_->comm, ch_->stream);
+        const ncclResult_t r =
+            ncclSend(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_->comm, ch_->stream);
         if (r != ncclSuccess && r != ncclInProgress) GPIPE_NCCL_CHECK(r);
         bytes += static_cast<int64_t>(t.nbytes());
       }
@@ -232,7 +249,8 @@ class NcclTransport final : public Transport {
       Group group;
       for (Tensor& t : msg.tensors)
         if (t.defined() && t.numel() > 0) {
-          const ncclResult_t r = ncclRecv(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_, ch_->comm, ch_->stream);
+          const ncclResult_t r = ncclRecv(t.raw_data(), t.numel(), nccl_type(t.dtype()), peer_,
+                                          ch_->comm, ch_->stream);
           if (r != ncclSuccess && r != ncclInProgress) GPIPE_NCCL_CHECK(r);
         }
       issued(group.end(), *ch_, timeout.count(), name_ + ": queueing a receive");
@@ -283,22 +301,30 @@ class NcclTransport final : public Transport {
 
 class NcclCommunicator final : public Communicator {
  public:
-  static constexpr int kChannels = 3;  // activations, gradients, predictions (pipeline.cc's channel numbers)
+  static constexpr int kChannels =
+      3;  // activations, gradients, predictions (pipeline.cc's channel numbers)
 
-  NcclCommunicator(std::shared_ptr<Communicator> base, Device device) : base_(std::move(base)), device_(device) {
+  NcclCommunicator(std::shared_ptr<Communicator> base, Device device)
+      : base_(std::move(base)), device_(device) {
     check_device(device.index);
     set_timeout(base_->timeout());
     collective_ = make_channel(*base_, device.index, timeout_);
-    for (int c = 0; c < kChannels; ++c) channels_.push_back(make_channel(*base_, device.index, timeout_));
+    for (int c = 0; c < kChannels; ++c)
+      channels_.push_back(make_channel(*base_, device.index, timeout_));
   }
-  ~NcclCommunicator() override = default;  // each ChannelState frees itself once its last user is gone
+  ~NcclCommunicator() override =
+      default;  // each ChannelState frees itself once its last user is gone
 
   int rank() const override { return base_->rank(); }
   int size() const override { return base_->size(); }
   int world_rank() const override { return base_->world_rank(); }
   int local_size() const override { return base_->local_size(); }
-  void allreduce(double* d, int64_t n, ReduceOp op, const char* what) override { base_->allreduce(d, n, op, what); }
-  void allreduce(float* d, int64_t n, ReduceOp op, const char* what) override { base_->allreduce(d, n, op, what); }
+  void allreduce(double* d, int64_t n, ReduceOp op, const char* what) override {
+    base_->allreduce(d, n, op, what);
+  }
+  void allreduce(float* d, int64_t n, ReduceOp op, const char* what) override {
+    base_->allreduce(d, n, op, what);
+  }
 
   void allreduce_sum(Tensor& t, const char* what) override {
     if (!t.device().is_cuda()) return base_->allreduce_sum(t, what);
@@ -306,13 +332,15 @@ class NcclCommunicator final : public Communicator {
     DeviceGuard guard(t.device().index);
     require_usable(*collective_, what);
     after_compute(t.device().index, collective_->stream);
-    issued(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), nccl_type(t.dtype()), ncclSum, collective_->comm,
-                         collective_->stream),
+    issued(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), nccl_type(t.dtype()), ncclSum,
+                         collective_->comm, collective_->stream),
            *collective_, timeout_, what);
     wait_stream(collective_->stream, *collective_, timeout_, what);
   }
 
-  void broadcast(std::string& bytes, int root, const char* what) override { base_->broadcast(bytes, root, what); }
+  void broadcast(std::string& bytes, int root, const char* what) override {
+    base_->broadcast(bytes, root, what);
+  }
   std::vector<std::string> allgather(const std::string& mine, const char* what) override {
     return base_->allgather(mine, what);
   }
@@ -320,13 +348,14 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Communicator> split(int color, int key) override {
     return std::make_shared<NcclCommunicator>(base_->split(color, key), device_);
   }
-  std::unique_ptr<Transport> transport(int peer, int channel, Device device, std::string name) override {
+  std::unique_ptr<Transport> transport(int peer, int channel, Device device,
+                                       std::string name) override {
     if (!device.is_cuda()) return base_->transport(peer, channel, device, std::move(name));
-    GPIPE_CHECK(channel >= 0 && channel < kChannels, "NCCL transport: channel ", channel, " out of range [0, ",
-                kChannels, ")");
+    GPIPE_CHECK(channel >= 0 && channel < kChannels, "NCCL transport: channel ", channel,
+                " out of range [0, ", kChannels, ")");
     auto headers = base_->transport(peer, channel, kCpu, name + " (headers)");
-    return std::make_unique<NcclTransport>(std::move(headers), channels_[channel], peer, device, std::move(name),
-                                           timeout_);
+    return std::make_unique<NcclTransport>(std::move(headers), channels_[channel], peer, device,
+                                           std::move(name), timeout_);
   }
   [[noreturn]] void abort(int code) override {
     base_->abort(code);

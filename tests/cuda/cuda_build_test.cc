@@ -7,7 +7,6 @@
 //  - the CUDA / cuBLAS / cuDNN / NCCL status wrappers name the call and error;
 //  - the caching allocator's size classes.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "core/rng.h"
@@ -78,7 +77,8 @@ TEST_CASE("cuda build: the status wrappers throw gpipe::Error naming the call an
   auto bad_cuda = [] { GPIPE_CUDA_CHECK(cudaSetDevice(1 << 20)); };
   REQUIRE_THROWS_WITH(bad_cuda(), Contains("CUDA call cudaSetDevice(1 << 20) failed: cudaError"));
   auto bad_cublas = [] { GPIPE_CUBLAS_CHECK(CUBLAS_STATUS_INVALID_VALUE); };
-  REQUIRE_THROWS_WITH(bad_cublas(), Contains("cuBLAS call") && Contains("CUBLAS_STATUS_INVALID_VALUE"));
+  REQUIRE_THROWS_WITH(bad_cublas(),
+                      Contains("cuBLAS call") && Contains("CUBLAS_STATUS_INVALID_VALUE"));
   auto bad_cudnn = [] { GPIPE_CUDNN_CHECK(CUDNN_STATUS_BAD_PARAM); };
   REQUIRE_THROWS_WITH(bad_cudnn(), Contains("cuDNN call") && Contains("CUDNN_STATUS_BAD_PARAM"));
   auto bad_nccl = [] { GPIPE_NCCL_CHECK(ncclInvalidArgument); };

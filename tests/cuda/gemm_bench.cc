@@ -92,9 +92,9 @@ void bench_cublas(int64_t size) {
   void* b16 = device_random<__nv_bfloat16>(elems, 5, as_bf16);
   void* c16 = device_random<__nv_bfloat16>(elems, 6, as_bf16);
   report(size, "bf16 (fp32 accumulate)", time_ms([&] {
-           GPIPE_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a16,
-                                           CUDA_R_16BF, n, b16, CUDA_R_16BF, n, &zero, c16,
-                                           CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+           GPIPE_CUBLAS_CHECK(cublasGemmEx(
+               h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a16, CUDA_R_16BF, n, b16, CUDA_R_16BF, n,
+               &zero, c16, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
          }));
 
   auto as_double = [](float x) { return static_cast<double>(x); };
@@ -103,10 +103,9 @@ void bench_cublas(int64_t size) {
   void* c64 = device_random<double>(elems, 9, as_double);
   const double done = 1.0, dzero = 0.0;
   report(size, "fp64", time_ms([&] {
-           GPIPE_CUBLAS_CHECK(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &done,
-                                          static_cast<const double*>(a64), n,
-                                          static_cast<const double*>(b64), n, &dzero,
-                                          static_cast<double*>(c64), n));
+           GPIPE_CUBLAS_CHECK(cublasDgemm(
+               h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &done, static_cast<const double*>(a64), n,
+               static_cast<const double*>(b64), n, &dzero, static_cast<double*>(c64), n));
          }));
   for (void* p : {a32, b32, c32, a16, b16, c16, a64, b64, c64}) GPIPE_CUDA_CHECK(cudaFree(p));
 }

@@ -3,7 +3,6 @@
 // running any test case; bazel then reports it PASSED, and the log says why.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 
 #include "runtime/cuda/device.h"

@@ -17,8 +17,9 @@
 //   float64: 1e-9 (different summation orders only);
 //   float32: 2e-4 for the op table, 1e-3 for the larger shapes (reductions
 //   of up to ~1e6 terms in a different order; TF32 is off).
-#include <catch2/catch.hpp>
+#include "ops/ops.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -30,7 +31,6 @@
 #include "ops/conv_kernels.h"
 #include "ops/cuda/conv_direct.h"
 #include "ops/dispatch.h"
-#include "ops/ops.h"
 #include "tests/ops/op_table.h"
 
 using Catch::Matchers::Contains;
@@ -165,7 +165,9 @@ TEST_CASE("cuda ops: every CUDA kernel is exercised by some op-table case") {
 
 // --- 2. larger shapes ---
 
-Tensor r64(const Shape& s, uint64_t seed, double lo = -1, double hi = 1) { return rand64(s, seed, lo, hi); }
+Tensor r64(const Shape& s, uint64_t seed, double lo = -1, double hi = 1) {
+  return rand64(s, seed, lo, hi);
+}
 
 Tensor indices(const Shape& s, int64_t v, uint64_t seed, DType dtype = DType::kInt64) {
   const auto u = r64(s, seed, 0, 1).to_vector<double>();
@@ -196,16 +198,18 @@ TEST_CASE("cuda ops: reductions over long rows, many rows and strided columns") 
   both("max/columns [50,400,6]", [](const In& in) { return In{ops::max(in[0], 1)}; },
        {r64(Shape{50, 400, 6}, 6)});
   // Ties and NaN: the first maximum wins; a NaN at index 0 sticks, later NaNs are skipped.
-  Tensor tricky = Tensor::from_vector<double>(
-      {1, 3, 3, 2, NAN, 5, 5, 0, NAN, 2, 7, 1, 4, 4, 4, 4}, Shape{4, 4});
-  both("max/ties and NaN", [](const In& in) { return In{ops::argmax(in[0], 1)}; }, {tricky}, false);
+  Tensor tricky = Tensor::from_vector<double>({1, 3, 3, 2, NAN, 5, 5, 0, NAN, 2, 7, 1, 4, 4, 4, 4},
+                                              Shape{4, 4});
+  both(
+      "max/ties and NaN", [](const In& in) { return In{ops::argmax(in[0], 1)}; }, {tricky}, false);
   Tensor wide = r64(Shape{3, 700}, 7);
   wide.set({0, 0}, NAN);
   wide.set({1, 300}, NAN);
   wide.set({2, 5}, 9.0);
   wide.set({2, 600}, 9.0);
-  both("max/row path ties and NaN", [](const In& in) { return In{ops::argmax(in[0], 1)}; }, {wide},
-       false);
+  both(
+      "max/row path ties and NaN", [](const In& in) { return In{ops::argmax(in[0], 1)}; }, {wide},
+      false);
 }
 
 TEST_CASE("cuda ops: softmax, log-softmax, LayerNorm and cross-entropy on realistic rows") {
@@ -257,7 +261,8 @@ TEST_CASE("cuda ops: embedding, matmul, masked_fill and dropout at training size
        {r64(Shape{256, 512}, 56), r64(Shape{384, 512}, 57), r64(Shape{384}, 58)});
   both("masked_fill/broadcast int mask [8,4,50,50]",
        [](const In& in) { return In{ops::masked_fill(in[0], in[1], -7.0)}; },
-       {r64(Shape{8, 4, 50, 50}, 60), indices(Shape{8, 1, 1, 50}, 2, 61, DType::kInt32)}, true, {0});
+       {r64(Shape{8, 4, 50, 50}, 60), indices(Shape{8, 1, 1, 50}, 2, 61, DType::kInt32)}, true,
+       {0});
   both("dropout/p=0.25 n=1e6+5",
        [](const In& in) {
          RngScope scope(RngContext{.seed = 3, .step = 1, .micro_batch = 2, .layer = 5});
@@ -281,13 +286,16 @@ TEST_CASE("cuda ops: convolution, pooling and batch norm at CNN sizes") {
        {r64(Shape{3, 16, 21, 21}, 76), r64(Shape{16, 1, 5, 5}, 77)});
   ops::Pool2dOptions p3{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   both("max_pool2d/3x3 s2 p1 [4,16,33,33]",
-       [p3](const In& in) { return In{ops::max_pool2d(in[0], p3)}; }, {r64(Shape{4, 16, 33, 33}, 80)});
+       [p3](const In& in) { return In{ops::max_pool2d(in[0], p3)}; },
+       {r64(Shape{4, 16, 33, 33}, 80)});
   both("avg_pool2d/3x3 s2 p1 include pad",
-       [p3](const In& in) { return In{ops::avg_pool2d(in[0], p3)}; }, {r64(Shape{4, 16, 33, 33}, 81)});
+       [p3](const In& in) { return In{ops::avg_pool2d(in[0], p3)}; },
+       {r64(Shape{4, 16, 33, 33}, 81)});
   ops::Pool2dOptions p3x = p3;
   p3x.count_include_pad = false;
   both("avg_pool2d/3x3 s2 p1 exclude pad",
-       [p3x](const In& in) { return In{ops::avg_pool2d(in[0], p3x)}; }, {r64(Shape{4, 16, 33, 33}, 82)});
+       [p3x](const In& in) { return In{ops::avg_pool2d(in[0], p3x)}; },
+       {r64(Shape{4, 16, 33, 33}, 82)});
   both("batch_norm/train [16,32,14,14]",
        [](const In& in) {
          const auto r = ops::batch_norm(in[0], in[1], in[2], Tensor(), Tensor(), true, 1e-5);
@@ -308,15 +316,18 @@ TEST_CASE("cuda ops: the direct convolution fallback matches the CPU kernels") {
   };
   const std::vector<Problem> problems = {
       {Shape{2, 6, 9, 8}, Shape{4, 6, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
-      {Shape{2, 6, 11, 9}, Shape{9, 2, 3, 2}, {2, 1, 1, 0, 2, 1, 3}},    // groups 3, dilation
+      {Shape{2, 6, 11, 9}, Shape{9, 2, 3, 2}, {2, 1, 1, 0, 2, 1, 3}},   // groups 3, dilation
       {Shape{1, 4, 10, 10}, Shape{8, 1, 5, 5}, {2, 2, 2, 2, 1, 1, 4}},  // depthwise, multiplier 2
   };
   for (const Problem& pr : problems) {
     for (DType dt : {DType::kFloat64, DType::kFloat32}) {
-      const int64_t oh = (pr.x[2] + 2 * pr.p.pad_h - pr.p.dilation_h * (pr.w[2] - 1) - 1) / pr.p.stride_h + 1;
-      const int64_t ow = (pr.x[3] + 2 * pr.p.pad_w - pr.p.dilation_w * (pr.w[3] - 1) - 1) / pr.p.stride_w + 1;
+      const int64_t oh =
+          (pr.x[2] + 2 * pr.p.pad_h - pr.p.dilation_h * (pr.w[2] - 1) - 1) / pr.p.stride_h + 1;
+      const int64_t ow =
+          (pr.x[3] + 2 * pr.p.pad_w - pr.p.dilation_w * (pr.w[3] - 1) - 1) / pr.p.stride_w + 1;
       const Shape y_shape{pr.x[0], pr.w[0], oh, ow};
-      const Tensor x = r64(pr.x, 120).to(dt), w = r64(pr.w, 121).to(dt), gy = r64(y_shape, 122).to(dt);
+      const Tensor x = r64(pr.x, 120).to(dt), w = r64(pr.w, 121).to(dt),
+                   gy = r64(y_shape, 122).to(dt);
       const double tol = dt == DType::kFloat64 ? 1e-9 : 2e-4;
       INFO("x " << pr.x << " w " << pr.w << " groups " << pr.p.groups << " " << dt);
       Tensor y = Tensor::empty(y_shape, dt), yg = Tensor::empty(y_shape, dt, kGpu);

@@ -1,11 +1,10 @@
 // nvcc build of core/philox.h: host calls, and a kernel drawing the same stream.
-#include "tests/cuda/philox_nvcc.h"
-
 #include <cuda_runtime.h>
 
 #include "core/philox.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device.h"
+#include "tests/cuda/philox_nvcc.h"
 
 namespace gpipe::testing {
 namespace {
@@ -24,11 +23,13 @@ std::array<uint32_t, 4> nvcc_host_philox(std::array<uint32_t, 4> c, uint64_t key
 }
 
 void nvcc_host_uniform(uint64_t key, uint64_t offset, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = philox::uniform_float(key, offset + static_cast<uint64_t>(i));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = philox::uniform_float(key, offset + static_cast<uint64_t>(i));
 }
 
 void nvcc_host_uniform(uint64_t key, uint64_t offset, double* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = philox::uniform_double(key, offset + static_cast<uint64_t>(i));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = philox::uniform_double(key, offset + static_cast<uint64_t>(i));
 }
 
 bool nvcc_device_uniform(uint64_t key, uint64_t offset, float* out, int64_t n) {

@@ -6,7 +6,6 @@
 // exactly: nothing here does arithmetic except the float64 -> float32
 // conversion, which must round the same way on both devices.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -27,9 +26,9 @@ const Device kGpu{DeviceType::kCUDA, 0};
 // A CPU tensor 0.5 * i - 3 (exact in every dtype) of `dtype`.
 Tensor ramp(const Shape& shape, DType dtype = DType::kFloat64) {
   std::vector<double> v(static_cast<size_t>(shape.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = dtype == DType::kInt32 || dtype == DType::kInt64
-                                                   ? static_cast<double>(i) - 3
-                                                   : 0.5 * static_cast<double>(i) - 3;
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = dtype == DType::kInt32 || dtype == DType::kInt64 ? static_cast<double>(i) - 3
+                                                            : 0.5 * static_cast<double>(i) - 3;
   return Tensor::from_vector(v, shape).to(dtype);
 }
 
@@ -70,7 +69,7 @@ TEST_CASE("cuda runtime: strided views and dtype conversion on either side of a 
 
   Tensor dst = Tensor::zeros(Shape{6, 4}, DType::kFloat32, kGpu);
   Tensor rows = Tensor::make_view(dst, Shape{2, 4}, {4, 1}, 4);  // rows 1..2 of dst
-  rows.copy_from(ramp(Shape{2, 4}, DType::kFloat64));              // float64 CPU -> float32 view
+  rows.copy_from(ramp(Shape{2, 4}, DType::kFloat64));            // float64 CPU -> float32 view
   const auto v = dst.to_vector<double>();
   const auto r = ramp(Shape{2, 4}).to_vector<double>();
   for (int i = 0; i < 24; ++i) CHECK(v[i] == (i >= 4 && i < 12 ? r[i - 4] : 0.0));
@@ -78,7 +77,8 @@ TEST_CASE("cuda runtime: strided views and dtype conversion on either side of a 
   Tensor cpu_dst = Tensor::zeros(Shape{4, 6}, DType::kInt64);
   Tensor cpu_view = transposed(cpu_dst);
   cpu_view.copy_from(ramp(Shape{6, 4}, DType::kInt32).to(kGpu));  // int32 CUDA -> int64 strided CPU
-  CHECK(transposed(cpu_dst).to_vector<int64_t>() == ramp(Shape{6, 4}, DType::kInt64).to_vector<int64_t>());
+  CHECK(transposed(cpu_dst).to_vector<int64_t>() ==
+        ramp(Shape{6, 4}, DType::kInt64).to_vector<int64_t>());
 }
 
 TEST_CASE("cuda runtime: fill, zeros and full on cuda tensors and views") {
@@ -88,7 +88,8 @@ TEST_CASE("cuda runtime: fill, zeros and full on cuda tensors and views") {
   col.fill(-4.0);
   const auto v = t.to_vector<double>();
   for (int i = 0; i < 15; ++i) CHECK(v[i] == (i % 5 == 2 ? -4.0 : 1.5));
-  for (int64_t x : Tensor::zeros(Shape{1000}, DType::kInt64, kGpu).to_vector<int64_t>()) CHECK(x == 0);
+  for (int64_t x : Tensor::zeros(Shape{1000}, DType::kInt64, kGpu).to_vector<int64_t>())
+    CHECK(x == 0);
 }
 
 TEST_CASE("cuda runtime: gradients of CUDA leaves accumulate on the device") {
@@ -115,7 +116,8 @@ TEST_CASE("cuda runtime: the caching allocator charges per category and reuses b
     MemoryCategoryGuard category(MemoryCategory::kParameter);
     Tensor t = Tensor::empty(Shape{1000}, DType::kFloat32, kGpu);
     CHECK(alloc.stats().live_bytes(MemoryCategory::kParameter) -
-              before.live_bytes(MemoryCategory::kParameter) == 4000);
+              before.live_bytes(MemoryCategory::kParameter) ==
+          4000);
   }
   CHECK(alloc.stats().live_bytes(MemoryCategory::kParameter) ==
         before.live_bytes(MemoryCategory::kParameter));

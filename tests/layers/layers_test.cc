@@ -33,13 +33,16 @@ TEST_CASE("layers: output_spec agrees with forward and names bad inputs") {
   MultiHeadAttention attn("attn", {.dim = 8, .heads = 2}, 1);
   Tensor x = Tensor::randn(Shape{2, 5, 8}, 2);
   CHECK(attn.forward({x})[0].shape() == attn.output_spec({{x.shape(), x.dtype()}})[0].shape);
-  CHECK_THROWS_WITH(attn.forward({Tensor::randn(Shape{2, 5, 6}, 2)}), Contains("expected query [B, T, 8], got [2, 5, 6]"));
+  CHECK_THROWS_WITH(attn.forward({Tensor::randn(Shape{2, 5, 6}, 2)}),
+                    Contains("expected query [B, T, 8], got [2, 5, 6]"));
   Conv2d conv("conv", 3, 4, {3, 3}, 1, {.stride = {2, 2}, .padding = {1, 1}});
   Tensor img = Tensor::randn(Shape{2, 3, 9, 9}, 3);
   CHECK(conv.forward(img).shape() == conv.output_spec(TensorSpec{img.shape(), img.dtype()}).shape);
-  CHECK_THROWS_WITH(conv.forward(Tensor::randn(Shape{2, 5, 9, 9}, 3)), Contains("expected input [N, 3, H, W]"));
+  CHECK_THROWS_WITH(conv.forward(Tensor::randn(Shape{2, 5, 9, 9}, 3)),
+                    Contains("expected input [N, 3, H, W]"));
   Linear lin("lin", 4, 2, 1);
-  CHECK_THROWS_WITH(lin.forward(Tensor::randn(Shape{3, 5}, 1)), Contains("layer 'lin': expected input [..., 4], got [3, 5]"));
+  CHECK_THROWS_WITH(lin.forward(Tensor::randn(Shape{3, 5}, 1)),
+                    Contains("layer 'lin': expected input [..., 4], got [3, 5]"));
 }
 
 TEST_CASE("layers: BatchNorm folds all recorded statistics into running ones once per step") {
@@ -54,7 +57,8 @@ TEST_CASE("layers: BatchNorm folds all recorded statistics into running ones onc
   auto halves = ops::chunk(x, 2, 0);
   bn.forward(halves[0]);
   bn.forward(halves[1]);
-  CHECK(bn.running_mean.to_vector<double>() == std::vector<double>{0, 0, 0});  // untouched until finish_step
+  CHECK(bn.running_mean.to_vector<double>() ==
+        std::vector<double>{0, 0, 0});  // untouched until finish_step
   bn.finish_step();
   // Reference: the whole batch's mean and unbiased variance.
   Tensor mean = ops::mean(x, {0, 2, 3});
@@ -79,7 +83,9 @@ TEST_CASE("layers: cross-entropy loss sums over non-ignored tokens") {
   Tensor logits = Tensor::randn(Shape{2, 3, 4}, 1, 1.0, DType::kFloat64);
   Tensor labels = Tensor::from_vector<int64_t>({1, 2, 0, 3, 0, 0}, Shape{2, 3});
   CHECK(loss.count({labels}) == 3);
-  const double mean = ops::cross_entropy(ops::reshape(logits, {6, 4}), ops::reshape(labels, {6}), {.ignore_index = 0}).item();
+  const double mean = ops::cross_entropy(ops::reshape(logits, {6, 4}), ops::reshape(labels, {6}),
+                                         {.ignore_index = 0})
+                          .item();
   CHECK(loss.sum({logits}, {labels}).item() == Approx(3 * mean));
   CHECK(loss.mean({logits}, {labels}).item() == Approx(mean));
 }

@@ -1,10 +1,10 @@
-#include <catch2/catch.hpp>
+#include "models/amoebanet.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <unordered_set>
 
-#include "models/amoebanet.h"
 #include "ops/ops.h"
 
 using namespace gpipe;
@@ -44,7 +44,9 @@ bool has_param(Layer& l, const std::string& name) {
   return false;
 }
 
-Tensor images(int64_t b, int64_t c, int64_t hw, uint64_t seed) { return Tensor::randn(Shape{b, c, hw, hw}, seed); }
+Tensor images(int64_t b, int64_t c, int64_t hw, uint64_t seed) {
+  return Tensor::randn(Shape{b, c, hw, hw}, seed);
+}
 
 Tensor labels(int64_t b, int64_t classes) {
   std::vector<int64_t> v;
@@ -53,7 +55,8 @@ Tensor labels(int64_t b, int64_t classes) {
 }
 
 // One plain-SGD step on the mean loss; returns the loss before the step.
-double sgd_step(Model& m, const std::vector<Tensor>& params, const Tensor& x, const Tensor& y, double lr) {
+double sgd_step(Model& m, const std::vector<Tensor>& params, const Tensor& x, const Tensor& y,
+                double lr) {
   Tensor loss = m.loss->mean(run_layers(m.layers, {x}), {y});
   loss.backward();
   {
@@ -82,7 +85,7 @@ TEST_CASE("amoebanet: W5 parameter count, by formula and by building it") {
   Model m = models::amoebanet_d(w5());
   REQUIRE(m.layers.size() == 1 + 10 + 1);
   CHECK(count(unique_params(m)) == 679578);
-  const std::vector<int64_t> per_layer = {232,   1336,   5712,   11040,  13600,  31264,
+  const std::vector<int64_t> per_layer = {232,   1336,  5712,   11040,  13600,  31264,
                                           45120, 53312, 123456, 178304, 211072, 5130};
   for (size_t i = 0; i < per_layer.size(); ++i) {
     INFO("layer " << m.layers[i]->name());
@@ -148,9 +151,10 @@ TEST_CASE("amoebanet: forward shapes agree with output_spec") {
     std::vector<BundleSpec> each;
     BundleSpec out = infer_specs(m.layers, {{Shape{64, 3, 32, 32}}}, &each);
     CHECK(out[0].shape == Shape{64, 10});
-    const std::vector<Shape> expected = {{64, 8, 16, 16},  {64, 48, 8, 8},  {64, 96, 4, 4},  {64, 128, 4, 4},
-                                         {64, 128, 4, 4},  {64, 192, 2, 2}, {64, 256, 2, 2}, {64, 256, 2, 2},
-                                         {64, 384, 1, 1},  {64, 512, 1, 1}, {64, 512, 1, 1}};
+    const std::vector<Shape> expected = {{64, 8, 16, 16}, {64, 48, 8, 8},  {64, 96, 4, 4},
+                                         {64, 128, 4, 4}, {64, 128, 4, 4}, {64, 192, 2, 2},
+                                         {64, 256, 2, 2}, {64, 256, 2, 2}, {64, 384, 1, 1},
+                                         {64, 512, 1, 1}, {64, 512, 1, 1}};
     for (size_t i = 0; i < expected.size(); ++i) CHECK(each[i + 1][0].shape == expected[i]);
     // Forward FLOPs: conv + fc alone are 4.37 MFLOP per image; BatchNorm,
     // pooling and the node additions add a little.
@@ -182,16 +186,19 @@ TEST_CASE("amoebanet: forward shapes agree with output_spec") {
 
 TEST_CASE("amoebanet: a bad input names the layer") {
   Model m = models::amoebanet_d(tiny());
-  CHECK_THROWS_WITH(run_layers(m.layers, {images(2, 3, 32, 1)}),
-                    Contains("layer 'stem'") && Contains("[N, 1, H, W]") && Contains("[2, 3, 32, 32]"));
+  CHECK_THROWS_WITH(run_layers(m.layers, {images(2, 3, 32, 1)}), Contains("layer 'stem'") &&
+                                                                     Contains("[N, 1, H, W]") &&
+                                                                     Contains("[2, 3, 32, 32]"));
   CHECK_THROWS_WITH(run_layers(m.layers, {images(2, 1, 28, 1)}),
                     Contains("layer 'stem'") && Contains("pad 28x28 images to 32x32"));
   CHECK_THROWS_WITH(infer_specs(m.layers, {{Shape{2, 1, 32}}}), Contains("layer 'stem'"));
   CHECK_THROWS_WITH(run_layers(m.layers, {}), Contains("layer 'stem'") && Contains("bundle of 1"));
   // Entering the list in the middle with the wrong bundle.
   Tensor s = Tensor::randn(Shape{2, 2, 16, 16}, 3);
-  CHECK_THROWS_WITH(m.layers[1]->forward({s}), Contains("layer 'cell_0'") && Contains("bundle of 2"));
-  CHECK_THROWS_WITH(m.layers[2]->forward({s, s}), Contains("layer 'cell_1'") && Contains("prev [N, 12, H, W]"));
+  CHECK_THROWS_WITH(m.layers[1]->forward({s}),
+                    Contains("layer 'cell_0'") && Contains("bundle of 2"));
+  CHECK_THROWS_WITH(m.layers[2]->forward({s, s}),
+                    Contains("layer 'cell_1'") && Contains("prev [N, 12, H, W]"));
   CHECK_THROWS_WITH(m.layers[1]->output_spec({{Shape{2, 2, 7, 7}}, {Shape{2, 2, 7, 7}}}),
                     Contains("layer 'cell_0'") && Contains("even height and width"));
   CHECK_THROWS_WITH(m.layers.back()->output_spec({{Shape{2, 5, 1, 1}}, {Shape{2, 5, 1, 1}}}),

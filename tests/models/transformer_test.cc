@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
+#include "models/transformer.h"
 
+#include <catch2/catch.hpp>
 #include <unordered_set>
 
-#include "models/transformer.h"
 #include "ops/ops.h"
 
 using namespace gpipe;
@@ -49,7 +49,8 @@ TEST_CASE("transformer: parameter count formula matches the built model and W2")
   CHECK(m.layers[7]->name() == "decoder_0.cross_attn");
   CHECK(m.layers[8]->name() == "decoder_0.ffn");
   // The embedding is one tensor shared by three layers.
-  CHECK(m.layers.front()->parameters()[0].tensor->impl_ptr() == m.layers.back()->parameters()[0].tensor->impl_ptr());
+  CHECK(m.layers.front()->parameters()[0].tensor->impl_ptr() ==
+        m.layers.back()->parameters()[0].tensor->impl_ptr());
 }
 
 TEST_CASE("transformer: named parameters without a Pipeline, ties counted once") {
@@ -68,7 +69,8 @@ TEST_CASE("transformer: named parameters without a Pipeline, ties counted once")
   // The shared table is the only tied tensor, known under its three owners' names.
   const auto tied = tied_parameter_names(m.layers);
   REQUIRE(tied.size() == 1);
-  CHECK(tied[0] == std::vector<std::string>{"src_embed.shared_embedding", "tgt_embed.shared_embedding",
+  CHECK(tied[0] == std::vector<std::string>{"src_embed.shared_embedding",
+                                            "tgt_embed.shared_embedding",
                                             "output.shared_embedding"});
   // named_state lists every owner's name (what checkpoints take).
   CHECK(named_state(m.layers).size() == params.size() + 2);

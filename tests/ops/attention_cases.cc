@@ -30,21 +30,24 @@ GPIPE_OP_CASES({
         .covers = {"attention_forward", "attention_backward"},
         .make_inputs =
             [] {
-              return In{rand64(Shape{2, 4, 6}, 71), rand64(Shape{2, 4, 6}, 72), rand64(Shape{2, 4, 6}, 73)};
+              return In{rand64(Shape{2, 4, 6}, 71), rand64(Shape{2, 4, 6}, 72),
+                        rand64(Shape{2, 4, 6}, 73)};
             },
         .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, true)}; },
-        .check_forward = [](const In& in, const In& out) { check_against_composed(in, out, 2, true); },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 2, true); },
     },
     OpCase{
         .name = "attention/cross_padded_keys",
         .covers = {"attention_forward", "attention_backward"},
         .make_inputs =
             [] {
-              return In{rand64(Shape{2, 3, 6}, 74), rand64(Shape{2, 5, 6}, 75), rand64(Shape{2, 5, 6}, 76),
-                        padding()};
+              return In{rand64(Shape{2, 3, 6}, 74), rand64(Shape{2, 5, 6}, 75),
+                        rand64(Shape{2, 5, 6}, 76), padding()};
             },
         .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 3, false, in[3])}; },
-        .check_forward = [](const In& in, const In& out) { check_against_composed(in, out, 3, false); },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 3, false); },
         .grad_inputs = {0, 1, 2},
     },
     OpCase{
@@ -52,10 +55,12 @@ GPIPE_OP_CASES({
         .covers = {"attention_forward", "attention_backward"},
         .make_inputs =
             [] {
-              return In{rand64(Shape{1, 3, 4}, 77), rand64(Shape{1, 2, 4}, 78), rand64(Shape{1, 2, 4}, 79)};
+              return In{rand64(Shape{1, 3, 4}, 77), rand64(Shape{1, 2, 4}, 78),
+                        rand64(Shape{1, 2, 4}, 79)};
             },
         .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 1, false)}; },
-        .check_forward = [](const In& in, const In& out) { check_against_composed(in, out, 1, false); },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 1, false); },
     },
 });
 

@@ -2,7 +2,6 @@
 // and gradients through the batch statistics, with and without gamma/beta),
 // the batch statistics themselves, eval mode, and update_running_stats.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <string>
 
@@ -118,7 +117,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "batch_norm/train_batch_statistics (no grad)",
         .covers = {"batch_norm_stats"},
-        .make_inputs = [] { return In{rand64(Shape{3, 4, 2, 3}, 40, -1.0, 5.0)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 4, 2, 3}, 40, -1.0, 5.0)};
+            },
         .fn =
             [](const In& in) {
               const auto r = ops::batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true);
@@ -152,9 +154,10 @@ GPIPE_OP_CASES({
         .check_forward =
             [](const In& in, const In& out) {
               for (int64_t c = 0; c < 3; ++c) {
-                CHECK(std::abs(out[0].at({c}) - (0.9 * in[0].at({c}) + 0.1 * in[2].at({c}))) < 1e-14);
-                CHECK(std::abs(out[1].at({c}) - (0.9 * in[1].at({c}) + 0.1 * in[3].at({c}) * 5.0 / 4.0)) <
+                CHECK(std::abs(out[0].at({c}) - (0.9 * in[0].at({c}) + 0.1 * in[2].at({c}))) <
                       1e-14);
+                CHECK(std::abs(out[1].at({c}) -
+                               (0.9 * in[1].at({c}) + 0.1 * in[3].at({c}) * 5.0 / 4.0)) < 1e-14);
               }
             },
         .check_grad = false,

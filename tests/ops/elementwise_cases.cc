@@ -1,6 +1,5 @@
 // Op-table cases: elementwise arithmetic, broadcasting and activations.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 
@@ -10,9 +9,9 @@
 namespace gpipe::testing {
 namespace {
 
-
 // Reference: out[i] = f(a[ia], b[ib]) with numpy broadcasting, by index math.
-Tensor broadcast_ref(const Tensor& a, const Tensor& b, const std::function<double(double, double)>& f) {
+Tensor broadcast_ref(const Tensor& a, const Tensor& b,
+                     const std::function<double(double, double)>& f) {
   const Shape s = broadcast_shapes(a.shape(), b.shape(), "ref");
   Tensor out = Tensor::zeros(s, DType::kFloat64);
   const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
@@ -37,7 +36,10 @@ OpCase binary_case(std::string name, const char* kernel, Shape sa, Shape sb,
   return OpCase{
       .name = std::move(name),
       .covers = {kernel},
-      .make_inputs = [=] { return std::vector<Tensor>{rand64(sa, 1, lo, hi), rand64(sb, 2, lo, hi)}; },
+      .make_inputs =
+          [=] {
+            return std::vector<Tensor>{rand64(sa, 1, lo, hi), rand64(sb, 2, lo, hi)};
+          },
       .fn = [=](const std::vector<Tensor>& in) { return std::vector<Tensor>{op(in[0], in[1])}; },
       .check_forward =
           [=](const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
@@ -46,8 +48,9 @@ OpCase binary_case(std::string name, const char* kernel, Shape sa, Shape sb,
   };
 }
 
-OpCase unary_case(std::string name, std::function<Tensor(const Tensor&)> op, std::function<double(double)> ref,
-                  double lo = -2, double hi = 2, Shape shape = Shape{3, 5}) {
+OpCase unary_case(std::string name, std::function<Tensor(const Tensor&)> op,
+                  std::function<double(double)> ref, double lo = -2, double hi = 2,
+                  Shape shape = Shape{3, 5}) {
   return OpCase{
       .name = std::move(name),
       .covers = {"unary_elementwise", "unary_backward"},
@@ -80,29 +83,40 @@ GPIPE_OP_CASES({
                 [](double a, double b) { return a - b; }),
     binary_case("mul/broadcast_channel", "binary_elementwise", Shape{2, 3, 2, 2}, Shape{1, 3, 1, 1},
                 ops::mul, [](double a, double b) { return a * b; }),
-    binary_case("div/broadcast", "binary_elementwise", Shape{2, 3}, Shape{2, 1}, ops::div,
-                [](double a, double b) { return a / b; }, 0.5, 2.0),
+    binary_case(
+        "div/broadcast", "binary_elementwise", Shape{2, 3}, Shape{2, 1}, ops::div,
+        [](double a, double b) { return a / b; }, 0.5, 2.0),
     binary_case("mul/scalar_tensor", "binary_elementwise", Shape{}, Shape{2, 2}, ops::mul,
                 [](double a, double b) { return a * b; }),
     unary_case("neg", ops::neg, [](double x) { return -x; }),
-    unary_case("add_scalar", [](const Tensor& x) { return ops::add_scalar(x, 1.5); },
-               [](double x) { return x + 1.5; }),
-    unary_case("mul_scalar", [](const Tensor& x) { return ops::mul_scalar(x, -0.25); },
-               [](double x) { return -0.25 * x; }),
-    unary_case("pow/3", [](const Tensor& x) { return ops::pow(x, 3.0); },
-               [](double x) { return x * x * x; }),
-    unary_case("pow/fractional", [](const Tensor& x) { return ops::pow(x, 1.5); },
-               [](double x) { return std::pow(x, 1.5); }, 0.2, 2.0),
-    unary_case("gelu", ops::gelu, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }),
+    unary_case(
+        "add_scalar", [](const Tensor& x) { return ops::add_scalar(x, 1.5); },
+        [](double x) { return x + 1.5; }),
+    unary_case(
+        "mul_scalar", [](const Tensor& x) { return ops::mul_scalar(x, -0.25); },
+        [](double x) { return -0.25 * x; }),
+    unary_case(
+        "pow/3", [](const Tensor& x) { return ops::pow(x, 3.0); },
+        [](double x) { return x * x * x; }),
+    unary_case(
+        "pow/fractional", [](const Tensor& x) { return ops::pow(x, 1.5); },
+        [](double x) { return std::pow(x, 1.5); }, 0.2, 2.0),
+    unary_case("gelu", ops::gelu,
+               [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }),
     unary_case("tanh", ops::tanh, [](double x) { return std::tanh(x); }),
     unary_case("sigmoid", ops::sigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }),
     unary_case("exp", ops::exp, [](double x) { return std::exp(x); }),
-    unary_case("log", ops::log, [](double x) { return std::log(x); }, 0.1, 3.0),
-    unary_case("sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, 0.1, 3.0),
+    unary_case(
+        "log", ops::log, [](double x) { return std::log(x); }, 0.1, 3.0),
+    unary_case(
+        "sqrt", ops::sqrt, [](double x) { return std::sqrt(x); }, 0.1, 3.0),
     OpCase{
         .name = "relu",
         .covers = {"unary_elementwise", "unary_backward"},
-        .make_inputs = [] { return std::vector<Tensor>{away_from_zero(Shape{4, 5}, 11)}; },
+        .make_inputs =
+            [] {
+              return std::vector<Tensor>{away_from_zero(Shape{4, 5}, 11)};
+            },
         .fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::relu(in[0])}; },
         .check_forward =
             [](const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
@@ -113,7 +127,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "abs",
         .covers = {"unary_elementwise", "unary_backward"},
-        .make_inputs = [] { return std::vector<Tensor>{away_from_zero(Shape{4, 5}, 12)}; },
+        .make_inputs =
+            [] {
+              return std::vector<Tensor>{away_from_zero(Shape{4, 5}, 12)};
+            },
         .fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::abs(in[0])}; },
         .check_forward =
             [](const std::vector<Tensor>& in, const std::vector<Tensor>& out) {

@@ -1,7 +1,6 @@
 // Op-table cases: matmul in every transpose combination, batched and with a
 // shared 2-D right operand, and linear.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "ops/linalg.h"
@@ -21,7 +20,8 @@ Tensor ref_mm(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;
-      for (int64_t p = 0; p < k; ++p) s += (ta ? a.at({p, i}) : a.at({i, p})) * (tb ? b.at({j, p}) : b.at({p, j}));
+      for (int64_t p = 0; p < k; ++p)
+        s += (ta ? a.at({p, i}) : a.at({i, p})) * (tb ? b.at({j, p}) : b.at({p, j}));
       c.set({i, j}, s);
     }
   return c;
@@ -33,28 +33,38 @@ OpCase mm_case(bool ta, bool tb) {
   return OpCase{
       .name = std::string("matmul/ta=") + (ta ? "1" : "0") + ",tb=" + (tb ? "1" : "0"),
       .covers = {"batched_gemm"},
-      .make_inputs = [=] { return In{rand64(sa, 1), rand64(sb, 2)}; },
+      .make_inputs =
+          [=] {
+            return In{rand64(sa, 1), rand64(sb, 2)};
+          },
       .fn = [=](const In& in) { return In{ops::matmul(in[0], in[1], ta, tb)}; },
       .check_forward =
-          [=](const In& in, const In& out) { CHECK(max_abs_diff(out[0], ref_mm(in[0], in[1], ta, tb)) < 1e-12); },
+          [=](const In& in, const In& out) {
+            CHECK(max_abs_diff(out[0], ref_mm(in[0], in[1], ta, tb)) < 1e-12);
+          },
   };
 }
 
 OpCase batched_case(bool ta, bool tb, bool shared_b) {
   const Shape sa = ta ? Shape{2, 4, 3} : Shape{2, 3, 4};
-  const Shape sb = shared_b ? (tb ? Shape{5, 4} : Shape{4, 5}) : (tb ? Shape{2, 5, 4} : Shape{2, 4, 5});
+  const Shape sb =
+      shared_b ? (tb ? Shape{5, 4} : Shape{4, 5}) : (tb ? Shape{2, 5, 4} : Shape{2, 4, 5});
   return OpCase{
-      .name = std::string("matmul/batched") + (shared_b ? "_shared_b" : "") + "/ta=" + (ta ? "1" : "0") +
-              ",tb=" + (tb ? "1" : "0"),
+      .name = std::string("matmul/batched") + (shared_b ? "_shared_b" : "") +
+              "/ta=" + (ta ? "1" : "0") + ",tb=" + (tb ? "1" : "0"),
       .covers = {"batched_gemm"},
-      .make_inputs = [=] { return In{rand64(sa, 3), rand64(sb, 4)}; },
+      .make_inputs =
+          [=] {
+            return In{rand64(sa, 3), rand64(sb, 4)};
+          },
       .fn = [=](const In& in) { return In{ops::matmul(in[0], in[1], ta, tb)}; },
       .check_forward =
           [=](const In& in, const In& out) {
             REQUIRE(out[0].shape() == Shape{2, 3, 5});
             for (int64_t i = 0; i < 2; ++i) {
               Tensor ai = ops::reshape(ops::narrow(in[0], 0, i, 1), {sa[1], sa[2]});
-              Tensor bi = shared_b ? in[1] : ops::reshape(ops::narrow(in[1], 0, i, 1), {sb[1], sb[2]});
+              Tensor bi =
+                  shared_b ? in[1] : ops::reshape(ops::narrow(in[1], 0, i, 1), {sb[1], sb[2]});
               Tensor ci = ops::reshape(ops::narrow(out[0], 0, i, 1), {3, 5});
               CHECK(max_abs_diff(ci, ref_mm(ai, bi, ta, tb)) < 1e-12);
             }
@@ -75,7 +85,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "linear/3d_input_with_bias",
         .covers = {"batched_gemm", "binary_elementwise"},
-        .make_inputs = [] { return In{rand64(Shape{2, 3, 4}, 5), rand64(Shape{6, 4}, 6), rand64(Shape{6}, 7)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 4}, 5), rand64(Shape{6, 4}, 6), rand64(Shape{6}, 7)};
+            },
         .fn = [](const In& in) { return In{ops::linear(in[0], in[1], in[2])}; },
         .check_forward =
             [](const In& in, const In& out) {

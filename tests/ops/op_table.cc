@@ -17,7 +17,8 @@ OpCaseRegistrar::OpCaseRegistrar(std::vector<OpCase> cases) {
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
-  GPIPE_CHECK(a.shape() == b.shape(), "max_abs_diff: shapes ", a.shape(), " and ", b.shape(), " differ");
+  GPIPE_CHECK(a.shape() == b.shape(), "max_abs_diff: shapes ", a.shape(), " and ", b.shape(),
+              " differ");
   const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
   double m = 0;
   for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));

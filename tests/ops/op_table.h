@@ -33,9 +33,9 @@ struct OpCase {
       check_forward;
   // Indices of inputs to gradient-check; empty = every float input.
   std::vector<int> grad_inputs;
-  double eps = 1e-6;       // finite-difference step
-  double tolerance = 1e-6; // max |analytic - numeric| / max(1, |numeric|)
-  bool check_grad = true;  // false for ops without a gradient (state it in the name)
+  double eps = 1e-6;        // finite-difference step
+  double tolerance = 1e-6;  // max |analytic - numeric| / max(1, |numeric|)
+  bool check_grad = true;   // false for ops without a gradient (state it in the name)
 };
 
 std::vector<OpCase>& op_cases();
@@ -55,6 +55,6 @@ Tensor rand64(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1
 #define GPIPE_OP_CASES_CONCAT2(a, b) a##b
 #define GPIPE_OP_CASES_CONCAT(a, b) GPIPE_OP_CASES_CONCAT2(a, b)
 // At namespace scope in a *_cases.cc file: GPIPE_OP_CASES({ OpCase{...}, ... });
-#define GPIPE_OP_CASES(...)                                                                  \
-  static ::gpipe::testing::OpCaseRegistrar GPIPE_OP_CASES_CONCAT(gpipe_op_cases_, __LINE__)( \
-      std::vector<::gpipe::testing::OpCase> __VA_ARGS__)
+#define GPIPE_OP_CASES(...)                                       \
+  static ::gpipe::testing::OpCaseRegistrar GPIPE_OP_CASES_CONCAT( \
+      gpipe_op_cases_, __LINE__)(std::vector<::gpipe::testing::OpCase> __VA_ARGS__)

@@ -1,8 +1,9 @@
 // Runs every registered OpCase: forward against its reference, gradients
 // against central finite differences in float64, and checks that every CPU
 // kernel is covered by some case. See tests/ops/op_table.h.
-#include <catch2/catch.hpp>
+#include "tests/ops/op_table.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -10,7 +11,6 @@
 #include "core/autograd.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
-#include "tests/ops/op_table.h"
 
 namespace gpipe::testing {
 namespace {
@@ -30,7 +30,8 @@ void check_gradients(const OpCase& c) {
   std::vector<int> which = c.grad_inputs;
   if (which.empty())
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].defined() && is_floating(inputs[i].dtype())) which.push_back(static_cast<int>(i));
+      if (inputs[i].defined() && is_floating(inputs[i].dtype()))
+        which.push_back(static_cast<int>(i));
   for (int i : which) {
     REQUIRE(inputs[i].dtype() == DType::kFloat64);
     inputs[i] = inputs[i].clone();
@@ -107,7 +108,8 @@ TEST_CASE("op table: every CPU kernel has a case") {
   std::set<std::string> covered;
   for (const OpCase& c : op_cases()) covered.insert(c.covers.begin(), c.covers.end());
   for (const std::string& k : ops::registered_kernels(DeviceType::kCPU)) {
-    INFO("kernel '" << k << "' is registered for the CPU but no op-table case lists it in `covers`");
+    INFO("kernel '" << k
+                    << "' is registered for the CPU but no op-table case lists it in `covers`");
     CHECK(covered.count(k) == 1);
   }
 }

@@ -1,9 +1,8 @@
 // Op-table cases for max_pool2d, avg_pool2d (with and without
 // count_include_pad) and global_avg_pool2d. References are direct window
 // loops. Random inputs are distinct, so max pooling's gradient is smooth at them.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -42,13 +41,16 @@ Tensor ref_pool2d(const Tensor& x, const ops::Pool2dOptions& o, Kind kind) {
             sum += v;
             ++in_bounds;
           }
-        if (kind == Kind::kMax) y.push_back(best);
-        else y.push_back(sum / static_cast<double>(o.count_include_pad ? padded : in_bounds));
+        if (kind == Kind::kMax)
+          y.push_back(best);
+        else
+          y.push_back(sum / static_cast<double>(o.count_include_pad ? padded : in_bounds));
       }
   return Tensor::from_vector(y, Shape{n, c, oh, ow});
 }
 
-OpCase pool_case(std::string name, Kind kind, Shape x_shape, ops::Pool2dOptions opt, uint64_t seed) {
+OpCase pool_case(std::string name, Kind kind, Shape x_shape, ops::Pool2dOptions opt,
+                 uint64_t seed) {
   const bool is_max = kind == Kind::kMax;
   return OpCase{
       .name = std::string(is_max ? "max_pool2d/" : "avg_pool2d/") + name,
@@ -92,7 +94,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "global_avg_pool2d",
         .covers = {},
-        .make_inputs = [] { return In{rand64(Shape{2, 3, 4, 5}, 12)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 4, 5}, 12)};
+            },
         .fn = [](const In& in) { return In{ops::global_avg_pool2d(in[0])}; },
         .check_forward =
             [](const In& in, const In& out) {

@@ -1,6 +1,5 @@
 // Op-table cases: sum, mean, max over axes.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "ops/reduce.h"
@@ -15,7 +14,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "sum/all",
         .covers = {"reduce_sum"},
-        .make_inputs = [] { return In{rand64(Shape{3, 4}, 1)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 4}, 1)};
+            },
         .fn = [](const In& in) { return In{ops::sum(in[0])}; },
         .check_forward =
             [](const In& in, const In& out) {
@@ -28,7 +30,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "sum/middle_axis_keepdim",
         .covers = {"reduce_sum"},
-        .make_inputs = [] { return In{rand64(Shape{2, 3, 4}, 2)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 4}, 2)};
+            },
         .fn = [](const In& in) { return In{ops::sum(in[0], {1}, true)}; },
         .check_forward =
             [](const In& in, const In& out) {
@@ -44,8 +49,14 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "mean/two_axes",
         .covers = {"reduce_sum"},
-        .make_inputs = [] { return In{rand64(Shape{2, 3, 4}, 3)}; },
-        .fn = [](const In& in) { return In{ops::mean(in[0], {0, 2})}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 4}, 3)};
+            },
+        .fn =
+            [](const In& in) {
+              return In{ops::mean(in[0], {0, 2})};
+            },
         .check_forward =
             [](const In& in, const In& out) {
               REQUIRE(out[0].shape() == Shape{3});
@@ -60,7 +71,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "max/last_axis",
         .covers = {"reduce_max", "reduce_max_backward"},
-        .make_inputs = [] { return In{rand64(Shape{3, 5}, 4)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 5}, 4)};
+            },
         .fn = [](const In& in) { return In{ops::max(in[0], -1)}; },
         .check_forward =
             [](const In& in, const In& out) {
@@ -74,7 +88,10 @@ GPIPE_OP_CASES({
     OpCase{
         .name = "max/first_axis",
         .covers = {"reduce_max", "reduce_max_backward"},
-        .make_inputs = [] { return In{rand64(Shape{4, 3}, 5)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{4, 3}, 5)};
+            },
         .fn = [](const In& in) { return In{ops::max(in[0], 0, true)}; },
         .check_forward =
             [](const In& in, const In& out) {

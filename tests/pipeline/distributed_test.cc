@@ -5,7 +5,6 @@
 // both rank layouts and with tied weights and dropout; a non-finite loss is
 // skipped on every rank; checkpoint names line up across layouts.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -15,8 +14,8 @@
 #include "ops/ops.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
-#include "tests/pipeline/tiny_transformer.h"
 #include "runtime/local_group.h"
+#include "tests/pipeline/tiny_transformer.h"
 
 using namespace gpipe;
 using Catch::Contains;
@@ -50,7 +49,8 @@ void collect(Pipeline& pipe, std::map<std::string, std::vector<float>>* out) {
 
 Run one_process(int k, int m, const std::vector<Batch>& batches) {
   Run run;
-  Pipeline pipe(models::transformer(tiny(0.2)), {.cells = k, .micro_batches = m, .seed = 5}, batches[0]);
+  Pipeline pipe(models::transformer(tiny(0.2)), {.cells = k, .micro_batches = m, .seed = 5},
+                batches[0]);
   train(pipe, batches, &run.losses);
   collect(pipe, &run.params);
   return run;
@@ -66,8 +66,13 @@ Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<B
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
-                      {.cells = k, .micro_batches = m, .seed = 5, .timeout_seconds = 60,
-                       .world = group.rank(rank), .replicas = r, .layout = layout},
+                      {.cells = k,
+                       .micro_batches = m,
+                       .seed = 5,
+                       .timeout_seconds = 60,
+                       .world = group.rank(rank),
+                       .replicas = r,
+                       .layout = layout},
                       batches[0]);
         std::vector<double> losses;
         train(pipe, batches, &losses);
@@ -86,14 +91,16 @@ Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<B
 
 void check_same(const Run& ref, const Run& got) {
   REQUIRE(got.losses.size() == ref.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) CHECK(got.losses[i] == Approx(ref.losses[i]).epsilon(1e-5));
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    CHECK(got.losses[i] == Approx(ref.losses[i]).epsilon(1e-5));
   int compared = 0;
   for (const auto& [name, values] : got.params) {
     auto it = ref.params.find(name);
     REQUIRE(it != ref.params.end());
     REQUIRE(it->second.size() == values.size());
     double worst = 0;
-    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::abs(double(values[i]) - it->second[i]));
+    for (size_t i = 0; i < values.size(); ++i)
+      worst = std::max(worst, std::abs(double(values[i]) - it->second[i]));
     INFO(name);
     CHECK(worst < 1e-5);
     ++compared;
@@ -106,11 +113,15 @@ void check_same(const Run& ref, const Run& got) {
 TEST_CASE("Threads as ranks: one stage per rank equals one process (K=2, K=3)") {
   std::vector<Batch> batches;
   for (int s = 0; s < kSteps; ++s) batches.push_back(token_batch(8, 100 + s));
-  check_same(one_process(2, 4, batches), threads_as_ranks(2, 1, 4, RankLayout::kPipelineMajor, batches));
-  check_same(one_process(3, 2, batches), threads_as_ranks(3, 1, 2, RankLayout::kPipelineMajor, batches));
+  check_same(one_process(2, 4, batches),
+             threads_as_ranks(2, 1, 4, RankLayout::kPipelineMajor, batches));
+  check_same(one_process(3, 2, batches),
+             threads_as_ranks(3, 1, 2, RankLayout::kPipelineMajor, batches));
 }
 
-TEST_CASE("Threads as ranks: R=2 replicas of K=2 equal one process with R x M micro-batches, both layouts") {
+TEST_CASE(
+    "Threads as ranks: R=2 replicas of K=2 equal one process with R x M micro-batches, both "
+    "layouts") {
   std::vector<Batch> batches;
   for (int s = 0; s < kSteps; ++s) batches.push_back(token_batch(8, 200 + s));
   const Run ref = one_process(2, 4, batches);
@@ -118,17 +129,22 @@ TEST_CASE("Threads as ranks: R=2 replicas of K=2 equal one process with R x M mi
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches));
 }
 
-TEST_CASE("Threads as ranks: a non-finite loss throws NonFiniteError on every rank and leaves no gradients") {
+TEST_CASE(
+    "Threads as ranks: a non-finite loss throws NonFiniteError on every rank and leaves no "
+    "gradients") {
   Batch b = token_batch(4, 7);
   LocalGroup group(2);
   std::vector<std::string> outcome(2);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank)
     ranks.emplace_back([&, rank] {
-      Pipeline pipe(models::transformer(tiny(0.0)),
-                    {.cells = 2, .micro_batches = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
+      Pipeline pipe(
+          models::transformer(tiny(0.0)),
+          {.cells = 2, .micro_batches = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
       // Poison one weight of stage 0: the loss becomes NaN.
-      if (rank == 0) pipe.parameters()[0].tensor->copy_from(Tensor::full(pipe.parameters()[0].tensor->shape(), NAN));
+      if (rank == 0)
+        pipe.parameters()[0].tensor->copy_from(
+            Tensor::full(pipe.parameters()[0].tensor->shape(), NAN));
       try {
         pipe.train_step(b);
         outcome[rank] = "no error";
@@ -159,12 +175,18 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
-                      {.cells = 2, .micro_batches = 2, .seed = 5, .timeout_seconds = 60,
-                       .world = group.rank(rank), .replicas = 2},
+                      {.cells = 2,
+                       .micro_batches = 2,
+                       .seed = 5,
+                       .timeout_seconds = 60,
+                       .world = group.rank(rank),
+                       .replicas = 2},
                       b);
-        // Only the first stage needs inputs and only the last targets; a middle rank may pass nothing.
+        // Only the first stage needs inputs and only the last targets; a middle rank may pass
+        // nothing.
         got[rank] = pipe.evaluate(b);
-        outs[rank] = pipe.predict(pipe.rank_info().stage == 0 ? b.inputs : Bundle{})[0].to_vector<float>();
+        outs[rank] =
+            pipe.predict(pipe.rank_info().stage == 0 ? b.inputs : Bundle{})[0].to_vector<float>();
       } catch (...) {
         errors[rank] = std::current_exception();
       }
@@ -177,7 +199,8 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
     CHECK(got[rank] == Approx(want).epsilon(1e-5));
     REQUIRE(outs[rank].size() == want_out.size());
     double worst = 0;
-    for (size_t i = 0; i < want_out.size(); ++i) worst = std::max(worst, std::abs(double(outs[rank][i]) - want_out[i]));
+    for (size_t i = 0; i < want_out.size(); ++i)
+      worst = std::max(worst, std::abs(double(outs[rank][i]) - want_out[i]));
     CHECK(worst < 1e-5);
   }
 }
@@ -185,8 +208,9 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
 TEST_CASE("Process count and layout errors name what was expected") {
   Batch b = token_batch(4, 7);
   LocalGroup group(3);
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .world = group.rank(0)}, b),
-                    Contains("the job has 3 processes but K x R = 2 x 1 = 2"));
+  CHECK_THROWS_WITH(
+      Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .world = group.rank(0)}, b),
+      Contains("the job has 3 processes but K x R = 2 x 1 = 2"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .replicas = 2}, b),
                     Contains("one process per stage and replica"));
   const RankInfo r = rank_info_for(5, 3, 2, RankLayout::kStageMajor);

@@ -1,10 +1,10 @@
-#include <catch2/catch.hpp>
+#include "pipeline/partition.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 
 #include "core/rng.h"
-#include "pipeline/partition.h"
 
 using namespace gpipe;
 using Catch::Contains;
@@ -72,10 +72,12 @@ TEST_CASE("partition: explicit balance and bad arguments") {
   CHECK(p.bounds == std::vector<int64_t>{0, 2, 3, 6});
   CHECK(p.cell_costs == std::vector<double>{3, 3, 15});
   CHECK(parse_balance("4,4,3,3") == std::vector<int64_t>{4, 4, 3, 3});
-  CHECK_THROWS_WITH(balanced_partition({1, 2}, 3), Contains("K = 3 cells need at least 3 layers, but the model has 2"));
+  CHECK_THROWS_WITH(balanced_partition({1, 2}, 3),
+                    Contains("K = 3 cells need at least 3 layers, but the model has 2"));
   CHECK_THROWS_WITH(balanced_partition({1, 2}, 0), Contains("must be >= 1"));
   CHECK_THROWS_WITH(balanced_partition({1, -2}, 1), Contains("layer 1 has cost -2"));
-  CHECK_THROWS_WITH(explicit_partition({2, 2}, {1, 1, 1}), Contains("cell sizes sum to 4 but the model has 3 layers"));
+  CHECK_THROWS_WITH(explicit_partition({2, 2}, {1, 1, 1}),
+                    Contains("cell sizes sum to 4 but the model has 3 layers"));
   CHECK_THROWS_WITH(explicit_partition({2, 0, 1}, {1, 1, 1}), Contains("cell 1 has 0 layers"));
   CHECK_THROWS_WITH(parse_balance("4,x"), Contains("expected comma-separated layer counts"));
 }

@@ -2,16 +2,16 @@
 // single-device gradients of the whole mini-batch, for any (K, M), including
 // uneven micro-batches; and everything around it (remat, ties, BatchNorm,
 // failures, traces).
-#include <catch2/catch.hpp>
-
-#include <atomic>
-#include <chrono>
-#include <thread>
+#include "pipeline/pipeline.h"
 
 #include <dirent.h>
 
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <unordered_set>
 
 #include "core/rng.h"
@@ -19,7 +19,6 @@
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "ops/ops.h"
-#include "pipeline/pipeline.h"
 #include "tests/pipeline/tiny_transformer.h"
 
 using namespace gpipe;
@@ -42,7 +41,8 @@ std::map<std::string, std::vector<float>> reference_grads(Model m, const Batch& 
 }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double scale = 1e-2, diff = 0;  // gradients that are zero in exact arithmetic (key biases) are noise
+  double scale = 1e-2,
+         diff = 0;  // gradients that are zero in exact arithmetic (key biases) are noise
   for (size_t i = 0; i < a.size(); ++i) {
     scale = std::max(scale, static_cast<double>(std::abs(a[i])));
     diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
@@ -51,12 +51,15 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode remat) {
-  INFO("K=" << k << " M=" << m << " N=" << n << " schedule=" << schedule_name(kind) << " remat=" << remat_name(remat));
+  INFO("K=" << k << " M=" << m << " N=" << n << " schedule=" << schedule_name(kind)
+            << " remat=" << remat_name(remat));
   const Batch batch = token_batch(n, 5);
   double ref_loss = 0;
   const auto ref = reference_grads(models::transformer(tiny()), batch, &ref_loss);
-  Pipeline pipe(models::transformer(tiny()), {.cells = k, .micro_batches = m, .schedule = kind, .remat = remat,
-                                              .threads_per_stage = 1}, batch);
+  Pipeline pipe(
+      models::transformer(tiny()),
+      {.cells = k, .micro_batches = m, .schedule = kind, .remat = remat, .threads_per_stage = 1},
+      batch);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.loss == Approx(ref_loss).epsilon(1e-5));
   int compared = 0;
@@ -90,10 +93,13 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
   check_equivalence(4, 3, 6, ScheduleKind::k1F1B, RematMode::kAlways);
 }
 
-TEST_CASE("pipeline: several SGD steps keep matching single-device training; tied copies stay identical") {
+TEST_CASE(
+    "pipeline: several SGD steps keep matching single-device training; tied copies stay "
+    "identical") {
   const Batch batch = token_batch(6, 9);
   Model ref = models::transformer(tiny());
-  Pipeline pipe(models::transformer(tiny()), {.cells = 3, .micro_batches = 3, .threads_per_stage = 1}, batch);
+  Pipeline pipe(models::transformer(tiny()),
+                {.cells = 3, .micro_batches = 3, .threads_per_stage = 1}, batch);
   std::vector<Tensor> ref_params;
   std::unordered_set<TensorImpl*> seen;
   for (auto& l : ref.layers)
@@ -117,12 +123,14 @@ TEST_CASE("pipeline: several SGD steps keep matching single-device training; tie
     for (auto& p : pipe.parameters()) ps.push_back(*p.tensor);
     sgd(ps);
   }
-  // The shared embedding lives in cells 0, 1 and 2 as three copies: still equal, and equal to the reference.
+  // The shared embedding lives in cells 0, 1 and 2 as three copies: still equal, and equal to the
+  // reference.
   std::map<std::string, std::vector<float>> by_name;
   for (auto& p : pipe.named_state()) by_name[p.name] = p.tensor->to_vector<float>();
   CHECK(by_name["src_embed.shared_embedding"] == by_name["output.shared_embedding"]);
   CHECK(by_name["src_embed.shared_embedding"] == by_name["tgt_embed.shared_embedding"]);
-  CHECK(max_rel_diff(by_name["output.shared_embedding"], ref.layers.back()->parameters()[0].tensor->to_vector<float>()) < 1e-4);
+  CHECK(max_rel_diff(by_name["output.shared_embedding"],
+                     ref.layers.back()->parameters()[0].tensor->to_vector<float>()) < 1e-4);
 }
 
 TEST_CASE("pipeline: with dropout, remat and no remat give identical gradients") {
@@ -130,7 +138,8 @@ TEST_CASE("pipeline: with dropout, remat and no remat give identical gradients")
   std::map<std::string, std::vector<float>> grads[2];
   int i = 0;
   for (RematMode mode : {RematMode::kNever, RematMode::kAlways}) {
-    Pipeline pipe(models::transformer(tiny(0.3)), {.cells = 2, .micro_batches = 4, .remat = mode, .seed = 5}, batch);
+    Pipeline pipe(models::transformer(tiny(0.3)),
+                  {.cells = 2, .micro_batches = 4, .remat = mode, .seed = 5}, batch);
     pipe.train_step(batch);
     for (auto& p : pipe.named_state())
       if (p.tensor->grad().defined()) grads[i][p.name] = p.tensor->grad().to_vector<float>();
@@ -147,7 +156,8 @@ namespace {
 // conv -> BN -> relu -> pool -> linear as a LayerList of single-tensor layers.
 Model bn_model() {
   Model m;
-  m.layers.push_back(std::make_shared<Conv2d>("conv", 2, 4, std::array<int64_t, 2>{3, 3}, 1, ops::Conv2dOptions{.padding = {1, 1}}));
+  m.layers.push_back(std::make_shared<Conv2d>("conv", 2, 4, std::array<int64_t, 2>{3, 3}, 1,
+                                              ops::Conv2dOptions{.padding = {1, 1}}));
   m.layers.push_back(std::make_shared<BatchNorm>("bn", 4));
   m.layers.push_back(std::make_shared<ActivationLayer>("relu", Activation::kRelu));
   m.layers.push_back(std::make_shared<GlobalAvgPool>("pool"));
@@ -157,8 +167,10 @@ Model bn_model() {
 }
 }  // namespace
 
-TEST_CASE("pipeline: BatchNorm running statistics equal a full-batch step's; recompute adds nothing") {
-  Batch batch{{Tensor::randn(Shape{10, 2, 5, 5}, 4)}, {Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, Shape{10})}};
+TEST_CASE(
+    "pipeline: BatchNorm running statistics equal a full-batch step's; recompute adds nothing") {
+  Batch batch{{Tensor::randn(Shape{10, 2, 5, 5}, 4)},
+              {Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, Shape{10})}};
   Model ref = bn_model();
   Tensor l = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
   l.backward();
@@ -170,7 +182,8 @@ TEST_CASE("pipeline: BatchNorm running statistics equal a full-batch step's; rec
     Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 4, .remat = mode}, batch);
     pipe.train_step(batch);
     const auto rm = bn->running_mean.to_vector<float>(), rv = bn->running_var.to_vector<float>();
-    const auto em = ref_bn->running_mean.to_vector<float>(), ev = ref_bn->running_var.to_vector<float>();
+    const auto em = ref_bn->running_mean.to_vector<float>(),
+               ev = ref_bn->running_var.to_vector<float>();
     for (int c = 0; c < 4; ++c) {
       CHECK(rm[c] == Approx(em[c]).margin(1e-6));
       CHECK(rv[c] == Approx(ev[c]).epsilon(1e-5));
@@ -178,27 +191,40 @@ TEST_CASE("pipeline: BatchNorm running statistics equal a full-batch step's; rec
   }
 }
 
-TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batch named; the next step works") {
+TEST_CASE(
+    "pipeline: a failing stage ends the step with its stage and micro-batch named; the next step "
+    "works") {
   const int threads_before = thread_count();
   {
     const Batch batch = token_batch(8, 1);
     Model m = models::transformer(tiny());
     bool armed = true;
     // A layer in the middle that throws on micro-batch 2 while armed.
-    auto bomb = std::make_shared<Lambda>("bomb", [&](const Tensor& x) {
-      if (armed && current_rng_context().micro_batch == 2) throw Error("injected failure");
-      return x;
-    }, [](const TensorSpec& s) { return s; });
+    auto bomb = std::make_shared<Lambda>(
+        "bomb",
+        [&](const Tensor& x) {
+          if (armed && current_rng_context().micro_batch == 2) throw Error("injected failure");
+          return x;
+        },
+        [](const TensorSpec& s) { return s; });
     struct Wrap final : Layer {
       std::shared_ptr<Lambda> inner;
       explicit Wrap(std::shared_ptr<Lambda> l) : Layer("bomb"), inner(std::move(l)) {}
-      Bundle forward(const Bundle& in) override { Bundle out = in; out[0] = inner->forward(in[0]); return out; }
+      Bundle forward(const Bundle& in) override {
+        Bundle out = in;
+        out[0] = inner->forward(in[0]);
+        return out;
+      }
       BundleSpec output_spec(const BundleSpec& in) const override { return in; }
     };
-    m.layers.insert(m.layers.begin() + 8, std::make_shared<Wrap>(bomb));  // 14 layers; stage 2 is [8, 11)
-    Pipeline pipe(std::move(m), {.cells = 4, .micro_batches = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30}, batch);
-    CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 2") && Contains("forward of micro-batch 2") &&
-                                                   Contains("injected failure"));
+    m.layers.insert(m.layers.begin() + 8,
+                    std::make_shared<Wrap>(bomb));  // 14 layers; stage 2 is [8, 11)
+    Pipeline pipe(std::move(m),
+                  {.cells = 4, .micro_batches = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30},
+                  batch);
+    CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 2") &&
+                                                  Contains("forward of micro-batch 2") &&
+                                                  Contains("injected failure"));
     for (auto& p : pipe.parameters()) CHECK_FALSE(p.tensor->grad().defined());
     armed = false;
     const StepResult r = pipe.train_step(batch);
@@ -209,20 +235,25 @@ TEST_CASE("pipeline: a failing stage ends the step with its stage and micro-batc
 
 TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
   const Batch batch = token_batch(4, 1);
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 14}, batch), Contains("K = 14 cells need at least 14 layers"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.micro_batches = 5}, batch).train_step(batch),
-                    Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 2, .balance = {3, 3, 1}}, batch),
-                    Contains("--balance has 3 cells but K = 2"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 14}, batch),
+                    Contains("K = 14 cells need at least 14 layers"));
+  CHECK_THROWS_WITH(
+      Pipeline(models::transformer(tiny()), {.micro_batches = 5}, batch).train_step(batch),
+      Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
+  CHECK_THROWS_WITH(
+      Pipeline(models::transformer(tiny()), {.cells = 2, .balance = {3, 3, 1}}, batch),
+      Contains("--balance has 3 cells but K = 2"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.balance = {3, 3}}, batch),
                     Contains("cell sizes sum to 6 but the model has 13 layers"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 2, .devices = devices("cpu", 3)}, batch),
-                    Contains("got 3 devices for K = 2"));
+  CHECK_THROWS_WITH(
+      Pipeline(models::transformer(tiny()), {.cells = 2, .devices = devices("cpu", 3)}, batch),
+      Contains("got 3 devices for K = 2"));
 }
 
 TEST_CASE("pipeline: trace, bubble and memory report") {
   const Batch batch = token_batch(8, 2);
-  Pipeline pipe(models::transformer(tiny()), {.cells = 2, .micro_batches = 4, .trace = true}, batch);
+  Pipeline pipe(models::transformer(tiny()), {.cells = 2, .micro_batches = 4, .trace = true},
+                batch);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.bubble_fraction > 0.0);
   CHECK(r.bubble_fraction < 1.0);
@@ -243,11 +274,14 @@ TEST_CASE("pipeline: trace, bubble and memory report") {
   CHECK_THAT(pipe.describe(), Contains("cpu:1") && Contains("ideal bubble"));
 }
 
-TEST_CASE("pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm as a fixed affine map)") {
+TEST_CASE(
+    "pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm as a fixed affine map)") {
   // With BatchNorm in eval mode (running statistics) the network has no
   // cross-example coupling, so any (K, M) must give the full-batch gradients.
-  models::AmoebaNetConfig cfg{.num_normal_cells = 1, .filters = 8, .in_channels = 1, .num_classes = 5, .seed = 2};
-  const Batch batch{{Tensor::randn(Shape{7, 1, 32, 32}, 21)}, {Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1}, Shape{7})}};
+  models::AmoebaNetConfig cfg{
+      .num_normal_cells = 1, .filters = 8, .in_channels = 1, .num_classes = 5, .seed = 2};
+  const Batch batch{{Tensor::randn(Shape{7, 1, 32, 32}, 21)},
+                    {Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1}, Shape{7})}};
   Model ref = models::amoebanet_d(cfg);
   for (auto& l : ref.layers) l->eval();
   Tensor loss = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
@@ -257,7 +291,8 @@ TEST_CASE("pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm a
     if (p.tensor->requires_grad()) want[p.name] = p.tensor->grad().to_vector<float>();
   for (auto [k, m] : {std::pair{2, 3}, std::pair{3, 7}, std::pair{4, 2}}) {
     INFO("K=" << k << " M=" << m);
-    Pipeline pipe(models::amoebanet_d(cfg), {.cells = k, .micro_batches = m, .threads_per_stage = 1}, batch);
+    Pipeline pipe(models::amoebanet_d(cfg),
+                  {.cells = k, .micro_batches = m, .threads_per_stage = 1}, batch);
     pipe.train(false);
     const StepResult r = pipe.train_step(batch);
     CHECK(r.loss == Approx(loss.item()).epsilon(1e-5));
@@ -287,21 +322,28 @@ TEST_CASE("pipeline: evaluate and predict agree with single-device forward and k
   REQUIRE(out.size() == 1);
   CHECK(out[0].shape() == Shape{7, 4, 17});
   CHECK(max_rel_diff(out[0].to_vector<float>(), want_out.to_vector<float>()) < 1e-5);
-  // One micro-batch per row (fewer fill-drain bubbles for big evaluation batches): the same numbers.
-  CHECK(max_rel_diff(pipe.predict(batch.inputs, {.micro_batches = 7})[0].to_vector<float>(), want_out.to_vector<float>()) < 1e-5);
+  // One micro-batch per row (fewer fill-drain bubbles for big evaluation batches): the same
+  // numbers.
+  CHECK(max_rel_diff(pipe.predict(batch.inputs, {.micro_batches = 7})[0].to_vector<float>(),
+                     want_out.to_vector<float>()) < 1e-5);
   CHECK(pipe.evaluate(batch, 7) == Approx(want).epsilon(1e-5));
-  CHECK_THROWS_WITH(pipe.predict(batch.inputs, {.micro_batches = -1}), Contains("micro_batches must be >= 0"));
+  CHECK_THROWS_WITH(pipe.predict(batch.inputs, {.micro_batches = -1}),
+                    Contains("micro_batches must be >= 0"));
   // More micro-batches than rows: evaluation uses one per row.
   Pipeline many(models::transformer(tiny()), {.cells = 2, .micro_batches = 7}, batch);
-  CHECK(many.evaluate(token_batch(3, 4)) == Approx(Pipeline(models::transformer(tiny()), {}, batch).evaluate(token_batch(3, 4))).epsilon(1e-5));
+  CHECK(many.evaluate(token_batch(3, 4)) ==
+        Approx(Pipeline(models::transformer(tiny()), {}, batch).evaluate(token_batch(3, 4)))
+            .epsilon(1e-5));
   pipe.train(false);
   pipe.evaluate(batch);
   CHECK_FALSE(ref.layers[0]->training() == false);  // the reference was never switched
-  const StepResult r = pipe.train_step(batch);    // still eval mode: dropout off, BN fixed
+  const StepResult r = pipe.train_step(batch);      // still eval mode: dropout off, BN fixed
   CHECK(std::isfinite(r.loss));
 }
 
-TEST_CASE("pipeline: evaluation is a pipelined program: stage 1 runs micro-batch 0 before stage 0 runs micro-batch 1") {
+TEST_CASE(
+    "pipeline: evaluation is a pipelined program: stage 1 runs micro-batch 0 before stage 0 runs "
+    "micro-batch 1") {
   // A pass-through layer at the start of each cell. Stage 0's waits, at
   // micro-batch 1, until stage 1 has begun micro-batch 0: stage by stage,
   // that never happens and the wait gives up after 20 s.
@@ -321,14 +363,20 @@ TEST_CASE("pipeline: evaluation is a pipelined program: stage 1 runs micro-batch
     struct Gate final : Layer {
       std::shared_ptr<Lambda> inner;
       Gate(const char* n, std::shared_ptr<Lambda> l) : Layer(n), inner(std::move(l)) {}
-      Bundle forward(const Bundle& in) override { Bundle out = in; out[0] = inner->forward(in[0]); return out; }
+      Bundle forward(const Bundle& in) override {
+        Bundle out = in;
+        out[0] = inner->forward(in[0]);
+        return out;
+      }
       BundleSpec output_spec(const BundleSpec& in) const override { return in; }
     };
-    return std::make_shared<Gate>(name, std::make_shared<Lambda>(name, fn, [](const TensorSpec& t) { return t; }));
+    return std::make_shared<Gate>(
+        name, std::make_shared<Lambda>(name, fn, [](const TensorSpec& t) { return t; }));
   };
   const Batch batch = token_batch(8, 4);
   Model m = models::transformer(tiny());
-  m.layers.insert(m.layers.begin() + 7, gate("gate1", false));  // after gate0 goes in: layer 8, cell 1 = [8, 15)
+  m.layers.insert(m.layers.begin() + 7,
+                  gate("gate1", false));  // after gate0 goes in: layer 8, cell 1 = [8, 15)
   m.layers.insert(m.layers.begin(), gate("gate0", true));
   Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 4, .balance = {8, 7}}, batch);
   REQUIRE(pipe.cells()[1].first_layer == 8);

@@ -16,9 +16,9 @@
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "optim/schedule.h"
-#include "pipeline/remat.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/remat.h"
 #include "pipeline/schedule.h"
 
 namespace gpipe::train {
@@ -30,16 +30,17 @@ constexpr int64_t kDefaultEpochsAmoebaNet = 2;
 // The --help footer; the budget row is written from the constants above.
 std::string defaults_table() {
   return detail::concat(
-    "Per-model defaults (S = total steps):\n"
-    "                  transformer                  amoebanet\n"
-    "  --optimizer     adam                         sgd (Nesterov)\n"
-    "  --lr            2e-3                         0.05\n"
-    "  --lr-schedule   cosine:total=S,warmup=S/10   cosine:total=S,warmup=S/50\n"
-    "  --weight-decay  0                            5e-4\n"
-    "  --momentum      - (adam takes none)          0.9\n"
-    "  --batch         32                           128\n"
-    "  budget          --steps=", kDefaultStepsTransformer, "                  --epochs=", kDefaultEpochsAmoebaNet,
-    "\n  (the budget applies when neither --steps nor --epochs is given)\n");
+      "Per-model defaults (S = total steps):\n"
+      "                  transformer                  amoebanet\n"
+      "  --optimizer     adam                         sgd (Nesterov)\n"
+      "  --lr            2e-3                         0.05\n"
+      "  --lr-schedule   cosine:total=S,warmup=S/10   cosine:total=S,warmup=S/50\n"
+      "  --weight-decay  0                            5e-4\n"
+      "  --momentum      - (adam takes none)          0.9\n"
+      "  --batch         32                           128\n"
+      "  budget          --steps=",
+      kDefaultStepsTransformer, "                  --epochs=", kDefaultEpochsAmoebaNet,
+      "\n  (the budget applies when neither --steps nor --epochs is given)\n");
 }
 
 // Throws UsageError(parts...) unless `ok`.
@@ -91,18 +92,21 @@ int64_t layer_count_at_depth(const TrainConfig& c, int64_t depth) {
 
 int64_t model_layer_count(const TrainConfig& c) {
   if (c.model == "transformer")
-    return layer_count_at_depth(c, c.preset.empty() ? c.layers : models::transformer_preset(c.preset).layers);
+    return layer_count_at_depth(
+        c, c.preset.empty() ? c.layers : models::transformer_preset(c.preset).layers);
   return layer_count_at_depth(c, c.normal_cells);
 }
 
 static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
   if (c.model == "transformer" && !c.preset.empty())
-    return detail::concat("the preset fixes L; a deeper preset, or explicit sizes with --layers=L (5L+3 layers) "
-                          "instead of --preset");
+    return detail::concat(
+        "the preset fixes L; a deeper preset, or explicit sizes with --layers=L (5L+3 layers) "
+        "instead of --preset");
   const bool transformer = c.model == "transformer";
   int64_t depth = transformer ? 1 : 0;  // the smallest depth whose layer list has K layers
   while (layer_count_at_depth(c, depth) < k) ++depth;
-  return transformer ? detail::concat("--layers=L gives 5L+3 layers: --layers=", depth, " or more for K=", k)
+  return transformer ? detail::concat("--layers=L gives 5L+3 layers: --layers=", depth,
+                                      " or more for K=", k)
                      : detail::concat("--normal-cells=N gives 3N+6 layers: --normal-cells=", depth,
                                       " or more for K=", k);
 }
@@ -140,10 +144,12 @@ static void validate_pipeline(const TrainConfig& c) {
   usage(c.micro_batches <= batch, "--M: ", c.micro_batches,
         " micro-batches need --batch >= M, but the batch is ", batch);
   const int64_t layers = model_layer_count(c);
-  usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model, " has only ",
-        layers, " layers to cut (expected K <= ", layers, "; ", deeper_model_hint(c, c.partitions), ")");
+  usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model,
+        " has only ", layers, " layers to cut (expected K <= ", layers, "; ",
+        deeper_model_hint(c, c.partitions), ")");
   usage(c.replicas >= 1, "--replicas: expected >= 1, got ", c.replicas);
-  usage(c.micro_batches * c.replicas <= batch, "--M and --replicas: R x M = ", c.replicas * c.micro_batches,
+  usage(c.micro_batches * c.replicas <= batch,
+        "--M and --replicas: R x M = ", c.replicas * c.micro_batches,
         " micro-batches need --batch >= R x M, but the batch is ", batch);
   usage(c.timeout > 0, "--timeout: expected a positive number of seconds, got ", c.timeout);
   usage(c.watchdog >= 0, "--watchdog: expected >= 0 seconds (0 = timeout / 2), got ", c.watchdog);
@@ -206,8 +212,11 @@ Schedule schedule_program(const TrainConfig& c) {
   const std::string file_prefix = "file:";
   Schedule s = c.schedule.rfind(file_prefix, 0) == 0
                    ? load_schedule_file(c.schedule.substr(file_prefix.size()))
-                   : make_schedule(parse_schedule(c.schedule), c.partitions, c.micro_batches, parse_remat(c.remat));
-  GPIPE_CHECK(s.training, "the schedule is a forward-only program; a training one ('train' in its header) is needed");
+                   : make_schedule(parse_schedule(c.schedule), c.partitions, c.micro_batches,
+                                   parse_remat(c.remat));
+  GPIPE_CHECK(
+      s.training,
+      "the schedule is a forward-only program; a training one ('train' in its header) is needed");
   gpipe::validate(s, c.partitions, c.micro_batches);
   return s;
 }
@@ -239,8 +248,10 @@ TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch) {
   const bool amoeba = c.model == "amoebanet";
   if (c.batch == 0) c.batch = default_batch(c.model);
   if (c.steps == 0 && c.epochs == 0) {  // the default training budget
-    if (amoeba) c.epochs = kDefaultEpochsAmoebaNet;
-    else c.steps = kDefaultStepsTransformer;
+    if (amoeba)
+      c.epochs = kDefaultEpochsAmoebaNet;
+    else
+      c.steps = kDefaultStepsTransformer;
   }
   if (c.epochs > 0) {
     GPIPE_CHECK(batches_per_epoch > 0, "--epochs: the training set makes no batch of ", c.batch);
@@ -272,7 +283,7 @@ struct Given {
 void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--model", c.model, "transformer | amoebanet")
       ->check(CLI::IsMember({"transformer", "amoebanet"}));  // required: checked in validate(),
-                                                            // after CLI11 has named unknown flags
+                                                             // after CLI11 has named unknown flags
   app.add_flag("--print-params", c.print_params,
                "print the parameter count (from the formula, nothing allocated) and exit");
   g.preset = app.add_option("--preset", c.preset,
@@ -391,8 +402,9 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--schedule", c.schedule,
                  "gpipe | 1f1b | file:PATH (a program in the text form --print-schedule writes)")
       ->capture_default_str();
-  app.add_flag("--print-schedule", c.print_schedule,
-               "print the step's program for --K, --M, --schedule and --remat, with its dry run, and exit");
+  app.add_flag(
+      "--print-schedule", c.print_schedule,
+      "print the step's program for --K, --M, --schedule and --remat, with its dry run, and exit");
   app.add_option("--remat", c.remat, "always | except_last | never")
       ->capture_default_str()
       ->check(CLI::IsMember({"always", "except_last", "never"}));
@@ -403,7 +415,8 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
                      ->check(CLI::IsMember({"cost", "time", "memory"}));
   app.add_option("--devices", c.devices, "cpu:0,cpu:1,... or a count (default cpu:0..cpu:K-1)");
   app.add_option("--trace", c.trace, "write a Chrome trace of every step to this file at the end");
-  app.add_option("--timeout", c.timeout, "seconds a stage waits for a neighbour before the step fails")
+  app.add_option("--timeout", c.timeout,
+                 "seconds a stage waits for a neighbour before the step fails")
       ->capture_default_str();
   app.add_option("--watchdog", c.watchdog,
                  "a step longer than this prints what every stage waits for (0 = timeout / 2)");
@@ -423,12 +436,13 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
 // Flags that do not apply to the chosen model, or contradict each other,
 // are errors rather than silently ignored.
 void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& g) {
-  if (c.model.empty()) return;  // validate() says --model is required, before any model-specific check
+  if (c.model.empty())
+    return;  // validate() says --model is required, before any model-specific check
   const bool transformer = c.model == "transformer";
   const std::vector<std::string> transformer_only = {
       "--preset",  "--layers",          "--ffn",        "--heads",       "--dim",
       "--dropout", "--label-smoothing", "--logit-clip", "--scaled-init", "--languages",
-      "--max-len", "--eval-sentences", "--samples"};
+      "--max-len", "--eval-sentences",  "--samples"};
   const std::vector<std::string> amoebanet_only = {"--normal-cells", "--filters", "--augment",
                                                    "--image-size"};
   for (const auto& f : transformer ? amoebanet_only : transformer_only)

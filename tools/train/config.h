@@ -69,8 +69,9 @@ struct TrainConfig {
   int64_t image_size = 32;             // amoebanet: 32 (padded) or 64, 96, ... (then upsampled)
 
   // ---- optimisation ----
-  int64_t batch = 0;   // N; 0 = model default
-  int64_t steps = 0;   // total steps of the run (resumed steps included); 0 = use epochs or the default budget
+  int64_t batch = 0;  // N; 0 = model default
+  int64_t steps =
+      0;  // total steps of the run (resumed steps included); 0 = use epochs or the default budget
   int64_t epochs = 0;  // alternative to steps: epochs * batches per epoch
   std::optional<double> lr;
   std::string lr_schedule;  // optim/schedule.h spec; "" = model default
@@ -94,21 +95,21 @@ struct TrainConfig {
   int64_t log_every = 10;
 
   // ---- pipeline ----
-  int partitions = 1;     // K
-  int micro_batches = 1;  // M
+  int partitions = 1;              // K
+  int micro_batches = 1;           // M
   std::string schedule = "gpipe";  // gpipe | 1f1b | file:PATH
   std::string remat = "except_last";
   std::string balance;  // "4,4,3,3" (overrides balance_by)
   std::string balance_by = "cost";
-  std::string devices;  // "cpu:0,cpu:1" or a count; "" = cpu:0..cpu:K-1
-  std::string trace;    // Chrome trace file written at the end
-  double timeout = 600;   // seconds a stage waits for a neighbour (or a collective) before failing
-  double watchdog = 0;    // a step longer than this prints what each stage waits for; 0 = timeout / 2
+  std::string devices;   // "cpu:0,cpu:1" or a count; "" = cpu:0..cpu:K-1
+  std::string trace;     // Chrome trace file written at the end
+  double timeout = 600;  // seconds a stage waits for a neighbour (or a collective) before failing
+  double watchdog = 0;  // a step longer than this prints what each stage waits for; 0 = timeout / 2
 
   // ---- processes (mpirun -np K*R gpipe_train ...; Note [Processes] in pipeline.cc) ----
   int replicas = 1;                 // R: data-parallel copies of the K-stage pipeline
   std::string layout = "pipeline";  // pipeline | stage: which ranks form one pipeline
-  bool sync_batchnorm = true;       // sum BatchNorm statistics over replicas (--no-sync-bn: per replica)
+  bool sync_batchnorm = true;  // sum BatchNorm statistics over replicas (--no-sync-bn: per replica)
 
   // ---- set by the trainer, not flags: the training data this process consumes ----
   bool train_inputs = true;   // the first stage's

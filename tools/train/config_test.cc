@@ -29,9 +29,9 @@ std::string usage_error(std::vector<std::string> args) {
 }  // namespace
 
 TEST_CASE("gpipe_train flags: a good command line parses") {
-  const TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=4", "--steps=200",
-                                           "--languages=fr,de", "--lr=1e-3", "--layers=1", "--balance=4,4",
-                                           "--devices=cpu:0,cpu:1", "--schedule=1f1b"});
+  const TrainConfig c = parse_train_flags(
+      {"--model=transformer", "--K=2", "--M=4", "--steps=200", "--languages=fr,de", "--lr=1e-3",
+       "--layers=1", "--balance=4,4", "--devices=cpu:0,cpu:1", "--schedule=1f1b"});
   CHECK(c.model == "transformer");
   CHECK(c.partitions == 2);
   CHECK(c.micro_batches == 4);
@@ -62,9 +62,11 @@ TEST_CASE("gpipe_train flags: the design card's commands run as typed, with a de
   }
   // The default Transformer can be cut into 32 cells.
   CHECK(model_layer_count(parse_train_flags({"--model=transformer", "--K=32", "--M=32"})) >= 32);
-  const TrainConfig t = resolve_defaults(parse_train_flags({"--model=transformer", "--K=8", "--M=32"}), 100);
+  const TrainConfig t =
+      resolve_defaults(parse_train_flags({"--model=transformer", "--K=8", "--M=32"}), 100);
   CHECK(t.steps == 600);
-  const TrainConfig a = resolve_defaults(parse_train_flags({"--model=amoebanet", "--K=8", "--M=32"}), 468);
+  const TrainConfig a =
+      resolve_defaults(parse_train_flags({"--model=amoebanet", "--K=8", "--M=32"}), 468);
   CHECK(a.epochs == 2);
   CHECK(a.steps == 2 * 468);
   // The budget is stated in --help.
@@ -103,8 +105,9 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
              Contains("only 33 layers") && Contains("--layers=7 or more"));
   CHECK_THAT(usage_error({"--model=transformer", "--preset=T(6,8192,16)", "--K=34"}),
              Contains("only 33 layers") && Contains("the preset fixes L"));
-  CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--K=12", "--normal-cells=1"}),
-             Contains("--K") && Contains("9 layers") && Contains("--normal-cells=2 or more for K=12"));
+  CHECK_THAT(
+      usage_error({"--model=amoebanet", "--steps=10", "--K=12", "--normal-cells=1"}),
+      Contains("--K") && Contains("9 layers") && Contains("--normal-cells=2 or more for K=12"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=0"}), Contains("--K"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--schedule=zigzag"}),
              Contains("--schedule") && Contains("gpipe") && Contains("1f1b"));
@@ -112,8 +115,9 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
              Contains("--remat") && Contains("except_last"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--balance-by=luck"}),
              Contains("--balance-by") && Contains("memory"));
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--layers=1", "--K=2", "--balance=3,3"}),
-             Contains("--balance") && Contains("sum to 6") && Contains("8 layers"));
+  CHECK_THAT(
+      usage_error({"--model=transformer", "--steps=10", "--layers=1", "--K=2", "--balance=3,3"}),
+      Contains("--balance") && Contains("sum to 6") && Contains("8 layers"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--balance=3,x"}),
              Contains("--balance"));
   CHECK_THAT(
@@ -201,25 +205,30 @@ TEST_CASE("gpipe_train: a missing data directory is a runtime error naming it") 
 }
 
 TEST_CASE("gpipe_train flags: processes and replicas") {
-  const TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=4", "--steps=10", "--replicas=2",
-                                           "--layout=stage", "--no-sync-bn", "--timeout=30", "--watchdog=5"});
+  const TrainConfig c =
+      parse_train_flags({"--model=transformer", "--K=2", "--M=4", "--steps=10", "--replicas=2",
+                         "--layout=stage", "--no-sync-bn", "--timeout=30", "--watchdog=5"});
   CHECK(c.replicas == 2);
   CHECK(c.layout == "stage");
   CHECK_FALSE(c.sync_batchnorm);
   CHECK(c.timeout == 30);
   CHECK(c.watchdog == 5);
   CHECK(parse_train_flags({"--model=transformer", "--steps=1"}).sync_batchnorm);
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--replicas=0"}), Contains("--replicas"));
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--layout=ring"}), Contains("--layout"));
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--batch=8", "--M=4", "--replicas=4"}),
-             Contains("R x M = 16") && Contains("--batch >= R x M"));
-  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--timeout=0"}), Contains("--timeout"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--replicas=0"}),
+             Contains("--replicas"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--layout=ring"}),
+             Contains("--layout"));
+  CHECK_THAT(
+      usage_error({"--model=transformer", "--steps=1", "--batch=8", "--M=4", "--replicas=4"}),
+      Contains("R x M = 16") && Contains("--batch >= R x M"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=1", "--timeout=0"}),
+             Contains("--timeout"));
 }
 
 TEST_CASE("gpipe_train: replicas in one process are a usage error naming the launch") {
   std::ostringstream log;
-  TrainConfig c = parse_train_flags({"--model=transformer", "--K=2", "--M=2", "--steps=1", "--replicas=2",
-                                     "--batch=8"});
+  TrainConfig c = parse_train_flags(
+      {"--model=transformer", "--K=2", "--M=2", "--steps=1", "--replicas=2", "--batch=8"});
   CHECK_THROWS_WITH(gpipe::train::train(c, log), Contains("launch with mpirun -np 4"));
 }
 

@@ -6,7 +6,8 @@
 namespace gpipe::train {
 
 std::vector<std::vector<int64_t>> greedy_decode(Pipeline& pipe, const Tensor& src, int64_t max_len,
-                                                int64_t bos, int64_t eos, int64_t pad, DecodeMode mode) {
+                                                int64_t bos, int64_t eos, int64_t pad,
+                                                DecodeMode mode) {
   GPIPE_CHECK(max_len >= 1, "greedy_decode: max_len must be >= 1, got ", max_len);
   GPIPE_CHECK(src.rank() == 2, "greedy_decode: expected src [B, S], got ", src.shape());
   const int64_t b = src.size(0);
@@ -19,8 +20,9 @@ std::vector<std::vector<int64_t>> greedy_decode(Pipeline& pipe, const Tensor& sr
   for (int64_t t = 1; t <= max_len && remaining > 0; ++t) {
     const Tensor logits =
         mode == DecodeMode::kCached
-            ? pipe.predict({src, Tensor::from_vector(newest, Shape{b, 1})}, {.session = &session})[0]  // [B, 1, V]
-            : pipe.predict({src, Tensor::from_vector(tgt, Shape{b, t})})[0];              // [B, t, V]
+            ? pipe.predict({src, Tensor::from_vector(newest, Shape{b, 1})},
+                           {.session = &session})[0]                          // [B, 1, V]
+            : pipe.predict({src, Tensor::from_vector(tgt, Shape{b, t})})[0];  // [B, t, V]
     const std::vector<int64_t> next =
         ops::argmax(ops::narrow(logits, 1, logits.size(1) - 1, 1), -1).to_vector<int64_t>();
     std::vector<int64_t> grown;

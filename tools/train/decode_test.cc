@@ -41,9 +41,10 @@ Tensor sources(int64_t n, int64_t len) {
 
 std::unique_ptr<Pipeline> make(int k, int m) {
   const Tensor src = sources(5, 6);
-  const Batch sample{{src, Tensor::zeros(Shape{5, 3}, DType::kInt64)}, {Tensor::zeros(Shape{5, 3}, DType::kInt64)}};
-  auto pipe = std::make_unique<Pipeline>(models::transformer(small()), PipelineOptions{.cells = k, .micro_batches = m},
-                                         sample);
+  const Batch sample{{src, Tensor::zeros(Shape{5, 3}, DType::kInt64)},
+                     {Tensor::zeros(Shape{5, 3}, DType::kInt64)}};
+  auto pipe = std::make_unique<Pipeline>(models::transformer(small()),
+                                         PipelineOptions{.cells = k, .micro_batches = m}, sample);
   pipe->train(false);
   return pipe;
 }
@@ -61,7 +62,8 @@ TEST_CASE("decode: each cached step's logits equal the full re-run's last positi
     for (int64_t t = 1; t <= 6; ++t) {
       std::vector<int64_t> newest;
       for (int64_t i = 0; i < 5; ++i) newest.push_back(prefix[i * t + t - 1]);
-      const Tensor cached = pipe.predict({src, Tensor::from_vector(newest, Shape{5, 1})}, {.session = &session})[0];
+      const Tensor cached =
+          pipe.predict({src, Tensor::from_vector(newest, Shape{5, 1})}, {.session = &session})[0];
       const Tensor full = pipe.predict({src, Tensor::from_vector(prefix, Shape{5, t})})[0];
       REQUIRE(cached.shape() == Shape{5, 1, 19});
       const std::vector<float> a = cached.contiguous().to_vector<float>();
@@ -97,6 +99,7 @@ TEST_CASE("decode: more than one new position after the first step is refused") 
   const Tensor src = sources(5, 6);
   DecodeSession session;
   pipe.predict({src, Tensor::zeros(Shape{5, 1}, DType::kInt64)}, {.session = &session});
-  CHECK_THROWS_WITH(pipe.predict({src, Tensor::zeros(Shape{5, 2}, DType::kInt64)}, {.session = &session}),
-                    Contains("feed one new position per step"));
+  CHECK_THROWS_WITH(
+      pipe.predict({src, Tensor::zeros(Shape{5, 2}, DType::kInt64)}, {.session = &session}),
+      Contains("feed one new position per step"));
 }

@@ -92,7 +92,8 @@ class ImageTask final : public Task {
       MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
       const Tensor x = padded(gather_rows(test_.images, rows), std::vector<Placement>(rows.size()));
       const Tensor y = gather_rows(test_.labels, rows);
-      const Bundle out = pipe.predict({x}, {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows.size()))});
+      const Bundle out = pipe.predict(
+          {x}, {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows.size()))});
       const Tensor labels = y.to(out[0].device());
       sum += loss.sum(out, {labels}).item();
       const AccuracyCount a = count_correct(out[0], labels);

@@ -90,8 +90,10 @@ PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communica
   o.micro_batches = c.micro_batches;
   o.devices = parse_devices(c.devices);
   o.remat = parse_remat(c.remat);
-  if (c.schedule.rfind("file:", 0) == 0) o.custom_schedule = std::make_shared<Schedule>(schedule_program(c));
-  else o.schedule = parse_schedule(c.schedule);
+  if (c.schedule.rfind("file:", 0) == 0)
+    o.custom_schedule = std::make_shared<Schedule>(schedule_program(c));
+  else
+    o.schedule = parse_schedule(c.schedule);
   // Tests of failure handling set GPIPE_FAULT (Note [Fault injection] in pipeline/faults.h).
   if (const char* fault = std::getenv("GPIPE_FAULT")) o.fault_hook = fault_hook_from_spec(fault);
   if (!c.balance.empty()) o.balance = parse_balance(c.balance);
@@ -150,7 +152,8 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
   const Schedule s = schedule_program(c);
   const DryRun run = gpipe::validate(s, c.partitions, c.micro_batches);
   log << to_text(s);
-  log << "# dry run: " << run.makespan << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
+  log << "# dry run: " << run.makespan
+      << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
   for (int p : run.peak_live) log << " " << p;
   log << "\n";
 }
@@ -187,28 +190,34 @@ class NullBuffer : public std::streambuf {
 class Trainer {
  public:
   Trainer(const TrainConfig& config, std::ostream& log, std::shared_ptr<Communicator> world)
-      : null_stream_(&null_buffer_), log_(world && world->rank() != 0 ? null_stream_ : log), world_(world) {
+      : null_stream_(&null_buffer_),
+        log_(world && world->rank() != 0 ? null_stream_ : log),
+        world_(world) {
     c_ = config;
     const int processes = world_ ? world_->size() : 1;
     if (!world_ || world_->size() == 1)
-      usage(c_.replicas == 1, "--replicas=", c_.replicas, ": R replicas of a K-stage pipeline need K x R = ",
-            c_.replicas * c_.partitions, " processes, one per stage and replica (launch with mpirun -np ",
+      usage(c_.replicas == 1, "--replicas=", c_.replicas,
+            ": R replicas of a K-stage pipeline need K x R = ", c_.replicas * c_.partitions,
+            " processes, one per stage and replica (launch with mpirun -np ",
             c_.replicas * c_.partitions, " gpipe_train ...)");
     if (processes > 1)
-      usage(processes == c_.partitions * c_.replicas, "the job has ", processes, " processes but --K=", c_.partitions,
-            " x --replicas=", c_.replicas, " = ", c_.partitions * c_.replicas,
+      usage(processes == c_.partitions * c_.replicas, "the job has ", processes,
+            " processes but --K=", c_.partitions, " x --replicas=", c_.replicas, " = ",
+            c_.partitions * c_.replicas,
             " (expected mpirun -np K*R: one process per stage and replica)");
     if (processes == 1) world_.reset();
     if (world_) {
       // This process reads only the training data its stage consumes.
-      const RankInfo me = rank_info_for(world_->rank(), c_.partitions, c_.replicas, parse_rank_layout(c_.layout));
+      const RankInfo me =
+          rank_info_for(world_->rank(), c_.partitions, c_.replicas, parse_rank_layout(c_.layout));
       c_.train_inputs = me.stage == 0;
       c_.train_targets = me.stage == c_.partitions - 1;
     }
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
-    const std::string compute = ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA or GPIPE_GEMM stops here
+    const std::string compute =
+        ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA or GPIPE_GEMM stops here
     log_ << "compute: " << compute << "\n";
     log_ << task_->describe() << "\n";
     // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all
@@ -216,11 +225,13 @@ class Trainer {
     // host's cores are shared by its ranks.
     if (world_) {
       const int cores = static_cast<int>(std::thread::hardware_concurrency());
-      set_default_intra_op_threads(c_.threads > 0 ? c_.threads : std::max(1, cores / world_->local_size()));
+      set_default_intra_op_threads(c_.threads > 0 ? c_.threads
+                                                  : std::max(1, cores / world_->local_size()));
     } else if (c_.threads > 0) {
       set_default_intra_op_threads(c_.threads * c_.partitions);
     }
-    pipe_ = std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_, world_), task_->batch_at(0));
+    pipe_ = std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_, world_),
+                                       task_->batch_at(0));
     summary_.parameters = model_parameter_count(c_);
     log_ << pipe_->describe() << setup_line() << "\n";
     opt_ = make_optimizer(c_, pipe_->parameters());
@@ -229,7 +240,8 @@ class Trainer {
     summary_.first_step = summary_.last_step = pipe_->steps_done();
     summary_.ideal_bubble =
         Pipeline::ideal_bubble_fraction(pipe_->cells().size(), c_.micro_batches);
-    if (!c_.metrics.empty() && root()) metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
+    if (!c_.metrics.empty() && root())
+      metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
   }
 
   TrainSummary run() {
@@ -242,7 +254,8 @@ class Trainer {
     const bool want_inputs = me.stage == 0 || !pipe_->distributed();
     const bool want_targets = me.stage == me.cells - 1 || !pipe_->distributed();
     PrefetchLoader loader(
-        [task = task_.get(), s = step, end = c_.steps, want_inputs, want_targets]() mutable -> std::optional<Batch> {
+        [task = task_.get(), s = step, end = c_.steps, want_inputs,
+         want_targets]() mutable -> std::optional<Batch> {
           if (s >= end) return std::nullopt;
           if (!want_inputs && !want_targets) {
             ++s;
@@ -301,8 +314,9 @@ class Trainer {
     int64_t step = 0;
     // Any layout's checkpoint: a single file or a sharded one, from any K, R
     // or one process. Each rank takes the tensors of its own layers.
-    optim::load_checkpoint(c_.resume, pipe_->named_state(), opt_.get(), &step,
-                           {.allow_unexpected = pipe_->distributed(), .aliases = pipe_->tied_names()});
+    optim::load_checkpoint(
+        c_.resume, pipe_->named_state(), opt_.get(), &step,
+        {.allow_unexpected = pipe_->distributed(), .aliases = pipe_->tied_names()});
     pipe_->set_step(step);
     const auto saved = optim::load_safetensors(c_.resume).metadata;
     for (const auto& [key, now] : run_metadata(c_, *task_)) {
@@ -333,7 +347,8 @@ class Trainer {
     }
     if (skip_reason.empty()) {
       // Over every cell of the model (all ranks of a multi-process job alike).
-      const double norm = c_.clip_norm > 0 ? pipe_->clip_grad_norm(c_.clip_norm) : pipe_->grad_norm();
+      const double norm =
+          c_.clip_norm > 0 ? pipe_->clip_grad_norm(c_.clip_norm) : pipe_->grad_norm();
       if (!std::isfinite(norm)) skip_reason = "the gradient norm is not finite";
     }
     const double t_opt = pipe_->tracer().now_us();
@@ -436,8 +451,9 @@ class Trainer {
     if (pipe_->distributed()) {
       // Every stage's ranks of replica 0 write a shard; rank 0 the manifest once all have.
       const RankInfo me = pipe_->rank_info();
-      optim::save_sharded_checkpoint(*world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.cells},
-                                     path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+      optim::save_sharded_checkpoint(
+          *world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.cells}, path,
+          pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
     } else {
       optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
     }
@@ -465,7 +481,8 @@ class Trainer {
     if (!c_.save.empty() && done > 0) save(step);
     if (!c_.trace.empty()) {
       // One file per rank in a multi-process job: <trace>.rank<r>.
-      const std::string path = world_ ? detail::concat(c_.trace, ".rank", world_->rank()) : c_.trace;
+      const std::string path =
+          world_ ? detail::concat(c_.trace, ".rank", world_->rank()) : c_.trace;
       pipe_->write_trace(path);
       log_ << "wrote Chrome trace " << path << (world_ ? " (and one per other rank)" : "") << "\n";
     }
@@ -493,7 +510,8 @@ class Trainer {
 
 }  // namespace
 
-TrainSummary train(const TrainConfig& config, std::ostream& log, std::shared_ptr<Communicator> world) {
+TrainSummary train(const TrainConfig& config, std::ostream& log,
+                   std::shared_ptr<Communicator> world) {
   validate(config);
   if (config.print_params) {
     TrainSummary s;

@@ -140,18 +140,23 @@ TEST_CASE(
   check_resume_is_exact(with(tiny_amoebanet(), {"--augment", "--lr=0.02"}), "amoebanet");
 }
 
-TEST_CASE("gpipe_train: --print-schedule writes a program that --schedule=file: runs; a bad file is refused") {
+TEST_CASE(
+    "gpipe_train: --print-schedule writes a program that --schedule=file: runs; a bad file is "
+    "refused") {
   std::ostringstream printed;
-  train::train(parse_train_flags(with(tiny_transformer(0.0), {"--schedule=1f1b", "--print-schedule"})), printed);
+  train::train(
+      parse_train_flags(with(tiny_transformer(0.0), {"--schedule=1f1b", "--print-schedule"})),
+      printed);
   CHECK_THAT(printed.str(), Contains("schedule K=2 M=2 train\n0: F0 >F0 F1 >F1 R0 <B0 B0") &&
-                                Contains("# dry run:") && Contains("peak live micro-batches per stage: 2 1"));
+                                Contains("# dry run:") &&
+                                Contains("peak live micro-batches per stage: 2 1"));
   const std::string path = temp_path("printed.schedule");
   std::ofstream(path) << printed.str();
   std::ostringstream a, b;
-  const TrainSummary builtin =
-      train::train(parse_train_flags(with(tiny_transformer(0.0), {"--steps=2", "--schedule=1f1b"})), a);
-  const TrainSummary loaded =
-      train::train(parse_train_flags(with(tiny_transformer(0.0), {"--steps=2", "--schedule=file:" + path})), b);
+  const TrainSummary builtin = train::train(
+      parse_train_flags(with(tiny_transformer(0.0), {"--steps=2", "--schedule=1f1b"})), a);
+  const TrainSummary loaded = train::train(
+      parse_train_flags(with(tiny_transformer(0.0), {"--steps=2", "--schedule=file:" + path})), b);
   REQUIRE(loaded.losses.size() == 2);
   CHECK(loaded.losses == builtin.losses);  // the same program, the same arithmetic
   // A hand-edited file with a backward missing is refused before anything runs, naming the flag.
@@ -159,9 +164,11 @@ TEST_CASE("gpipe_train: --print-schedule writes a program that --schedule=file: 
   text.replace(text.find(" B0 >B0"), 7, "");
   std::ofstream(path) << text;
   std::ostringstream c;
-  CHECK_THROWS_WITH(train::train(parse_train_flags(with(tiny_transformer(0.0), {"--schedule=file:" + path})), c),
-                    Contains("--schedule") && Contains("stage 1: reduce_replicas before the backward of micro-batch 0") &&
-                        Contains("[reduce_replicas]"));
+  CHECK_THROWS_WITH(
+      train::train(parse_train_flags(with(tiny_transformer(0.0), {"--schedule=file:" + path})), c),
+      Contains("--schedule") &&
+          Contains("stage 1: reduce_replicas before the backward of micro-batch 0") &&
+          Contains("[reduce_replicas]"));
 }
 
 TEST_CASE("gpipe_train: a tiny AmoebaNet on Fashion-MNIST reports test accuracy") {

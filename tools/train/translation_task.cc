@@ -113,7 +113,8 @@ class TranslationTask final : public Task {
       const TranslationBatch b =
           make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
       const int64_t count = static_cast<int64_t>(rows.size());
-      const Bundle out = pipe.predict({b.src, b.tgt_in}, {.micro_batches = eval_micro_batches(c_, count)});
+      const Bundle out =
+          pipe.predict({b.src, b.tgt_in}, {.micro_batches = eval_micro_batches(c_, count)});
       const Tensor labels = b.tgt_out.to(out[0].device());
       sum += loss.sum(out, {labels}).item();
       terms += loss.count({labels});
