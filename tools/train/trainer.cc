@@ -28,6 +28,7 @@
 #include "optim/safetensors.h"
 #include "optim/schedule.h"
 #include "optim/sgd.h"
+#include "pipeline/simulate.h"
 #include "tools/train/metrics_log.h"
 
 namespace gpipe::train {
@@ -156,6 +157,13 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
       << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
   for (int p : run.peak_live) log << " " << p;
   log << "\n";
+  // The simulator (pipeline/simulate.h) on uniform stages: the shape of the step.
+  const Simulation sim = simulate(s, CostModel::uniform(c.partitions, 1.0, 2.0));
+  log << "# on uniform stages (F = 1, B = 2, R = 1, free links): " << sim.step_seconds
+      << " units, bubble " << sim.bubble_fraction << "\n";
+  std::istringstream rows(
+      render_timeline(sim, std::min(120, static_cast<int>(4 * sim.step_seconds))));
+  for (std::string row; std::getline(rows, row);) log << "# " << row << "\n";
 }
 
 int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {

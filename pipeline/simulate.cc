@@ -1,0 +1,173 @@
+// Event-driven: every stage advances through its list as far as it can;
+// a receive waits for its message's arrival time, reduce_tied for every
+// stage. validate() has already proved the program complete and
+// deadlock-free, so the loop always ends.
+#include "pipeline/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace gpipe {
+namespace {
+
+double duration(const Action& a, const StageCosts& c) {
+  const double b_in = c.backward_input >= 0 ? c.backward_input : c.backward / 2;
+  const double b_w = c.backward_weight >= 0 ? c.backward_weight : c.backward / 2;
+  switch (a.kind) {
+    case ActionKind::kForward:
+      return c.forward;
+    case ActionKind::kRecompute:
+      return c.recompute >= 0 ? c.recompute : c.forward;
+    case ActionKind::kBackward:
+      return c.backward;
+    case ActionKind::kBackwardInput:
+      return b_in;
+    case ActionKind::kBackwardWeight:
+      return b_w;
+    case ActionKind::kLoss:
+      return c.loss;
+    case ActionKind::kReduceReplicas:
+      return c.reduce_replicas;
+    case ActionKind::kReduceTied:
+      return c.reduce_tied;
+    default:
+      return 0;
+  }
+}
+
+bool counts_as_compute(ActionKind k) {
+  return k == ActionKind::kForward || k == ActionKind::kRecompute || k == ActionKind::kBackward ||
+         k == ActionKind::kBackwardInput || k == ActionKind::kBackwardWeight ||
+         k == ActionKind::kLoss;
+}
+
+void check_costs(const CostModel& c, int k) {
+  GPIPE_CHECK(static_cast<int>(c.stages.size()) == k, "simulate: the cost model has ",
+              c.stages.size(), " stages but the schedule has K = ", k);
+  GPIPE_CHECK(c.links.empty() || static_cast<int>(c.links.size()) == k - 1,
+              "simulate: the cost model has ", c.links.size(), " links but K = ", k,
+              " stages have ", k - 1, " boundaries");
+  for (size_t s = 0; s < c.stages.size(); ++s) {
+    const StageCosts& x = c.stages[s];
+    GPIPE_CHECK(x.forward >= 0 && x.backward >= 0 && x.loss >= 0 && x.reduce_replicas >= 0 &&
+                    x.reduce_tied >= 0,
+                "simulate: stage ", s, " has a negative cost");
+  }
+  for (size_t l = 0; l < c.links.size(); ++l) {
+    const LinkCosts& x = c.links[l];
+    GPIPE_CHECK(x.latency_seconds >= 0 && x.bytes_per_second >= 0 && x.activation_bytes >= 0 &&
+                    x.gradient_bytes >= 0,
+                "simulate: link ", l, " has a negative cost");
+  }
+}
+
+double transfer_seconds(const CostModel& c, int boundary, bool activations) {
+  if (c.links.empty()) return 0;
+  const LinkCosts& l = c.links[boundary];
+  const double bytes = activations ? l.activation_bytes : l.gradient_bytes;
+  return l.latency_seconds + (l.bytes_per_second > 0 ? bytes / l.bytes_per_second : 0);
+}
+
+}  // namespace
+
+CostModel CostModel::uniform(int k, double forward, double backward) {
+  CostModel c;
+  StageCosts s;
+  s.forward = forward;
+  s.backward = backward;
+  c.stages.assign(k, s);
+  return c;
+}
+
+Simulation simulate(const Schedule& schedule, const CostModel& costs) {
+  const int k = schedule.cells(), m = schedule.micro_batches;
+  const DryRun dry = validate(schedule, k, m);
+  check_costs(costs, k);
+  Simulation sim;
+  sim.peak_live = dry.peak_live;
+  sim.timeline.resize(k);
+  sim.busy_seconds.assign(k, 0);
+  std::vector<size_t> pos(k, 0);
+  std::vector<double> clock(k, 0);
+  // Arrival times at the receiving stage, by (stage, micro-batch); < 0 = not sent yet.
+  std::vector<std::vector<double>> act_arrives(k, std::vector<double>(m, -1)),
+      grad_arrives(k, std::vector<double>(m, -1));
+  auto run = [&](int st, const Action& a, double start) {
+    const double d = duration(a, costs.stages[st]);
+    if (d > 0 || counts_as_compute(a.kind)) sim.timeline[st].push_back({start, start + d, a});
+    sim.busy_seconds[st] += d;
+    clock[st] = start + d;
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int st = 0; st < k; ++st) {
+      while (pos[st] < schedule.stages[st].size()) {
+        const Action& a = schedule.stages[st][pos[st]];
+        if (a.kind == ActionKind::kRecvActivations || a.kind == ActionKind::kRecvGradients) {
+          const double at =
+              (a.kind == ActionKind::kRecvActivations ? act_arrives
+                                                      : grad_arrives)[st][a.micro_batch];
+          if (at < 0) break;
+          clock[st] = std::max(clock[st], at);
+        } else if (a.kind == ActionKind::kSendActivations) {
+          act_arrives[st + 1][a.micro_batch] = clock[st] + transfer_seconds(costs, st, true);
+        } else if (a.kind == ActionKind::kSendGradients) {
+          grad_arrives[st - 1][a.micro_batch] = clock[st] + transfer_seconds(costs, st - 1, false);
+        } else if (a.kind == ActionKind::kReduceTied) {
+          bool all = true;
+          for (int o = 0; o < k; ++o)
+            all = all && pos[o] < schedule.stages[o].size() &&
+                  schedule.stages[o][pos[o]].kind == ActionKind::kReduceTied;
+          if (!all) break;
+          double start = 0;
+          for (int o = 0; o < k; ++o) start = std::max(start, clock[o]);
+          for (int o = 0; o < k; ++o) {
+            run(o, schedule.stages[o][pos[o]], start);
+            ++pos[o];
+          }
+          moved = true;
+          continue;
+        } else {
+          run(st, a, clock[st]);
+        }
+        ++pos[st];
+        moved = true;
+      }
+    }
+  }
+  for (int st = 0; st < k; ++st) {
+    GPIPE_ASSERT(pos[st] == schedule.stages[st].size(), "simulate: stage ", st,
+                 " did not finish (validated program)");
+    sim.step_seconds = std::max(sim.step_seconds, clock[st]);
+  }
+  double compute = 0;
+  for (int st = 0; st < k; ++st)
+    for (const Interval& i : sim.timeline[st])
+      if (counts_as_compute(i.action.kind)) compute += i.end - i.start;
+  if (sim.step_seconds > 0) sim.bubble_fraction = 1.0 - compute / (k * sim.step_seconds);
+  return sim;
+}
+
+std::string render_timeline(const Simulation& sim, int width) {
+  GPIPE_CHECK(width >= 1, "render_timeline: width must be >= 1, got ", width);
+  std::ostringstream os;
+  const double dt = sim.step_seconds > 0 ? sim.step_seconds / width : 1;
+  for (size_t st = 0; st < sim.timeline.size(); ++st) {
+    std::string row(width, '.');
+    for (const Interval& i : sim.timeline[st]) {
+      if (i.end <= i.start) continue;
+      const std::string name = to_string(i.action);
+      const int a = static_cast<int>(std::floor(i.start / dt + 1e-9));
+      const int b = std::max(a + 1, static_cast<int>(std::ceil(i.end / dt - 1e-9)));
+      for (int c = a; c < std::min(b, width); ++c) {
+        const size_t at = static_cast<size_t>(c - a);
+        row[c] = at < name.size() ? name[at] : (name[0] == 'r' ? '=' : '-');
+      }
+    }
+    os << "stage " << st << " |" << row << "|\n";
+  }
+  return os.str();
+}
+
+}  // namespace gpipe

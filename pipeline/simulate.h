@@ -1,0 +1,68 @@
+// The simulator: runs a schedule program (pipeline/schedule.h) over a cost
+// model — seconds per action on each stage, and per boundary a link's
+// latency and bandwidth for the bytes each micro-batch sends — and predicts
+// the step's time, each stage's busy and idle time (the bubble) and its
+// timeline. The dry run of validate() is the special case of unit compute
+// costs and free links. It is the base of the planner (gpipe_plan): the same
+// programs the executor runs, timed on paper.
+//
+// Timing rules (as the executor behaves): a stage runs its actions in list
+// order; a compute action (F, R, B, I, W, L) occupies its stage for its
+// cost; a send starts when its compute is done and does not block the
+// sender; a receive waits until the message has arrived (send end + latency
+// + bytes / bandwidth); reduce_tied starts when every stage has reached it
+// and takes its cost on every stage; reduce_replicas takes its cost on its
+// stage alone.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule.h"
+
+namespace gpipe {
+
+struct StageCosts {
+  double forward = 1, backward = 2;  // seconds per micro-batch (B is input + weight gradients)
+  double recompute = -1;             // < 0: the same as forward
+  double loss = 0;                   // last stage
+  double backward_input = -1, backward_weight = -1;  // < 0: half of backward each
+  double reduce_replicas = 0, reduce_tied = 0;
+};
+
+struct LinkCosts {
+  double latency_seconds = 0;
+  double bytes_per_second = 0;                      // 0: infinitely fast
+  double activation_bytes = 0, gradient_bytes = 0;  // per micro-batch across this boundary
+};
+
+struct CostModel {
+  std::vector<StageCosts> stages;  // K
+  std::vector<LinkCosts> links;    // K - 1: links[s] joins stage s and s + 1 (empty: free links)
+  // Uniform costs on K stages and free links.
+  static CostModel uniform(int k, double forward = 1, double backward = 2);
+};
+
+struct Interval {
+  double start, end;
+  Action action;
+};
+
+struct Simulation {
+  double step_seconds = 0;
+  std::vector<double> busy_seconds;             // per stage: compute and reductions
+  std::vector<std::vector<Interval>> timeline;  // per stage: every action with a duration, in order
+  double bubble_fraction = 0;  // 1 - sum(compute) / (K x step): reductions count as idle
+  std::vector<int> peak_live;  // as DryRun::peak_live
+};
+
+// Validates `schedule` (validate(), so a bad program is refused with its
+// grid) and runs it over `costs`. Throws gpipe::Error when costs has the
+// wrong number of stages or links, or a negative cost.
+Simulation simulate(const Schedule& schedule, const CostModel& costs);
+
+// The predicted timeline as text: one row per stage, `width` columns over
+// the step, each column the action running then ('.' idle).
+std::string render_timeline(const Simulation& sim, int width = 100);
+
+}  // namespace gpipe

@@ -1,0 +1,76 @@
+// The simulator against closed forms: on uniform stages GPipe and 1F1B take
+// (M + K - 1)(f + b) with bubble (K - 1)/(M + K - 1); recomputation adds M r
+// (the last stage's; the others hide theirs in the wait); link latency adds 2 (K - 1) hops; unit
+// costs give the dry run's makespan.
+#include "pipeline/simulate.h"
+
+#include <catch2/catch.hpp>
+
+using namespace gpipe;
+using Catch::Contains;
+
+TEST_CASE("simulate: uniform stages reproduce GPipe's and 1F1B's closed forms") {
+  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B})
+    for (int k = 1; k <= 8; ++k)
+      for (int m = 1; m <= 32; m += (m < 4 ? 1 : 7)) {
+        INFO(schedule_name(kind) << " K=" << k << " M=" << m);
+        const Simulation sim = simulate(make_schedule(kind, k, m), CostModel::uniform(k, 1.0, 2.0));
+        CHECK(sim.step_seconds == Approx(3.0 * (m + k - 1)).epsilon(1e-12));
+        CHECK(sim.bubble_fraction == Approx(double(k - 1) / (m + k - 1)).margin(1e-12));
+        for (double b : sim.busy_seconds) CHECK(b == Approx(3.0 * m));
+      }
+}
+
+TEST_CASE(
+    "simulate: recomputation lengthens every backward; except_last spares GPipe's last "
+    "micro-batch") {
+  const int k = 4, m = 8;
+  CostModel c = CostModel::uniform(k, 1.0, 2.0);
+  for (auto& s : c.stages) s.recompute = 1.0;
+  const double never =
+      simulate(make_schedule(ScheduleKind::kGPipe, k, m, RematMode::kNever), c).step_seconds;
+  const double always =
+      simulate(make_schedule(ScheduleKind::kGPipe, k, m, RematMode::kAlways), c).step_seconds;
+  const double except_last =
+      simulate(make_schedule(ScheduleKind::kGPipe, k, m, RematMode::kExceptLast), c).step_seconds;
+  CHECK(never == Approx(3.0 * (m + k - 1)));
+  // Only the last stage's recomputes are on the critical path: the others
+  // recompute while they wait for the next stage's gradients (R before <B).
+  CHECK(always == Approx(3.0 * (m + k - 1) + m * 1.0));
+  CHECK(except_last == Approx(always - 1.0));  // one recompute fewer on the critical path
+}
+
+TEST_CASE(
+    "simulate: link latency adds one hop per boundary each way; unit costs give the dry run") {
+  const int k = 3, m = 4;
+  CostModel c = CostModel::uniform(k, 1.0, 2.0);
+  c.links.assign(k - 1, LinkCosts{.latency_seconds = 0.25});
+  const Simulation sim = simulate(make_schedule(ScheduleKind::kGPipe, k, m), c);
+  CHECK(sim.step_seconds == Approx(3.0 * (m + k - 1) + 2 * (k - 1) * 0.25));
+  // Bytes over bandwidth count like latency.
+  c.links.assign(k - 1,
+                 LinkCosts{.bytes_per_second = 8, .activation_bytes = 2, .gradient_bytes = 2});
+  CHECK(simulate(make_schedule(ScheduleKind::kGPipe, k, m), c).step_seconds ==
+        Approx(sim.step_seconds));
+  const Schedule s = make_schedule(ScheduleKind::k1F1B, 5, 7, RematMode::kExceptLast);
+  CHECK(simulate(s, CostModel::uniform(5, 1.0, 1.0)).step_seconds == validate(s, 5, 7).makespan);
+  CHECK(simulate(s, CostModel::uniform(5)).peak_live == validate(s, 5, 7).peak_live);
+}
+
+TEST_CASE("simulate: the timeline renders; bad cost models are refused") {
+  const Simulation sim = simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), CostModel::uniform(2));
+  const std::string t = render_timeline(sim, 40);
+  CHECK_THAT(t, Contains("stage 0 |F0") && Contains("stage 1 |") && Contains("B1"));
+  REQUIRE(sim.timeline[1].size() >= 4);
+  CHECK(sim.timeline[1][0].start == Approx(1.0));  // stage 1 starts when F0 arrives
+  CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), CostModel::uniform(3)),
+                    Contains("3 stages but the schedule has K = 2"));
+  CostModel neg = CostModel::uniform(2);
+  neg.stages[1].forward = -1;
+  CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), neg),
+                    Contains("stage 1 has a negative cost"));
+  CostModel links = CostModel::uniform(2);
+  links.links.resize(3);
+  CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), links),
+                    Contains("3 links"));
+}
