@@ -96,6 +96,9 @@ struct DeviceMemory {
   int64_t parameter_bytes, gradient_bytes, optimizer_bytes, peak_activation_bytes, peak_total_bytes;
 };
 
+// "run.json" -> "run.svg"; any other name gets ".svg" appended.
+std::string svg_path_for(const std::string& trace_path);
+
 class Pipeline {
  public:
   // `sample` gives the shapes used to estimate layer costs (and, for
@@ -156,6 +159,7 @@ class Pipeline {
   int64_t steps_done() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
   // Chrome trace of every step since construction (or the last clear).
+  // Also writes the timeline's picture (timeline_svg) to svg_path_for(path).
   void write_trace(const std::string& path) const;
   Tracer& tracer() { return tracer_; }
   static double ideal_bubble_fraction(int k, int m) {

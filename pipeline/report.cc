@@ -78,6 +78,15 @@ void Pipeline::write_trace(const std::string& path) const {
   for (size_t s = 0; s < cells_.size(); ++s)
     rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
   tracer_.write(path, rows);
+  tracer_.write_svg(svg_path_for(path), rows);
+}
+
+std::string svg_path_for(const std::string& trace_path) {
+  const std::string json = ".json";
+  if (trace_path.size() > json.size() &&
+      trace_path.compare(trace_path.size() - json.size(), json.size(), json) == 0)
+    return trace_path.substr(0, trace_path.size() - json.size()) + ".svg";
+  return trace_path + ".svg";
 }
 
 std::vector<std::pair<std::string, int64_t>> Pipeline::bytes_sent() const {

@@ -149,6 +149,38 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
   return sim;
 }
 
+std::vector<TraceEvent> timeline_events(const Simulation& sim) {
+  std::vector<TraceEvent> out;
+  for (size_t st = 0; st < sim.timeline.size(); ++st)
+    for (const Interval& i : sim.timeline[st]) {
+      const char* cat = "forward";
+      switch (i.action.kind) {
+        case ActionKind::kRecompute:
+          cat = "recompute";
+          break;
+        case ActionKind::kBackward:
+          cat = "backward";
+          break;
+        case ActionKind::kBackwardInput:
+          cat = "backward-input";
+          break;
+        case ActionKind::kBackwardWeight:
+          cat = "backward-weight";
+          break;
+        case ActionKind::kReduceReplicas:
+        case ActionKind::kReduceTied:
+          cat = "reduce";
+          break;
+        default:
+          break;
+      }
+      if (i.end > i.start)
+        out.push_back({to_string(i.action), cat, static_cast<int>(st), i.start, i.end - i.start,
+                       i.action.micro_batch, 0});
+    }
+  return out;
+}
+
 std::string render_timeline(const Simulation& sim, int width) {
   GPIPE_CHECK(width >= 1, "render_timeline: width must be >= 1, got ", width);
   std::ostringstream os;

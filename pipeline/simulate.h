@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "pipeline/schedule.h"
+#include "runtime/trace.h"
 
 namespace gpipe {
 
@@ -64,5 +65,8 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs);
 // The predicted timeline as text: one row per stage, `width` columns over
 // the step, each column the action running then ('.' idle).
 std::string render_timeline(const Simulation& sim, int width = 100);
+// The predicted timeline as trace events (row = stage, times in the cost
+// model's units, categories as the executor's trace), e.g. for timeline_svg.
+std::vector<TraceEvent> timeline_events(const Simulation& sim);
 
 }  // namespace gpipe

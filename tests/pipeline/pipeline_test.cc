@@ -266,6 +266,23 @@ TEST_CASE("pipeline: trace, bubble and memory report") {
   CHECK_THAT(json, Contains("\"name\":\"F3\"") && Contains("\"cat\":\"recompute\"") &&
                        Contains("\"name\":\"send B1\"") && Contains("stage 1 (cpu:1)") &&
                        Contains("\"name\":\"reduce_tied\""));
+  // The picture beside it: one box per traced action, tags balanced.
+  REQUIRE(svg_path_for(path) == path.substr(0, path.size() - 5) + ".svg");
+  std::ifstream svg_in(svg_path_for(path));
+  const std::string svg((std::istreambuf_iterator<char>(svg_in)), std::istreambuf_iterator<char>());
+  CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+  CHECK(svg.size() > 7);
+  CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = svg.find(needle); at != std::string::npos; at = svg.find(needle, at + 1)) ++n;
+    return n;
+  };
+  CHECK(count("<rect class=\"box\"") == pipe.tracer().events().size());
+  CHECK(count("<text") == count("</text>"));
+  CHECK(count("<title>") == count("</title>"));
+  CHECK(count("<rect class=\"box\"") == count("</rect>"));
+  CHECK(svg.find('&') == std::string::npos);  // nothing unescaped to trip a parser
   const auto mem = pipe.memory();
   REQUIRE(mem.size() == 2);
   CHECK(mem[0].device == Device("cpu:0"));

@@ -63,6 +63,11 @@ TEST_CASE("simulate: the timeline renders; bad cost models are refused") {
   CHECK_THAT(t, Contains("stage 0 |F0") && Contains("stage 1 |") && Contains("B1"));
   REQUIRE(sim.timeline[1].size() >= 4);
   CHECK(sim.timeline[1][0].start == Approx(1.0));  // stage 1 starts when F0 arrives
+  const std::vector<TraceEvent> ev = timeline_events(sim);
+  CHECK(ev.size() ==
+        2 * 2 + 2 * 2);  // F and B per micro-batch per stage (free reductions draw nothing)
+  const std::string svg = timeline_svg(ev, {"stage 0", "stage 1"}, "units");
+  CHECK_THAT(svg, Contains("time (units)") && Contains("<title>B1 (backward, step 0)</title>"));
   CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), CostModel::uniform(3)),
                     Contains("3 stages but the schedule has K = 2"));
   CostModel neg = CostModel::uniform(2);

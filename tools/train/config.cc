@@ -402,6 +402,10 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--schedule", c.schedule,
                  "gpipe | 1f1b | file:PATH (a program in the text form --print-schedule writes)")
       ->capture_default_str();
+  app.add_option(
+      "--schedule-svg", c.schedule_svg,
+      "write the program's predicted timeline on uniform stages as an SVG picture, then exit "
+      "(as --print-schedule)");
   app.add_flag(
       "--print-schedule", c.print_schedule,
       "print the step's program for --K, --M, --schedule and --remat, with its dry run, and exit");

@@ -47,7 +47,9 @@ struct TrainConfig {
   // ---- model ----
   std::string model;  // "transformer" | "amoebanet" (required)
   bool print_params = false;
-  bool print_schedule = false;  // print the step's program and its dry run, then exit
+  bool print_schedule = false;
+  std::string schedule_svg;  // with or as --print-schedule: the planned program's picture (unit
+                             // clock)  // print the step's program and its dry run, then exit
   // Transformer: a paper preset "T(6,8192,16)" (dim 1024; the byte vocabulary
   // replaces the paper's 32k when training) or explicit sizes.
   std::string preset;

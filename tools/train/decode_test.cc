@@ -43,8 +43,10 @@ std::unique_ptr<Pipeline> make(int k, int m) {
   const Tensor src = sources(5, 6);
   const Batch sample{{src, Tensor::zeros(Shape{5, 3}, DType::kInt64)},
                      {Tensor::zeros(Shape{5, 3}, DType::kInt64)}};
-  auto pipe = std::make_unique<Pipeline>(models::transformer(small()),
-                                         PipelineOptions{.cells = k, .micro_batches = m}, sample);
+  PipelineOptions options;
+  options.cells = k;
+  options.micro_batches = m;
+  auto pipe = std::make_unique<Pipeline>(models::transformer(small()), options, sample);
   pipe->train(false);
   return pipe;
 }

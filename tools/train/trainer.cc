@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iomanip>
 #include <memory>
 #include <sstream>
@@ -164,6 +165,14 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
   std::istringstream rows(
       render_timeline(sim, std::min(120, static_cast<int>(4 * sim.step_seconds))));
   for (std::string row; std::getline(rows, row);) log << "# " << row << "\n";
+  if (!c.schedule_svg.empty()) {
+    std::vector<std::string> names;
+    for (int st = 0; st < c.partitions; ++st) names.push_back("stage " + std::to_string(st));
+    std::ofstream out(c.schedule_svg);
+    out << timeline_svg(timeline_events(sim), names, "units (F = 1, B = 2)");
+    GPIPE_CHECK(out.good(), "--schedule-svg: cannot write '", c.schedule_svg, "'");
+    log << "# wrote the planned timeline to " << c.schedule_svg << "\n";
+  }
 }
 
 int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
@@ -492,7 +501,8 @@ class Trainer {
       const std::string path =
           world_ ? detail::concat(c_.trace, ".rank", world_->rank()) : c_.trace;
       pipe_->write_trace(path);
-      log_ << "wrote Chrome trace " << path << (world_ ? " (and one per other rank)" : "") << "\n";
+      log_ << "wrote Chrome trace " << path << " and its picture " << svg_path_for(path)
+           << (world_ ? " (and one per other rank)" : "") << "\n";
     }
     if (c_.final_eval) evaluate(step, /*final=*/true);
   }
@@ -526,7 +536,7 @@ TrainSummary train(const TrainConfig& config, std::ostream& log,
     s.parameters = print_parameter_count(config, log);
     return s;
   }
-  if (config.print_schedule) {
+  if (config.print_schedule || !config.schedule_svg.empty()) {
     print_schedule(config, log);
     return {};
   }
