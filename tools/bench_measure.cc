@@ -166,18 +166,23 @@ void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t ex
     per_device += (per_device.empty() ? "" : " ") + m.device.str() + "=" +
                   std::to_string(m.peak_activation_bytes);
   }
+  std::string
+      cell_costs;  // the partitioner's cost per cell (FLOPs), for the simulator's prediction
+  for (const CellInfo& c : pipe.cells())
+    cell_costs += (cell_costs.empty() ? "" : " ") + std::to_string(c.cost);
   std::printf(
       "{\"median_s\": %.6f, \"best_s\": %.6f, \"steps\": %zu, \"params\": %ld, "
       "\"expected_params\": %ld, "
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
       "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
-      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"bubble\": %.4f%s}\n",
+      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"cell_costs\": \"%s\", \"bubble\": "
+      "%.4f%s}\n",
       median_of(t.seconds), *std::min_element(t.seconds.begin(), t.seconds.end()), t.seconds.size(),
       static_cast<long>(params), static_cast<long>(expected_params), t.losses.front(),
       t.losses.back(), static_cast<long>(act_max), static_cast<long>(act_sum),
       static_cast<long>(total_max), static_cast<long>(param_b), static_cast<long>(grad_b),
-      static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(), t.mean_bubble,
-      extra.c_str());
+      static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(),
+      cell_costs.c_str(), t.mean_bubble, extra.c_str());
   std::fflush(stdout);
 }
 

@@ -10,9 +10,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
+#include "pipeline/simulate.h"
 #include "tools/bench_common.h"
 #include "tools/benchmarks.h"
 
@@ -25,6 +28,28 @@ std::string seq_args(const std::string& mode, int threads, int m, const Pipeline
          std::to_string(opt.warmup) + " --steps " + std::to_string(opt.steps);
 }
 
+// K=2 samples/s the simulator predicts from the measured K=1 rate: the K=1
+// program on unit costs calibrates seconds per unit; each K=2 cell gets its
+// share of the partitioner's cost.
+double predicted_k2(const std::string& schedule, const std::string& remat, int m, double k1_sps,
+                    const std::vector<double>& cell_costs) {
+  if (cell_costs.size() != 2 || k1_sps <= 0) return 0;
+  const ScheduleKind kind = parse_schedule(schedule);
+  const RematMode mode = parse_remat(remat);
+  CostModel one = CostModel::uniform(1, 1.0, 2.0);
+  const double unit_seconds =
+      (64 / k1_sps) / simulate(make_schedule(kind, 1, m, mode), one).step_seconds;
+  const double total = cell_costs[0] + cell_costs[1];
+  CostModel two;
+  for (double c : cell_costs) {
+    StageCosts s;
+    s.forward = c / total;
+    s.backward = 2 * c / total;
+    two.stages.push_back(s);
+  }
+  return 64 / (simulate(make_schedule(kind, 2, m, mode), two).step_seconds * unit_seconds);
+}
+
 using SamplesPerSecond =
     std::map<std::tuple<std::string, int, int>, double>;  // (schedule/remat, M, K) -> samples/s
 
@@ -32,13 +57,15 @@ using SamplesPerSecond =
 SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop,
                              std::string* partition) {
   SamplesPerSecond ours;
-  std::printf("%-18s %3s %12s %12s %8s %7s %10s %12s %9s\n", "schedule/remat", "M", "K=1 smp/s",
-              "K=2 smp/s", "speedup", "ideal", "efficiency", "K=2 GF/s", "bubble");
+  std::printf("%-18s %3s %12s %12s %8s %7s %10s %12s %9s %10s %6s\n", "schedule/remat", "M",
+              "K=1 smp/s", "K=2 smp/s", "speedup", "ideal", "efficiency", "K=2 GF/s", "bubble",
+              "predicted", "error");
   for (const std::string& schedule : opt.schedules)
     for (const std::string& remat : opt.remat)
       for (int m : opt.micro_batches) {
         const std::string row = schedule + "/" + remat;
         double sps[3] = {0, 0, 0};
+        std::vector<double> cell_costs;
         for (int k : {1, 2}) {
           MeasureOptions mo;
           mo.layers = 8;
@@ -55,12 +82,18 @@ SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop,
           const std::string j = measure_in_child(mo);
           sps[k] = 64 / json_number(j, "median_s");
           if (k == 2) *partition = json_string(j, "partition");
+          if (k == 2) {
+            std::istringstream costs(json_string(j, "cell_costs"));
+            for (double c; costs >> c;) cell_costs.push_back(c);
+          }
           ours[{row, m, k}] = sps[k];
         }
         const double speedup = sps[2] / sps[1], ideal = 2.0 * m / (m + 1);
-        std::printf("%-18s %3d %12.2f %12.2f %8.2f %7.2f %10.3f %12.1f %9.3f\n", row.c_str(), m,
-                    sps[1], sps[2], speedup, ideal, speedup / ideal, gflop * sps[2] / 64,
-                    1.0 / (m + 1));
+        const double predicted = predicted_k2(schedule, remat, m, sps[1], cell_costs);
+        std::printf("%-18s %3d %12.2f %12.2f %8.2f %7.2f %10.3f %12.1f %9.3f %10.2f %5.1f%%\n",
+                    row.c_str(), m, sps[1], sps[2], speedup, ideal, speedup / ideal,
+                    gflop * sps[2] / 64, 1.0 / (m + 1), predicted,
+                    100.0 * (predicted / sps[2] - 1.0));
         std::fflush(stdout);
       }
   std::printf(
@@ -68,6 +101,11 @@ SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop,
       ">= 0.95\n",
       partition->c_str());
   std::printf("#   (bubble = GPipe's ideal idle share (K-1)/(M+K-1) at K=2)\n");
+  std::printf(
+      "# predicted = the simulator (pipeline/simulate.h) running the K=2 program with each cell's\n"
+      "#   share of the FLOP cost, F : B : R = 1 : 2 : 1, free links, scaled so that the same "
+      "model\n"
+      "#   reproduces the measured K=1 step; error = predicted / measured K=2 - 1\n");
   return ours;
 }
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/autograd.h"
 #include "core/rng.h"
 #include "layers/conv.h"
 #include "models/amoebanet.h"
@@ -231,6 +232,45 @@ TEST_CASE(
     CHECK(std::isfinite(r.loss));
   }
   CHECK(thread_count() == threads_before);
+}
+
+TEST_CASE(
+    "pipeline: a failure while another stage waits in the step's collective ends the step at "
+    "once") {
+  // Stage 0 fails in its last backward (GPipe: micro-batch 0), when stage 1
+  // has finished its backwards and waits in reduce_tied: cancelling the
+  // local collectives wakes it, long before the 60 s timeout.
+  std::atomic<bool> armed{true};
+  struct BackwardBomb final : Layer {
+    std::atomic<bool>* armed;
+    explicit BackwardBomb(std::atomic<bool>* a) : Layer("backward_bomb"), armed(a) {}
+    Bundle forward(const Bundle& in) override {
+      Bundle out = in;
+      Tensor y = in[0].detach().clone();
+      std::atomic<bool>* flag = armed;
+      const uint64_t m = current_rng_context().micro_batch;
+      record("backward_bomb", {in[0]}, y, [flag, m](const std::vector<Tensor>& g) {
+        if (*flag && m == 0) throw Error("backward bomb");
+        return g;
+      });
+      out[0] = y;
+      return out;
+    }
+    BundleSpec output_spec(const BundleSpec& in) const override { return in; }
+  };
+  const Batch batch = token_batch(8, 3);
+  Model m = models::transformer(tiny());
+  m.layers.insert(m.layers.begin() + 2, std::make_shared<BackwardBomb>(&armed));  // cell 0 = [0, 7)
+  Pipeline pipe(std::move(m),
+                {.cells = 2, .micro_batches = 4, .balance = {7, 7}, .timeout_seconds = 60}, batch);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 0") &&
+                                                Contains("backward of micro-batch 0") &&
+                                                Contains("backward bomb"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
+  for (auto& p : pipe.parameters()) CHECK_FALSE(p.tensor->grad().defined());
+  armed = false;
+  CHECK(std::isfinite(pipe.train_step(batch).loss));  // the group works again after resume()
 }
 
 TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
