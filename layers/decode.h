@@ -37,10 +37,15 @@ struct LayerDecodeCache {
 class DecodeSession {
  public:
   LayerDecodeCache& cache(int64_t layer, int micro_batch);
-  void clear();
+  // Every call of a session must cut the same rows into the same
+  // micro-batches (the caches are per micro-batch): the first call records
+  // (rows, pieces), later ones must match; throws gpipe::Error otherwise.
+  void check_layout(std::pair<int64_t, int> rows_and_pieces);
+  void clear();  // forget every cache and the layout (a new generation)
 
  private:
   std::mutex mu_;
+  std::pair<int64_t, int> layout_{-1, -1};
   std::map<std::pair<int64_t, int>, LayerDecodeCache>
       caches_;  // nodes never move: references stay valid
 };

@@ -12,6 +12,26 @@
 #include "pipeline/gradients.h"
 
 namespace gpipe {
+namespace {
+
+// Marks, for the watchdog, a phase whose all-reduce may block without a
+// deadline (Note [Large all-reduces]), until it ends (or throws).
+class BlockingPhase {
+ public:
+  explicit BlockingPhase(Watchdog* w) : w_(w) {
+    if (w_) w_->set_blocking(true);
+  }
+  ~BlockingPhase() {
+    if (w_) w_->set_blocking(false);
+  }
+  BlockingPhase(const BlockingPhase&) = delete;
+  BlockingPhase& operator=(const BlockingPhase&) = delete;
+
+ private:
+  Watchdog* w_;
+};
+
+}  // namespace
 
 void FailureLog::record(int stage, const std::string& action, const std::exception& e) {
   {
@@ -147,6 +167,7 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
     return msg;
   };
   Action current{ActionKind::kForward, 0};
+  bool flushing = false;
   try {
     for (const Action& a : actions) {
       current = a;
@@ -215,12 +236,15 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
       }
     }
     wait_state("waiting for its last messages to leave");
+    flushing = true;
     if (act_out_) act_out_->flush(timeout);
     if (grad_out_) grad_out_->flush(timeout);
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
-    if (opt_.failures) opt_.failures->record(s, action_name(current), e);
+    if (opt_.failures)
+      opt_.failures->record(
+          s, flushing ? std::string("the flush of its last sends") : action_name(current), e);
     throw;
   }
   return totals;
@@ -265,13 +289,7 @@ void StageExecutor::reduce_replicas(const StepContext& ctx) {
     (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, 0, "sync"});
   // The replicas are past the small reduction above, so what follows only
   // moves data; its all-reduce may block (Note [Large all-reduces]).
-  if (opt_.watchdog) opt_.watchdog->set_blocking(true);
-  struct Unblock {
-    Watchdog* w;
-    ~Unblock() {
-      if (w) w->set_blocking(false);
-    }
-  } unblock{opt_.watchdog};
+  const BlockingPhase blocking(opt_.watchdog);
   std::vector<GradSlot> slots;
   for (size_t i = 0; i < params.size(); ++i)
     slots.push_back({params[i], params[i]->numel(), params[i]->dtype(), defined[i] > 0});
@@ -293,13 +311,12 @@ void StageExecutor::reduce_tied(StepTotals& totals) {
   totals = {sums[0], sums[1], sums[2]};
   // Every rank is past the small reduction above, so what follows only
   // moves data; its all-reduce may block (Note [Large all-reduces]).
-  if (opt_.watchdog) opt_.watchdog->set_blocking(true);
+  const BlockingPhase blocking(opt_.watchdog);
   std::vector<GradSlot> slots;
   for (size_t i = 0; i < ties_.size(); ++i)
     slots.push_back({ties_[i].local, ties_[i].numel, ties_[i].dtype, sums[3 + i] > 0});
   allreduce_gradients(*world_, slots, stage_->device(),
                       "summing tied gradients over the cells holding them");
-  if (opt_.watchdog) opt_.watchdog->set_blocking(false);
 }
 
 double StageExecutor::grad_norm() {

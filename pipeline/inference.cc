@@ -85,7 +85,18 @@ Bundle Pipeline::predict(const Bundle& inputs, const PredictOptions& options) {
     if (last || !holds_whole_pipeline()) result = std::move(out);
     return StepTotals{};
   };
-  run_ranks(body, false, "pipeline prediction");
+  if (options.session && !inputs.empty()) {
+    const int64_t n = batch_size(batch);
+    const int64_t per_call = options.micro_batches > 0 ? options.micro_batches : opt_.micro_batches;
+    options.session->check_layout({n, static_cast<int>(std::min<int64_t>(n, per_call))});
+  }
+  try {
+    run_ranks(body, false, "pipeline prediction");
+  } catch (...) {
+    // Some layers may have advanced their cache: the session cannot continue.
+    if (options.session) options.session->clear();
+    throw;
+  }
   return result;
 }
 

@@ -68,6 +68,13 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
               "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
               "its header) is needed");
   dry_run_ = validate(schedule_, k, opt_.micro_batches);
+  for (const auto& row : schedule_.stages)
+    for (const Action& a : row)
+      GPIPE_CHECK(a.kind != ActionKind::kBackwardInput && a.kind != ActionKind::kBackwardWeight,
+                  "pipeline: the schedule splits a backward (", to_string(a),
+                  "); the executor does not run the split backward yet: write B for I and W (the "
+                  "dry run and "
+                  "simulator accept I/W for planning)");
 
   info_ = rank_info_for(0, k, 1, opt_.layout);
   info_.world_size = 1;
@@ -221,10 +228,35 @@ Pipeline::~Pipeline() {
   group_.reset();
 }
 
+// A rank's failure outside its program (cutting its micro-batches, a sum
+// after the program) is recorded like one inside it, so the other local
+// ranks are woken instead of waiting for it until the timeout. A non-finite
+// loss is not: every rank finds it alike.
+void Pipeline::guarded(StageExecutor& r, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Aborted&) {
+    throw;
+  } catch (const NonFiniteError&) {
+    throw;
+  } catch (const std::exception& e) {
+    failures_->record(r.info().stage, "the run's setup or final sums", e);
+    throw;
+  }
+}
+
 void Pipeline::on_ranks(const std::function<void(StageExecutor&)>& fn) {
+  failures_->clear();
   std::vector<std::function<void()>> jobs;
-  for (auto& r : ranks_) jobs.push_back([&fn, ex = r.get()] { fn(*ex); });
+  for (auto& r : ranks_)
+    jobs.push_back([this, &fn, ex = r.get()] { guarded(*ex, [&] { fn(*ex); }); });
   const std::vector<std::exception_ptr> errors = run_all(workers_, std::move(jobs));
+  if (failures_->any() || holds_whole_pipeline())
+    for (const auto& e : errors)
+      if (e) {
+        ranks_.front()->world().resume();
+        break;
+      }
   std::exception_ptr first;
   for (const auto& e : errors) {
     if (!e) continue;
@@ -290,18 +322,27 @@ std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(Stage
   failures_->clear();
   std::vector<StepTotals> out(ranks_.size());
   std::vector<std::function<void()>> jobs;
-  for (size_t i = 0; i < ranks_.size(); ++i) jobs.push_back([&, i] { out[i] = body(*ranks_[i]); });
+  for (size_t i = 0; i < ranks_.size(); ++i)
+    jobs.push_back([&, i] { guarded(*ranks_[i], [&] { out[i] = body(*ranks_[i]); }); });
   const std::vector<std::exception_ptr> errors = run_all(workers_, std::move(jobs));
   std::exception_ptr first;
   for (const auto& e : errors)
     if (e && !first) first = e;
-  if (!first) return out;
+  if (!first) {
+    if (!training)
+      for (auto& r : ranks_)
+        r->stage().clear();  // outputs were taken; drop the last stage's leaves
+    return out;
+  }
   // Leave no trace of the failed run: no saved activations, messages, gradients or statistics.
   for (auto& r : ranks_) {
     r->stage().clear();
     if (holds_whole_pipeline()) r->drop_pending();
   }
-  if (failures_->any()) ranks_.front()->world().resume();
+  // Every local rank is out of its collectives now. A group this Pipeline
+  // owns is reset after any failure (a timed-out collective included); a
+  // shared one only when we cancelled it.
+  if (failures_->any() || holds_whole_pipeline()) ranks_.front()->world().resume();
   if (training) {
     zero_grad();
     for (auto& l : model_.layers) l->discard_step();

@@ -174,6 +174,7 @@ class Pipeline {
   // (collectives need every rank of the process in them); rethrows the
   // first failure.
   void on_ranks(const std::function<void(StageExecutor&)>& fn);
+  void guarded(StageExecutor& r, const std::function<void()>& fn);
   std::vector<Batch> micro_for(const StageExecutor& r, const Batch& batch, int64_t n, int pieces,
                                bool by_replica, int64_t* rows, double* terms) const;
   int64_t rows_from_first_stage(StageExecutor& r, const Batch& batch);

@@ -97,7 +97,9 @@ Message Stage::forward(int m, const Message& in, bool keep_graph, const StepCont
     for (const Tensor& t : out)
       msg.requires_grad.push_back(differentiable && t.defined() && is_floating(t.dtype()));
   }
-  saved_[m] = std::move(s);
+  // A forward-only program (no grad mode) keeps nothing on the stages before
+  // the last: no R or B will come for it.
+  if (loss_ || grad_mode_enabled()) saved_[m] = std::move(s);
   return msg;
 }
 

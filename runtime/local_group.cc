@@ -46,9 +46,12 @@ struct LocalGroup::Shared {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(timeout));
-    if (!cv.wait_until(lock, deadline, [&] { return generation != mine_gen || cancelled; }))
+    if (!cv.wait_until(lock, deadline, [&] { return generation != mine_gen || cancelled; })) {
+      --arrived;  // this member leaves: the next collective must not count it
+      slots[rank].clear();
       throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what, " with all ",
                                  size, " ranks of its group (is a rank stuck or dead?)"));
+    }
     if (generation == mine_gen)
       throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
     return done;

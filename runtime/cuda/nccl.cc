@@ -361,6 +361,10 @@ class NcclCommunicator final : public Communicator {
     base_->abort(code);
     std::_Exit(code);  // not reached
   }
+  // Waits inside the host communicator (headers, small sums) wake with it;
+  // a wait inside an NCCL kernel does not.
+  void cancel() override { base_->cancel(); }
+  void resume() override { base_->resume(); }
 
  private:
   std::shared_ptr<Communicator> base_;

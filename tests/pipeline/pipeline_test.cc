@@ -273,6 +273,30 @@ TEST_CASE(
   CHECK(std::isfinite(pipe.train_step(batch).loss));  // the group works again after resume()
 }
 
+TEST_CASE("pipeline: a rank failing outside its program ends the run at once on every stage") {
+  // Stages 0 and 2 cannot cut a 3-row batch into M = 4; stage 1 would wait
+  // for activations until the timeout if their failure did not wake it.
+  Pipeline pipe(models::transformer(tiny()),
+                {.cells = 3, .micro_batches = 4, .timeout_seconds = 60}, token_batch(8, 1));
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(pipe.train_step(token_batch(3, 1)),
+                    Contains("cannot cut a mini-batch of N = 3 examples into M = 4"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
+  // Evaluation without targets: the last stage refuses, the others stop waiting in the final sum.
+  t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(pipe.evaluate(Batch{token_batch(8, 1).inputs, {}}),
+                    Contains("the last stage needs the batch's targets"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
+  const Batch good = token_batch(8, 2);
+  CHECK(std::isfinite(pipe.train_step(good).loss));  // the local group is whole again
+  CHECK(std::isfinite(pipe.evaluate(good)));
+  // A schedule with a split backward is refused before anything runs.
+  auto split = std::make_shared<Schedule>(parse_schedule_text(
+      "schedule K=1 M=1 train\n0: F0 L0 I0 W0 reduce_replicas reduce_tied\n", "test"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.custom_schedule = split}, good),
+                    Contains("splits a backward (I0)"));
+}
+
 TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
   const Batch batch = token_batch(4, 1);
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 14}, batch),

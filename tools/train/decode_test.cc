@@ -95,7 +95,7 @@ TEST_CASE("decode: cached greedy decoding produces the full re-run's tokens") {
   CHECK(tokens > 0);
 }
 
-TEST_CASE("decode: more than one new position after the first step is refused") {
+TEST_CASE("decode: more than one new position after the first step, or other rows, are refused") {
   auto owner = make(1, 1);
   Pipeline& pipe = *owner;
   const Tensor src = sources(5, 6);
@@ -104,4 +104,10 @@ TEST_CASE("decode: more than one new position after the first step is refused") 
   CHECK_THROWS_WITH(
       pipe.predict({src, Tensor::zeros(Shape{5, 2}, DType::kInt64)}, {.session = &session}),
       Contains("feed one new position per step"));
+  // A failed call ends the session; a new one must keep the rows it starts with.
+  DecodeSession other;
+  pipe.predict({src, Tensor::zeros(Shape{5, 1}, DType::kInt64)}, {.session = &other});
+  CHECK_THROWS_WITH(
+      pipe.predict({sources(4, 6), Tensor::zeros(Shape{4, 1}, DType::kInt64)}, {.session = &other}),
+      Contains("started with 5 rows in 1 micro-batches, but this call has 4 rows"));
 }
