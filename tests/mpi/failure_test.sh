@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Failures in a multi-process job end it everywhere, in bounded time, with
-# the failure named (GPIPE_FAULT: Note [Fault injection] in pipeline.cc):
+# the failure named (GPIPE_FAULT: Note [Fault injection] in pipeline/faults.h):
 # a rank killed mid-step, a rank that throws, a rank that hangs (the others
 # time out, the watchdog says what they wait for); start-up mistakes (a
 # process count that is not K x R, flags that differ between ranks) stop
