@@ -1,6 +1,11 @@
+// Placement: where each cell's parameters live (Note [Tied copies]), and
+// the ranks, workers and links a Pipeline builds for its cells.
 #include "pipeline/placement.h"
 
+#include <thread>
 #include <unordered_map>
+
+#include "pipeline/pipeline.h"
 
 namespace gpipe {
 
@@ -51,6 +56,83 @@ std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
     ties.push_back(std::move(mine));
   }
   return ties;
+}
+
+// Note [Tied copies]: a parameter used by several cells (tied weights) gets
+// its own copy in every cell after the first, even on a shared device, so
+// no two ranks ever accumulate into one tensor; reduce_tied sums their
+// gradients. Every rank sees the whole model here (in a multi-process job
+// each builds it, with the same seed), so all agree on the tied list.
+void Pipeline::build_ranks() {
+  const int k = static_cast<int>(partition_.cells());
+  tied_names_ = tied_parameter_names(model_.layers);
+  std::vector<int> local;
+  if (opt_.world)
+    local = {info_.stage};
+  else
+    for (int s = 0; s < k; ++s) local.push_back(s);
+
+  std::vector<std::vector<TiedWeight>> ties =
+      place_cells(model_.layers, partition_, local, stage_devices_);
+  std::vector<std::unique_ptr<Stage>> stages;
+  for (int s : local) {
+    const Device dev = stage_devices_[s];
+    LayerList cell(model_.layers.begin() + partition_.begin(s),
+                   model_.layers.begin() + partition_.end(s));
+    stages.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), dev,
+                                             s == k - 1 ? model_.loss : nullptr));
+  }
+  if (opt_.world) {
+    // Only this rank's cell stays; the other layers (and their weights) go.
+    model_.layers = stages.front()->layers();
+    if (info_.stage != k - 1) model_.loss.reset();
+  }
+
+  // Cores: split between this process's ranks and the other processes on this host.
+  const int per_host = opt_.world ? opt_.world->local_size() : 1;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_host);
+  const int n = static_cast<int>(local.size());
+  for (int s : local) {
+    const int threads =
+        opt_.threads_per_stage > 0 ? opt_.threads_per_stage : std::max(1, cores / n);
+    workers_.push_back(std::make_unique<DeviceWorker>(stage_devices_[s], threads));
+  }
+  const double watchdog =
+      opt_.watchdog_seconds > 0 ? opt_.watchdog_seconds : opt_.timeout_seconds / 2;
+  // The gradient sums between processes may block without a deadline of
+  // their own (Note [Large all-reduces]); twice the timeout there means a
+  // rank is stuck: the job ends. (Local collectives always have a deadline.)
+  std::shared_ptr<Communicator> world = opt_.world;
+  watchdog_ = std::make_unique<Watchdog>(
+      who_, watchdog, n, world ? 2 * opt_.timeout_seconds : 0,
+      world ? std::function<void()>([world] { world->abort(1); }) : nullptr);
+  failures_ = std::make_unique<FailureLog>([this] {
+    for (auto& r : ranks_) r->abort_links();
+    ranks_.front()->world().cancel();
+  });
+  if (!opt_.world) group_ = std::make_unique<LocalGroup>(k);
+  for (int i = 0; i < n; ++i) {
+    ExecutorOptions eo;
+    eo.row = i;
+    eo.info = opt_.world ? info_ : rank_info_for(local[i], k, 1, opt_.layout);
+    eo.layout = opt_.layout;
+    eo.timeout_seconds = opt_.timeout_seconds;
+    eo.sync_batchnorm = opt_.sync_batchnorm;
+    eo.tracer = &tracer_;
+    eo.watchdog = watchdog_.get();
+    eo.failures = failures_.get();
+    eo.fault_hook = &opt_.fault_hook;
+    ranks_.push_back(std::make_unique<StageExecutor>(eo, std::move(stages[i]), std::move(ties[i])));
+  }
+  on_ranks(
+      [&](StageExecutor& r) { r.connect(opt_.world ? opt_.world : group_->rank(r.info().stage)); });
+}
+
+Pipeline::~Pipeline() {
+  // Executors (and their links) before the communicators' owners.
+  ranks_.clear();
+  workers_.clear();
+  group_.reset();
 }
 
 }  // namespace gpipe
