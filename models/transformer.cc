@@ -146,10 +146,9 @@ class ResidualSublayer final : public Layer {
     // the same at every step; the decoder's self-attention appends the newest
     // positions' keys and values, its cross-attention projects the memory once.
     LayerDecodeCache* cache = current_decode_cache();
-    if (cache && stream_ == 0 && cache->has("out")) {
-      out[0] = cache->tensors["out"];
-      return out;
-    }
+    // After the first step an encoder sublayer passes its bundle through:
+    // TargetEmbedding uses the memory it cached then, never in[0] again.
+    if (cache && stream_ == 0 && cache->position > 0) return out;
     const Tensor& x = in[stream_];
     Tensor h = norm_(x);
     Tensor f;
@@ -169,7 +168,7 @@ class ResidualSublayer final : public Layer {
         break;
     }
     out[stream_] = ops::add(x, drop_(f));
-    if (cache && stream_ == 0) cache->tensors["out"] = out[0];
+    if (cache && stream_ == 0) cache->position = 1;  // ran once: pass through from now on
     return out;
   }
   BundleSpec output_spec(const BundleSpec& in) const override {

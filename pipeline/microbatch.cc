@@ -46,12 +46,16 @@ std::vector<Batch> split_micro_batches(const Batch& b, int64_t m) {
   return out;
 }
 
+int replica_pieces(int pieces, int replica, int replicas) {
+  return pieces / replicas + (replica < pieces % replicas ? 1 : 0);
+}
+
 ReplicaShare replica_share(int64_t n, int pieces, int replica, int replicas) {
   ReplicaShare sh;
   const std::vector<int64_t> sizes = micro_batch_sizes(n, pieces);
   const int per = pieces / replicas, extra = pieces % replicas;
   const int first = replica * per + std::min(replica, extra);
-  sh.pieces = per + (replica < extra ? 1 : 0);
+  sh.pieces = replica_pieces(pieces, replica, replicas);
   for (int i = 0; i < first; ++i) sh.begin += sizes[i];
   for (int i = first; i < first + sh.pieces; ++i) sh.len += sizes[i];
   return sh;

@@ -25,6 +25,8 @@ struct ReplicaShare {
   int pieces = 0;
 };
 ReplicaShare replica_share(int64_t n, int pieces, int replica, int replicas);
+// Just replica r's piece count (what a stage that has no rows to cut needs).
+int replica_pieces(int pieces, int replica, int replicas);
 // Concatenates bundles along axis 0 (inverse of the split for outputs).
 Bundle merge_micro_batches(const std::vector<Bundle>& parts);
 

@@ -205,7 +205,7 @@ std::vector<Batch> Pipeline::micro_for(const StageExecutor& r, const Batch& batc
                                        double* terms) const {
   const RankInfo& ri = r.info();
   const int replica = by_replica ? ri.replica : 0, replicas = by_replica ? ri.replicas : 1;
-  const int count = pieces / replicas + (replica < pieces % replicas ? 1 : 0);
+  const int count = replica_pieces(pieces, replica, replicas);
   const bool first = ri.stage == 0,
              last = ri.stage == ri.cells - 1 && terms != nullptr;  // predict needs no targets
   std::vector<Batch> micro(count);
