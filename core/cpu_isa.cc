@@ -35,19 +35,25 @@ uint64_t xgetbv0() {
 
 bool bit(unsigned reg, int i) { return (reg >> i) & 1u; }
 
+// The avx2 level is x86-64-v3 and avx512 is x86-64-v4, the -march their
+// kernel files are compiled with (ops/BUILD): every feature of the level must
+// be present, not just the vector width (GCC uses BMI2, LZCNT, MOVBE and
+// F16C freely under -march=x86-64-v3).
 CpuIsa detect() {
   const CpuidRegs l1 = cpuid(1);
   const bool osxsave = bit(l1.ecx, 27), avx = bit(l1.ecx, 28), fma = bit(l1.ecx, 12);
-  if (!osxsave || !avx || !fma) return CpuIsa::kBaseline;
+  const bool movbe = bit(l1.ecx, 22), f16c = bit(l1.ecx, 29);
+  if (!osxsave || !avx || !fma || !movbe || !f16c) return CpuIsa::kBaseline;
   const uint64_t xcr0 = xgetbv0();
   const bool os_ymm = (xcr0 & 0x6) == 0x6, os_zmm = (xcr0 & 0xe6) == 0xe6;
-  if (cpuid(0).eax < 7) return CpuIsa::kBaseline;
+  if (cpuid(0).eax < 7 || cpuid(0x80000000).eax < 0x80000001) return CpuIsa::kBaseline;
   const CpuidRegs l7 = cpuid(7, 0);
-  const bool avx2 = bit(l7.ebx, 5);
-  const bool avx512 =
-      bit(l7.ebx, 16) && bit(l7.ebx, 17) && bit(l7.ebx, 30) && bit(l7.ebx, 31);  // F DQ BW VL
-  if (avx512 && avx2 && os_zmm) return CpuIsa::kAvx512;
-  if (avx2 && os_ymm) return CpuIsa::kAvx2;
+  const bool lzcnt = bit(cpuid(0x80000001).ecx, 5);
+  const bool v3 = bit(l7.ebx, 5) && bit(l7.ebx, 3) && bit(l7.ebx, 8) && lzcnt;  // AVX2 BMI1 BMI2
+  const bool v4 = bit(l7.ebx, 16) && bit(l7.ebx, 17) && bit(l7.ebx, 28) && bit(l7.ebx, 30) &&
+                  bit(l7.ebx, 31);  // AVX-512 F DQ CD BW VL
+  if (v3 && v4 && os_zmm) return CpuIsa::kAvx512;
+  if (v3 && os_ymm) return CpuIsa::kAvx2;
   return CpuIsa::kBaseline;
 }
 

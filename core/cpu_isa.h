@@ -2,9 +2,11 @@
 // at run time (cpuid + xgetbv), so one binary picks the fastest kernels the
 // CPU at hand and its OS support.
 //
-//   kBaseline  x86-64-v2 (SSE4.2): what the default build requires.
-//   kAvx2      AVX2 + FMA, with the OS saving ymm state.
-//   kAvx512    AVX-512 F, BW, DQ and VL, with the OS saving zmm state.
+//   kBaseline  x86-64-v2 (SSE4.2, POPCNT): what the default build requires.
+//   kAvx2      x86-64-v3: AVX2, FMA, BMI1/2, LZCNT, MOVBE, F16C, with the OS
+//              saving ymm state.
+//   kAvx512    x86-64-v4: that plus AVX-512 F, BW, CD, DQ and VL, with the OS
+//              saving zmm state.
 //
 // The active level is the detected one unless GPIPE_CPU_ISA=avx512|avx2|baseline
 // is set in the environment (read once, at first use) or set_cpu_isa is

@@ -12,15 +12,14 @@
 // zero where masked (masked_fill passes no gradient), times the scale;
 // dq_h = dS k_h; dk_h = dS^T q_h. Pairs write disjoint slices, so the result
 // does not depend on the thread count.
-#include <Eigen/Core>
 #include <cmath>
 #include <vector>
 
-#include "core/parallel.h"
 #include "ops/attention_kernels.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr double kMasked = -1e9;
@@ -85,7 +84,7 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const T* pad = pad_t.defined() ? pad_t.data<T>() : nullptr;
   T *gq = gq_t.data<T>(), *gk = gk_t.data<T>(), *gv = gv_t.data<T>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<T> ds(static_cast<size_t>(g.tq * g.tk));
+    vector<T> ds(static_cast<size_t>(g.tq * g.tk));
     for (int64_t bh = lo; bh < hi; ++bh) {
       const T* p = probs + bh * g.tq * g.tk;
       const T* go = gout + g.q_at(bh);
@@ -134,7 +133,7 @@ void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, c
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(attention_forward, DeviceType::kCPU, attention_forward_cpu);
-GPIPE_REGISTER_KERNEL(attention_backward, DeviceType::kCPU, attention_backward_cpu);
+GPIPE_ISA_KERNEL(attention_forward, attention_forward_cpu);
+GPIPE_ISA_KERNEL(attention_backward, attention_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

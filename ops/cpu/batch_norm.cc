@@ -13,15 +13,14 @@
 //   grad_x = gamma * invstd * (gy - grad_beta / m - xhat * grad_gamma / m),
 // which is the affine map gx = a * gy + b * x + d with per-channel constants.
 // In eval mode mean and var are constants and grad_x = gamma * invstd * gy.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/parallel.h"
 #include "ops/batch_norm_kernels.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 struct Layout {
@@ -63,8 +62,8 @@ void sum_channels(const Layout& l, const Plane& plane, const Row& row, double* o
 // out[i] = a[c] * u[i] + b[c] * v[i] + d[c] for channel c of element i
 // (v may be null, then b is unused).
 template <class T>
-void affine_channels(const Layout& l, const T* u, const T* v, const std::vector<T>& a,
-                     const std::vector<T>& b, const std::vector<T>& d, T* out) {
+void affine_channels(const Layout& l, const T* u, const T* v, const vector<T>& a,
+                     const vector<T>& b, const vector<T>& d, T* out) {
   if (l.s == 1) {
     const ConstArray<T> av(a.data(), l.c), bv(b.data(), l.c), dv(d.data(), l.c);
     parallel_for(0, l.n, std::max<int64_t>(1, 16384 / std::max<int64_t>(l.c, 1)),
@@ -98,7 +97,7 @@ void batch_norm_stats_cpu(const Tensor& x, Tensor& mean, Tensor& var) {
   dispatch_floating(x.dtype(), "batch_norm", [&](auto z) {
     using T = decltype(z);
     const T* xp = x.data<T>();
-    std::vector<double> m(l.c), v(l.c);
+    vector<double> m(l.c), v(l.c);
     const double inv_count = l.count() > 0 ? 1.0 / static_cast<double>(l.count()) : 0.0;
     sum_channels(
         l,
@@ -134,8 +133,8 @@ void batch_norm_stats_cpu(const Tensor& x, Tensor& mean, Tensor& var) {
 
 // Per-channel gamma * invstd (double precision).
 template <class T>
-std::vector<double> scales(const Tensor& var, const Tensor& gamma, double eps, int64_t c) {
-  std::vector<double> s(c);
+vector<double> scales(const Tensor& var, const Tensor& gamma, double eps, int64_t c) {
+  vector<double> s(c);
   const T* vp = var.data<T>();
   const T* gp = gamma.defined() ? gamma.data<T>() : nullptr;
   for (int64_t k = 0; k < c; ++k)
@@ -148,10 +147,10 @@ void batch_norm_forward_cpu(const Tensor& x, const Tensor& mean, const Tensor& v
   const Layout l(x);
   dispatch_floating(x.dtype(), "batch_norm", [&](auto z) {
     using T = decltype(z);
-    const std::vector<double> s = scales<T>(var, gamma, eps, l.c);
+    const vector<double> s = scales<T>(var, gamma, eps, l.c);
     const T* mp = mean.data<T>();
     const T* bp = beta.defined() ? beta.data<T>() : nullptr;
-    std::vector<T> a(l.c), unused(l.c), d(l.c);
+    vector<T> a(l.c), unused(l.c), d(l.c);
     for (int64_t c = 0; c < l.c; ++c) {
       a[c] = static_cast<T>(s[c]);
       d[c] = static_cast<T>((bp ? static_cast<double>(bp[c]) : 0.0) -
@@ -171,12 +170,12 @@ void batch_norm_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor
     const T* xp = x.data<T>();
     const T* mp = mean.data<T>();
     const T* vp = var.data<T>();
-    std::vector<double> invstd(l.c);
+    vector<double> invstd(l.c);
     for (int64_t c = 0; c < l.c; ++c) invstd[c] = 1.0 / std::sqrt(static_cast<double>(vp[c]) + eps);
 
     // sum(gy) and sum(gy * xhat) per channel, only where something needs them.
     const bool need_sums = training && grad_x.defined();
-    std::vector<double> sum_gy(l.c, 0.0), sum_gy_xhat(l.c, 0.0);
+    vector<double> sum_gy(l.c, 0.0), sum_gy_xhat(l.c, 0.0);
     if (need_sums || grad_beta.defined()) {
       sum_channels(
           l,
@@ -190,7 +189,7 @@ void batch_norm_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor
           sum_gy.data());
     }
     if (need_sums || grad_gamma.defined()) {
-      std::vector<double> md(l.c);
+      vector<double> md(l.c);
       for (int64_t c = 0; c < l.c; ++c) md[c] = static_cast<double>(mp[c]);
       sum_channels(
           l,
@@ -217,8 +216,8 @@ void batch_norm_backward_cpu(const Tensor& grad_y, const Tensor& x, const Tensor
       for (int64_t c = 0; c < l.c; ++c) gg[c] = static_cast<T>(sum_gy_xhat[c]);
     }
     if (!grad_x.defined()) return;
-    const std::vector<double> s = scales<T>(var, gamma, eps, l.c);
-    std::vector<T> a(l.c), b(l.c, T(0)), d(l.c, T(0));
+    const vector<double> s = scales<T>(var, gamma, eps, l.c);
+    vector<T> a(l.c), b(l.c, T(0)), d(l.c, T(0));
     const double inv_count = l.count() > 0 ? 1.0 / static_cast<double>(l.count()) : 0.0;
     for (int64_t c = 0; c < l.c; ++c) {
       a[c] = static_cast<T>(s[c]);
@@ -252,10 +251,9 @@ void batch_norm_update_running_stats_cpu(const Tensor& batch_mean, const Tensor&
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(batch_norm_stats, DeviceType::kCPU, batch_norm_stats_cpu);
-GPIPE_REGISTER_KERNEL(batch_norm_forward, DeviceType::kCPU, batch_norm_forward_cpu);
-GPIPE_REGISTER_KERNEL(batch_norm_backward, DeviceType::kCPU, batch_norm_backward_cpu);
-GPIPE_REGISTER_KERNEL(batch_norm_update_running_stats, DeviceType::kCPU,
-                      batch_norm_update_running_stats_cpu);
+GPIPE_ISA_KERNEL(batch_norm_stats, batch_norm_stats_cpu);
+GPIPE_ISA_KERNEL(batch_norm_forward, batch_norm_forward_cpu);
+GPIPE_ISA_KERNEL(batch_norm_backward, batch_norm_backward_cpu);
+GPIPE_ISA_KERNEL(batch_norm_update_running_stats, batch_norm_update_running_stats_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -7,7 +7,6 @@
 
 #include <cblas.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -18,10 +17,25 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/gemm_packed.h"
+#include "ops/cpu/isa/abi.h"
 
 extern "C" void openblas_set_num_threads(int);
 
 namespace gpipe::ops::cpu {
+
+namespace isa_avx512 {
+extern const EigenGemmFn<float> eigen_gemm_f32_isa;
+extern const EigenGemmFn<double> eigen_gemm_f64_isa;
+}  // namespace isa_avx512
+namespace isa_avx2 {
+extern const EigenGemmFn<float> eigen_gemm_f32_isa;
+extern const EigenGemmFn<double> eigen_gemm_f64_isa;
+}  // namespace isa_avx2
+namespace isa_baseline {
+extern const EigenGemmFn<float> eigen_gemm_f32_isa;
+extern const EigenGemmFn<double> eigen_gemm_f64_isa;
+}  // namespace isa_baseline
+
 namespace {
 
 // GPIPE_GEMM=packed|openblas|eigen picks the float backend for the process
@@ -55,31 +69,21 @@ GemmBackend current_backend() {
   return true;
 }();
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using Stride = Eigen::OuterStride<>;
-
+// Eigen's GEMM for the active ISA level (ops/cpu/eigen_gemm.cc).
 template <class T>
 void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                 const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  using ConstMap = Eigen::Map<const RowMat<T>, 0, Stride<T>>;
-  using Map = Eigen::Map<RowMat<T>, 0, Stride<T>>;
-  Map C(c, m, n, Stride<T>(ldc));
-  ConstMap A(a, ta ? k : m, ta ? m : k, Stride<T>(lda));
-  ConstMap B(b, tb ? n : k, tb ? k : n, Stride<T>(ldb));
-  if (beta == T(0))
-    C.setZero();
-  else if (beta != T(1))
-    C *= beta;
-  if (!ta && !tb)
-    C.noalias() += alpha * A * B;
-  else if (ta && !tb)
-    C.noalias() += alpha * A.transpose() * B;
-  else if (!ta && tb)
-    C.noalias() += alpha * A * B.transpose();
-  else
-    C.noalias() += alpha * A.transpose() * B.transpose();
+  EigenGemmFn<T> f;
+  if constexpr (std::is_same_v<T, float>) {
+    f = cpu_isa() == CpuIsa::kAvx512 ? isa_avx512::eigen_gemm_f32_isa
+        : cpu_isa() == CpuIsa::kAvx2 ? isa_avx2::eigen_gemm_f32_isa
+                                     : isa_baseline::eigen_gemm_f32_isa;
+  } else {
+    f = cpu_isa() == CpuIsa::kAvx512 ? isa_avx512::eigen_gemm_f64_isa
+        : cpu_isa() == CpuIsa::kAvx2 ? isa_avx2::eigen_gemm_f64_isa
+                                     : isa_baseline::eigen_gemm_f64_isa;
+  }
+  f(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void blas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -106,16 +110,15 @@ GemmBackend backend_for() {
 // Note [Small products]. Packing costs O(mk + kn) per call and pads every
 // mr x nr tile; for the many small products of a convolution (8-128 output
 // channels, a few hundred columns, k = 9C) that overhead loses to Eigen's
-// kernels, which this build compiles for AVX2 + FMA (measured in
+// kernels, compiled per ISA level like the CPU kernels (measured in
 // docs/BENCHMARKS.md: packed 37 vs Eigen 70 GF/s at 8 x 256 x 27). So the
 // packed backend hands products below kSmallFlops, or with a side below 32,
-// to Eigen, except at the forced baseline level (Eigen is built for AVX2).
+// to Eigen.
 constexpr double kSmallFlops = 1 << 24;
 constexpr int64_t kSmallSide = 32;
 
 bool small_product(int64_t m, int64_t n, int64_t k) {
-  return (2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < kSmallSide) &&
-         cpu_isa() != CpuIsa::kBaseline;
+  return 2.0 * m * n * k < kSmallFlops || std::min({m, n, k}) < kSmallSide;
 }
 
 }  // namespace
@@ -144,7 +147,7 @@ std::string_view gemm_backend_name() {
 
 std::string compute_description() {
   std::string gemm(gemm_backend_name());
-  if (current_backend() == GemmBackend::kPacked && cpu_isa() != CpuIsa::kBaseline)
+  if (current_backend() == GemmBackend::kPacked)
     gemm += detail::concat(", products under ", kSmallFlops / (1 << 20),
                            " MFLOP or with a side under ", kSmallSide, ": eigen");
   return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm;

@@ -18,17 +18,15 @@
 // samples and its own partial sum, reduced in a fixed order: the result does
 // not vary from run to run (it may differ in round-off with the thread count).
 // Column buffers are tensors charged to MemoryCategory::kWorkspace.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "core/allocator.h"
-#include "core/parallel.h"
 #include "ops/conv_kernels.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 struct Geometry {
@@ -106,9 +104,10 @@ T dot(int64_t n, const T* a, const T* b, int64_t b_stride) {
       .sum();
 }
 
-Tensor workspace(const Tensor& like, int64_t numel) {
-  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
-  return Tensor::empty(Shape{std::max<int64_t>(numel, 1)}, like.dtype(), like.device());
+// Scratch of `numel` elements on `like`'s device (workspace memory).
+template <class T>
+Workspace<T> workspace(const Tensor& like, int64_t numel) {
+  return Workspace<T>(like.device(), numel);
 }
 
 // Runs body(part, lo, hi) for `parts` contiguous pieces of [0, count), in parallel.
@@ -186,14 +185,14 @@ void for_each_task(const Geometry& g, const Tensor& like, bool need_col, const F
   const int64_t threads = intra_op_threads();
   const int64_t col_size = need_col ? g.k * g.ohw : 0;
   if (tasks >= threads && threads > 1) {
-    Tensor cols = workspace(like, threads * col_size);
-    T* base = cols.data<T>();
+    Workspace<T> cols = workspace<T>(like, threads * col_size);
+    T* base = cols.data();
     for_each_part(tasks, threads, [&](int64_t part, int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t) fn(t, base + part * col_size, false);
     });
   } else {
-    Tensor cols = workspace(like, col_size);
-    for (int64_t t = 0; t < tasks; ++t) fn(t, cols.data<T>(), true);
+    Workspace<T> cols = workspace<T>(like, col_size);
+    for (int64_t t = 0; t < tasks; ++t) fn(t, cols.data(), true);
   }
 }
 
@@ -360,15 +359,15 @@ void gemm_backward_weight(const Geometry& g, const Tensor& like, const T* gy, co
   const int64_t col_size = g.pointwise() ? 0 : g.k * g.ohw;
   const int64_t w_size = g.o * g.k;
   if (g.n < threads || threads == 1) {
-    Tensor col = workspace(like, col_size);
-    accumulate_weight_grad(g, gy, x, 0, g.n, col.data<T>(), true, gw);
+    Workspace<T> col = workspace<T>(like, col_size);
+    accumulate_weight_grad(g, gy, x, 0, g.n, col.data(), true, gw);
     return;
   }
   // Part 0 sums into gw itself, the others into partial buffers.
-  Tensor cols = workspace(like, threads * col_size);
-  Tensor partials = workspace(like, (threads - 1) * w_size);
-  T* col_base = cols.data<T>();
-  T* partial_base = partials.data<T>();
+  Workspace<T> cols = workspace<T>(like, threads * col_size);
+  Workspace<T> partials = workspace<T>(like, (threads - 1) * w_size);
+  T* col_base = cols.data();
+  T* partial_base = partials.data();
   for_each_part(g.n, threads, [&](int64_t part, int64_t lo, int64_t hi) {
     T* dst = part == 0 ? gw : partial_base + (part - 1) * w_size;
     accumulate_weight_grad(g, gy, x, lo, hi, col_base + part * col_size, false, dst);
@@ -446,9 +445,9 @@ void conv2d_backward_bias_cpu(const Tensor& grad_y, Tensor& grad_bias) {
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(conv2d_forward, DeviceType::kCPU, conv2d_forward_cpu);
-GPIPE_REGISTER_KERNEL(conv2d_backward_input, DeviceType::kCPU, conv2d_backward_input_cpu);
-GPIPE_REGISTER_KERNEL(conv2d_backward_weight, DeviceType::kCPU, conv2d_backward_weight_cpu);
-GPIPE_REGISTER_KERNEL(conv2d_backward_bias, DeviceType::kCPU, conv2d_backward_bias_cpu);
+GPIPE_ISA_KERNEL(conv2d_forward, conv2d_forward_cpu);
+GPIPE_ISA_KERNEL(conv2d_backward_input, conv2d_backward_input_cpu);
+GPIPE_ISA_KERNEL(conv2d_backward_weight, conv2d_backward_weight_cpu);
+GPIPE_ISA_KERNEL(conv2d_backward_bias, conv2d_backward_bias_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

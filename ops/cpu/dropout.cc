@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/parallel.h"
 #include "core/rng.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/dropout_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kBlock = 1024;
@@ -40,6 +40,6 @@ void dropout_apply_cpu(const Tensor& x, double p, uint64_t key, Tensor& out) {
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(dropout_apply, DeviceType::kCPU, dropout_apply_cpu);
+GPIPE_ISA_KERNEL(dropout_apply, dropout_apply_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -4,10 +4,10 @@
 // the common cases. Unary ops are flat loops over contiguous memory.
 #include <cmath>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/elementwise_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 template <class T, class F>
@@ -27,8 +27,8 @@ inline void row_loop(const T* a, int64_t sa, const T* b, int64_t sb, T* o, int64
 
 template <class T, class F>
 void binary_impl(const Tensor& a, const Tensor& b, Tensor& out, F f) {
-  const T* pa = static_cast<const T*>(a.storage()->data());
-  const T* pb = static_cast<const T*>(b.storage()->data());
+  const T* pa = a.base<const T>();
+  const T* pb = b.base<const T>();
   T* po = out.data<T>();
   const int64_t numel = out.numel();
   if (numel == 0) return;
@@ -200,8 +200,8 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(binary_elementwise, DeviceType::kCPU, binary_cpu);
-GPIPE_REGISTER_KERNEL(unary_elementwise, DeviceType::kCPU, unary_cpu);
-GPIPE_REGISTER_KERNEL(unary_backward, DeviceType::kCPU, unary_backward_cpu);
+GPIPE_ISA_KERNEL(binary_elementwise, binary_cpu);
+GPIPE_ISA_KERNEL(unary_elementwise, unary_cpu);
+GPIPE_ISA_KERNEL(unary_backward, unary_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -1,7 +1,8 @@
 // Embedding CPU kernels.
 //
-// Forward: one serial pass validates every index (so nothing is written if
-// any is bad), then rows are copied in parallel.
+// The indices are validated before these run (ops/cpu/isa_dispatch.cc), so
+// nothing is written if any is bad.
+// Forward: rows are copied in parallel.
 // Backward: a stable counting sort groups the positions by index (counts,
 // prefix sums, positions in increasing order); then each vocabulary row is
 // owned by exactly one task, which zeroes it and adds its positions' gradient
@@ -9,39 +10,14 @@
 // result is bit-identical for any thread count.
 #include <algorithm>
 #include <cstring>
-#include <string>
-#include <vector>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/embedding_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kGrainElems = 1 << 14;
-
-// "[1, 2]": the multi-index of flat position k in `shape`.
-std::string position_str(int64_t k, const Shape& shape) {
-  std::vector<int64_t> at(shape.rank());
-  for (int64_t d = shape.rank() - 1; d >= 0; --d) {
-    at[d] = k % shape[d];
-    k /= shape[d];
-  }
-  std::string s = "[";
-  for (size_t d = 0; d < at.size(); ++d) s += (d ? ", " : "") + std::to_string(at[d]);
-  return s + "]";
-}
-
-template <class I>
-void check_indices(const I* idx, const Shape& shape, int64_t v) {
-  const int64_t n = shape.numel();
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t i = static_cast<int64_t>(idx[k]);
-    GPIPE_CHECK(i >= 0 && i < v, "embedding: index ", i, " at position ", position_str(k, shape),
-                " of indices ", shape, " is out of range for a table of V = ", v,
-                " rows (valid: 0 .. ", v - 1, ")");
-  }
-}
 
 void embedding_forward_cpu(const Tensor& weight, const Tensor& indices, Tensor& out) {
   dispatch_floating(weight.dtype(), "embedding", [&](auto z) {
@@ -50,7 +26,6 @@ void embedding_forward_cpu(const Tensor& weight, const Tensor& indices, Tensor& 
       using I = decltype(zi);
       const int64_t v = weight.size(0), d = weight.size(1), n = indices.numel();
       const I* idx = indices.data<I>();
-      check_indices(idx, indices.shape(), v);
       const T* pw = weight.data<T>();
       T* po = out.data<T>();
       if (d == 0) return;
@@ -69,12 +44,11 @@ void embedding_backward_cpu(const Tensor& g, const Tensor& indices, Tensor& gwei
       using I = decltype(zi);
       const int64_t v = gweight.size(0), d = gweight.size(1), n = indices.numel();
       const I* idx = indices.data<I>();
-      check_indices(idx, indices.shape(), v);
       // Stable counting sort: positions of index i are order[start[i] .. start[i+1]).
-      std::vector<int64_t> start(v + 1, 0);
+      vector<int64_t> start(v + 1, 0);
       for (int64_t k = 0; k < n; ++k) ++start[static_cast<int64_t>(idx[k]) + 1];
       for (int64_t i = 0; i < v; ++i) start[i + 1] += start[i];
-      std::vector<int64_t> order(n), fill(start.begin(), start.end() - 1);
+      vector<int64_t> order(n), fill(start.begin(), start.end() - 1);
       for (int64_t k = 0; k < n; ++k) order[fill[static_cast<int64_t>(idx[k])]++] = k;
 
       const T* pg = g.data<T>();
@@ -99,7 +73,7 @@ void embedding_backward_cpu(const Tensor& g, const Tensor& indices, Tensor& gwei
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(embedding_forward, DeviceType::kCPU, embedding_forward_cpu);
-GPIPE_REGISTER_KERNEL(embedding_backward, DeviceType::kCPU, embedding_backward_cpu);
+GPIPE_ISA_KERNEL(embedding_forward, embedding_forward_cpu);
+GPIPE_ISA_KERNEL(embedding_backward, embedding_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

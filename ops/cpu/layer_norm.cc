@@ -12,15 +12,14 @@
 // into a number of chunks that depends only on the problem size (never on
 // the thread count), each chunk accumulates its own partial sums while it
 // also computes its rows of gx, and the partials are added in chunk order.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/layer_norm_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kGrainElems = 1 << 14;
@@ -125,9 +124,9 @@ void layer_norm_backward_cpu(const Tensor& g, const Tensor& x, const Tensor& mea
     // Fixed partition of the rows (see the file comment).
     const int64_t chunks = std::clamp<int64_t>((rows * d + kGrainElems - 1) / kGrainElems, 1,
                                                std::min(rows, kMaxChunks));
-    std::vector<double> partial(params ? static_cast<size_t>(chunks * 2 * d) : 0, 0.0);
+    vector<double> partial(params ? static_cast<size_t>(chunks * 2 * d) : 0, 0.0);
     parallel_for(0, chunks, 1, [&](int64_t clo, int64_t chi) {
-      std::vector<T> scratch(pgx ? d : 0);
+      vector<T> scratch(pgx ? d : 0);
       for (int64_t c = clo; c < chi; ++c) {
         const int64_t r0 = c * rows / chunks, r1 = (c + 1) * rows / chunks;
         double* sg = params ? partial.data() + c * 2 * d : nullptr;
@@ -161,7 +160,7 @@ void layer_norm_backward_cpu(const Tensor& g, const Tensor& x, const Tensor& mea
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(layer_norm_forward, DeviceType::kCPU, layer_norm_forward_cpu);
-GPIPE_REGISTER_KERNEL(layer_norm_backward, DeviceType::kCPU, layer_norm_backward_cpu);
+GPIPE_ISA_KERNEL(layer_norm_forward, layer_norm_forward_cpu);
+GPIPE_ISA_KERNEL(layer_norm_backward, layer_norm_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

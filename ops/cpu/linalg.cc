@@ -1,11 +1,11 @@
 // Batched GEMM on the CPU: one product goes to parallel_gemm (panels over the
 // intra-op pool); many small products are spread over the pool one whole
 // product per task, since a single small GEMM cannot use several threads well.
-#include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/linalg_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
@@ -30,6 +30,6 @@ void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tens
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(batched_gemm, DeviceType::kCPU, batched_gemm_cpu);
+GPIPE_ISA_KERNEL(batched_gemm, batched_gemm_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -1,20 +1,18 @@
 // Cross-entropy CPU kernels, one logits row (contiguous, C classes) at a time.
 //
-// Forward: a serial pass validates the targets and counts the rows that are
-// not ignored; then, in parallel, each row gets lse = max + log(sum(exp(x -
-// max))) and its loss (1 - eps) * (lse - x[t]) + eps * (lse - mean(x)).
-// Row losses go to a buffer that is summed in row order afterwards, so the
-// loss does not depend on the thread count.
-// Backward: gx = (exp(x - lse) - (1 - eps) * onehot(t) - eps / C) * g / count.
-#include <Eigen/Core>
+// Forward: a serial pass counts the rows that are not ignored (the targets
+// were validated by ops/cpu/isa_dispatch.cc); then, in parallel, each row gets lse = max +
+// log(sum(exp(x - max))) and its loss (1 - eps) * (lse - x[t]) + eps * (lse - mean(x)). Row losses
+// go to a buffer that is summed in row order afterwards, so the loss does not depend on the thread
+// count. Backward: gx = (exp(x - lse) - (1 - eps) * onehot(t) - eps / C) * g / count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/loss_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kGrainElems = 1 << 14;
@@ -30,18 +28,12 @@ using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 constexpr T kExpCutoff = sizeof(T) == 4 ? T(-87) : T(-708);
 
-// Throws for the first bad target; returns how many rows are not ignored.
+// How many rows are not ignored (the targets were validated before the
+// kernel ran: ops/cpu/isa_dispatch.cc).
 template <class I>
-int64_t check_targets(const I* t, int64_t n, int64_t c, int64_t ignore_index) {
+int64_t count_targets(const I* t, int64_t n, int64_t ignore_index) {
   int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = static_cast<int64_t>(t[i]);
-    if (v == ignore_index) continue;
-    GPIPE_CHECK(v >= 0 && v < c, "cross_entropy: target ", v, " at position ", i,
-                " is out of range for C = ", c, " classes (valid: 0 .. ", c - 1,
-                ", or ignore_index = ", ignore_index, ")");
-    ++count;
-  }
+  for (int64_t i = 0; i < n; ++i) count += static_cast<int64_t>(t[i]) != ignore_index;
   return count;
 }
 
@@ -53,11 +45,11 @@ void cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets, int6
       using I = decltype(zi);
       const int64_t c = logits.size(-1), n = logits.numel() / c;
       const I* pt = targets.data<I>();
-      const int64_t count = check_targets(pt, n, c, ignore_index);
+      const int64_t count = count_targets(pt, n, ignore_index);
       const T* px = logits.data<T>();
       T* pl = lse.data<T>();
       const double eps = label_smoothing;
-      std::vector<double> row_loss(n, 0.0);
+      vector<double> row_loss(n, 0.0);
       parallel_for(0, n, std::max<int64_t>(1, kGrainElems / c), [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) {
           ConstVec<T> x(px + i * c, c);
@@ -88,7 +80,7 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
       using I = decltype(zi);
       const int64_t c = logits.size(-1), n = logits.numel() / c;
       const I* pt = targets.data<I>();
-      const int64_t count = check_targets(pt, n, c, ignore_index);
+      const int64_t count = count_targets(pt, n, ignore_index);
       const T* px = logits.data<T>();
       const T* pl = lse.data<T>();
       T* pg = gx.data<T>();
@@ -123,7 +115,7 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(cross_entropy_forward, DeviceType::kCPU, cross_entropy_forward_cpu);
-GPIPE_REGISTER_KERNEL(cross_entropy_backward, DeviceType::kCPU, cross_entropy_backward_cpu);
+GPIPE_ISA_KERNEL(cross_entropy_forward, cross_entropy_forward_cpu);
+GPIPE_ISA_KERNEL(cross_entropy_backward, cross_entropy_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -4,10 +4,10 @@
 // a mask broadcast along the last axis, or a general stride).
 #include <algorithm>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/mask_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kGrainElems = 1 << 15;
@@ -32,7 +32,7 @@ void masked_fill_impl(const Tensor& x, const Tensor& mask, T value, Tensor& out)
   const int64_t numel = out.numel();
   if (numel == 0) return;
   const T* px = x.data<T>();
-  const M* pm = static_cast<const M*>(mask.storage()->data());
+  const M* pm = mask.base<const M>();
   T* po = out.data<T>();
   const int64_t r = out.rank();
   if (r == 0) {
@@ -69,13 +69,13 @@ void masked_fill_cpu(const Tensor& x, const Tensor& mask, double value, Tensor& 
       case DType::kInt64:
         return masked_fill_impl<T, int64_t>(x, mask, v, out);
       default:
-        throw Error(detail::concat("masked_fill: unsupported mask dtype ", mask.dtype()));
+        isa_fail("masked_fill: the mask must be float32, float64, int32 or int64");
     }
   });
 }
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(masked_fill_apply, DeviceType::kCPU, masked_fill_cpu);
+GPIPE_ISA_KERNEL(masked_fill_apply, masked_fill_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -15,15 +15,14 @@
 // (count_include_pad) or by the number of in-bounds elements. Backward of
 // both writes each plane of grad_x from that plane's outputs only, which keeps
 // it race-free.
-#include <Eigen/Core>
 #include <algorithm>
 #include <limits>
 #include <vector>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/pool_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 // Output positions [lo, hi) along one axis whose input position
@@ -51,7 +50,7 @@ struct PlaneGeometry {
   int64_t planes, h, w, oh, ow;
   Pool2dParams p;
 
-  std::vector<int64_t> tap_lo, tap_hi;  // per window column j, see tap_range
+  vector<int64_t> tap_lo, tap_hi;  // per window column j, see tap_range
 
   PlaneGeometry(const Shape& in, const Shape& out, const Pool2dParams& params)
       : planes(in[0] * in[1]),
@@ -118,8 +117,8 @@ void max_window(const PlaneGeometry& g, const T* xp, int64_t r, int64_t q, T& be
 template <class T>
 void max_forward(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
   parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
-    std::vector<T> best(g.ow);
-    std::vector<int64_t> best_i(g.ow);
+    vector<T> best(g.ow);
+    vector<int64_t> best_i(g.ow);
     for (int64_t plane = lo; plane < hi; ++plane) {
       const T* xp = x + plane * g.h * g.w;
       for (int64_t r = 0; r < g.oh; ++r) {
@@ -170,7 +169,7 @@ void max_backward(const PlaneGeometry& g, const T* gy, const int64_t* argmax, T*
 
 // 1 / divisor for every output of row r (the column factor varies along it).
 template <class T>
-void inverse_divisors(const PlaneGeometry& g, int64_t r, std::vector<T>& inv) {
+void inverse_divisors(const PlaneGeometry& g, int64_t r, vector<T>& inv) {
   const Span rs = g.rows(r);
   for (int64_t q = 0; q < g.ow; ++q) {
     const Span cs = g.cols(q);
@@ -183,7 +182,7 @@ void inverse_divisors(const PlaneGeometry& g, int64_t r, std::vector<T>& inv) {
 template <class T>
 void avg_forward(const PlaneGeometry& g, const T* x, T* y) {
   parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
-    std::vector<T> inv(g.ow);
+    vector<T> inv(g.ow);
     for (int64_t plane = lo; plane < hi; ++plane) {
       const T* xp = x + plane * g.h * g.w;
       for (int64_t r = 0; r < g.oh; ++r) {
@@ -208,7 +207,7 @@ void avg_forward(const PlaneGeometry& g, const T* x, T* y) {
 template <class T>
 void avg_backward(const PlaneGeometry& g, const T* gy, T* gx) {
   parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
-    std::vector<T> inv(g.ow);
+    vector<T> inv(g.ow);
     for (int64_t plane = lo; plane < hi; ++plane) {
       T* gxp = gx + plane * g.h * g.w;
       std::fill(gxp, gxp + g.h * g.w, T(0));
@@ -264,9 +263,9 @@ void avg_pool2d_backward_cpu(const Tensor& grad_y, const Pool2dParams& params, T
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(max_pool2d_forward, DeviceType::kCPU, max_pool2d_forward_cpu);
-GPIPE_REGISTER_KERNEL(max_pool2d_backward, DeviceType::kCPU, max_pool2d_backward_cpu);
-GPIPE_REGISTER_KERNEL(avg_pool2d_forward, DeviceType::kCPU, avg_pool2d_forward_cpu);
-GPIPE_REGISTER_KERNEL(avg_pool2d_backward, DeviceType::kCPU, avg_pool2d_backward_cpu);
+GPIPE_ISA_KERNEL(max_pool2d_forward, max_pool2d_forward_cpu);
+GPIPE_ISA_KERNEL(max_pool2d_backward, max_pool2d_backward_cpu);
+GPIPE_ISA_KERNEL(avg_pool2d_forward, avg_pool2d_forward_cpu);
+GPIPE_ISA_KERNEL(avg_pool2d_backward, avg_pool2d_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

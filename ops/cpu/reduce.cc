@@ -5,10 +5,10 @@
 // is 1), never across the reduced axis, so results are deterministic.
 #include <cstring>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/reduce_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 void sum_cpu(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
@@ -92,8 +92,8 @@ void max_backward_cpu(const Tensor& g, const Tensor& argmax, int64_t outer, int6
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(reduce_sum, DeviceType::kCPU, sum_cpu);
-GPIPE_REGISTER_KERNEL(reduce_max, DeviceType::kCPU, max_cpu);
-GPIPE_REGISTER_KERNEL(reduce_max_backward, DeviceType::kCPU, max_backward_cpu);
+GPIPE_ISA_KERNEL(reduce_sum, sum_cpu);
+GPIPE_ISA_KERNEL(reduce_max, max_cpu);
+GPIPE_ISA_KERNEL(reduce_max_backward, max_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -7,15 +7,14 @@
 // over contiguous memory. Inner loops are Eigen array expressions, so exp is
 // Eigen's vectorised one (see exp_shifted for exact zeros). Tasks are independent: results do not
 // depend on the thread count.
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "core/parallel.h"
+#include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/softmax_kernels.h"
 
-namespace gpipe::ops {
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kColBlock = 256;
@@ -205,9 +204,9 @@ void log_softmax_backward_cpu(const Tensor& y, const Tensor& g, int64_t axis, Te
 
 }  // namespace
 
-GPIPE_REGISTER_KERNEL(softmax_forward, DeviceType::kCPU, softmax_cpu);
-GPIPE_REGISTER_KERNEL(log_softmax_forward, DeviceType::kCPU, log_softmax_cpu);
-GPIPE_REGISTER_KERNEL(softmax_backward, DeviceType::kCPU, softmax_backward_cpu);
-GPIPE_REGISTER_KERNEL(log_softmax_backward, DeviceType::kCPU, log_softmax_backward_cpu);
+GPIPE_ISA_KERNEL(softmax_forward, softmax_cpu);
+GPIPE_ISA_KERNEL(log_softmax_forward, log_softmax_cpu);
+GPIPE_ISA_KERNEL(softmax_backward, softmax_backward_cpu);
+GPIPE_ISA_KERNEL(log_softmax_backward, log_softmax_backward_cpu);
 
-}  // namespace gpipe::ops
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

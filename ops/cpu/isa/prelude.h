@@ -1,0 +1,218 @@
+// Included by every CPU kernel file compiled once per ISA level
+// (Note [CPU ISA kernels] in ops/cpu/isa/abi.h). It opens nothing: the file
+// then writes `namespace gpipe::ops::cpu::GPIPE_ISA_NS { ... }` and inside it
+// finds the small Tensor, Shape, parallel_for, dispatch_floating and vector
+// defined here, which shadow gpipe's own. Everything here is defined in the
+// ISA namespace, so its instantiations are that level's alone.
+#pragma once
+
+#if !defined(GPIPE_ISA_NS) || !defined(GPIPE_ISA_EIGEN_NS)
+#error "per-ISA kernel files are compiled by ops/BUILD with -DGPIPE_ISA_NS and -DGPIPE_ISA_EIGEN_NS"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "ops/cpu/isa/abi.h"
+
+// Eigen, in this level's own namespace (its templates compile differently per ISA).
+#define Eigen GPIPE_ISA_EIGEN_NS
+#include <Eigen/Core>
+
+namespace gpipe::ops::cpu::GPIPE_ISA_NS {
+
+// gpipe::DType's values (isa_dispatch.cc checks they agree). A local type, so
+// that overloads taking it never meet gpipe's through argument lookup.
+enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64, kBFloat16, kFloat16 };
+
+// A view's shape or strides.
+class Dims {
+ public:
+  Dims(const int64_t* d, int64_t rank) : d_(d), rank_(rank) {}
+  int64_t rank() const { return rank_; }
+  int64_t operator[](int64_t i) const { return d_[i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t i = 0; i < rank_; ++i) n *= d_[i];
+    return n;
+  }
+  bool operator==(const Dims& o) const {
+    if (rank_ != o.rank_) return false;
+    for (int64_t i = 0; i < rank_; ++i)
+      if (d_[i] != o.d_[i]) return false;
+    return true;
+  }
+  bool operator!=(const Dims& o) const { return !(*this == o); }
+
+ private:
+  const int64_t* d_;
+  int64_t rank_;
+};
+using Shape = Dims;
+
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+inline AxisView axis_view(const Shape& s, int64_t axis) {
+  AxisView v;
+  for (int64_t i = 0; i < axis; ++i) v.outer *= s[i];
+  v.n = s[axis];
+  for (int64_t i = axis + 1; i < s.rank(); ++i) v.inner *= s[i];
+  return v;
+}
+
+// A non-owning tensor over a TensorView (valid for the kernel call).
+class Tensor {
+ public:
+  explicit Tensor(const TensorView& v) : v_(&v) {}
+  bool defined() const { return v_->base != nullptr; }
+  DType dtype() const { return static_cast<DType>(v_->dtype); }
+  int64_t numel() const { return v_->numel; }
+  int64_t rank() const { return v_->rank; }
+  Shape shape() const { return Shape(v_->shape, v_->rank); }
+  Dims strides() const { return Dims(v_->strides, v_->rank); }
+  int64_t offset() const { return v_->offset; }
+  bool is_contiguous() const { return v_->contiguous; }
+  int64_t size(int64_t axis) const { return v_->shape[axis < 0 ? axis + v_->rank : axis]; }
+  int32_t device() const { return v_->device; }
+  // Bytes of a contiguous tensor's elements.
+  size_t nbytes() const { return static_cast<size_t>(v_->numel) * dtype_bytes(); }
+  // Element (0, 0, ...); the tensor's dtype must be T (the caller dispatched on it).
+  template <class T>
+  T* data() const {
+    return static_cast<T*>(v_->base) + v_->offset;
+  }
+  // The storage's first element, for views addressed with offset() and strides().
+  template <class T>
+  T* base() const {
+    return static_cast<T*>(v_->base);
+  }
+
+ private:
+  size_t dtype_bytes() const {
+    switch (dtype()) {
+      case DType::kFloat64:
+      case DType::kInt64:
+        return 8;
+      case DType::kBFloat16:
+      case DType::kFloat16:
+        return 2;
+      default:
+        return 4;
+    }
+  }
+
+  const TensorView* v_;
+};
+
+template <class F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  isa_parallel_for(
+      begin, end, grain,
+      [](void* ctx, int64_t lo, int64_t hi) { (*static_cast<const F*>(ctx))(lo, hi); },
+      const_cast<F*>(&f));
+}
+inline int intra_op_threads() { return isa_intra_op_threads(); }
+
+template <class F>
+decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::kFloat32) return f(float{});
+  if (dtype != DType::kFloat64) isa_fail_dtype(op, static_cast<uint8_t>(dtype), false);
+  return f(double{});
+}
+template <class F>
+decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::kInt64) return f(int64_t{});
+  if (dtype != DType::kInt32) isa_fail_dtype(op, static_cast<uint8_t>(dtype), true);
+  return f(int32_t{});
+}
+
+// std::vector with this level's own allocator type, so that its member
+// functions are this level's instantiations.
+template <class T>
+struct Alloc {
+  using value_type = T;
+  Alloc() = default;
+  template <class U>
+  Alloc(const Alloc<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
+  void deallocate(T* p, size_t) { ::operator delete(p); }
+  template <class U>
+  bool operator==(const Alloc<U>&) const {
+    return true;
+  }
+};
+template <class T>
+using vector = std::vector<T, Alloc<T>>;
+
+// Scratch from the tensor's CPU allocator (counted as workspace memory).
+template <class T>
+class Workspace {
+ public:
+  Workspace(int32_t device, int64_t n)
+      : device_(device),
+        bytes_(static_cast<int64_t>(sizeof(T)) * (n > 0 ? n : 1)),
+        p_(static_cast<T*>(isa_alloc(device, bytes_))) {}
+  ~Workspace() { isa_free(device_, p_, bytes_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  T* data() const { return p_; }
+
+ private:
+  int32_t device_;
+  int64_t bytes_;
+  T* p_;
+};
+
+// Exports a kernel: Adapt<&fn>::run takes the slot's ABI arguments
+// (TensorViews for Tensors) and calls fn with this level's Tensors.
+template <class A>
+struct Held {
+  using type = std::remove_cvref_t<A>;
+  static const type& make(const type& a) { return a; }
+};
+template <>
+struct Held<const Tensor&> {
+  using type = Tensor;
+  static Tensor make(const TensorView& v) { return Tensor(v); }
+};
+template <>
+struct Held<Tensor&> : Held<const Tensor&> {};
+template <class A>
+struct AbiParam {
+  using type = A;
+};
+template <>
+struct AbiParam<const Tensor&> {
+  using type = const TensorView&;
+};
+template <>
+struct AbiParam<Tensor&> {
+  using type = const TensorView&;
+};
+
+template <auto F>
+struct Adapt;
+template <class R, class... A, R (*F)(A...)>
+struct Adapt<F> {
+  static R run(typename AbiParam<A>::type... a) {
+    std::tuple<typename Held<A>::type...> held{Held<A>::make(a)...};
+    return std::apply(F, held);
+  }
+};
+
+}  // namespace gpipe::ops::cpu::GPIPE_ISA_NS
+
+// At the end of a kernel file, inside its GPIPE_ISA_NS namespace: exports
+// kernel function `fn` for slot gpipe::ops::`slot` (declared in the family's
+// ops/*_kernels.h, which the file includes for the slot's type only).
+#define GPIPE_ISA_KERNEL(slot, fn)                                      \
+  extern const ::gpipe::ops::cpu::AbiFn<::gpipe::ops::slot> slot##_isa; \
+  constinit const ::gpipe::ops::cpu::AbiFn<::gpipe::ops::slot> slot##_isa = &Adapt<&fn>::run

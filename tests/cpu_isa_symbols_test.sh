@@ -1,0 +1,45 @@
+#!/bin/bash
+# Note [CPU ISA kernels] (ops/cpu/isa/abi.h), checked on the built objects: a
+# library compiled for one ISA level defines no global or weak symbol outside
+# that level's own namespaces. A shared inline or template function
+# instantiated there would be a weak symbol the linker may pick for ordinary
+# code too, which then runs AVX-512 (or AVX2) instructions on a CPU without
+# them. Arguments: the libraries (a .a each), named lib<target>.a, whose
+# target name ends in the level (cpu_kernels_avx512, cpu_gemm_avx2, ...).
+set -euo pipefail
+
+checked=0
+failed=0
+for lib in "$@"; do
+  case "$lib" in *.a) ;; *) continue ;; esac
+  base=$(basename "$lib" .a)
+  level=${base##*_}
+  case "$level" in avx512 | avx2 | baseline) ;; *)
+    echo "FAIL: cannot tell the ISA level of $lib"
+    exit 1
+    ;;
+  esac
+  # Global and weak definitions (nm letters T W V u D R B i); locals are fine.
+  defs=$(nm -C --defined-only "$lib" | awk '$2 ~ /^[TWVuDRBi]$/ { $1 = ""; $2 = ""; sub(/^  /, ""); print }')
+  count=$(printf '%s\n' "$defs" | grep -c . || true)
+  if [ "$count" -eq 0 ]; then
+    echo "FAIL: $lib defines no global symbol at all (was it built for this test?)"
+    failed=1
+    continue
+  fi
+  bad=$(printf '%s\n' "$defs" | grep -v -e "gpipe::ops::cpu::isa_${level}::" -e "gpipe_eigen_${level}::" \
+    -e "^gpipe::ops::cpu::packed::k[A-Za-z0-9]*Kernels$" -e "^DW.ref.__gxx_personality_v0$" | grep . || true)
+  if [ -n "$bad" ]; then
+    echo "FAIL: $lib ($level) defines symbols outside its ISA namespaces:"
+    printf '  %s\n' "$bad" | head -20
+    failed=1
+  else
+    echo "ok: $lib ($level): $count global definitions, all in its namespaces"
+  fi
+  checked=$((checked + 1))
+done
+if [ "$checked" -lt 9 ]; then
+  echo "FAIL: expected the 9 per-ISA libraries, checked $checked"
+  exit 1
+fi
+exit "$failed"
