@@ -8,7 +8,11 @@
 //     input listed in `grad_inputs` are compared against central finite
 //     differences, in float64, at the inputs `make_inputs` returns;
 //  3. coverage: every kernel registered for the CPU must be listed in some
-//     case's `covers`, so adding a kernel without a test entry fails.
+//     case's `covers`, so adding a kernel without a test entry fails;
+//  4. float32: the same case with every float input cast to float32 agrees
+//     with the float64 run, outputs and gradients (tolerance32).
+// 1, 2 and 4 run at every CPU ISA level the machine supports (the kernels are
+// compiled per level: Note [CPU ISA kernels] in ops/cpu/isa/abi.h).
 #pragma once
 
 #include <functional>
@@ -36,6 +40,9 @@ struct OpCase {
   double eps = 1e-6;        // finite-difference step
   double tolerance = 1e-6;  // max |analytic - numeric| / max(1, |numeric|)
   bool check_grad = true;   // false for ops without a gradient (state it in the name)
+  // The float32 run (every float input cast) against the float64 one, outputs
+  // and gradients: max |f32 - f64| <= tolerance32 * max(1, max |f64|).
+  double tolerance32 = 2e-5;
 };
 
 std::vector<OpCase>& op_cases();

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/cpu_isa.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -82,24 +83,98 @@ void check_gradients(const OpCase& c) {
   }
 }
 
+// Outputs and (if the case has gradients) the gradients of sum(out * R)
+// w.r.t. its float inputs, with every float input cast to `dtype` first;
+// all returned in float64.
+struct Run {
+  std::vector<Tensor> outs, grads;
+};
+Run run_as(const OpCase& c, DType dtype) {
+  std::vector<Tensor> inputs = c.make_inputs();
+  std::vector<int> floats;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && is_floating(inputs[i].dtype())) {
+      inputs[i] = inputs[i].to(dtype);
+      floats.push_back(static_cast<int>(i));
+    }
+  const std::vector<int> which = c.grad_inputs.empty() ? floats : c.grad_inputs;
+  if (c.check_grad)
+    for (int i : which) inputs[i].set_requires_grad(true);
+  Run r;
+  std::vector<Tensor> outs = c.fn(inputs);
+  if (c.check_grad) {
+    std::vector<Tensor> roots, seeds;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      roots.push_back(outs[i]);
+      seeds.push_back(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0).to(outs[i].dtype()));
+    }
+    if (!roots.empty()) backward(roots, seeds);
+    for (int i : which)
+      r.grads.push_back(inputs[i].grad().defined() ? inputs[i].grad().to(DType::kFloat64)
+                                                   : Tensor());
+  }
+  NoGradGuard no_grad;
+  for (const Tensor& o : outs) r.outs.push_back(is_floating(o.dtype()) ? o.to(DType::kFloat64) : o);
+  return r;
+}
+
+// max |a - b| / max(1, max |b|).
+double relative_error(const Tensor& a, const Tensor& b) {
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  double scale = 1, worst = 0;
+  for (double v : bv) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < av.size(); ++i) worst = std::max(worst, std::abs(av[i] - bv[i]));
+  return worst / scale;
+}
+
+void check_float32(const OpCase& c) {
+  const Run ref = run_as(c, DType::kFloat64), f32 = run_as(c, DType::kFloat32);
+  REQUIRE(f32.outs.size() == ref.outs.size());
+  for (size_t i = 0; i < ref.outs.size(); ++i) {
+    INFO("output " << i << " of shape " << ref.outs[i].shape());
+    REQUIRE(f32.outs[i].shape() == ref.outs[i].shape());
+    CHECK(relative_error(f32.outs[i], ref.outs[i]) <= c.tolerance32);
+  }
+  REQUIRE(f32.grads.size() == ref.grads.size());
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    INFO("gradient " << i);
+    REQUIRE(f32.grads[i].defined() == ref.grads[i].defined());
+    if (ref.grads[i].defined()) CHECK(relative_error(f32.grads[i], ref.grads[i]) <= c.tolerance32);
+  }
+}
+
+// Every level this CPU supports, best first.
+std::vector<CpuIsa> supported_levels() {
+  std::vector<CpuIsa> levels;
+  for (int i = static_cast<int>(detected_cpu_isa()); i >= 0; --i)
+    levels.push_back(static_cast<CpuIsa>(i));
+  return levels;
+}
+
 }  // namespace
 
-TEST_CASE("op table: every case passes forward and gradient checks") {
+TEST_CASE("op table: every case passes forward, gradient and float32 checks at every ISA level") {
   REQUIRE_FALSE(op_cases().empty());
   std::set<std::string> names;
   for (const OpCase& c : op_cases()) {
     INFO("op case " << c.name);
     REQUIRE(names.insert(c.name).second);  // unique names
     SECTION(c.name) {
-      std::vector<Tensor> inputs = c.make_inputs();
-      std::vector<Tensor> outs;
-      {
-        NoGradGuard no_grad;
-        outs = c.fn(inputs);
+      for (CpuIsa level : supported_levels()) {
+        INFO("CPU ISA level " << cpu_isa_name(level));
+        CpuIsaGuard isa(level);
+        std::vector<Tensor> inputs = c.make_inputs();
+        std::vector<Tensor> outs;
+        {
+          NoGradGuard no_grad;
+          outs = c.fn(inputs);
+        }
+        REQUIRE(c.check_forward);
+        c.check_forward(inputs, outs);
+        if (c.check_grad) check_gradients(c);
+        check_float32(c);
       }
-      REQUIRE(c.check_forward);
-      c.check_forward(inputs, outs);
-      if (c.check_grad) check_gradients(c);
     }
   }
 }
