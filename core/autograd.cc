@@ -94,6 +94,36 @@ class AccumulateGrad final : public CountedNode {
   std::shared_ptr<TensorImpl> leaf_;
 };
 
+// The node of record_accumulate_into: calls its function with the leaf's
+// grad() (zeros if it has none yet, made contiguous if it is not).
+class AccumulateIntoNode final : public CountedNode {
+ public:
+  AccumulateIntoNode(const char* name, std::shared_ptr<TensorImpl> leaf, AccumulateIntoFn fn)
+      : name_(name), leaf_(std::move(leaf)), fn_(std::move(fn)) {}
+  std::string name() const override { return name_; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    GPIPE_CHECK(fn_ != nullptr, "backward through '", name_,
+                "' a second time: its saved tensors "
+                "were freed by the first backward (pass retain_graph=true to keep them)");
+    MemoryCategoryGuard category(MemoryCategory::kGradient);
+    if (!leaf_->grad)
+      leaf_->grad = Tensor::zeros(leaf_->shape, leaf_->dtype, leaf_->storage->device()).impl_ptr();
+    Tensor acc(leaf_->grad);
+    if (!acc.is_contiguous()) {
+      acc = acc.contiguous().clone();
+      leaf_->grad = acc.impl_ptr();
+    }
+    fn_(grads, acc);
+    return {};
+  }
+  void release() override { fn_ = nullptr; }
+
+ private:
+  const char* name_;
+  std::shared_ptr<TensorImpl> leaf_;
+  AccumulateIntoFn fn_;
+};
+
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
   if (t.grad_fn()) return {t.grad_fn(), t.output_nr()};
@@ -210,6 +240,19 @@ void record(const char* name, const std::vector<Tensor>& inputs, std::vector<Ten
   auto node = std::make_shared<LambdaNode>(name, std::move(backward));
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   attach(node, outputs);
+}
+
+bool accumulates_in_place(const Tensor& t) {
+  return t.defined() && t.requires_grad() && !t.grad_fn() && is_floating(t.dtype());
+}
+
+void record_accumulate_into(const char* name, const Tensor& leaf, Tensor& output,
+                            AccumulateIntoFn backward) {
+  if (!needs_grad({&leaf})) return;
+  GPIPE_CHECK(accumulates_in_place(leaf), "record_accumulate_into('", name,
+              "'): the tensor is not a leaf that requires grad");
+  auto node = std::make_shared<AccumulateIntoNode>(name, leaf.impl_ptr(), std::move(backward));
+  attach(node, std::vector<Tensor*>{&output});
 }
 
 std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& inputs) {

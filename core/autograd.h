@@ -103,6 +103,19 @@ inline void record(const char* name, const std::vector<Tensor>& inputs, Tensor& 
   record(name, inputs, std::vector<Tensor*>{&output}, std::move(backward));
 }
 
+// Records an op whose backward adds its gradient straight into `leaf`'s
+// grad() (created as zeros on first use) instead of returning a gradient for
+// AccumulateGrad to add: an embedding's backward then touches only the table
+// rows its indices used, with no dense table per call. `leaf` must satisfy
+// accumulates_in_place. No-op when nothing needs grad.
+using AccumulateIntoFn =
+    std::function<void(const std::vector<Tensor>& grad_outputs, Tensor& leaf_grad)>;
+void record_accumulate_into(const char* name, const Tensor& leaf, Tensor& output,
+                            AccumulateIntoFn backward);
+// True for a tensor whose gradient lands in its own grad(): one that requires
+// grad, has no grad_fn, and is not an integer tensor.
+bool accumulates_in_place(const Tensor& t);
+
 // Runs backward from several roots at once; grads[i] defaults to ones for a
 // one-element root. Gradients accumulate into the leaves' grad().
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},

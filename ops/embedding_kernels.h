@@ -13,9 +13,11 @@ namespace gpipe::ops {
 // gpipe::Error naming the first one outside [0, V) before writing anything.
 GPIPE_DECLARE_KERNEL(embedding_forward,
                      void(const Tensor& weight, const Tensor& indices, Tensor& out));
-// gweight ([V, D], overwritten) = scatter-add of the rows of g by index;
-// deterministic: each row sums its contributions in position order.
-GPIPE_DECLARE_KERNEL(embedding_backward,
-                     void(const Tensor& g, const Tensor& indices, Tensor& gweight));
+// The scatter-add of the rows of g by index into gweight [V, D]: with
+// `accumulate` added to gweight's rows, touching only the rows some index
+// names; otherwise gweight is overwritten (every row). Deterministic: each
+// row sums its contributions in position order.
+GPIPE_DECLARE_KERNEL(embedding_backward, void(const Tensor& g, const Tensor& indices,
+                                              bool accumulate, Tensor& gweight));
 
 }  // namespace gpipe::ops

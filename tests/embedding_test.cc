@@ -4,8 +4,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/parallel.h"
+#include "ops/elementwise.h"
+#include "ops/shape.h"
 
 namespace gpipe {
 namespace {
@@ -69,6 +72,57 @@ TEST_CASE("embedding: the gradient is bit-identical for any thread count") {
   const auto g1 = grad_with(1);
   CHECK(g1 == grad_with(3));
   CHECK(g1 == grad_with(8));
+}
+
+TEST_CASE("embedding: a parameter's gradient gets only the rows used, added in place") {
+  const int64_t v = 200000, d = 8;  // a 6.4 MB table
+  Tensor w = Tensor::randn({v, d}, 6, 1.0, DType::kFloat32).set_requires_grad(true);
+  Tensor idx = Tensor::from_vector<int64_t>({3, 17, 3}, {3});
+  Tensor g = Tensor::randn({3, d}, 7, 1.0, DType::kFloat32);
+  ops::embedding(w, idx).backward(g);  // first use: grad() is created as zeros
+  REQUIRE(w.grad().defined());
+  const Tensor before = w.grad().clone();
+  const void* storage = w.grad().storage()->data();
+
+  Allocator& cpu = allocator_for(kCpu);
+  const int64_t live = cpu.stats().live_total;
+  cpu.reset_peak();
+  ops::embedding(w, Tensor::from_vector<int64_t>({17, 5}, {2})).backward(ops::slice(g, 0, 0, 2));
+  // No dense [V, D] gradient on the way: the step's peak stays far below the table.
+  CHECK(cpu.stats().peak_total - live < v * d * 4 / 8);
+  CHECK(w.grad().storage()->data() == storage);  // the same tensor, added into
+
+  const auto b = before.to_vector<float>(), a = w.grad().to_vector<float>();
+  const auto gv = g.to_vector<float>();
+  for (int64_t r = 0; r < v; ++r)
+    for (int64_t c = 0; c < d; ++c) {
+      float want = b[r * d + c];
+      if (r == 17) want += gv[0 * d + c];
+      if (r == 5) want += gv[1 * d + c];
+      if (a[r * d + c] != want) {
+        INFO("row " << r << " column " << c);
+        REQUIRE(a[r * d + c] == want);
+      }
+    }
+  // And the first backward was the plain scatter: rows 3 (twice) and 17.
+  for (int64_t c = 0; c < d; ++c) {
+    CHECK(b[3 * d + c] == gv[0 * d + c] + gv[2 * d + c]);
+    CHECK(b[17 * d + c] == gv[1 * d + c]);
+    CHECK(b[4 * d + c] == 0.0f);
+  }
+}
+
+TEST_CASE("embedding: a computed table gets the dense gradient through its graph") {
+  Tensor w = Tensor::randn({6, 3}, 8, 1.0, DType::kFloat64).set_requires_grad(true);
+  Tensor idx = Tensor::from_vector<int64_t>({2, 2, 5}, {3});
+  Tensor g = Tensor::randn({3, 3}, 9, 1.0, DType::kFloat64);
+  ops::embedding(ops::add(w, w), idx).backward(g);  // d/dw of (w + w)[idx] = 2 * scatter(g)
+  const auto gw = w.grad().to_vector<double>(), gv = g.to_vector<double>();
+  for (int64_t c = 0; c < 3; ++c) {
+    CHECK(gw[2 * 3 + c] == 2 * (gv[c] + gv[3 + c]));
+    CHECK(gw[5 * 3 + c] == 2 * gv[6 + c]);
+    CHECK(gw[0 * 3 + c] == 0.0);
+  }
 }
 
 }  // namespace

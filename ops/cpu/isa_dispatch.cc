@@ -149,7 +149,7 @@ struct EmbeddingForwardCheck {
   }
 };
 struct EmbeddingBackwardCheck {
-  static void run(const Tensor&, const Tensor& indices, const Tensor& gweight) {
+  static void run(const Tensor&, const Tensor& indices, bool, const Tensor& gweight) {
     check_indices(indices, gweight.size(0));
   }
 };

@@ -86,14 +86,16 @@ __global__ void count_kernel(const I* idx, int64_t n, int64_t v, int* counts) {
 // Block per vocabulary row: gw[row] = sum of g[k] over positions k with idx[k] == row, in k order.
 template <class T, class I>
 __global__ void scatter_rows_kernel(const T* g, const I* idx, const int* counts, int64_t n,
-                                    int64_t v, int64_t d, T* gw) {
+                                    int64_t v, int64_t d, bool accumulate, T* gw) {
   __shared__ int64_t matches[kThreads];
   __shared__ int warp_counts[kThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int64_t row = blockIdx.x; row < v; row += gridDim.x) {  // uniform per block
     T* out = gw + row * d;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[c] = T(0);
     const int want = counts[row];
+    if (accumulate && want == 0) continue;  // uniform per block: rows nobody used stay as they are
+    if (!accumulate)
+      for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[c] = T(0);
     int found = 0;
     for (int64_t base = 0; base < n && found < want; base += blockDim.x) {
       const int64_t k = base + threadIdx.x;
@@ -134,7 +136,8 @@ void embedding_forward_cuda(const Tensor& weight, const Tensor& indices, Tensor&
   });
 }
 
-void embedding_backward_cuda(const Tensor& g, const Tensor& indices, Tensor& gweight) {
+void embedding_backward_cuda(const Tensor& g, const Tensor& indices, bool accumulate,
+                             Tensor& gweight) {
   KernelScope scope(gweight.device());
   dispatch_floating(gweight.dtype(), "embedding backward", [&](auto z) {
     using T = decltype(z);
@@ -150,7 +153,8 @@ void embedding_backward_cuda(const Tensor& g, const Tensor& indices, Tensor& gwe
         GPIPE_CUDA_CHECK_LAUNCH();
       }
       scatter_rows_kernel<T, I><<<blocks_for(v, 1), kThreads, 0, scope.stream()>>>(
-          g.data<T>(), indices.data<I>(), counts.data<int32_t>(), n, v, d, gweight.data<T>());
+          g.data<T>(), indices.data<I>(), counts.data<int32_t>(), n, v, d, accumulate,
+          gweight.data<T>());
       GPIPE_CUDA_CHECK_LAUNCH();
     });
   });

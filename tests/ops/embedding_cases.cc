@@ -2,6 +2,7 @@
 // scatter-add) and int32 indices of rank 1.
 #include <catch2/catch.hpp>
 
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "tests/ops/op_table.h"
 
@@ -44,6 +45,21 @@ GPIPE_OP_CASES({
             },
         .fn = [](const In& in) { return In{ops::embedding(in[0], in[1])}; },
         .check_forward = [](const In& in, const In& out) { check_gather(in[0], in[1], out[0]); },
+        .grad_inputs = {0},
+    },
+    OpCase{
+        // A table computed by another op: the dense-gradient path (a
+        // parameter's gradient is added into its grad() in place instead).
+        .name = "embedding/computed_table",
+        .covers = {"embedding_forward", "embedding_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{5, 3}, 33),
+                        Tensor::from_vector<int64_t>({4, 0, 4, 2}, Shape{4})};
+            },
+        .fn = [](const In& in) { return In{ops::embedding(ops::mul(in[0], in[0]), in[1])}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_gather(ops::mul(in[0], in[0]), in[1], out[0]); },
         .grad_inputs = {0},
     },
 });
