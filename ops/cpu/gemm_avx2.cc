@@ -10,6 +10,8 @@ namespace gpipe::ops::cpu::packed {
 namespace avx2 {
 namespace {
 
+#include "ops/cpu/gemm_pack_avx.inc"
+
 constexpr int kMr = 6, kNr = 16;
 
 void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
@@ -53,6 +55,14 @@ void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t l
 }  // namespace
 }  // namespace avx2
 
-const KernelSet kAvx2Kernels = {"avx2", avx2::kMr, avx2::kNr, 256, 512, 4096, avx2::kernel_6x16};
+const KernelSet kAvx2Kernels = {"avx2",
+                                avx2::kMr,
+                                avx2::kNr,
+                                256,
+                                512,
+                                4096,
+                                avx2::kernel_6x16,
+                                avx2::pack_transposed_avx,
+                                avx2::pack_copy_avx};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -11,6 +11,8 @@ namespace gpipe::ops::cpu::packed {
 namespace avx512 {
 namespace {
 
+#include "ops/cpu/gemm_pack_avx.inc"
+
 constexpr int kMr = 14, kNr = 32;
 
 void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
@@ -56,7 +58,14 @@ void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t 
 }  // namespace
 }  // namespace avx512
 
-const KernelSet kAvx512Kernels = {"avx512", avx512::kMr, avx512::kNr,         256,
-                                  512,      4096,        avx512::kernel_14x32};
+const KernelSet kAvx512Kernels = {"avx512",
+                                  avx512::kMr,
+                                  avx512::kNr,
+                                  256,
+                                  512,
+                                  4096,
+                                  avx512::kernel_14x32,
+                                  avx512::pack_transposed_avx,
+                                  avx512::pack_copy_avx};
 
 }  // namespace gpipe::ops::cpu::packed

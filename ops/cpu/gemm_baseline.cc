@@ -42,10 +42,62 @@ void kernel_4x8(int64_t kc, const float* a, const float* b, float* c, int64_t ld
   }
 }
 
+// dst[p * stride + r] = src[r * ld + p] for r < lanes, p < kc: the transposing
+// copy both op(A) = A and op(B) = B^T need. 4 x 4 blocks go through SSE
+// registers (x86-64 baseline), the rest element by element.
+void pack_transposed_sse(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
+                         int64_t stride) {
+  int64_t r = 0;
+  for (; r + 4 <= lanes; r += 4) {
+    const float* s0 = src + r * ld;
+    const float *s1 = s0 + ld, *s2 = s1 + ld, *s3 = s2 + ld;
+    int64_t p = 0;
+    for (; p + 4 <= kc; p += 4) {
+      __m128 v0 = _mm_loadu_ps(s0 + p), v1 = _mm_loadu_ps(s1 + p);
+      __m128 v2 = _mm_loadu_ps(s2 + p), v3 = _mm_loadu_ps(s3 + p);
+      _MM_TRANSPOSE4_PS(v0, v1, v2, v3);
+      float* d = dst + p * stride + r;
+      _mm_storeu_ps(d, v0);
+      _mm_storeu_ps(d + stride, v1);
+      _mm_storeu_ps(d + 2 * stride, v2);
+      _mm_storeu_ps(d + 3 * stride, v3);
+    }
+    for (; p < kc; ++p) {
+      float* d = dst + p * stride + r;
+      d[0] = s0[p], d[1] = s1[p], d[2] = s2[p], d[3] = s3[p];
+    }
+  }
+  for (; r < lanes; ++r)
+    for (int64_t p = 0; p < kc; ++p) dst[p * stride + r] = src[r * ld + p];
+}
+
+// dst[p * stride + r] = src[p * ld + r] for r < lanes, zero for lanes <= r < stride.
+// Panels are 14-32 floats wide: a memcpy call per row costs more than the
+// copy, so rows move through SSE registers (which the compiler does not turn
+// back into a memcpy call).
+void pack_copy_sse(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
+                   int64_t stride) {
+  for (int64_t p = 0; p < kc; ++p) {
+    float* d = dst + p * stride;
+    const float* s = src + p * ld;
+    int64_t r = 0;
+    for (; r + 4 <= lanes; r += 4) _mm_storeu_ps(d + r, _mm_loadu_ps(s + r));
+    for (; r < lanes; ++r) d[r] = s[r];
+    for (; r < stride; ++r) d[r] = 0.0f;
+  }
+}
+
 }  // namespace
 }  // namespace baseline
 
-const KernelSet kBaselineKernels = {"baseline", baseline::kMr, baseline::kNr,       256,
-                                    1024,       4096,          baseline::kernel_4x8};
+const KernelSet kBaselineKernels = {"baseline",
+                                    baseline::kMr,
+                                    baseline::kNr,
+                                    256,
+                                    1024,
+                                    4096,
+                                    baseline::kernel_4x8,
+                                    baseline::pack_transposed_sse,
+                                    baseline::pack_copy_sse};
 
 }  // namespace gpipe::ops::cpu::packed

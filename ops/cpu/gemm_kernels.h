@@ -21,7 +21,14 @@ namespace gpipe::ops::cpu::packed {
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                              float alpha, float beta);
 
-// One ISA's micro-kernel, its register tile (mr x nr) and the cache blocking
+// Panel packing. pack_transposed: dst[p * stride + r] = src[r * ld + p] for
+// r < lanes, p < kc (op(A) = A and op(B) = B^T); lanes..stride are left for
+// the caller to zero. pack_copy: dst[p * stride + r] = src[p * ld + r] for
+// r < lanes, and zero for lanes <= r < stride.
+using PackFn = void (*)(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
+                        int64_t stride);
+
+// One ISA's micro-kernel, its packing, its register tile (mr x nr) and the cache blocking
 // the driver uses with it: kc (depth of a packed panel; an mr x kc A panel
 // stays in L1), nc (columns of the packed B block, kc x nc stays in L2) and
 // mc (rows of the packed A block, which lives in L3).
@@ -30,6 +37,7 @@ struct KernelSet {
   int mr, nr;
   int kc, nc, mc;
   MicroKernel kernel;
+  PackFn pack_transposed, pack_copy;
 };
 
 extern const KernelSet kAvx512Kernels;
