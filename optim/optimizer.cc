@@ -9,11 +9,13 @@
 // Adam's bias correction uses that count, not the global step_count().
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/autograd.h"
+#include "core/parallel.h"
 
 namespace gpipe::optim {
 
@@ -103,6 +105,32 @@ void Optimizer::step() {
 
 void Optimizer::update_all(const std::vector<Update>& updates) {
   for (const Update& u : updates) update(u);
+}
+
+void Optimizer::for_each_piece(
+    const std::vector<Update>& updates,
+    const std::function<void(size_t i, int64_t lo, int64_t hi)>& piece) const {
+  constexpr int64_t kGrain = 1 << 14;
+  std::vector<size_t> cpu;
+  std::vector<int64_t> offset{0};  // element offset of each CPU tensor in the joint range
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const Tensor& p = updates[i].param;
+    if (p.device().is_cpu()) {
+      cpu.push_back(i);
+      offset.push_back(offset.back() + p.numel());
+    } else if (p.numel() > 0) {
+      piece(i, 0, p.numel());
+    }
+  }
+  if (cpu.empty()) return;
+  parallel_for(0, offset.back(), kGrain, [&](int64_t lo, int64_t hi) {
+    size_t t = std::upper_bound(offset.begin(), offset.end(), lo) - offset.begin() - 1;
+    for (; t < cpu.size() && offset[t] < hi; ++t) {
+      const int64_t a = std::max(lo, offset[t]) - offset[t],
+                    b = std::min(hi, offset[t + 1]) - offset[t];
+      if (a < b) piece(cpu[t], a, b);
+    }
+  });
 }
 
 void Optimizer::zero_grad() {

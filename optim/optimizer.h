@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -93,8 +94,20 @@ class Optimizer {
   };
   virtual void update(const Update& u) = 0;
   // The updates of one step, all at once: an optimizer may fuse them into
-  // one multi-tensor pass (Adam does); the default calls update() on each.
+  // one multi-tensor pass (gpipe's do, with for_each_piece); the default
+  // calls update() on each.
   virtual void update_all(const std::vector<Update>& updates);
+
+  // Note [Multi-tensor updates]: runs piece(i, lo, hi) over elements [lo, hi)
+  // of updates[i], for every element of every update. A model has many small
+  // tensors (biases, norms); a parallel_for each would run most of them on
+  // one thread and pay a dispatch per tensor. So the CPU parameters are laid
+  // end to end as one range, cut into chunks of about 16K elements across the
+  // intra-op pool, and each chunk calls piece() for the parts of the tensors
+  // it covers; a parameter on another device is one piece. Element updates
+  // are independent, so the result equals one pass per tensor bit for bit.
+  void for_each_piece(const std::vector<Update>& updates,
+                      const std::function<void(size_t i, int64_t lo, int64_t hi)>& piece) const;
 
   // Throws gpipe::Error "<optimizer>: <what> must be <requirement>, got <value>"
   // unless `ok`.

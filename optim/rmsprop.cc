@@ -1,11 +1,11 @@
-// RMSProp: one fused pass per parameter over the squared average, the
-// optional centred average and momentum buffer, and the parameter.
+// RMSProp: one fused multi-tensor pass (rmsprop_update kernel) over the
+// squared average, the optional centred average and momentum buffer, and the
+// parameter.
 #include "optim/rmsprop.h"
 
 #include <cmath>
 
-#include "core/parallel.h"
-#include "optim/lerp.h"
+#include "ops/optimizer_kernels.h"
 
 namespace gpipe::optim {
 
@@ -32,40 +32,25 @@ std::map<std::string, std::string> RmsProp::hyper_params() const {
   return h;
 }
 
-void RmsProp::update(const Update& u) {
-  dispatch_floating(u.param.dtype(), "RMSProp", [&](auto zero) {
-    using T = decltype(zero);
-    const RmsPropOptions& o = options_;
-    T* p = u.param.data<T>();
-    const T* g = u.grad.data<T>();
-    size_t next = 0;
-    T* sq = u.state[next++].data<T>();
-    T* buf = o.momentum > 0 ? u.state[next++].data<T>() : nullptr;
-    T* ga = o.centered ? u.state[next++].data<T>() : nullptr;
-    const T lr = static_cast<T>(this->lr()), wd = static_cast<T>(o.weight_decay);
-    const T a = static_cast<T>(o.alpha), c = static_cast<T>(1.0 - o.alpha);
-    const T eps = static_cast<T>(o.eps), mom = static_cast<T>(o.momentum);
-    const bool decay = o.weight_decay != 0;
-    parallel_for(0, u.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        T d = g[i];
-        if (decay) d += wd * p[i];
-        sq[i] = a * sq[i] + c * (d * d);
-        T avg;
-        if (ga) {
-          ga[i] = lerp(ga[i], d, c);
-          avg = std::sqrt(sq[i] - ga[i] * ga[i]) + eps;
-        } else {
-          avg = std::sqrt(sq[i]) + eps;
-        }
-        if (buf) {
-          buf[i] = mom * buf[i] + d / avg;
-          p[i] -= lr * buf[i];
-        } else {
-          p[i] -= lr * (d / avg);
-        }
-      }
-    });
+void RmsProp::update(const Update& u) { update_all({u}); }
+
+// One multi-tensor pass (Note [Multi-tensor updates] in optim/optimizer.h)
+// through the rmsprop_update kernel of the parameters' device.
+void RmsProp::update_all(const std::vector<Update>& updates) {
+  const RmsPropOptions& o = options_;
+  ops::RmsPropStepArgs a;
+  a.lr = lr();
+  a.weight_decay = o.weight_decay;
+  a.alpha = o.alpha;
+  a.eps = o.eps;
+  a.momentum = o.momentum;
+  Tensor none;
+  for_each_piece(updates, [&](size_t i, int64_t lo, int64_t hi) {
+    const Update& u = updates[i];
+    size_t next = 1;  // state: square_avg, then momentum_buffer and grad_avg if kept
+    Tensor& buf = o.momentum > 0 ? u.state[next++] : none;
+    Tensor& ga = o.centered ? u.state[next++] : none;
+    ops::rmsprop_update(u.param.device(), a, u.param, u.grad, u.state[0], buf, ga, lo, hi);
   });
 }
 

@@ -36,6 +36,7 @@ class RmsProp : public Optimizer {
 
  protected:
   void update(const Update& u) override;
+  void update_all(const std::vector<Update>& updates) override;
 
  private:
   RmsPropOptions options_;

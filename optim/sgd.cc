@@ -1,11 +1,11 @@
-// SGD: one fused pass per parameter (decay, momentum, Nesterov, update), so
-// each element is read and written once. Element updates are independent, so
-// splitting the loop over threads does not change a bit of the result.
+// SGD: one fused multi-tensor pass (decay, momentum, Nesterov, update) through
+// the sgd_update kernel, so each element is read and written once. Element updates are independent,
+// so splitting the loop over threads does not change a bit of the result.
 #include "optim/sgd.h"
 
 #include <cmath>
 
-#include "core/parallel.h"
+#include "ops/optimizer_kernels.h"
 
 namespace gpipe::optim {
 
@@ -32,27 +32,23 @@ std::map<std::string, std::string> Sgd::hyper_params() const {
   return h;
 }
 
-void Sgd::update(const Update& u) {
-  dispatch_floating(u.param.dtype(), "SGD", [&](auto zero) {
-    using T = decltype(zero);
-    T* p = u.param.data<T>();
-    const T* g = u.grad.data<T>();
-    T* buf = options_.momentum != 0 ? u.state[0].data<T>() : nullptr;
-    const T lr = static_cast<T>(this->lr()), wd = static_cast<T>(options_.weight_decay);
-    const T mom = static_cast<T>(options_.momentum);
-    const T keep = static_cast<T>(1.0 - options_.dampening);
-    const bool first = u.step == 1, nesterov = options_.nesterov, decay = wd != T(0);
-    parallel_for(0, u.param.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        T d = g[i];
-        if (decay) d += wd * p[i];
-        if (buf) {
-          buf[i] = first ? d : mom * buf[i] + keep * d;
-          d = nesterov ? d + mom * buf[i] : buf[i];
-        }
-        p[i] -= lr * d;
-      }
-    });
+void Sgd::update(const Update& u) { update_all({u}); }
+
+// One multi-tensor pass (Note [Multi-tensor updates] in optim/optimizer.h)
+// through the sgd_update kernel of the parameters' device.
+void Sgd::update_all(const std::vector<Update>& updates) {
+  Tensor none;
+  for_each_piece(updates, [&](size_t i, int64_t lo, int64_t hi) {
+    const Update& u = updates[i];
+    ops::SgdStepArgs a;
+    a.lr = lr();
+    a.weight_decay = options_.weight_decay;
+    a.momentum = options_.momentum;
+    a.keep = 1.0 - options_.dampening;
+    a.first = u.step == 1;
+    a.nesterov = options_.nesterov;
+    ops::sgd_update(u.param.device(), a, u.param, u.grad,
+                    options_.momentum != 0 ? u.state[0] : none, lo, hi);
   });
 }
 

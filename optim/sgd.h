@@ -32,6 +32,7 @@ class Sgd : public Optimizer {
 
  protected:
   void update(const Update& u) override;
+  void update_all(const std::vector<Update>& updates) override;
 
  private:
   SgdOptions options_;

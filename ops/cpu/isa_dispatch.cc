@@ -18,6 +18,7 @@
 #include "ops/linalg_kernels.h"
 #include "ops/loss_kernels.h"
 #include "ops/mask_kernels.h"
+#include "ops/optimizer_kernels.h"
 #include "ops/pool_kernels.h"
 #include "ops/reduce_kernels.h"
 #include "ops/softmax_kernels.h"
@@ -231,6 +232,9 @@ GPIPE_CPU_ISA_SLOT(batched_gemm)
 GPIPE_CPU_ISA_SLOT_CHECKED(cross_entropy_forward, CrossEntropyForwardCheck)
 GPIPE_CPU_ISA_SLOT_CHECKED(cross_entropy_backward, CrossEntropyBackwardCheck)
 GPIPE_CPU_ISA_SLOT(masked_fill_apply)
+GPIPE_CPU_ISA_SLOT(adam_update)
+GPIPE_CPU_ISA_SLOT(sgd_update)
+GPIPE_CPU_ISA_SLOT(rmsprop_update)
 GPIPE_CPU_ISA_SLOT(max_pool2d_forward)
 GPIPE_CPU_ISA_SLOT(max_pool2d_backward)
 GPIPE_CPU_ISA_SLOT(avg_pool2d_forward)
