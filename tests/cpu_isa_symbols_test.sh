@@ -1,7 +1,7 @@
 #!/bin/bash
 # Note [CPU ISA kernels] (ops/cpu/isa/abi.h), checked on the built objects: a
 # library compiled for one ISA level defines no global or weak symbol outside
-# that level's own namespaces. A shared inline or template function
+# that level's own namespaces, and has no static initialiser. A shared inline or template function
 # instantiated there would be a weak symbol the linker may pick for ordinary
 # code too, which then runs AVX-512 (or AVX2) instructions on a CPU without
 # them. Arguments: the libraries (a .a each), named lib<target>.a, whose
@@ -35,6 +35,13 @@ for lib in "$@"; do
     failed=1
   else
     echo "ok: $lib ($level): $count global definitions, all in its namespaces"
+  fi
+  # No static initialiser either: it would run at start-up on any CPU.
+  sections=$(objdump -h "$lib")
+  if grep -q -e '\.init_array' -e '\.ctors' <<<"$sections"; then
+    echo "FAIL: $lib ($level) has static initialisers (.init_array), which run on every CPU:"
+    nm -C "$lib" | grep -i '_GLOBAL__sub_I' | head -5
+    failed=1
   fi
   checked=$((checked + 1))
 done

@@ -124,13 +124,6 @@ void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, c
   });
 }
 
-// Devices without these kernels run ops::attention_composed (ops/attention.cc).
-[[maybe_unused]] const bool g_optional = [] {
-  note_optional_kernel("attention_forward");
-  note_optional_kernel("attention_backward");
-  return true;
-}();
-
 }  // namespace
 
 GPIPE_ISA_KERNEL(attention_forward, attention_forward_cpu);

@@ -184,6 +184,16 @@ struct CrossEntropyBackwardCheck {
   }
 };
 
+// Fused kernels that a device may leave out: their front functions run a
+// composed form of other ops there (ops::attention_composed, ...).
+[[maybe_unused]] const bool g_optional = [] {
+  note_optional_kernel("attention_forward");
+  note_optional_kernel("attention_backward");
+  note_optional_kernel("bias_act_forward");
+  note_optional_kernel("bias_act_backward");
+  return true;
+}();
+
 }  // namespace
 
 // Declares slot's three exports and registers its trampoline.
