@@ -135,7 +135,8 @@ FeedForward::FeedForward(std::string name, int64_t dim, int64_t hidden, Activati
   register_sublayer("ffn_dropout", &drop_);
 }
 
-Tensor FeedForward::forward(const Tensor& x) { return out_(drop_(activate(act_, in_(x)))); }
+// in_'s bias and the activation run as one fused pass (ops::bias_activation).
+Tensor FeedForward::forward(const Tensor& x) { return out_(drop_(in_.forward(x, act_))); }
 
 TensorSpec FeedForward::output_spec(const TensorSpec& in) const {
   expect_last_axis(name(), in, dim_);

@@ -41,6 +41,14 @@ Tensor Linear::forward(const Tensor& x) {
   return ops::linear(x, weight, bias);
 }
 
+Tensor Linear::forward(const Tensor& x, Activation act) {
+  expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
+  static constexpr ops::FusedActivation kFused[] = {
+      ops::FusedActivation::kRelu, ops::FusedActivation::kGelu, ops::FusedActivation::kTanh,
+      ops::FusedActivation::kSigmoid};
+  return ops::linear(x, weight, bias, kFused[static_cast<int>(act)]);
+}
+
 TensorSpec Linear::output_spec(const TensorSpec& in) const {
   expect_last_axis(name(), in, in_);
   std::vector<int64_t> d = in.shape.dims();

@@ -25,11 +25,15 @@ struct LinearOptions {
   double init_scale = 1.0;  // weights ~ U(-a, a), a = init_scale / sqrt(in)
 };
 
+enum class Activation { kRelu, kGelu, kTanh, kSigmoid };
+
 // y = x W^T + b over the last axis: x [..., in] -> [..., out].
 class Linear final : public UnaryLayer {
  public:
   Linear(std::string name, int64_t in, int64_t out, uint64_t seed, LinearOptions opt = {});
   Tensor forward(const Tensor& x) override;
+  // act(forward(x)), the bias and activation fused into one pass.
+  Tensor forward(const Tensor& x, Activation act);
   TensorSpec output_spec(const TensorSpec& in) const override;
   Tensor weight, bias;
 
@@ -78,7 +82,6 @@ class Dropout final : public UnaryLayer {
   uint64_t salt_;
 };
 
-enum class Activation { kRelu, kGelu, kTanh, kSigmoid };
 Tensor activate(Activation a, const Tensor& x);
 
 class ActivationLayer final : public UnaryLayer {

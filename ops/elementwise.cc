@@ -144,4 +144,59 @@ Tensor log(const Tensor& x) { return unary(UnaryOp::kLog, x); }
 Tensor sqrt(const Tensor& x) { return unary(UnaryOp::kSqrt, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryOp::kAbs, x); }
 
+Tensor bias_activation_composed(const Tensor& z, const Tensor& bias, FusedActivation act) {
+  const Tensor u = bias.defined() ? add(z, bias) : z;
+  switch (act) {
+    case FusedActivation::kRelu:
+      return relu(u);
+    case FusedActivation::kGelu:
+      return gelu(u);
+    case FusedActivation::kTanh:
+      return tanh(u);
+    case FusedActivation::kSigmoid:
+      return sigmoid(u);
+    case FusedActivation::kNone:
+      break;
+  }
+  return u;
+}
+
+Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act) {
+  detail::check_floating("bias_activation", z, "the input");
+  GPIPE_CHECK(z.rank() >= 1, "bias_activation: the input needs at least one axis, got a scalar");
+  if (bias.defined()) {
+    GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == z.size(-1), "bias_activation: bias ",
+                bias.shape(), " does not match the input's last axis (expected [", z.size(-1),
+                "], input ", z.shape(), ")");
+    GPIPE_CHECK(bias.dtype() == z.dtype() && bias.device() == z.device(),
+                "bias_activation: bias is ", bias.dtype(), " on ", bias.device(),
+                " but the input is ", z.dtype(), " on ", z.device());
+  }
+  const Device dev = z.device();
+  if (!bias_act_forward.has(dev.type) || !bias_act_backward.has(dev.type))
+    return bias_activation_composed(z, bias, act);
+  const Tensor zd = detail::dense(z);
+  const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
+  Tensor y = Tensor::empty(z.shape(), z.dtype(), dev);
+  bias_act_forward(dev, act, zd, bd, y);
+  // GELU's derivative needs its argument; the others need only the output.
+  const bool keeps_input = act == FusedActivation::kGelu;
+  std::vector<Tensor> inputs{z};
+  if (bias.defined()) inputs.push_back(bias);
+  record("bias_activation", inputs, y,
+         [act, keeps_input, has_bias = bias.defined(), zs = keeps_input ? zd.detach() : Tensor(),
+          bs = keeps_input && bd.defined() ? bd.detach() : Tensor(),
+          ys = keeps_input ? Tensor() : y.detach()](const std::vector<Tensor>& g) {
+           const Tensor gy = detail::dense(g[0]);
+           Tensor gz = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+           Tensor gb =
+               has_bias ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
+           bias_act_backward(gy.device(), act, zs, bs, ys, gy, gz, gb);
+           std::vector<Tensor> out{gz};
+           if (has_bias) out.push_back(gb);
+           return out;
+         });
+  return y;
+}
+
 }  // namespace gpipe::ops

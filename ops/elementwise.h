@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/activation.h"
 
 namespace gpipe::ops {
 
@@ -25,6 +26,15 @@ Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor abs(const Tensor& x);
+
+// act(z + bias) in one pass over z, bias [n] broadcast over z's last axis (or
+// undefined: act(z)); its backward is one pass too, the bias gradient's
+// column sums included. The epilogue of a linear layer (ops::linear's act).
+// Devices without the fused kernels run add and the activation's own op.
+Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act);
+// The composed form of bias_activation: add, then the activation op (its
+// reference in tests, and its form on devices without the fused kernels).
+Tensor bias_activation_composed(const Tensor& z, const Tensor& bias, FusedActivation act);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

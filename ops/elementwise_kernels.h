@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/activation.h"
 #include "ops/dispatch.h"
 
 namespace gpipe::ops {
@@ -31,5 +32,18 @@ GPIPE_DECLARE_KERNEL(unary_elementwise, void(UnaryOp, double alpha, const Tensor
 // gx = gy * f'(x) (y = f(x) given when cheaper), all contiguous.
 GPIPE_DECLARE_KERNEL(unary_backward, void(UnaryOp, double alpha, const Tensor& x, const Tensor& y,
                                           const Tensor& gy, Tensor& gx));
+
+// Fused bias + activation (ops::bias_activation), the epilogue of a linear layer.
+// y = act(z + bias): z and y contiguous [rows, n] (y may be z), bias [n] or
+// undefined (no bias).
+GPIPE_DECLARE_KERNEL(bias_act_forward,
+                     void(FusedActivation, const Tensor& z, const Tensor& bias, Tensor& y));
+// gz = g * act'(z + bias), from y for relu, tanh and sigmoid, from z and bias
+// for gelu (the other argument may be undefined); gz may be undefined (not
+// needed). gbias (if defined) = the column sums of g * act'(...), summed in
+// double in an order fixed by the shape (not by the thread count).
+GPIPE_DECLARE_KERNEL(bias_act_backward,
+                     void(FusedActivation, const Tensor& z, const Tensor& bias, const Tensor& y,
+                          const Tensor& g, Tensor& gz, Tensor& gbias));
 
 }  // namespace gpipe::ops

@@ -82,7 +82,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act) {
   detail::check_rank("linear", weight, 2, "weight [out, in]");
   GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
               " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
@@ -90,11 +90,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = x.rank() == 1
                  ? reshape(matmul(reshape(x, {1, -1}), weight, false, true), {weight.size(0)})
                  : matmul(x, weight, false, true);
-  if (bias.defined()) {
+  if (bias.defined())
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");
-    y = add(y, bias);
-  }
+  // The bias and activation as one fused epilogue pass.
+  if (bias.defined() || act != FusedActivation::kNone) y = bias_activation(y, bias, act);
   return y;
 }
 

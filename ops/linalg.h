@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/activation.h"
 
 namespace gpipe::ops {
 
@@ -11,7 +12,10 @@ namespace gpipe::ops {
 // Throws naming both shapes when inner sizes or batch axes disagree.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
-// x @ weight^T + bias: x [..., in], weight [out, in], bias [out] or undefined.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// act(x @ weight^T + bias): x [..., in], weight [out, in], bias [out] or
+// undefined. The bias and activation run as one fused pass after the GEMM
+// (ops::bias_activation).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              FusedActivation act = FusedActivation::kNone);
 
 }  // namespace gpipe::ops

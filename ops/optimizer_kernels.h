@@ -21,9 +21,9 @@ struct AdamStepArgs {
   double weight_decay = 0, shrink = 1, step_size = 0, bc2_sqrt = 1;
   bool decay = false, decoupled = false;
 };
-GPIPE_DECLARE_KERNEL(adam_update, void(const AdamStepArgs&, Tensor& param, const Tensor& grad,
-                                       Tensor& exp_avg, Tensor& exp_avg_sq, int64_t lo,
-                                       int64_t hi));
+GPIPE_DECLARE_KERNEL(adam_update,
+                     void(const AdamStepArgs&, Tensor& param, const Tensor& grad, Tensor& exp_avg,
+                          Tensor& exp_avg_sq, int64_t lo, int64_t hi));
 
 // SGD: d = g + wd * p; with a momentum buffer b (defined): b = first ? d :
 // momentum * b + keep * d, d = nesterov ? d + momentum * b : b; p -= lr * d.
@@ -41,9 +41,8 @@ GPIPE_DECLARE_KERNEL(sgd_update, void(const SgdStepArgs&, Tensor& param, const T
 struct RmsPropStepArgs {
   double lr = 0, weight_decay = 0, alpha = 0, eps = 0, momentum = 0;
 };
-GPIPE_DECLARE_KERNEL(rmsprop_update,
-                     void(const RmsPropStepArgs&, Tensor& param, const Tensor& grad,
-                          Tensor& square_avg, Tensor& momentum_buffer, Tensor& grad_avg,
-                          int64_t lo, int64_t hi));
+GPIPE_DECLARE_KERNEL(rmsprop_update, void(const RmsPropStepArgs&, Tensor& param, const Tensor& grad,
+                                          Tensor& square_avg, Tensor& momentum_buffer,
+                                          Tensor& grad_avg, int64_t lo, int64_t hi));
 
 }  // namespace gpipe::ops

@@ -118,8 +118,8 @@ void rmsprop_loop(const RmsPropStepArgs& s, T* __restrict p, const T* __restrict
 }
 
 template <bool kDecay, bool kCentered, class T>
-void rmsprop_momentum(const RmsPropStepArgs& s, T* p, const T* g, T* sq, T* buf, T* ga,
-                      int64_t lo, int64_t hi) {
+void rmsprop_momentum(const RmsPropStepArgs& s, T* p, const T* g, T* sq, T* buf, T* ga, int64_t lo,
+                      int64_t hi) {
   if (buf)
     rmsprop_loop<kDecay, kCentered, true>(s, p, g, sq, buf, ga, lo, hi);
   else
@@ -127,8 +127,8 @@ void rmsprop_momentum(const RmsPropStepArgs& s, T* p, const T* g, T* sq, T* buf,
 }
 
 template <bool kDecay, class T>
-void rmsprop_centered(const RmsPropStepArgs& s, T* p, const T* g, T* sq, T* buf, T* ga,
-                      int64_t lo, int64_t hi) {
+void rmsprop_centered(const RmsPropStepArgs& s, T* p, const T* g, T* sq, T* buf, T* ga, int64_t lo,
+                      int64_t hi) {
   if (ga)
     rmsprop_momentum<kDecay, true>(s, p, g, sq, buf, ga, lo, hi);
   else

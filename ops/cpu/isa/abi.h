@@ -19,9 +19,9 @@
 // compile-time templates. They use their own Tensor/Shape wrappers
 // (ops/cpu/isa/prelude.h) and allocate, split work and fail through the
 // isa_* services below. They run no static initialisers (the exported
-// pointers are constinit): code in them would run at start-up on any CPU. tests/cpu_isa_symbols_test.sh proves it on the
-// built objects: an ISA object defines no code symbol outside its own
-// namespaces.
+// pointers are constinit): code in them would run at start-up on any CPU.
+// tests/cpu_isa_symbols_test.sh proves it on the built objects: an ISA object defines no code
+// symbol outside its own namespaces.
 #pragma once
 
 #include <cstdint>
