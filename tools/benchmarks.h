@@ -52,6 +52,14 @@ double measure_fma_peak(CpuIsa isa, int threads, double seconds);
 // loss, parameter count, the partition, and per-device allocator statistics
 // (peak activation bytes since the peaks were reset after the warm-up steps,
 // which also created the optimizer state).
+struct KernelsBenchOptions {
+  std::vector<int> threads{1, 2};
+  double seconds = 0.3;  // timing budget per kernel and level
+  std::string filter;    // only kernels whose name contains this
+  std::string env_note;
+};
+int run_kernels(const KernelsBenchOptions& opt);
+
 struct MeasureOptions {
   std::string workload =
       "transformer";               // transformer (Adam 1e-4) | amoebanet (SGD 0.01, momentum 0.9)

@@ -66,6 +66,18 @@ CLI::App* add_peak(CLI::App& app, gpipe::bench::PeakBenchOptions& o) {
   return c;
 }
 
+CLI::App* add_kernels(CLI::App& app, gpipe::bench::KernelsBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "kernels", "kernel lab: hot CPU kernels at W2/W3/W5 shapes, per ISA level, vs reference");
+  c->add_option("--threads", o.threads, "intra-op thread counts")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--seconds", o.seconds, "timing budget per kernel and level")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--filter", o.filter, "only kernels whose name contains this text");
+  return c;
+}
+
 CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& o) {
   CLI::App* c =
       app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
@@ -182,16 +194,18 @@ int main(int argc, char** argv) {
 
   gpipe::bench::GemmBenchOptions gemm;
   gpipe::bench::PeakBenchOptions peak;
+  gpipe::bench::KernelsBenchOptions kn;
   gpipe::bench::TransformerBenchOptions tr;
   gpipe::bench::PipelineBenchOptions pl;
   gpipe::bench::RematBenchOptions rm;
   gpipe::bench::AmoebaNetBenchOptions am;
   gpipe::bench::MeasureOptions me;
   gpipe::bench::ProcessesBenchOptions pr;
-  gemm.env_note = peak.env_note = tr.torch.env_note = pl.torch.env_note = rm.torch.env_note =
-      am.torch.env_note = env_note;
+  gemm.env_note = peak.env_note = kn.env_note = tr.torch.env_note = pl.torch.env_note =
+      rm.torch.env_note = am.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
   CLI::App* pk = add_peak(app, peak);
+  CLI::App* kl = add_kernels(app, kn);
   CLI::App* t = add_transformer(app, tr);
   CLI::App* p = add_pipeline(app, pl);
   CLI::App* r = add_remat(app, rm);
@@ -207,6 +221,7 @@ int main(int argc, char** argv) {
       std::printf("# compute: %s\n", gpipe::ops::cpu::compute_description().c_str());
     if (g->parsed()) return gpipe::bench::run_gemm(gemm);
     if (pk->parsed()) return gpipe::bench::run_peak(peak);
+    if (kl->parsed()) return gpipe::bench::run_kernels(kn);
     if (t->parsed()) return gpipe::bench::run_transformer(tr);
     if (p->parsed()) return gpipe::bench::run_pipeline(pl);
     if (r->parsed()) return gpipe::bench::run_remat(rm);

@@ -61,8 +61,8 @@ void forward_rows(const T* z, const T* bias, T* y, int64_t n, int64_t r0, int64_
 
 // Rows [r0, r1): gz (if any) and their column sums added into sum (if any).
 template <FusedActivation kAct, class T>
-void backward_rows(const T* z, const T* bias, const T* y, const T* g, T* gz, double* sum,
-                   int64_t n, int64_t r0, int64_t r1, T* scratch) {
+void backward_rows(const T* z, const T* bias, const T* y, const T* g, T* gz, double* sum, int64_t n,
+                   int64_t r0, int64_t r1, T* scratch) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* gr = g + r * n;
     T* out = gz ? gz + r * n : scratch;
@@ -121,7 +121,7 @@ void backward_impl(const Tensor& z, const Tensor& bias, const Tensor& y, const T
     vector<T> scratch(pgz ? 0 : n);
     for (int64_t c = clo; c < chi; ++c)
       backward_rows<kAct, T>(pz, pb, py, pg, pgz, partial.data() + c * n, n, c * rows / chunks,
-                          (c + 1) * rows / chunks, scratch.data());
+                             (c + 1) * rows / chunks, scratch.data());
   });
   for (int64_t i = 0; i < n; ++i) {
     double s = 0;

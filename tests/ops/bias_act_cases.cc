@@ -83,8 +83,8 @@ TEST_CASE("bias_activation: fused gradients equal the composed ops' gradients") 
 TEST_CASE("linear with an activation equals linear then the activation") {
   Tensor x = rand64(Shape{4, 6}, 96);
   Tensor w = rand64(Shape{5, 6}, 97), b = rand64(Shape{5}, 98);
-  CHECK(max_abs_diff(ops::linear(x, w, b, FusedActivation::kRelu), ops::relu(ops::linear(x, w, b))) <=
-        1e-15);
+  CHECK(max_abs_diff(ops::linear(x, w, b, FusedActivation::kRelu),
+                     ops::relu(ops::linear(x, w, b))) <= 1e-15);
   CHECK(max_abs_diff(ops::linear(x, w, Tensor(), FusedActivation::kTanh),
                      ops::tanh(ops::linear(x, w))) <= 1e-15);
 }
