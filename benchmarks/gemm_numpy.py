@@ -1,7 +1,9 @@
-"""numpy side of `gpipe_bench gemm`: W1 of shared/BENCHMARKS.md.
+"""numpy and torch.mm sides of `gpipe_bench gemm`: W1 of shared/BENCHMARKS.md.
 
+Usage: gemm_numpy.py SIZES MIN_SECONDS [numpy|torch THREADS]
 Prints one JSON object per size: {"n", "best_s", "median_s", "gflops", "check"}.
-Run with the thread count already fixed through OPENBLAS_NUM_THREADS.
+numpy: run with the thread count already fixed through OPENBLAS_NUM_THREADS.
+torch: torch.mm(A, B, out=C) with torch.set_num_threads(THREADS).
 """
 import json
 import sys
@@ -24,18 +26,30 @@ def freivalds_ok(a, b, c):
 def main():
     sizes = [int(s) for s in sys.argv[1].split(",")]
     min_seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+    lib = sys.argv[3] if len(sys.argv) > 3 else "numpy"
+    if lib == "torch":
+        import torch
+        torch.set_num_threads(int(sys.argv[4]))
+        torch.set_num_interop_threads(1)
     for n in sizes:
         rng = np.random.default_rng(n)
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
         c = np.empty((n, n), dtype=np.float32)
+        if lib == "torch":
+            ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+            def call():
+                torch.mm(ta, tb, out=tc)
+        else:
+            def call():
+                np.matmul(a, b, out=c)
         for _ in range(2):
-            np.matmul(a, b, out=c)
+            call()
         times = []
         start = time.perf_counter()
         while len(times) < 50 and (len(times) < 5 or time.perf_counter() - start < min_seconds):
             t0 = time.perf_counter()
-            np.matmul(a, b, out=c)
+            call()
             times.append(time.perf_counter() - t0)
         best = min(times)
         print(json.dumps({"n": n, "best_s": best, "median_s": sorted(times)[len(times) // 2],

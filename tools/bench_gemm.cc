@@ -69,17 +69,22 @@ std::vector<double> time_backends(const GemmShape& s, double min_seconds) {
   return gf;
 }
 
-std::map<int64_t, double> numpy_gflops(const GemmBenchOptions& opt, int threads) {
+// GFLOP/s per size of numpy (lib = "numpy", opt.python) or torch.mm (lib =
+// "torch", the benchmark venv's python) at `threads`, each result checked.
+std::map<int64_t, double> python_gflops(const GemmBenchOptions& opt, int threads,
+                                        const std::string& lib) {
   std::map<int64_t, double> np;
-  if (opt.skip_numpy) return np;
+  if (lib == "numpy" ? opt.skip_numpy : opt.skip_torch) return np;
+  const std::string python = lib == "numpy" ? opt.python : default_torch_python();
   std::string sizes;
   for (int64_t n : opt.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
   const std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) +
-                          " OMP_NUM_THREADS=" + std::to_string(threads) + " " + opt.python + " " +
+                          " OMP_NUM_THREADS=" + std::to_string(threads) + " " + python + " " +
                           data_path("benchmarks/gemm_numpy.py") + " " + sizes + " " +
-                          std::to_string(opt.min_seconds);
+                          std::to_string(opt.min_seconds) + " " + lib + " " +
+                          std::to_string(threads);
   for (const std::string& line : run_lines(cmd)) {
-    GPIPE_CHECK(json_bool(line, "check"), "numpy result failed its Freivalds check: ", line);
+    GPIPE_CHECK(json_bool(line, "check"), lib, " result failed its Freivalds check: ", line);
     np[static_cast<int64_t>(json_number(line, "n"))] = json_number(line, "gflops");
   }
   return np;
@@ -87,12 +92,14 @@ std::map<int64_t, double> numpy_gflops(const GemmBenchOptions& opt, int threads)
 
 void run_square(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
   std::printf("\n# square n x n, C = A @ B through ops::matmul\n");
-  std::printf("%6s %7s %11s %6s %11s %11s %11s %11s %11s\n", "n", "threads", "packed GF/s", "%peak",
-              "openblas", "eigen", "numpy", "packed/blas", "packed/np");
+  std::printf("%6s %7s %11s %6s %11s %11s %11s %11s %11s %11s %12s\n", "n", "threads",
+              "packed GF/s", "%peak", "openblas", "eigen", "numpy", "torch.mm", "packed/blas",
+              "packed/np", "packed/torch");
   for (int threads : opt.threads) {
     ThreadPool pool(threads);
     IntraOpScope scope(&pool);
-    const std::map<int64_t, double> np = numpy_gflops(opt, threads);
+    const std::map<int64_t, double> np = python_gflops(opt, threads, "numpy");
+    const std::map<int64_t, double> tm = python_gflops(opt, threads, "torch");
     for (int64_t n : opt.sizes) {
       Tensor a = Tensor::randn(Shape{n, n}, 1), b = Tensor::randn(Shape{n, n}, 2);
       Tensor c = Tensor::empty(Shape{n, n});
@@ -103,10 +110,11 @@ void run_square(const GemmBenchOptions& opt, const std::map<int, double>& peak) 
         gf.push_back(2.0 * n * n * n / t.best_s / 1e9);
       }
       ops::cpu::set_gemm_backend(GemmBackend::kPacked);
-      const double npg = np.count(n) ? np.at(n) : 0.0;
-      std::printf("%6ld %7d %11.1f %5.0f%% %11.1f %11.1f %11.1f %11.2f %11.2f\n",
+      const double npg = np.count(n) ? np.at(n) : 0.0, tmg = tm.count(n) ? tm.at(n) : 0.0;
+      std::printf("%6ld %7d %11.1f %5.0f%% %11.1f %11.1f %11.1f %11.1f %11.2f %11.2f %12.2f\n",
                   static_cast<long>(n), threads, gf[0], 100 * gf[0] / peak.at(threads), gf[1],
-                  gf[2], npg, gf[0] / gf[1], npg > 0 ? gf[0] / npg : 0.0);
+                  gf[2], npg, tmg, gf[0] / gf[1], npg > 0 ? gf[0] / npg : 0.0,
+                  tmg > 0 ? gf[0] / tmg : 0.0);
       std::fflush(stdout);
     }
   }

@@ -23,6 +23,7 @@ struct GemmBenchOptions {
   double min_seconds = 2.0;
   std::string python = "/usr/bin/python3";  // Debian's numpy (OpenBLAS)
   bool skip_numpy = false;
+  bool skip_torch = false;  // torch.mm column (benchmarks/setup_torch.sh's venv)
   bool skip_square = false, skip_transformer = false;
   int64_t tokens = 2048, dim = 1024;  // FFN shapes: tokens x d -> 4d -> d
   int64_t vocab_tokens = 1024,

@@ -40,6 +40,7 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
       ->check(CLI::PositiveNumber);
   c->add_option("--python", o.python, "python with numpy for the reference");
   c->add_flag("--no-numpy", o.skip_numpy, "skip the numpy reference");
+  c->add_flag("--no-torch", o.skip_torch, "skip the torch.mm reference");
   c->add_flag("--no-square", o.skip_square, "skip the square sizes");
   c->add_flag("--no-transformer", o.skip_transformer, "skip the Transformer shapes");
   c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(CLI::PositiveNumber);
