@@ -53,9 +53,7 @@ Tensor rnd(const Shape& s, uint64_t seed, bool grad = false) {
   return t;
 }
 
-void backward_of(const Tensor& y) {
-  y.backward(Tensor::full(y.shape(), 1.0, y.dtype()));
-}
+void backward_of(const Tensor& y) { y.backward(Tensor::full(y.shape(), 1.0, y.dtype())); }
 
 std::vector<Case> make_cases() {
   std::vector<Case> cs;
@@ -78,24 +76,36 @@ std::vector<Case> make_cases() {
   }
   {
     Tensor x = rnd({tok, d}, 5, true), g = rnd({d}, 6, true), b = rnd({d}, 7, true);
-    cs.push_back({"layer_norm fwd+bwd", "[1024, 256]", "W2",
-                  [=] { backward_of(ops::layer_norm(x, g, b)); }, "", {}});
+    cs.push_back({"layer_norm fwd+bwd",
+                  "[1024, 256]",
+                  "W2",
+                  [=] { backward_of(ops::layer_norm(x, g, b)); },
+                  "",
+                  {}});
     Tensor x3 = rnd({2 * tok, d}, 8, true);
-    cs.push_back({"layer_norm fwd+bwd", "[2048, 256]", "W3",
-                  [=] { backward_of(ops::layer_norm(x3, g, b)); }, "", {}});
+    cs.push_back({"layer_norm fwd+bwd",
+                  "[2048, 256]",
+                  "W3",
+                  [=] { backward_of(ops::layer_norm(x3, g, b)); },
+                  "",
+                  {}});
   }
   {
     Tensor s = rnd({32 * 4 * 32, 32}, 9, true);
-    cs.push_back({"softmax fwd+bwd", "[4096, 32]", "W2",
-                  [=] { backward_of(ops::softmax(s, -1)); }, "", {}});
+    cs.push_back(
+        {"softmax fwd+bwd", "[4096, 32]", "W2", [=] { backward_of(ops::softmax(s, -1)); }, "", {}});
   }
   {
     Tensor logits = rnd({tok, vocab}, 10, true);
     std::vector<int64_t> t(tok);
     for (int64_t i = 0; i < tok; ++i) t[i] = (i * 7919) % vocab;
     Tensor targets = Tensor::from_vector<int64_t>(t, {tok});
-    cs.push_back({"cross_entropy fwd+bwd", "[1024, 8192]", "W2",
-                  [=] { backward_of(ops::cross_entropy(logits, targets)); }, "", {}});
+    cs.push_back({"cross_entropy fwd+bwd",
+                  "[1024, 8192]",
+                  "W2",
+                  [=] { backward_of(ops::cross_entropy(logits, targets)); },
+                  "",
+                  {}});
   }
   {
     Tensor q = rnd({32, 32, d}, 11, true), k = rnd({32, 32, d}, 12, true),
@@ -122,8 +132,8 @@ std::vector<Case> make_cases() {
   }
   {
     Tensor x = rnd({tok, ffn}, 15);
-    cs.push_back({"dropout p=0.1", "[1024, 1024]", "W2", [=] { ops::dropout(x, 0.1, true, 1); },
-                  "", {}});
+    cs.push_back(
+        {"dropout p=0.1", "[1024, 1024]", "W2", [=] { ops::dropout(x, 0.1, true, 1); }, "", {}});
   }
   {
     const int64_t n = 7627776;  // W2's parameters
@@ -135,34 +145,49 @@ std::vector<Case> make_cases() {
     a.eps = 1e-8;
     a.step_size = 1e-4;
     a.bc2_sqrt = 0.5;
-    cs.push_back({"adam_update", "7,627,776 elements", "W2",
+    cs.push_back({"adam_update",
+                  "7,627,776 elements",
+                  "W2",
                   [=]() mutable {
                     parallel_for(0, n, 1 << 14, [&](int64_t lo, int64_t hi) {
                       ops::adam_update(p.device(), a, p, g, m, v, lo, hi);
                     });
                   },
-                  "", {}});
+                  "",
+                  {}});
   }
   // W5: AmoebaNet-D(2, 32), N = 64, 32 x 32.
   {
     Tensor x = rnd({64, 32, 32, 32}, 19, true), gm = rnd({32}, 20, true), bt = rnd({32}, 21, true);
     Tensor rm = Tensor::zeros({32}), rv = Tensor::full({32}, 1.0);
-    cs.push_back({"batch_norm fwd+bwd", "[64, 32, 32, 32]", "W5",
-                  [=] { backward_of(ops::batch_norm(x, gm, bt, rm, rv, true).y); }, "", {}});
+    cs.push_back({"batch_norm fwd+bwd",
+                  "[64, 32, 32, 32]",
+                  "W5",
+                  [=] { backward_of(ops::batch_norm(x, gm, bt, rm, rv, true).y); },
+                  "",
+                  {}});
     ops::Pool2dOptions po;
     po.kernel = {3, 3};
     po.stride = {1, 1};
     po.padding = {1, 1};
-    cs.push_back({"max_pool2d 3x3 fwd+bwd", "[64, 32, 32, 32]", "W5",
-                  [=] { backward_of(ops::max_pool2d(x, po)); }, "", {}});
+    cs.push_back({"max_pool2d 3x3 fwd+bwd",
+                  "[64, 32, 32, 32]",
+                  "W5",
+                  [=] { backward_of(ops::max_pool2d(x, po)); },
+                  "",
+                  {}});
     Tensor xs = rnd({64, 8, 32, 32}, 22, true), w = rnd({8, 8, 3, 3}, 23, true);
     ops::Conv2dOptions co;
     co.padding = {1, 1};
-    cs.push_back({"conv2d 3x3 fwd+bwd", "[64, 8, 32, 32] -> 8", "W5",
-                  [=] { backward_of(ops::conv2d(xs, w, Tensor(), co)); }, "", {}});
+    cs.push_back({"conv2d 3x3 fwd+bwd",
+                  "[64, 8, 32, 32] -> 8",
+                  "W5",
+                  [=] { backward_of(ops::conv2d(xs, w, Tensor(), co)); },
+                  "",
+                  {}});
     Tensor r = rnd({64, 32, 32, 32}, 24, true);
-    cs.push_back({"relu fwd+bwd", "[64, 32, 32, 32]", "W5", [=] { backward_of(ops::relu(r)); },
-                  "", {}});
+    cs.push_back(
+        {"relu fwd+bwd", "[64, 32, 32, 32]", "W5", [=] { backward_of(ops::relu(r)); }, "", {}});
   }
   return cs;
 }
@@ -175,8 +200,9 @@ int run_kernels(const KernelsBenchOptions& opt) {
     levels.push_back(static_cast<CpuIsa>(i));
   std::printf("# kernel lab: median ms per call (>= %.2f s and 5 calls each), float32; %s\n",
               opt.seconds, opt.env_note.c_str());
-  std::printf("# ratio = reference / this kernel at the best level (> 1: faster); the reference"
-              " is the baseline level unless named\n");
+  std::printf(
+      "# ratio = reference / this kernel at the best level (> 1: faster); the reference"
+      " is the baseline level unless named\n");
   const std::vector<Case> cases = make_cases();
   for (int threads : opt.threads) {
     ThreadPool pool(threads);

@@ -16,21 +16,10 @@ namespace {
 constexpr int64_t kGrainElems = 1 << 14;
 constexpr int64_t kMaxChunks = 32;
 
-template <class T>
-inline T gelu_of(T u) {
-  return T(0.5) * u * (T(1) + std::erf(u * T(0.70710678118654752440)));
-}
-template <class T>
-inline T gelu_grad(T u) {
-  const T cdf = T(0.5) * (T(1) + std::erf(u * T(0.70710678118654752440)));
-  const T pdf = std::exp(T(-0.5) * u * u) * T(0.39894228040143267794);
-  return cdf + u * pdf;
-}
-
 template <FusedActivation kAct, class T>
 inline T apply(T u) {
   if constexpr (kAct == FusedActivation::kRelu) return u > T(0) ? u : T(0);
-  if constexpr (kAct == FusedActivation::kGelu) return gelu_of(u);
+  if constexpr (kAct == FusedActivation::kGelu) return gelu_value(u);
   if constexpr (kAct == FusedActivation::kTanh) return std::tanh(u);
   if constexpr (kAct == FusedActivation::kSigmoid) return T(1) / (T(1) + std::exp(-u));
   return u;

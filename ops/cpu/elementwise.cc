@@ -91,17 +91,6 @@ void map1(const Tensor& x, Tensor& out, F f) {
   });
 }
 
-template <class T>
-inline T gelu_fn(T x) {
-  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
-}
-template <class T>
-inline T gelu_grad(T x) {
-  const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
-  const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
-  return cdf + x * pdf;
-}
-
 void unary_cpu(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
   dispatch_floating(x.dtype(), "elementwise", [&](auto z) {
     using T = decltype(z);
@@ -112,7 +101,7 @@ void unary_cpu(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
       case UnaryOp::kRelu:
         return map1<T>(x, out, [](T v) { return v > T(0) ? v : T(0); });
       case UnaryOp::kGelu:
-        return map1<T>(x, out, [](T v) { return gelu_fn(v); });
+        return map1<T>(x, out, [](T v) { return gelu_value(v); });
       case UnaryOp::kTanh:
         return map1<T>(x, out, [](T v) { return std::tanh(v); });
       case UnaryOp::kSigmoid:

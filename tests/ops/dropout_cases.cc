@@ -45,6 +45,18 @@ GPIPE_OP_CASES({
         .fn = [](const In& in) { return In{ops::dropout(in[0], 0.6, true, 7)}; },
         .check_forward = [](const In& in, const In& out) { check_dropout(in[0], 0.6, 7, out[0]); },
     },
+    OpCase{
+        // More than two groups of 16 Philox blocks (Note [Vector Philox] in
+        // ops/cpu/dropout.cc) and a tail, against the scalar stream.
+        .name = "dropout/p0.5_vector_philox",
+        .covers = {"dropout_apply"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 47}, 53)};
+            },
+        .fn = [](const In& in) { return In{ops::dropout(in[0], 0.5, true, 11)}; },
+        .check_forward = [](const In& in, const In& out) { check_dropout(in[0], 0.5, 11, out[0]); },
+    },
 });
 
 }  // namespace

@@ -68,6 +68,19 @@ inline AxisView axis_view(const Shape& s, int64_t axis) {
   return v;
 }
 
+// The exact GELU, x * Phi(x), and its derivative (elementwise and the fused
+// bias + activation share them).
+template <class T>
+inline T gelu_value(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+}
+template <class T>
+inline T gelu_grad(T x) {
+  const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+  return cdf + x * pdf;
+}
+
 // A non-owning tensor over a TensorView (valid for the kernel call).
 class Tensor {
  public:
