@@ -25,7 +25,7 @@ void embedding_forward_cpu(const Tensor& weight, const Tensor& indices, Tensor& 
     using T = decltype(z);
     dispatch_index(indices.dtype(), "embedding", [&](auto zi) {
       using I = decltype(zi);
-      const int64_t v = weight.size(0), d = weight.size(1), n = indices.numel();
+      const int64_t d = weight.size(1), n = indices.numel();
       const I* idx = indices.data<I>();
       const T* pw = weight.data<T>();
       T* po = out.data<T>();
