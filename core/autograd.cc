@@ -109,8 +109,12 @@ class AccumulateIntoNode final : public CountedNode {
     if (!leaf_->grad)
       leaf_->grad = Tensor::zeros(leaf_->shape, leaf_->dtype, leaf_->storage->device()).impl_ptr();
     Tensor acc(leaf_->grad);
+    GPIPE_CHECK(acc.dtype() == leaf_->dtype && acc.device() == leaf_->storage->device(),
+                "backward through '", name_, "': the tensor's grad() is ", acc.dtype(), " on ",
+                acc.device(), " but the tensor is ", leaf_->dtype, " on ",
+                leaf_->storage->device());
     if (!acc.is_contiguous()) {
-      acc = acc.contiguous().clone();
+      acc = acc.contiguous();  // a fresh contiguous copy of a strided grad
       leaf_->grad = acc.impl_ptr();
     }
     fn_(grads, acc);

@@ -179,20 +179,25 @@ Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act)
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
   Tensor y = Tensor::empty(z.shape(), z.dtype(), dev);
   bias_act_forward(dev, act, zd, bd, y);
-  // GELU's derivative needs its argument; the others need only the output.
+  // GELU's derivative needs its argument, relu/tanh/sigmoid's the output, none's nothing.
   const bool keeps_input = act == FusedActivation::kGelu;
+  const bool keeps_output = !keeps_input && act != FusedActivation::kNone;
   std::vector<Tensor> inputs{z};
   if (bias.defined()) inputs.push_back(bias);
   record("bias_activation", inputs, y,
-         [act, keeps_input, has_bias = bias.defined(), zs = keeps_input ? zd.detach() : Tensor(),
+         [act, has_bias = bias.defined(), zs = keeps_input ? zd.detach() : Tensor(),
           bs = keeps_input && bd.defined() ? bd.detach() : Tensor(),
-          ys = keeps_input ? Tensor() : y.detach()](const std::vector<Tensor>& g) {
+          ys = keeps_output ? y.detach() : Tensor()](const std::vector<Tensor>& g) {
            const Tensor gy = detail::dense(g[0]);
-           Tensor gz = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
            Tensor gb =
                has_bias ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
-           bias_act_backward(gy.device(), act, zs, bs, ys, gy, gz, gb);
-           std::vector<Tensor> out{gz};
+           // Without an activation gz is g itself; the kernel then only sums the bias gradient.
+           Tensor gz = act == FusedActivation::kNone
+                           ? Tensor()
+                           : Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+           if (gz.defined() || gb.defined())
+             bias_act_backward(gy.device(), act, zs, bs, ys, gy, gz, gb);
+           std::vector<Tensor> out{gz.defined() ? gz : gy};
            if (has_bias) out.push_back(gb);
            return out;
          });

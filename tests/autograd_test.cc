@@ -168,3 +168,18 @@ TEST_CASE("autograd: bad backward calls give readable errors") {
   CHECK_THROWS_WITH(ops::mul(x, Tensor::zeros(Shape{2})),
                     Contains("dtype float32 but input 0 has float64"));
 }
+
+TEST_CASE("autograd: a root gradient of another dtype is an error, not a misread buffer") {
+  Tensor x = Tensor::randn(Shape{4096}, 3, 1.0, DType::kFloat32).set_requires_grad(true);
+  CHECK_THROWS_WITH(ops::relu(x).backward(Tensor::full(Shape{4096}, 1.0, DType::kFloat64)),
+                    Contains("different dtypes"));
+}
+
+TEST_CASE("autograd: ops on tensors of rank above 8 work forward and backward") {
+  const Shape s{1, 2, 1, 2, 1, 2, 1, 2, 3};  // rank 9
+  Tensor x = Tensor::randn(s, 4, 1.0, DType::kFloat64).set_requires_grad(true);
+  Tensor y = ops::sum(ops::mul(ops::relu(x), x));
+  y.backward();
+  const auto xv = x.to_vector<double>(), gv = x.grad().to_vector<double>();
+  for (size_t i = 0; i < xv.size(); ++i) CHECK(gv[i] == (xv[i] > 0 ? 2 * xv[i] : 0.0));
+}

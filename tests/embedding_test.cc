@@ -112,6 +112,14 @@ TEST_CASE("embedding: a parameter's gradient gets only the rows used, added in p
   }
 }
 
+TEST_CASE("embedding: a parameter whose grad() has another dtype is a clear error") {
+  Tensor w = Tensor::randn({6, 3}, 10, 1.0, DType::kFloat32).set_requires_grad(true);
+  w.set_grad(Tensor::zeros({6, 3}, DType::kFloat64));
+  Tensor idx = Tensor::from_vector<int64_t>({1, 2}, {2});
+  REQUIRE_THROWS_WITH(ops::embedding(w, idx).backward(Tensor::zeros({2, 3})),
+                      Catch::Contains("grad() is float64") && Catch::Contains("float32"));
+}
+
 TEST_CASE("embedding: a computed table gets the dense gradient through its graph") {
   Tensor w = Tensor::randn({6, 3}, 8, 1.0, DType::kFloat64).set_requires_grad(true);
   Tensor idx = Tensor::from_vector<int64_t>({2, 2, 5}, {3});

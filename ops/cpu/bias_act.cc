@@ -96,6 +96,7 @@ void backward_impl(const Tensor& z, const Tensor& bias, const Tensor& y, const T
   T* pgz = gz.defined() ? gz.data<T>() : nullptr;
   T* pgb = gbias.defined() ? gbias.data<T>() : nullptr;
   if (!pgb) {
+    if (!pgz) return;  // nothing asked for
     parallel_for(0, rows, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(n, 1)),
                  [&](int64_t lo, int64_t hi) {
                    backward_rows<kAct, T>(pz, pb, py, pg, pgz, nullptr, n, lo, hi, nullptr);

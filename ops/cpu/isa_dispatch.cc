@@ -59,8 +59,6 @@ namespace {
 TensorView view_of(const Tensor& t) {
   TensorView v{};
   if (!t.defined()) return v;
-  GPIPE_CHECK(t.rank() <= kViewMaxRank, "CPU kernels take tensors of rank <= ", kViewMaxRank,
-              ", got shape ", t.shape());
   // A defined tensor needs a non-null base (nullptr means undefined to the
   // kernels), even an empty one; nothing is read through that one.
   alignas(64) static char empty_storage[64];
@@ -72,10 +70,8 @@ TensorView view_of(const Tensor& t) {
   v.device = t.device().index;
   v.dtype = static_cast<uint8_t>(t.dtype());
   v.contiguous = t.is_contiguous();
-  for (int64_t d = 0; d < t.rank(); ++d) {
-    v.shape[d] = t.shape()[d];
-    v.strides[d] = t.strides()[d];
-  }
+  v.shape = t.shape().dims().data();  // the tensor outlives the kernel call
+  v.strides = t.strides().data();
   return v;
 }
 

@@ -38,21 +38,20 @@ class KernelSlot;
 
 namespace gpipe::ops::cpu {
 
-inline constexpr int kViewMaxRank = 8;
-
-// A tensor as an ISA kernel sees it. `base` is the start of the storage
-// (nullptr for an undefined tensor); element (i0, i1, ...) is at
-// base[offset + sum_d i_d * strides[d]], in elements of `dtype`.
+// A tensor as an ISA kernel sees it, valid for one kernel call. `base` is the
+// start of the storage (nullptr for an undefined tensor); element (i0, i1,
+// ...) is at base[offset + sum_d i_d * strides[d]], in elements of `dtype`.
+// shape and strides point at the Tensor's own arrays (rank entries each).
 struct TensorView {
   void* base;
   int64_t offset;
   int64_t numel;
+  const int64_t* shape;
+  const int64_t* strides;
   int32_t rank;
   int32_t device;  // index of the CPU device (cpu:i) holding it
   uint8_t dtype;   // gpipe::DType's value
   bool contiguous;
-  int64_t shape[kViewMaxRank];
-  int64_t strides[kViewMaxRank];
 };
 
 // A kernel slot's signature with every Tensor parameter replaced by a

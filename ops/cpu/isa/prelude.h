@@ -81,6 +81,18 @@ inline T gelu_grad(T x) {
   return cdf + x * pdf;
 }
 
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
+  if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                    std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>,
+                "CPU kernels read float32, float64, int32 or int64 tensors");
+  return DType::kFloat32;
+}
+
 // A non-owning tensor over a TensorView (valid for the kernel call).
 class Tensor {
  public:
@@ -97,14 +109,18 @@ class Tensor {
   int32_t device() const { return v_->device; }
   // Bytes of a contiguous tensor's elements.
   size_t nbytes() const { return static_cast<size_t>(v_->numel) * dtype_bytes(); }
-  // Element (0, 0, ...); the tensor's dtype must be T (the caller dispatched on it).
+  // Element (0, 0, ...). Throws (isa_fail) unless the tensor's dtype is T, as
+  // gpipe's Tensor::data<T> does: a kernel dispatches on one tensor's dtype
+  // and reads the others as that type.
   template <class T>
   T* data() const {
-    return static_cast<T*>(v_->base) + v_->offset;
+    return base<T>() + v_->offset;
   }
   // The storage's first element, for views addressed with offset() and strides().
   template <class T>
   T* base() const {
+    if (v_->dtype != static_cast<uint8_t>(dtype_of<std::remove_const_t<T>>()))
+      isa_fail("a CPU kernel was given tensors of different dtypes (each must match the first)");
     return static_cast<T*>(v_->base);
   }
 
