@@ -43,10 +43,10 @@ void adam_cuda(const AdamStepArgs& s, Tensor& param, const Tensor& grad, Tensor&
   KernelScope scope(param.device());
   dispatch_floating(param.dtype(), "Adam", [&](auto z) {
     using T = decltype(z);
-    const AdamScalars<T> k{static_cast<T>(s.beta2),        static_cast<T>(s.one_minus_beta1),
+    const AdamScalars<T> k{static_cast<T>(s.beta2),           static_cast<T>(s.one_minus_beta1),
                            static_cast<T>(s.one_minus_beta2), static_cast<T>(s.eps),
-                           static_cast<T>(s.weight_decay), static_cast<T>(s.shrink),
-                           static_cast<T>(s.step_size),    static_cast<T>(s.bc2_sqrt),
+                           static_cast<T>(s.weight_decay),    static_cast<T>(s.shrink),
+                           static_cast<T>(s.step_size),       static_cast<T>(s.bc2_sqrt),
                            !s.decay ? 0 : s.decoupled ? 2 : 1};
     adam_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
         k, param.data<T>() + lo, grad.data<T>() + lo, m.data<T>() + lo, v.data<T>() + lo, n);
@@ -56,7 +56,8 @@ void adam_cuda(const AdamStepArgs& s, Tensor& param, const Tensor& grad, Tensor&
 
 template <class T>
 __global__ void sgd_kernel(T lr, T wd, T mom, T keep, bool first, bool decay, int momentum, T* p,
-                           const T* g, T* buf, int64_t n) {  // momentum: 0 none, 1 plain, 2 Nesterov
+                           const T* g, T* buf,
+                           int64_t n) {  // momentum: 0 none, 1 plain, 2 Nesterov
   GPIPE_KERNEL_LOOP(i, n) {
     T d = g[i];
     if (decay) d += wd * p[i];
@@ -79,8 +80,7 @@ void sgd_cuda(const SgdStepArgs& s, Tensor& param, const Tensor& grad, Tensor& b
     sgd_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
         static_cast<T>(s.lr), static_cast<T>(s.weight_decay), static_cast<T>(s.momentum),
         static_cast<T>(s.keep), s.first, s.weight_decay != 0, momentum, param.data<T>() + lo,
-        grad.data<T>() + lo,
-        momentum > 0 ? buffer.data<T>() + lo : nullptr, n);
+        grad.data<T>() + lo, momentum > 0 ? buffer.data<T>() + lo : nullptr, n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }
@@ -117,10 +117,9 @@ void rmsprop_cuda(const RmsPropStepArgs& s, Tensor& param, const Tensor& grad, T
     using T = decltype(z);
     rmsprop_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
         static_cast<T>(s.lr), static_cast<T>(s.weight_decay), s.weight_decay != 0,
-        static_cast<T>(s.alpha),
-        static_cast<T>(1.0 - s.alpha), static_cast<T>(s.eps), static_cast<T>(s.momentum),
-        param.data<T>() + lo, grad.data<T>() + lo, square_avg.data<T>() + lo,
-        buffer.defined() ? buffer.data<T>() + lo : nullptr,
+        static_cast<T>(s.alpha), static_cast<T>(1.0 - s.alpha), static_cast<T>(s.eps),
+        static_cast<T>(s.momentum), param.data<T>() + lo, grad.data<T>() + lo,
+        square_avg.data<T>() + lo, buffer.defined() ? buffer.data<T>() + lo : nullptr,
         grad_avg.defined() ? grad_avg.data<T>() + lo : nullptr, n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
