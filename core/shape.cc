@@ -41,6 +41,15 @@ std::string Shape::str() const {
   return os.str();
 }
 
+std::string Shape::position_str(int64_t flat) const {
+  std::vector<int64_t> at(dims_.size());
+  for (int64_t d = rank() - 1; d >= 0; --d) {
+    at[d] = flat % dims_[d];
+    flat /= dims_[d];
+  }
+  return Shape(std::move(at)).str();
+}
+
 std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

@@ -34,6 +34,8 @@ class Shape {
   bool operator==(const Shape& o) const { return dims_ == o.dims_; }
   bool operator!=(const Shape& o) const { return dims_ != o.dims_; }
   std::string str() const;
+  // "[1, 2]": the multi-index of flat (row-major) position `flat` in this shape.
+  std::string position_str(int64_t flat) const;
 
  private:
   std::vector<int64_t> dims_;

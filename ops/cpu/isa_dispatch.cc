@@ -114,18 +114,6 @@ struct NoCheck {
   static void run(const A&...) {}
 };
 
-// "[1, 2]": the multi-index of flat position k in `shape`.
-std::string position_str(int64_t k, const Shape& shape) {
-  std::vector<int64_t> at(shape.rank());
-  for (int64_t d = shape.rank() - 1; d >= 0; --d) {
-    at[d] = k % shape[d];
-    k /= shape[d];
-  }
-  std::string s = "[";
-  for (size_t d = 0; d < at.size(); ++d) s += (d ? ", " : "") + std::to_string(at[d]);
-  return s + "]";
-}
-
 // Every index in [0, v): before any kernel writes anything.
 void check_indices(const Tensor& indices, int64_t v) {
   dispatch_index(indices.dtype(), "embedding", [&](auto zi) {
@@ -134,7 +122,7 @@ void check_indices(const Tensor& indices, int64_t v) {
     for (int64_t k = 0; k < indices.numel(); ++k) {
       const int64_t i = static_cast<int64_t>(idx[k]);
       GPIPE_CHECK(i >= 0 && i < v, "embedding: index ", i, " at position ",
-                  position_str(k, indices.shape()), " of indices ", indices.shape(),
+                  indices.shape().position_str(k), " of indices ", indices.shape(),
                   " is out of range for a table of V = ", v, " rows (valid: 0 .. ", v - 1, ")");
     }
   });

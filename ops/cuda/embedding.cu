@@ -25,18 +25,6 @@
 namespace gpipe::ops::cuda {
 namespace {
 
-// "[1, 2]": the multi-index of flat position k in `shape`.
-std::string position_str(int64_t k, const Shape& shape) {
-  std::vector<int64_t> at(shape.rank());
-  for (int64_t d = shape.rank() - 1; d >= 0; --d) {
-    at[d] = k % shape[d];
-    k /= shape[d];
-  }
-  std::string s = "[";
-  for (size_t d = 0; d < at.size(); ++d) s += (d ? ", " : "") + std::to_string(at[d]);
-  return s + "]";
-}
-
 __global__ void set_u64_kernel(unsigned long long* p, unsigned long long v) { *p = v; }
 
 template <class I>
@@ -62,7 +50,7 @@ void check_indices(const Tensor& indices, int64_t v, cudaStream_t stream) {
   if (k >= n) return;
   const int64_t i = static_cast<int64_t>(read_device_value<I>(indices.data<I>() + k, stream));
   throw Error(detail::concat("embedding: index ", i, " at position ",
-                             position_str(k, indices.shape()), " of indices ", indices.shape(),
+                             indices.shape().position_str(k), " of indices ", indices.shape(),
                              " is out of range for a table of V = ", v, " rows (valid: 0 .. ",
                              v - 1, ")"));
 }
