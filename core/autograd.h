@@ -40,6 +40,15 @@ class Node {
   virtual std::vector<Tensor> apply(std::vector<Tensor>&& grad_outputs) = 0;
   // Frees what the node saved for backward.
   virtual void release() {}
+  // Split backward (Note [Split backward]): a node that can compute the
+  // gradients of some of its inputs without the others returns true, and
+  // apply_some then returns gradients for the inputs marked in `wanted` only
+  // (undefined elsewhere) and keeps its saved tensors for a later call.
+  virtual bool splits() const { return false; }
+  // The leaf whose grad() this node adds into (gradient accumulators), or null.
+  virtual const TensorImpl* accumulates_into() const { return nullptr; }
+  virtual std::vector<Tensor> apply_some(const std::vector<Tensor>& grad_outputs,
+                                         const std::vector<bool>& wanted);
 
   std::vector<Edge> next_edges;
   std::vector<TensorMeta> output_meta;
@@ -103,6 +112,15 @@ inline void record(const char* name, const std::vector<Tensor>& inputs, Tensor& 
   record(name, inputs, std::vector<Tensor*>{&output}, std::move(backward));
 }
 
+// An op whose backward can compute its inputs' gradients separately (the
+// input-gradient now, a weight's later: Note [Split backward]). `wanted[i]`
+// says whether input i's gradient is asked for in this call; the full
+// backward asks for all. Return undefined for the others.
+using SplitBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs,
+                                                          const std::vector<bool>& wanted)>;
+void record_split(const char* name, const std::vector<Tensor>& inputs, Tensor& output,
+                  SplitBackwardFn backward);
+
 // Records an op whose backward adds its gradient straight into `leaf`'s
 // grad() (created as zeros on first use) instead of returning a gradient for
 // AccumulateGrad to add: an embedding's backward then touches only the table
@@ -120,6 +138,39 @@ bool accumulates_in_place(const Tensor& t);
 // one-element root. Gradients accumulate into the leaves' grad().
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false);
+
+// Split backward (Note [Split backward]). backward_input runs the part of
+// backward(roots, grads) that the gradients of `inputs` need, which must be
+// leaves (a pipeline stage's inputs): their grad() is filled, and every
+// gradient that flows only to other leaves (the parameters) is deferred.
+// The returned WeightGradients holds those deferred parts (the nodes' saved
+// tensors and their output gradients); run() computes them and accumulates
+// into the parameters' grad(), so that backward_input then run() leave
+// every grad() exactly as backward() would. Nodes that cannot split compute
+// their parameters' gradients in backward_input already and hand them over.
+class WeightGradients {
+ public:
+  WeightGradients();
+  ~WeightGradients();  // dropped without run(): the weight gradients are discarded
+  WeightGradients(WeightGradients&&) noexcept;
+  WeightGradients& operator=(WeightGradients&&) noexcept;
+  // Computes and accumulates the deferred gradients, then frees them. Once.
+  void run();
+  bool empty() const;
+  // Deferred entries still held: split ops and handed-over gradients.
+  size_t pending() const;
+  // Of those, the split ops (whose weight-gradient arithmetic is still to do).
+  size_t deferred_ops() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend WeightGradients backward_input(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                                        const std::vector<Tensor>&);
+};
+WeightGradients backward_input(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                               const std::vector<Tensor>& inputs);
 
 // Activation checkpointing: runs fn(inputs) without keeping its internals;
 // backward re-runs fn from the saved inputs with grad enabled (same RNG

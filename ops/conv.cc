@@ -78,26 +78,26 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const bool need_b = bias.defined() && bias.requires_grad();
   // Saved inputs are only those a gradient needs: grad_x needs weight,
   // grad_weight needs x.
-  record("conv2d", {x, weight, bias}, y,
-         [xs = need_w ? xd.detach() : Tensor(), ws = need_x ? wd.detach() : Tensor(),
-          x_shape = x.shape(), w_shape = weight.shape(), params, need_x, need_w,
-          need_b](const std::vector<Tensor>& grads) {
-           const Tensor gy = detail::dense(grads[0]);
-           Tensor gx, gw, gb;
-           if (need_x) {
-             gx = Tensor::empty(x_shape, gy.dtype(), gy.device());
-             conv2d_backward_input(gy.device(), gy, ws, params, gx);
-           }
-           if (need_w) {
-             gw = Tensor::empty(w_shape, gy.dtype(), gy.device());
-             conv2d_backward_weight(gy.device(), gy, xs, params, gw);
-           }
-           if (need_b) {
-             gb = Tensor::empty(Shape{w_shape[0]}, gy.dtype(), gy.device());
-             conv2d_backward_bias(gy.device(), gy, gb);
-           }
-           return std::vector<Tensor>{gx, gw, gb};
-         });
+  record_split("conv2d", {x, weight, bias}, y,
+               [xs = need_w ? xd.detach() : Tensor(), ws = need_x ? wd.detach() : Tensor(),
+                x_shape = x.shape(), w_shape = weight.shape(), params, need_x, need_w,
+                need_b](const std::vector<Tensor>& grads, const std::vector<bool>& wanted) {
+                 const Tensor gy = detail::dense(grads[0]);
+                 Tensor gx, gw, gb;
+                 if (need_x && wanted[0]) {
+                   gx = Tensor::empty(x_shape, gy.dtype(), gy.device());
+                   conv2d_backward_input(gy.device(), gy, ws, params, gx);
+                 }
+                 if (need_w && wanted[1]) {
+                   gw = Tensor::empty(w_shape, gy.dtype(), gy.device());
+                   conv2d_backward_weight(gy.device(), gy, xs, params, gw);
+                 }
+                 if (need_b && wanted[2]) {
+                   gb = Tensor::empty(Shape{w_shape[0]}, gy.dtype(), gy.device());
+                   conv2d_backward_bias(gy.device(), gy, gb);
+                 }
+                 return std::vector<Tensor>{gx, gw, gb};
+               });
   return y;
 }
 

@@ -62,23 +62,24 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   Tensor out = Tensor::empty(Shape(out_dims), a.dtype(), a.device());
   batched_gemm(a.device(), s, detail::dense(a), detail::dense(b), out);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record("matmul", {a, b}, out,
-         [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b](const std::vector<Tensor>& g) {
-           Tensor ga = need_a ? grad_a(g[0], ad, bd, ta, tb) : Tensor();
-           Tensor gb;
-           if (need_b) {
-             if (bd.rank() == 2 && ad.rank() > 2) {
-               // b was shared across a's batch: fold the batch into the product's k.
-               Tensor a2 =
-                   reshape(ta ? transpose(ad, -1, -2) : ad, {-1, ta ? ad.size(-2) : ad.size(-1)});
-               Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
-               gb = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
-             } else {
-               gb = grad_b(g[0], ad, bd, ta, tb);
-             }
-           }
-           return std::vector<Tensor>{ga, gb};
-         });
+  record_split("matmul", {a, b}, out,
+               [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b](
+                   const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
+                 Tensor ga = need_a && wanted[0] ? grad_a(g[0], ad, bd, ta, tb) : Tensor();
+                 Tensor gb;
+                 if (need_b && wanted[1]) {
+                   if (bd.rank() == 2 && ad.rank() > 2) {
+                     // b was shared across a's batch: fold the batch into the product's k.
+                     Tensor a2 = reshape(ta ? transpose(ad, -1, -2) : ad,
+                                         {-1, ta ? ad.size(-2) : ad.size(-1)});
+                     Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
+                     gb = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+                   } else {
+                     gb = grad_b(g[0], ad, bd, ta, tb);
+                   }
+                 }
+                 return std::vector<Tensor>{ga, gb};
+               });
   return out;
 }
 

@@ -183,3 +183,127 @@ TEST_CASE("autograd: ops on tensors of rank above 8 work forward and backward") 
   const auto xv = x.to_vector<double>(), gv = x.grad().to_vector<double>();
   for (size_t i = 0; i < xv.size(); ++i) CHECK(gv[i] == (xv[i] > 0 ? 2 * xv[i] : 0.0));
 }
+
+namespace {
+Tensor param(const Shape& s, uint64_t seed) {
+  Tensor t = Tensor::randn(s, seed);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// A small block: embedding-free MLP with a layer norm, a weight used twice
+// (directly and through a transpose), and a scalar parameter on the input path.
+struct Block {
+  Tensor w1 = param({16, 8}, 1), b1 = param({16}, 2), w2 = param({8, 16}, 3), b2 = param({8}, 4);
+  Tensor gamma = param({8}, 5), beta = param({8}, 6), scale = param({1}, 7);
+  std::vector<Tensor> params() const { return {w1, b1, w2, b2, gamma, beta, scale}; }
+  Tensor forward(const Tensor& x) const {
+    Tensor h = ops::linear(x, w1, b1, ops::FusedActivation::kGelu);
+    h = ops::linear(h, w2, b2);
+    h = ops::layer_norm(ops::mul(h, scale), gamma, beta);
+    // w1 again, transposed: the tied use reaches the weight through a view.
+    return ops::matmul(h, ops::transpose(w1, 0, 1));
+  }
+  void zero() const {
+    for (Tensor p : params()) p.zero_grad();
+  }
+};
+
+std::vector<std::vector<float>> grads_of(const std::vector<Tensor>& ts) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& t : ts)
+    out.push_back(t.grad().defined() ? t.grad().to_vector<float>() : std::vector<float>{});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("autograd: split backward (input, then weights) equals the full backward exactly") {
+  Block blk;
+  Tensor x0 = Tensor::randn({6, 8}, 10);
+  Tensor g0 = Tensor::randn({6, 16}, 11);
+  Tensor x1 = Tensor::randn({6, 8}, 12);
+  Tensor g1 = Tensor::randn({6, 16}, 13);
+  auto input = [](const Tensor& x) {
+    Tensor l = x.clone();
+    l.set_requires_grad(true);
+    return l;
+  };
+  // Reference: two micro-batches' full backwards, accumulating.
+  Tensor a0 = input(x0), a1 = input(x1);
+  backward({blk.forward(a0)}, {g0});
+  backward({blk.forward(a1)}, {g1});
+  const auto want = grads_of(blk.params());
+  const auto want_x0 = a0.grad().to_vector<float>(), want_x1 = a1.grad().to_vector<float>();
+
+  SECTION("I0 W0 I1 W1 and I0 I1 W0 W1 both match") {
+    for (bool interleave : {true, false}) {
+      INFO((interleave ? "I0 W0 I1 W1" : "I0 I1 W0 W1"));
+      blk.zero();
+      Tensor c0 = input(x0), c1 = input(x1);
+      const int64_t before = live_node_count();
+      WeightGradients w0 = backward_input({blk.forward(c0)}, {g0}, {c0});
+      // The input's gradient is complete; no parameter has one yet.
+      CHECK(c0.grad().to_vector<float>() == want_x0);
+      for (const Tensor& p : blk.params()) CHECK_FALSE(p.grad().defined());
+      // matmul x2, bias_activation x2, layer_norm and the tied matmul split;
+      // mul (the scale) hands its weight gradient over.
+      CHECK(w0.deferred_ops() == 6);
+      CHECK(w0.pending() == 7);
+      CHECK(live_node_count() > before);  // the deferred nodes keep what W needs
+      WeightGradients w1;
+      if (!interleave) w1 = backward_input({blk.forward(c1)}, {g1}, {c1});
+      w0.run();
+      if (interleave) w1 = backward_input({blk.forward(c1)}, {g1}, {c1});
+      w1.run();
+      CHECK(live_node_count() == before);  // W released every node
+      CHECK(c1.grad().to_vector<float>() == want_x1);
+      CHECK(grads_of(blk.params()) == want);
+    }
+  }
+  SECTION("with no input leaf everything is deferred") {
+    blk.zero();
+    WeightGradients w = backward_input({blk.forward(x0)}, {g0}, {});
+    for (const Tensor& p : blk.params()) CHECK_FALSE(p.grad().defined());
+    w.run();
+    backward({blk.forward(x1)}, {g1});
+    CHECK(grads_of(blk.params()) == want);
+  }
+  SECTION(
+      "dropping the weight gradients frees the graph; run() twice and non-leaf inputs are errors") {
+    blk.zero();
+    Tensor c0 = input(x0);
+    const int64_t before = live_node_count();
+    {
+      WeightGradients w = backward_input({blk.forward(c0)}, {g0}, {c0});
+      CHECK(live_node_count() > before);
+    }
+    CHECK(live_node_count() == before);
+    for (const Tensor& p : blk.params()) CHECK_FALSE(p.grad().defined());
+    WeightGradients w = backward_input({blk.forward(c0)}, {g0}, {c0});
+    w.run();
+    CHECK_THROWS_WITH(w.run(), Contains("ran already"));
+    Tensor h = ops::mul_scalar(input(x0), 2.0);
+    CHECK_THROWS_WITH(backward_input({blk.forward(h)}, {g0}, {h}), Contains("is not a leaf"));
+  }
+}
+
+TEST_CASE("autograd: split backward defers an embedding's rows and keeps tied uses exact") {
+  Tensor table = param({10, 4}, 21);
+  Tensor ids = Tensor::from_vector<int64_t>({1, 3, 3, 7, 0, 1}, Shape{6});
+  Tensor g = Tensor::randn({6, 10}, 22);
+  auto f = [&] {
+    // Tied: the table embeds and (transposed) projects back, as a Transformer's softmax.
+    Tensor e = ops::embedding(table, ids);
+    return ops::matmul(ops::layer_norm(e, Tensor(), Tensor()), table, false, true);
+  };
+  backward({f()}, {g});
+  backward({f()}, {g});
+  const auto want = table.grad().to_vector<float>();
+  table.zero_grad();
+  WeightGradients w0 = backward_input({f()}, {g}, {});
+  WeightGradients w1 = backward_input({f()}, {g}, {});
+  CHECK_FALSE(table.grad().defined());
+  w0.run();
+  w1.run();
+  CHECK(table.grad().to_vector<float>() == want);
+}

@@ -147,6 +147,63 @@ void check_float32(const OpCase& c) {
   }
 }
 
+// Note [Split backward]: for each float input taken as the only "input"
+// (the others as weights), and for none, backward_input followed by
+// WeightGradients::run() gives exactly the full backward's gradients, and
+// backward_input alone fills the input's gradient and defers all others.
+void check_split(const OpCase& c) {
+  const std::vector<Tensor> base = c.make_inputs();
+  std::vector<int> which = c.grad_inputs;
+  if (which.empty())
+    for (size_t i = 0; i < base.size(); ++i)
+      if (base[i].defined() && is_floating(base[i].dtype())) which.push_back(static_cast<int>(i));
+  auto leaves = [&] {
+    std::vector<Tensor> in;
+    for (const Tensor& t : base) in.push_back(t.defined() ? t.clone() : t);
+    for (int i : which) in[i].set_requires_grad(true);
+    return in;
+  };
+  auto roots_of = [&](const std::vector<Tensor>& outs, std::vector<Tensor>& seeds) {
+    std::vector<Tensor> roots;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (!outs[i].requires_grad()) continue;
+      roots.push_back(outs[i]);
+      seeds.push_back(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0));
+    }
+    return roots;
+  };
+  std::vector<Tensor> full = leaves(), seeds;
+  const std::vector<Tensor> full_roots = roots_of(c.fn(full), seeds);
+  REQUIRE_FALSE(full_roots.empty());
+  backward(full_roots, seeds);
+  std::vector<int> as_input = which;
+  as_input.push_back(-1);  // no input: everything is a weight
+  for (int input : as_input) {
+    INFO("split backward with input " << input << " (-1: none), the other float inputs weights");
+    std::vector<Tensor> in = leaves(), s;
+    const std::vector<Tensor> roots = roots_of(c.fn(in), s);
+    std::vector<Tensor> wanted;
+    if (input >= 0) wanted.push_back(in[input]);
+    WeightGradients w = backward_input(roots, s, wanted);
+    for (int i : which) {
+      INFO("after backward_input: gradient of input " << i);
+      if (i == input && full[i].grad().defined()) {
+        REQUIRE(in[i].grad().defined());
+        CHECK(max_abs_diff(in[i].grad(), full[i].grad()) == 0);
+      } else if (i != input) {
+        CHECK_FALSE(in[i].grad().defined());
+      }
+    }
+    w.run();
+    CHECK(w.empty());
+    for (int i : which) {
+      INFO("after run(): gradient of input " << i);
+      REQUIRE(in[i].grad().defined() == full[i].grad().defined());
+      if (full[i].grad().defined()) CHECK(max_abs_diff(in[i].grad(), full[i].grad()) == 0);
+    }
+  }
+}
+
 // Every level this CPU supports, best first.
 std::vector<CpuIsa> supported_levels() {
   std::vector<CpuIsa> levels;
@@ -157,7 +214,9 @@ std::vector<CpuIsa> supported_levels() {
 
 }  // namespace
 
-TEST_CASE("op table: every case passes forward, gradient and float32 checks at every ISA level") {
+TEST_CASE(
+    "op table: every case passes forward, gradient and float32 checks at every ISA level, and its "
+    "split backward (input, then weights) equals the full one") {
   REQUIRE_FALSE(op_cases().empty());
   std::set<std::string> names;
   for (const OpCase& c : op_cases()) {
@@ -178,6 +237,7 @@ TEST_CASE("op table: every case passes forward, gradient and float32 checks at e
         if (c.check_grad) check_gradients(c);
         check_float32(c);
       }
+      if (c.check_grad) check_split(c);
     }
   }
 }
