@@ -213,12 +213,19 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           if (s > 0) to_send_[m] = std::move(gin);
           break;
         }
-        case ActionKind::kBackwardInput:
+        case ActionKind::kBackwardInput: {
+          wait_state(
+              detail::concat("running the input backward of micro-batch ", m, " in stage ", s));
+          Message g = stage_->is_last() ? Message{} : take(received_, m);
+          Message gin = stage_->backward_input(m, g, ctx, tracer);
+          if (s > 0) to_send_[m] = std::move(gin);
+          break;
+        }
         case ActionKind::kBackwardWeight:
-          throw Error(detail::concat(
-              "schedule action ", to_string(a),
-              ": the split backward (I and W) is not supported by this executor yet; "
-              "use B (the dry run and validation accept I/W for planning)"));
+          wait_state(
+              detail::concat("running the weight backward of micro-batch ", m, " in stage ", s));
+          stage_->backward_weight(m, ctx, tracer);
+          break;
         case ActionKind::kSendGradients:
           traced_send(*grad_out_, m, take(to_send_, m), "send B");
           break;

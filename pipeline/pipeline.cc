@@ -68,13 +68,6 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
               "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
               "its header) is needed");
   dry_run_ = validate(schedule_, k, opt_.micro_batches);
-  for (const auto& row : schedule_.stages)
-    for (const Action& a : row)
-      GPIPE_CHECK(a.kind != ActionKind::kBackwardInput && a.kind != ActionKind::kBackwardWeight,
-                  "pipeline: the schedule splits a backward (", to_string(a),
-                  "); the executor does not run the split backward yet: write B for I and W (the "
-                  "dry run and "
-                  "simulator accept I/W for planning)");
 
   info_ = rank_info_for(0, k, 1, opt_.layout);
   info_.world_size = 1;

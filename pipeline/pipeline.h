@@ -162,9 +162,10 @@ class Pipeline {
   // Also writes the timeline's picture (timeline_svg) to svg_path_for(path).
   void write_trace(const std::string& path) const;
   Tracer& tracer() { return tracer_; }
-  static double ideal_bubble_fraction(int k, int m) {
-    return static_cast<double>(k - 1) / (m + k - 1);
-  }
+  // The idle share the program in use should have on equal stages: its
+  // schedule's formula (bubble_formula in pipeline/schedule.h), or for a
+  // program from text the simulator's on uniform stages (F = 1, B = 2).
+  BubbleFormula bubble_formula() const;
 
  private:
   void share_from_rank0(std::string& bytes, const char* what);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "pipeline/pipeline.h"
+#include "pipeline/simulate.h"
 
 namespace gpipe {
 
@@ -41,8 +42,8 @@ std::string Pipeline::describe() const {
   else
     os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches
        << ", remat " << remat_name(opt_.remat);
-  os << ", ideal bubble " << ideal_bubble_fraction(static_cast<int>(cs.size()), opt_.micro_batches)
-     << "\n";
+  const BubbleFormula bubble = bubble_formula();
+  os << ", ideal bubble " << bubble.text << " = " << bubble.value << "\n";
   os << "dry run: " << dry_run_.makespan << " ticks; peak live micro-batches per stage";
   for (size_t s = 0; s < dry_run_.peak_live.size(); ++s)
     os << (s ? "/" : " ") << dry_run_.peak_live[s];
@@ -52,6 +53,13 @@ std::string Pipeline::describe() const {
        << " x R " << opt_.replicas << " (" << rank_layout_name(opt_.layout)
        << "-major ranks), links over " << ranks_.front()->link_kind() << "\n";
   return os.str();
+}
+
+BubbleFormula Pipeline::bubble_formula() const {
+  const int k = static_cast<int>(cells_.size());
+  if (!opt_.custom_schedule) return gpipe::bubble_formula(opt_.schedule, k, opt_.micro_batches);
+  const Simulation sim = simulate(schedule_, CostModel::uniform(k, 1.0, 2.0));
+  return {sim.bubble_fraction, "simulated (F = 1, B = 2)"};
 }
 
 std::vector<DeviceMemory> Pipeline::memory() const {

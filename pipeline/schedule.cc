@@ -13,27 +13,74 @@
 namespace gpipe {
 namespace {
 
+// One compute task: a forward, a whole backward, or its input or weight half.
+enum class Task { kF, kB, kI, kW };
 struct Compute {
-  bool forward;
+  Task task;
   int micro_batch;
 };
 
 std::vector<Compute> compute_order(ScheduleKind kind, int k, int m, int stage) {
   std::vector<Compute> order;
   if (kind == ScheduleKind::kGPipe) {
-    for (int i = 0; i < m; ++i) order.push_back({true, i});
-    for (int i = m - 1; i >= 0; --i) order.push_back({false, i});
+    for (int i = 0; i < m; ++i) order.push_back({Task::kF, i});
+    for (int i = m - 1; i >= 0; --i) order.push_back({Task::kB, i});
     return order;
   }
   const int warmup = std::min(k - 1 - stage, m);
   int f = 0, b = 0;
-  for (; f < warmup; ++f) order.push_back({true, f});
+  for (; f < warmup; ++f) order.push_back({Task::kF, f});
   while (f < m) {
-    order.push_back({true, f++});
-    order.push_back({false, b++});
+    order.push_back({Task::kF, f++});
+    order.push_back({Task::kB, b++});
   }
-  while (b < m) order.push_back({false, b++});
+  while (b < m) order.push_back({Task::kB, b++});
   return order;
+}
+
+// Note [ZB-H1]. The order of every stage at once, from a run on a unit
+// clock (F = I = W = 1 tick, free links). Each tick a free stage runs, in
+// this priority: the next forward, if its input has arrived, fewer than
+// K - s of its micro-batches wait for their input gradient (1F1B's warm-up
+// on stage s) and fewer than K are alive (forwarded, weight gradient not
+// yet done: the peak of 1F1B's first stage, which every stage may reach);
+// else the next input-gradient, if its gradient has arrived; else the
+// oldest pending weight-gradient. The weight-gradients so fill the tail
+// that 1F1B leaves idle, and for M >= K the step takes 3M + K - 1 ticks:
+// an idle share of (K-1)/(3M+K-1), a third of 1F1B's (K-1)/(M+K-1) when F,
+// I and W cost the same. The busiest stage (stage 0) holds K micro-batches
+// as in 1F1B; later stages hold up to K instead of K - s (Zero Bubble,
+// Qi et al. 2024, section 2.1).
+std::vector<std::vector<Compute>> zb_h1_orders(int k, int m) {
+  constexpr int kNotYet = -1;
+  std::vector<std::vector<Compute>> orders(k);
+  std::vector<std::vector<int>> f_end(k, std::vector<int>(m, kNotYet));  // tick F ends
+  std::vector<std::vector<int>> i_end(k, std::vector<int>(m, kNotYet));  // tick I ends
+  std::vector<int> f(k, 0), i(k, 0), w(k, 0);
+  const int64_t total = 3LL * k * m;
+  int64_t done = 0;
+  for (int t = 0; done < total; ++t) {
+    GPIPE_ASSERT(t <= 3 * m * k + 2 * k + 8, "ZB-H1 order: no progress at tick ", t);
+    for (int s = 0; s < k; ++s) {
+      const bool can_f = f[s] < m && f[s] - i[s] < k - s && f[s] - w[s] < k &&
+                         (s == 0 || (f_end[s - 1][f[s]] != kNotYet && f_end[s - 1][f[s]] <= t));
+      const bool can_i = i[s] < f[s] && f_end[s][i[s]] <= t &&
+                         (s == k - 1 || (i_end[s + 1][i[s]] != kNotYet && i_end[s + 1][i[s]] <= t));
+      if (can_f) {
+        orders[s].push_back({Task::kF, f[s]});
+        f_end[s][f[s]++] = t + 1;
+      } else if (can_i) {
+        orders[s].push_back({Task::kI, i[s]});
+        i_end[s][i[s]++] = t + 1;
+      } else if (w[s] < i[s]) {
+        orders[s].push_back({Task::kW, w[s]++});
+      } else {
+        continue;
+      }
+      ++done;
+    }
+  }
+  return orders;
 }
 
 void add_forward(std::vector<Action>& out, int stage, int k, int mb, bool with_loss) {
@@ -78,32 +125,58 @@ const char* prefix(ActionKind kind) {
 ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe" || name == "fill-drain") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
-  throw Error(detail::concat("unknown schedule '", name, "' (expected gpipe, 1f1b or file:PATH)"));
+  if (name == "zb-h1" || name == "zbh1") return ScheduleKind::kZBH1;
+  throw Error(
+      detail::concat("unknown schedule '", name, "' (expected gpipe, 1f1b, zb-h1 or file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) {
-  return kind == ScheduleKind::kGPipe ? "gpipe" : "1f1b";
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kZBH1:
+      return "zb-h1";
+  }
+  return "?";
+}
+
+BubbleFormula bubble_formula(ScheduleKind kind, int k, int m) {
+  GPIPE_CHECK(k >= 1 && m >= 1, "bubble formula: K and M must be >= 1, got K=", k, " M=", m);
+  if (kind == ScheduleKind::kZBH1)
+    return {static_cast<double>(k - 1) / (3.0 * m + k - 1), "(K-1)/(3M+K-1)"};
+  return {static_cast<double>(k - 1) / (m + k - 1), "(K-1)/(M+K-1)"};
 }
 
 Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat) {
   GPIPE_CHECK(k >= 1 && m >= 1, "schedule: K and M must be >= 1, got K=", k, " M=", m);
   Schedule s{m, true, std::vector<std::vector<Action>>(k)};
+  const std::vector<std::vector<Compute>> zb =
+      kind == ScheduleKind::kZBH1 ? zb_h1_orders(k, m) : std::vector<std::vector<Compute>>{};
   for (int stage = 0; stage < k; ++stage) {
-    const std::vector<Compute> order = compute_order(kind, k, m, stage);
+    const std::vector<Compute> order =
+        kind == ScheduleKind::kZBH1 ? zb[stage] : compute_order(kind, k, m, stage);
     auto& out = s.stages[stage];
     for (size_t i = 0; i < order.size(); ++i) {
       const int mb = order[i].micro_batch;
-      if (order[i].forward) {
+      if (order[i].task == Task::kF) {
         add_forward(out, stage, k, mb, /*with_loss=*/true);
+        continue;
+      }
+      if (order[i].task == Task::kW) {
+        out.push_back({ActionKind::kBackwardWeight, mb});
         continue;
       }
       // Note [Remat policy]: except_last keeps the graph exactly when this
       // backward's compute comes right after its own forward.
-      const bool adjacent = i > 0 && order[i - 1].forward && order[i - 1].micro_batch == mb;
+      const bool adjacent =
+          i > 0 && order[i - 1].task == Task::kF && order[i - 1].micro_batch == mb;
       if (remat == RematMode::kAlways || (remat == RematMode::kExceptLast && !adjacent))
         out.push_back({ActionKind::kRecompute, mb});
       if (stage + 1 < k) out.push_back({ActionKind::kRecvGradients, mb});
-      out.push_back({ActionKind::kBackward, mb});
+      out.push_back(
+          {order[i].task == Task::kI ? ActionKind::kBackwardInput : ActionKind::kBackward, mb});
       if (stage > 0) out.push_back({ActionKind::kSendGradients, mb});
     }
     out.push_back({ActionKind::kReduceReplicas});

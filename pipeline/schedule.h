@@ -27,6 +27,10 @@
 //  - 1F1B: stage k runs min(K-1-k, M) warm-up forwards, then alternates one
 //    forward and one backward, then drains the remaining backwards; at most
 //    K-k micro-batches are alive on stage k instead of M. Same gradients.
+//  - ZB-H1 (Zero Bubble, Qi et al. 2024): the backward split into I and W;
+//    the 1F1B order with each stage's weight-gradients deferred into the
+//    bubbles of its tail (Note [ZB-H1] in schedule.cc). Stage 0 holds K
+//    micro-batches as in 1F1B; every stage may hold up to K.
 //  - forward-only: every stage runs F0..F(M-1) (evaluation and prediction).
 #pragma once
 
@@ -67,9 +71,19 @@ struct Schedule {
   bool operator==(const Schedule&) const = default;
 };
 
-enum class ScheduleKind { kGPipe, k1F1B };
-ScheduleKind parse_schedule(const std::string& name);  // "gpipe" | "1f1b"
+enum class ScheduleKind { kGPipe, k1F1B, kZBH1 };
+ScheduleKind parse_schedule(const std::string& name);  // "gpipe" | "1f1b" | "zb-h1"
 std::string schedule_name(ScheduleKind kind);
+
+// The idle share of each device the schedule's paper gives for equal
+// per-stage costs (F, B = I + W), free links and no reductions, with its
+// text: (K-1)/(M+K-1) for GPipe and 1F1B; (K-1)/(3M+K-1) for ZB-H1 with
+// F = I = W (exact for M >= K; fewer micro-batches leave more idle).
+struct BubbleFormula {
+  double value;
+  std::string text;
+};
+BubbleFormula bubble_formula(ScheduleKind kind, int k, int m);
 
 // The training program for K stages and M micro-batches under `remat`.
 Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat = RematMode::kNever);

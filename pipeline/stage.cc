@@ -133,13 +133,11 @@ void Stage::recompute(int m, const StepContext& ctx, Tracer* tracer) {
   }
 }
 
-Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
-  Saved s = std::move(saved(m, "backward"));
-  saved_.erase(m);
+void Stage::take_roots(Saved& s, int m, const Message& grads, std::vector<Tensor>& roots,
+                       std::vector<Tensor>& root_grads) {
   GPIPE_ASSERT(s.graph, "stage ", index_, ": backward of micro-batch ", m,
                " without its graph (no recompute ran)");
-  ScopedEvent ev(tracer, index_, "B" + std::to_string(m), "backward", m, ctx.step);
-  std::vector<Tensor> roots, root_grads;
+  GPIPE_ASSERT(!s.weights, "stage ", index_, ": a second backward of micro-batch ", m);
   if (loss_) {
     if (s.root.defined() && s.root.requires_grad()) roots.push_back(s.root);
   } else {
@@ -153,13 +151,46 @@ Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tra
   }
   s.outputs.clear();
   s.root = Tensor();
-  if (!roots.empty()) gpipe::backward(roots, root_grads);
+}
+
+Message Stage::input_gradients(const Saved& s) const {
   Message out;
   for (size_t i = 0; i < s.leaves.size(); ++i) {
     out.tensors.push_back(s.input_requires[i] ? s.leaves[i].grad() : Tensor());
     out.requires_grad.push_back(false);
   }
   return out;
+}
+
+Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
+  Saved s = std::move(saved(m, "backward"));
+  saved_.erase(m);
+  ScopedEvent ev(tracer, index_, "B" + std::to_string(m), "backward", m, ctx.step);
+  std::vector<Tensor> roots, root_grads;
+  take_roots(s, m, grads, roots, root_grads);
+  if (!roots.empty()) gpipe::backward(roots, root_grads);
+  return input_gradients(s);
+}
+
+Message Stage::backward_input(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
+  Saved& s = saved(m, "input backward");
+  ScopedEvent ev(tracer, index_, "I" + std::to_string(m), "backward-input", m, ctx.step);
+  std::vector<Tensor> roots, root_grads;
+  take_roots(s, m, grads, roots, root_grads);
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < s.leaves.size(); ++i)
+    if (s.input_requires[i]) inputs.push_back(s.leaves[i]);
+  s.weights = roots.empty() ? WeightGradients() : gpipe::backward_input(roots, root_grads, inputs);
+  return input_gradients(s);
+}
+
+void Stage::backward_weight(int m, const StepContext& ctx, Tracer* tracer) {
+  Saved s = std::move(saved(m, "weight backward"));
+  saved_.erase(m);
+  GPIPE_ASSERT(s.weights, "stage ", index_, ": weight backward of micro-batch ", m,
+               " before its input backward");
+  ScopedEvent ev(tracer, index_, "W" + std::to_string(m), "backward-weight", m, ctx.step);
+  s.weights->run();
 }
 
 Bundle Stage::take_outputs(int m) {

@@ -9,7 +9,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 
+#include "core/autograd.h"
 #include "layers/decode.h"
 #include "layers/loss.h"
 #include "runtime/mailbox.h"
@@ -50,6 +52,12 @@ class Stage {
   // B: micro-batch m's backward from the gradients of its outputs (the last
   // stage starts from its loss); returns the gradients for the previous stage.
   Message backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer);
+  // I: the input-gradient half of B (Note [Split backward]): returns the
+  // gradients for the previous stage and keeps the weight-gradient half.
+  Message backward_input(int m, const Message& grads, const StepContext& ctx, Tracer* tracer);
+  // W: the weight-gradient half, after I; accumulates into the parameters'
+  // grad() and frees micro-batch m's saved state.
+  void backward_weight(int m, const StepContext& ctx, Tracer* tracer);
   // The last stage's outputs of micro-batch m (forward-only programs); once.
   Bundle take_outputs(int m);
   double loss_value(int m) const;  // what L returned, until clear()
@@ -65,9 +73,15 @@ class Stage {
     std::vector<bool> input_requires;  // which of them the previous stage wants gradients for
     Bundle outputs;                    // with their graph when `graph`
     bool graph = false;
-    Bundle targets;  // last stage, for recomputation
-    Tensor root;     // last stage: the scaled loss, with its graph
+    Bundle targets;                          // last stage, for recomputation
+    Tensor root;                             // last stage: the scaled loss, with its graph
+    std::optional<WeightGradients> weights;  // after I, until W
   };
+  // The roots and their gradients of micro-batch m's backward; drops the
+  // outputs and root (the graph lives on through the roots).
+  void take_roots(Saved& s, int m, const Message& grads, std::vector<Tensor>& roots,
+                  std::vector<Tensor>& root_grads);
+  Message input_gradients(const Saved& s) const;
   Saved& saved(int m, const char* action);
 
   int index_;

@@ -56,7 +56,9 @@ Run one_process(int k, int m, const std::vector<Batch>& batches) {
   return run;
 }
 
-Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<Batch>& batches) {
+Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<Batch>& batches,
+                     ScheduleKind kind = ScheduleKind::kGPipe,
+                     RematMode remat = RematMode::kExceptLast) {
   LocalGroup group(k * r);
   Run run;
   std::mutex mu;
@@ -68,6 +70,8 @@ Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<B
         Pipeline pipe(models::transformer(tiny(0.2)),
                       {.cells = k,
                        .micro_batches = m,
+                       .schedule = kind,
+                       .remat = remat,
                        .seed = 5,
                        .timeout_seconds = 60,
                        .world = group.rank(rank),
@@ -127,6 +131,9 @@ TEST_CASE(
   const Run ref = one_process(2, 4, batches);
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches));
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches));
+  // The split backward (I and W) across ranks and replicas.
+  check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches,
+                                   ScheduleKind::kZBH1, RematMode::kExceptLast));
 }
 
 TEST_CASE(

@@ -3,6 +3,7 @@
 // bad lists are refused with the grid and the offending action marked.
 #include "pipeline/schedule.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
@@ -19,7 +20,8 @@ std::string compute(const std::vector<Action>& actions) {
   std::vector<Action> c;
   for (const Action& a : actions)
     if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward ||
-        a.kind == ActionKind::kRecompute)
+        a.kind == ActionKind::kRecompute || a.kind == ActionKind::kBackwardInput ||
+        a.kind == ActionKind::kBackwardWeight)
       c.push_back(a);
   return to_string(c);
 }
@@ -72,10 +74,41 @@ TEST_CASE("schedule: 1F1B programs for K=3, M=4 keep at most K - k micro-batches
   CHECK(compute(r.stages[2]) == "F0 B0 F1 B1 F2 B2 F3 B3");
 }
 
+TEST_CASE("schedule: ZB-H1 for K=3, M=4 defers weight gradients into the tail") {
+  const Schedule s = make_schedule(ScheduleKind::kZBH1, 3, 4, RematMode::kNever);
+  CHECK(compute(s.stages[0]) == "F0 F1 F2 I0 W0 F3 I1 W1 I2 W2 I3 W3");
+  CHECK(compute(s.stages[1]) == "F0 F1 I0 F2 I1 W0 F3 I2 W1 I3 W2 W3");
+  CHECK(compute(s.stages[2]) == "F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3");
+  CHECK(to_string(s.stages[1]).rfind("<F0 F0 >F0 <F1 F1 >F1 <B0 I0 >B0 <F2 F2 >F2", 0) == 0);
+  const DryRun run = validate(s, 3, 4);
+  CHECK(run.makespan == 3 * 4 + 3 - 1);  // a third of 1F1B's idle: 3M + K - 1 ticks
+  // Stage 0 holds K micro-batches as in 1F1B; the later ones may hold up to K too.
+  const DryRun one = validate(make_schedule(ScheduleKind::k1F1B, 3, 4), 3, 4);
+  CHECK(run.peak_live[0] == one.peak_live[0]);
+  CHECK(run.peak_live == std::vector<int>{3, 3, 3});
+  // Remat: R before each I (always); except_last where compute separates F and I.
+  const Schedule r = make_schedule(ScheduleKind::kZBH1, 3, 4, RematMode::kExceptLast);
+  CHECK(compute(r.stages[2]) == "F0 I0 F1 I1 F2 I2 W0 F3 I3 W1 W2 W3");
+  CHECK(compute(r.stages[1]) == "F0 F1 R0 I0 F2 R1 I1 W0 F3 R2 I2 W1 R3 I3 W2 W3");
+  CHECK(parse_schedule("zb-h1") == ScheduleKind::kZBH1);
+  CHECK(schedule_name(ScheduleKind::kZBH1) == "zb-h1");
+}
+
 TEST_CASE(
     "schedule: every built-in program for K <= 8, M <= 32 is valid; GPipe takes 2 (M + K - 1) "
-    "ticks") {
-  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B})
+    "ticks, ZB-H1 3M + K - 1 (M >= K) with 1F1B's peak on the busiest stage") {
+  for (int k = 1; k <= 8; ++k)
+    for (int m = 1; m <= 32; ++m) {
+      INFO("K=" << k << " M=" << m);
+      const DryRun zb = validate(make_schedule(ScheduleKind::kZBH1, k, m), k, m);
+      const DryRun one = validate(make_schedule(ScheduleKind::k1F1B, k, m), k, m);
+      if (m >= k) CHECK(zb.makespan == 3 * m + k - 1);
+      CHECK(zb.makespan <= one.makespan + m);  // 1F1B's ticks count B once, ZB-H1's I and W
+      CHECK(*std::max_element(zb.peak_live.begin(), zb.peak_live.end()) ==
+            *std::max_element(one.peak_live.begin(), one.peak_live.end()));
+      CHECK(zb.peak_live[0] == one.peak_live[0]);
+    }
+  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1})
     for (auto remat : {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways})
       for (int k = 1; k <= 8; ++k)
         for (int m = 1; m <= 32; m += (m < 4 ? 1 : 7)) {
@@ -192,6 +225,6 @@ TEST_CASE(
 
 TEST_CASE("schedule: names parse and bad ones are rejected") {
   CHECK(parse_schedule("1f1b") == ScheduleKind::k1F1B);
-  CHECK_THROWS_WITH(parse_schedule("zigzag"), Contains("expected gpipe, 1f1b or file:PATH"));
+  CHECK_THROWS_WITH(parse_schedule("zigzag"), Contains("expected gpipe, 1f1b, zb-h1 or file:PATH"));
   CHECK_THROWS_AS(make_schedule(ScheduleKind::kGPipe, 0, 3), Error);
 }

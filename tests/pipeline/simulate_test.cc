@@ -21,6 +21,22 @@ TEST_CASE("simulate: uniform stages reproduce GPipe's and 1F1B's closed forms") 
       }
 }
 
+TEST_CASE("simulate: uniform stages reproduce ZB-H1's closed form, a third of 1F1B's bubble") {
+  for (int k = 1; k <= 8; ++k)
+    for (int m = k; m <= 32; m += (m < 8 ? 1 : 5)) {
+      INFO("zb-h1 K=" << k << " M=" << m);
+      const Simulation sim =
+          simulate(make_schedule(ScheduleKind::kZBH1, k, m), CostModel::uniform(k, 1.0, 2.0));
+      CHECK(sim.step_seconds == Approx(3.0 * m + k - 1).epsilon(1e-12));
+      const BubbleFormula f = bubble_formula(ScheduleKind::kZBH1, k, m);
+      CHECK(f.text == "(K-1)/(3M+K-1)");
+      CHECK(sim.bubble_fraction == Approx(f.value).margin(1e-12));
+      for (double b : sim.busy_seconds) CHECK(b == Approx(3.0 * m));
+    }
+  CHECK(bubble_formula(ScheduleKind::k1F1B, 4, 8).value == Approx(3.0 / 11));
+  CHECK(bubble_formula(ScheduleKind::kZBH1, 4, 8).value == Approx(3.0 / 27));
+}
+
 TEST_CASE(
     "simulate: recomputation lengthens every backward; except_last spares GPipe's last "
     "micro-batch") {

@@ -399,8 +399,9 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--schedule", c.schedule,
-                 "gpipe | 1f1b | file:PATH (a program in the text form --print-schedule writes)")
+  app.add_option(
+         "--schedule", c.schedule,
+         "gpipe | 1f1b | zb-h1 | file:PATH (a program in the text form --print-schedule writes)")
       ->capture_default_str();
   app.add_option(
       "--schedule-svg", c.schedule_svg,

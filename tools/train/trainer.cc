@@ -160,8 +160,14 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
   log << "\n";
   // The simulator (pipeline/simulate.h) on uniform stages: the shape of the step.
   const Simulation sim = simulate(s, CostModel::uniform(c.partitions, 1.0, 2.0));
-  log << "# on uniform stages (F = 1, B = 2, R = 1, free links): " << sim.step_seconds
-      << " units, bubble " << sim.bubble_fraction << "\n";
+  log << "# on uniform stages (F = 1, B = I + W = 2, R = 1, free links): " << sim.step_seconds
+      << " units, bubble " << sim.bubble_fraction;
+  if (c.schedule.rfind("file:", 0) != 0) {
+    const BubbleFormula f =
+        bubble_formula(parse_schedule(c.schedule), c.partitions, c.micro_batches);
+    log << " (" << c.schedule << "'s formula " << f.text << " = " << f.value << ")";
+  }
+  log << "\n";
   std::istringstream rows(
       render_timeline(sim, std::min(120, static_cast<int>(4 * sim.step_seconds))));
   for (std::string row; std::getline(rows, row);) log << "# " << row << "\n";
@@ -169,7 +175,7 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
     std::vector<std::string> names;
     for (int st = 0; st < c.partitions; ++st) names.push_back("stage " + std::to_string(st));
     std::ofstream out(c.schedule_svg);
-    out << timeline_svg(timeline_events(sim), names, "units (F = 1, B = 2)");
+    out << timeline_svg(timeline_events(sim), names, "units (F = 1, B = I + W = 2)");
     GPIPE_CHECK(out.good(), "--schedule-svg: cannot write '", c.schedule_svg, "'");
     log << "# wrote the planned timeline to " << c.schedule_svg << "\n";
   }
@@ -255,8 +261,9 @@ class Trainer {
     schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
     if (!c_.resume.empty()) resume();
     summary_.first_step = summary_.last_step = pipe_->steps_done();
-    summary_.ideal_bubble =
-        Pipeline::ideal_bubble_fraction(pipe_->cells().size(), c_.micro_batches);
+    const BubbleFormula bubble = pipe_->bubble_formula();
+    summary_.ideal_bubble = bubble.value;
+    summary_.ideal_bubble_formula = bubble.text;
     if (!c_.metrics.empty() && root())
       metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
   }
@@ -387,6 +394,8 @@ class Trainer {
     summary_.losses.push_back(r.loss);
     bubble_sum_ += r.bubble_fraction;
     ++bubble_count_;
+    window_bubble_ += r.bubble_fraction;
+    ++window_bubble_steps_;
     examples_ += r.examples;
     tokens_ += r.loss_terms;
     window_loss_ += std::isfinite(r.loss) ? r.loss : 0;
@@ -408,8 +417,15 @@ class Trainer {
     line.add("seconds", secs)
         .add("elapsed", summary_.seconds + secs)
         .add("peak_activation_mb", peaks);
-    line.add("bubble_fraction", r.bubble_fraction).add("skipped", skipped);
+    line.add("bubble_fraction", r.bubble_fraction)
+        .add("bubble_ideal", summary_.ideal_bubble)
+        .add("skipped", skipped);
     metrics_.write(line);
+  }
+
+  // The schedule in use, as the bubble figures name it.
+  std::string schedule_label() const {
+    return c_.schedule.rfind("file:", 0) == 0 ? std::string("program") : c_.schedule;
   }
 
   void log_progress(int64_t step) {
@@ -427,10 +443,13 @@ class Trainer {
     os << "  " << std::setprecision(1) << window_examples_ / secs << " ex/s  act peak";
     for (size_t i = 0; i < window_peaks_.size(); ++i)
       os << (i ? "/" : " ") << std::setprecision(1) << window_peaks_[i];
-    os << " MB  ETA " << duration_text(eta) << "\n";
+    os << " MB  bubble " << std::setprecision(3)
+       << (window_bubble_steps_ > 0 ? window_bubble_ / window_bubble_steps_ : NAN) << " ("
+       << schedule_label() << " " << summary_.ideal_bubble_formula << " " << summary_.ideal_bubble
+       << ")  ETA " << duration_text(eta) << "\n";
     log_ << os.str() << std::flush;
-    window_loss_ = window_examples_ = window_tokens_ = window_seconds_ = 0;
-    window_steps_ = 0;
+    window_loss_ = window_examples_ = window_tokens_ = window_seconds_ = window_bubble_ = 0;
+    window_steps_ = window_bubble_steps_ = 0;
     window_peaks_.assign(window_peaks_.size(), 0.0);
   }
 
@@ -489,8 +508,9 @@ class Trainer {
       if (task_->counts_tokens())
         os << ", " << std::setprecision(0) << summary_.tokens_per_s << " tokens/s";
       os << std::setprecision(3) << "; bubble fraction measured " << summary_.measured_bubble
-         << ", ideal (K-1)/(M+K-1) " << summary_.ideal_bubble << " (K=" << pipe_->cells().size()
-         << ", M=" << c_.micro_batches << ")";
+         << ", " << schedule_label() << " ideal " << summary_.ideal_bubble_formula << " "
+         << summary_.ideal_bubble << " (K=" << pipe_->cells().size() << ", M=" << c_.micro_batches
+         << ")";
       if (summary_.skipped_steps > 0)
         os << "; " << summary_.skipped_steps << " steps skipped (not finite)";
       log_ << os.str() << "\n";
@@ -518,11 +538,11 @@ class Trainer {
   std::unique_ptr<optim::LrSchedule> schedule_;
   MetricsLog metrics_;
   TrainSummary summary_;
-  double bubble_sum_ = 0, examples_ = 0, tokens_ = 0;
+  double bubble_sum_ = 0, examples_ = 0, tokens_ = 0, window_bubble_ = 0;
   int64_t bubble_count_ = 0;
   double window_seconds_ = 0, window_loss_ = 0, window_examples_ = 0, window_tokens_ = 0,
          last_lr_ = 0;
-  int64_t window_steps_ = 0;
+  int64_t window_steps_ = 0, window_bubble_steps_ = 0;
   std::vector<double> window_peaks_;
 };
 

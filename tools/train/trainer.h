@@ -37,7 +37,8 @@ struct TrainSummary {
   double examples_per_s = 0;
   double tokens_per_s = 0;               // transformer: target tokens (non-padding) per second
   double measured_bubble = 0;            // mean over steps of StepResult::bubble_fraction
-  double ideal_bubble = 0;               // Pipeline::ideal_bubble_fraction(K, M)
+  double ideal_bubble = 0;               // Pipeline::bubble_formula(): the schedule's formula
+  std::string ideal_bubble_formula;      // its text, e.g. "(K-1)/(3M+K-1)"
   std::optional<EvalResult> final_eval;  // absent with --print-params or when disabled
 };
 
