@@ -68,6 +68,7 @@ StageExecutor::~StageExecutor() {
   act_out_.reset();
   grad_in_.reset();
   grad_out_.reset();
+  turns_.clear();
 }
 
 void StageExecutor::connect(std::shared_ptr<Communicator> world) {
@@ -88,18 +89,26 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   replicas_ = world_->split(r.stage, r.replica);
   GPIPE_ASSERT(pipe_->rank() == r.stage && replicas_->rank() == r.replica);
   const int k = r.cells, s = r.stage;
+  GPIPE_CHECK(
+      opt_.devices >= 0 && opt_.devices <= k && (opt_.devices == 0 || k % opt_.devices == 0),
+      "stage ", s, ": ", k, " cells cannot share ", opt_.devices, " devices evenly");
   auto name = [&](const char* what, int from, int to) {
     return detail::concat(what, " of stage ", from, " (rank ",
                           world_rank_of(from, r.replica, k, r.replicas, opt_.layout), ") to stage ",
                           to, " (rank ", world_rank_of(to, r.replica, k, r.replicas, opt_.layout),
                           ")");
   };
-  enum Channel { kActivations = 0, kGradients = 1 };
+  // Channel 2 carries predictions (pipeline/inference.cc); 3 the device turns.
+  enum Channel { kActivations = 0, kGradients = 1, kTurns = 3 };
   if (s > 0) act_in_ = pipe_->transport(s - 1, kActivations, mine, name("activations", s - 1, s));
   if (s + 1 < k)
     act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
   if (s + 1 < k) grad_in_ = pipe_->transport(s + 1, kGradients, mine, name("gradients", s + 1, s));
   if (s > 0) grad_out_ = pipe_->transport(s - 1, kGradients, mine, name("gradients", s, s - 1));
+  // Note [Device turns]: a link to every other cell of this cell's device.
+  if (opt_.devices > 0 && opt_.devices < k)
+    for (int o = s % opt_.devices; o < k; o += opt_.devices)
+      if (o != s) turns_[o] = pipe_->transport(o, kTurns, mine, name("device turns", s, o));
 }
 
 std::string StageExecutor::action_name(const Action& a) const {
@@ -129,6 +138,10 @@ std::string StageExecutor::action_name(const Action& a) const {
       return "the gradient sum over replicas";
     case ActionKind::kReduceTied:
       return "the sum of the step's totals and tied gradients";
+    case ActionKind::kRecvTurn:
+      return "waiting for turn " + m + " of its device";
+    case ActionKind::kSendTurn:
+      return "handing over its device (turn " + m + ")";
   }
   return "?";
 }
@@ -229,6 +242,15 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
         case ActionKind::kSendGradients:
           traced_send(*grad_out_, m, take(to_send_, m), "send B");
           break;
+        case ActionKind::kRecvTurn: {
+          Transport& link = turn_link(m);
+          wait_state(detail::concat("waiting for ", link.name(), ", turn ", m));
+          link.receive(m, timeout);
+          break;
+        }
+        case ActionKind::kSendTurn:
+          turn_link(m).send(m, Message{});
+          break;
         case ActionKind::kReduceReplicas:
         case ActionKind::kReduceTied: {
           const double t0 = tracer->now_us();
@@ -246,6 +268,7 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
     flushing = true;
     if (act_out_) act_out_->flush(timeout);
     if (grad_out_) grad_out_->flush(timeout);
+    for (auto& [peer, link] : turns_) link->flush(timeout);
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
@@ -340,19 +363,34 @@ double StageExecutor::grad_norm() {
   return std::sqrt(sq);
 }
 
-void StageExecutor::reset_links() {
+Transport& StageExecutor::turn_link(int turn) {
+  auto peer = opt_.turn_peer.find(turn);
+  GPIPE_CHECK(peer != opt_.turn_peer.end(), "stage ", opt_.info.stage, ": turn ", turn,
+              " has no peer in its program");
+  auto link = turns_.find(peer->second);
+  GPIPE_ASSERT(link != turns_.end(), "stage ", opt_.info.stage, ": no device-turn link to stage ",
+               peer->second);
+  return *link->second;
+}
+
+std::vector<Transport*> StageExecutor::links() const {
+  std::vector<Transport*> out;
   for (Transport* t : {act_in_.get(), act_out_.get(), grad_in_.get(), grad_out_.get()})
-    if (t) t->reset();
+    if (t) out.push_back(t);
+  for (const auto& [peer, t] : turns_) out.push_back(t.get());
+  return out;
+}
+
+void StageExecutor::reset_links() {
+  for (Transport* t : links()) t->reset();
 }
 
 void StageExecutor::abort_links() {
-  for (Transport* t : {act_in_.get(), act_out_.get(), grad_in_.get(), grad_out_.get()})
-    if (t) t->abort();
+  for (Transport* t : links()) t->abort();
 }
 
 void StageExecutor::drop_pending() {
-  for (Transport* t : {act_in_.get(), grad_in_.get()})
-    if (t) t->drop_pending();
+  for (Transport* t : links()) t->drop_pending();
   received_.clear();
   to_send_.clear();
 }

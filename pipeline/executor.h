@@ -75,6 +75,12 @@ struct ExecutorOptions {
   Watchdog* watchdog = nullptr;
   FailureLog* failures = nullptr;
   const FaultHook* fault_hook = nullptr;  // may be null or empty
+  // Cells sharing devices (interleaved programs, Note [Device turns]): cell c
+  // runs on device c mod `devices` (0: every cell has its own), and
+  // turn_peer maps each of this cell's turn numbers (<Tt, >Tt) to the cell
+  // it takes the turn from or hands it to.
+  int devices = 0;
+  std::map<int, int> turn_peer;
 };
 
 class StageExecutor {
@@ -120,6 +126,8 @@ class StageExecutor {
   void reduce_replicas(const StepContext& ctx);
   void reduce_tied(StepTotals& totals);
   void wait_state(const std::string& what);
+  Transport& turn_link(int turn);
+  std::vector<Transport*> links() const;  // every link of this rank
   std::string action_name(const Action& a) const;
 
   ExecutorOptions opt_;
@@ -127,6 +135,7 @@ class StageExecutor {
   std::vector<TiedWeight> ties_;
   std::shared_ptr<Communicator> world_, pipe_, replicas_;
   std::unique_ptr<Transport> act_in_, act_out_, grad_in_, grad_out_;
+  std::map<int, std::unique_ptr<Transport>> turns_;  // other cell of this device -> link
   // Messages between an action and the one that uses them, by micro-batch.
   std::map<int, Message> received_, to_send_;
 };

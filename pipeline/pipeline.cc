@@ -47,13 +47,23 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
               opt_.replicas);
   GPIPE_CHECK(opt_.replicas == 1 || opt_.world != nullptr, "pipeline: R = ", opt_.replicas,
               " replicas need one process per stage and replica (launch with mpirun -np K*R)");
+  const int v = opt_.virtual_stages;
+  GPIPE_CHECK(v >= 1, "pipeline: v (cells per device) must be >= 1, got ", v);
+  GPIPE_CHECK(v == 1 || opt_.custom_schedule || opt_.schedule == ScheduleKind::kInterleaved,
+              "pipeline: v = ", v, " cells per device needs the interleaved schedule (got ",
+              schedule_name(opt_.schedule), ")");
   if (!opt_.balance.empty()) {
-    GPIPE_CHECK(opt_.cells == 1 || opt_.cells == static_cast<int>(opt_.balance.size()),
-                "pipeline: --balance has ", opt_.balance.size(), " cells but K = ", opt_.cells);
-    opt_.cells = static_cast<int>(opt_.balance.size());
+    const int given = static_cast<int>(opt_.balance.size());
+    GPIPE_CHECK(opt_.cells == 1 || opt_.cells * v == given, "pipeline: --balance has ", given,
+                " cells but ",
+                v > 1 ? detail::concat("K x v = ", opt_.cells, " x ", v, " = ", opt_.cells * v)
+                      : detail::concat("K = ", opt_.cells));
+    GPIPE_CHECK(given % v == 0, "pipeline: --balance has ", given,
+                " cells, not a multiple of v = ", v, " cells per device");
+    opt_.cells = given / v;
   }
-  const int k = opt_.cells;
-  GPIPE_CHECK(k >= 1, "pipeline: K (cells) must be >= 1, got ", k);
+  GPIPE_CHECK(opt_.cells >= 1, "pipeline: K (cells) must be >= 1, got ", opt_.cells);
+  const int k = opt_.cells * v;  // cells; opt_.cells devices
   std::set<std::string> names;
   for (const auto& l : model_.layers) {
     GPIPE_CHECK(names.insert(l->name()).second, "pipeline: two layers are named '", l->name(),
@@ -63,20 +73,26 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   // The program, checked before anything is built.
   schedule_ = opt_.custom_schedule
                   ? *opt_.custom_schedule
-                  : make_schedule(opt_.schedule, k, opt_.micro_batches, opt_.remat);
+                  : make_schedule(opt_.schedule, opt_.cells, opt_.micro_batches, opt_.remat, v);
   GPIPE_CHECK(schedule_.training,
               "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
               "its header) is needed");
   dry_run_ = validate(schedule_, k, opt_.micro_batches);
+  GPIPE_CHECK(schedule_.device_count() == opt_.cells, "pipeline: the program runs its ",
+              schedule_.cells(), " cells on ", schedule_.device_count(),
+              " devices but K = ", opt_.cells, " devices with v = ", v,
+              " cells each were asked for");
 
   info_ = rank_info_for(0, k, 1, opt_.layout);
   info_.world_size = 1;
   who_ = "pipeline";
   if (opt_.world) {
     const int size = opt_.world->size();
-    GPIPE_CHECK(size == k * opt_.replicas, "pipeline: the job has ", size,
-                " processes but K x R = ", k, " x ", opt_.replicas, " = ", k * opt_.replicas,
-                " (run mpirun -np ", k * opt_.replicas, ", or change --K/--replicas)");
+    GPIPE_CHECK(size == k * opt_.replicas, "pipeline: the job has ", size, " processes but ",
+                v > 1 ? "K x v x R = " : "K x R = ",
+                v > 1 ? detail::concat(opt_.cells, " x ", v) : std::to_string(k), " x ",
+                opt_.replicas, " = ", k * opt_.replicas, " (run mpirun -np ", k * opt_.replicas,
+                ", or change --K/--replicas", v > 1 ? "/--virtual" : "", ")");
     info_ = rank_info_for(opt_.world->rank(), k, opt_.replicas, opt_.layout);
     who_ = detail::concat("rank ", info_.world_rank, " (stage ", info_.stage, " of ", k,
                           ", replica ", info_.replica, " of ", opt_.replicas, ")");
@@ -84,12 +100,14 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   partition_ = opt_.balance.empty() ? balanced_partition(measure_costs(sample), k)
                                     : explicit_partition(opt_.balance, measure_costs(sample));
 
-  if (opt_.devices.empty()) opt_.devices = devices("cpu", k);
-  GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == k,
-              "pipeline: got ", opt_.devices.size(), " devices for K = ", k,
-              " cells (give K devices, or one for all cells)");
+  const int d = opt_.cells;
+  if (opt_.devices.empty()) opt_.devices = devices("cpu", d);
+  GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == d,
+              "pipeline: got ", opt_.devices.size(), " devices for K = ", d,
+              v > 1 ? " devices" : " cells", " (give K devices, or one for all cells)");
+  // Interleaved: cell s on device s mod K (Note [Device turns]).
   for (int s = 0; s < k; ++s)
-    stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s]);
+    stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s % d]);
   for (int s = 0; s < k; ++s) {
     int64_t params = 0, bytes = 0;
     std::unordered_set<TensorImpl*> seen;  // a tensor tied within the cell counts once in the bytes
@@ -340,8 +358,9 @@ StepResult Pipeline::train_step(const Batch& batch) {
     hi = std::max(hi, e.start_us + e.duration_us);
     busy += e.duration_us;
   }
-  if (hi > trace_from)
-    res.bubble_fraction = 1.0 - busy / (static_cast<double>(ranks_.size()) * (hi - trace_from));
+  // Devices: the cells of an interleaved program share theirs.
+  const double devices = holds_whole_pipeline() ? schedule_.device_count() : ranks_.size();
+  if (hi > trace_from) res.bubble_fraction = 1.0 - busy / (devices * (hi - trace_from));
   return res;
 }
 

@@ -35,8 +35,14 @@
 namespace gpipe {
 
 struct PipelineOptions {
-  int cells = 1;          // K (docs/GLOSSARY.md: cells are the layer runs, stages their runtime)
+  // K: devices, each holding `virtual_stages` cells (docs/GLOSSARY.md: cells
+  // are the layer runs, stages their runtime); K cells unless interleaved.
+  int cells = 1;
   int micro_batches = 1;  // M
+  // v: cells per device (interleaved schedules): the model is cut into K v
+  // cells, cell c on device c mod K, and the cells of a device take turns
+  // (Note [Device turns]). 1 for every other schedule.
+  int virtual_stages = 1;
   std::vector<Device> devices;  // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
   ScheduleKind schedule = ScheduleKind::kGPipe;
   RematMode remat = RematMode::kExceptLast;
@@ -88,7 +94,7 @@ struct StepResult {
   double loss_terms = 0;  // what the mean divides by (examples or tokens)
   int64_t examples = 0;
   double seconds = 0;
-  double bubble_fraction = 0;  // measured idle share of K x makespan (needs trace)
+  double bubble_fraction = 0;  // measured idle share of devices x makespan (from the trace)
 };
 
 struct DeviceMemory {

@@ -2,6 +2,7 @@
 // the ranks, workers and links a Pipeline builds for its cells.
 #include "pipeline/placement.h"
 
+#include <map>
 #include <thread>
 #include <unordered_map>
 
@@ -58,6 +59,28 @@ std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
   return ties;
 }
 
+// Note [Device turns]: for each turn number in cell c's list, the cell it
+// takes the turn from (<T) or hands it to (>T): the other end of the same
+// number on the same device.
+namespace {
+std::map<int, int> turn_peers(const Schedule& s, int c) {
+  std::map<int, int> from, to;  // turn -> sender / receiver, on c's device
+  for (int o = 0; o < s.cells(); ++o) {
+    if (s.device_of(o) != s.device_of(c)) continue;
+    for (const Action& a : s.stages[o]) {
+      if (a.kind == ActionKind::kSendTurn) from[a.micro_batch] = o;
+      if (a.kind == ActionKind::kRecvTurn) to[a.micro_batch] = o;
+    }
+  }
+  std::map<int, int> peers;
+  for (const Action& a : s.stages[c]) {
+    if (a.kind == ActionKind::kRecvTurn) peers[a.micro_batch] = from.at(a.micro_batch);
+    if (a.kind == ActionKind::kSendTurn) peers[a.micro_batch] = to.at(a.micro_batch);
+  }
+  return peers;
+}
+}  // namespace
+
 // Note [Tied copies]: a parameter used by several cells (tied weights) gets
 // its own copy in every cell after the first, even on a shared device, so
 // no two ranks ever accumulate into one tensor; reduce_tied sums their
@@ -92,9 +115,16 @@ void Pipeline::build_ranks() {
   const int per_host = opt_.world ? opt_.world->local_size() : 1;
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_host);
   const int n = static_cast<int>(local.size());
+  // The cells of one device take turns (Note [Device turns]): cores per device.
+  const int v = opt_.virtual_stages;
+  const int busy = opt_.world ? n : std::max(1, n / v);
+  const int host_cores = opt_.world
+                             ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                               std::max(1, per_host / v))
+                             : cores;
   for (int s : local) {
     const int threads =
-        opt_.threads_per_stage > 0 ? opt_.threads_per_stage : std::max(1, cores / n);
+        opt_.threads_per_stage > 0 ? opt_.threads_per_stage : std::max(1, host_cores / busy);
     workers_.push_back(std::make_unique<DeviceWorker>(stage_devices_[s], threads));
   }
   const double watchdog =
@@ -122,6 +152,10 @@ void Pipeline::build_ranks() {
     eo.watchdog = watchdog_.get();
     eo.failures = failures_.get();
     eo.fault_hook = &opt_.fault_hook;
+    if (schedule_.device_count() < k) {
+      eo.devices = schedule_.device_count();
+      eo.turn_peer = turn_peers(schedule_, local[i]);
+    }
     ranks_.push_back(std::make_unique<StageExecutor>(eo, std::move(stages[i]), std::move(ties[i])));
   }
   on_ranks(

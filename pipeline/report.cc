@@ -56,9 +56,11 @@ std::string Pipeline::describe() const {
 }
 
 BubbleFormula Pipeline::bubble_formula() const {
-  const int k = static_cast<int>(cells_.size());
-  if (!opt_.custom_schedule) return gpipe::bubble_formula(opt_.schedule, k, opt_.micro_batches);
-  const Simulation sim = simulate(schedule_, CostModel::uniform(k, 1.0, 2.0));
+  const int k = static_cast<int>(cells_.size()), devices = schedule_.device_count();
+  if (!opt_.custom_schedule)
+    return gpipe::bubble_formula(opt_.schedule, devices, opt_.micro_batches, k / devices);
+  const double per_cell = static_cast<double>(devices) / k;  // a device's work split over its cells
+  const Simulation sim = simulate(schedule_, CostModel::uniform(k, per_cell, 2.0 * per_cell));
   return {sim.bubble_fraction, "simulated (F = 1, B = 2)"};
 }
 
@@ -83,10 +85,31 @@ void Pipeline::reset_memory_peaks() {
 
 void Pipeline::write_trace(const std::string& path) const {
   std::vector<std::string> rows;
-  for (size_t s = 0; s < cells_.size(); ++s)
-    rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
-  tracer_.write(path, rows);
-  tracer_.write_svg(svg_path_for(path), rows);
+  const int devices = schedule_.device_count();
+  if (devices == static_cast<int>(cells_.size())) {
+    for (size_t s = 0; s < cells_.size(); ++s)
+      rows.push_back("stage " + std::to_string(s) + " (" + stage_devices_[s].str() + ")");
+    tracer_.write(path, rows);
+    tracer_.write_svg(svg_path_for(path), rows);
+    return;
+  }
+  // Interleaved: a row per device, each event named with its cell.
+  for (int d = 0; d < devices; ++d) {
+    std::string cells;
+    for (size_t s = d; s < cells_.size(); s += devices)
+      cells += (cells.empty() ? "" : ",") + std::to_string(s);
+    rows.push_back(detail::concat(stage_devices_[d].str(), " (cells ", cells, ")"));
+  }
+  Tracer by_device;
+  for (TraceEvent e : tracer_.events()) {
+    if (e.row >= 0 && e.row < static_cast<int>(cells_.size())) {
+      e.name += " cell " + std::to_string(e.row);
+      e.row = schedule_.device_of(e.row);
+    }
+    by_device.add(std::move(e));
+  }
+  by_device.write(path, rows);
+  by_device.write_svg(svg_path_for(path), rows);
 }
 
 std::string svg_path_for(const std::string& trace_path) {

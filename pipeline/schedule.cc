@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace gpipe {
@@ -83,6 +84,36 @@ std::vector<std::vector<Compute>> zb_h1_orders(int k, int m) {
   return orders;
 }
 
+// Note [Interleaved order]: Megatron-LM's order on device d of K with v
+// cells per device (chunk j is cell j K + d): the i-th forward runs chunk
+// (i mod vK) / K of micro-batch (i / vK) K + i mod K, the i-th backward the
+// same micro-batch's chunk v - 1 - (i mod vK) / K; a warm-up of
+// 2 (K - 1 - d) + (v - 1) K forwards (all of them when M = K), then one
+// forward and one backward in turn, then the remaining backwards.
+struct DeviceTask {
+  int chunk;
+  Compute compute;
+};
+std::vector<DeviceTask> interleaved_order(int k, int v, int m, int d) {
+  const int total = m * v;
+  auto chunk_of = [&](int i, bool forward) {
+    const int c = (i % (k * v)) / k;
+    return forward ? c : v - 1 - c;
+  };
+  auto mb_of = [&](int i) { return (i / (k * v)) * k + i % k; };
+  const int warmup = m == k ? total : std::min(total, 2 * (k - 1 - d) + (v - 1) * k);
+  std::vector<DeviceTask> order;
+  auto forward = [&](int i) { order.push_back({chunk_of(i, true), {Task::kF, mb_of(i)}}); };
+  auto backward = [&](int i) { order.push_back({chunk_of(i, false), {Task::kB, mb_of(i)}}); };
+  for (int i = 0; i < warmup; ++i) forward(i);
+  for (int i = 0; i < total - warmup; ++i) {
+    forward(warmup + i);
+    backward(i);
+  }
+  for (int i = total - warmup; i < total; ++i) backward(i);
+  return order;
+}
+
 void add_forward(std::vector<Action>& out, int stage, int k, int mb, bool with_loss) {
   if (stage > 0) out.push_back({ActionKind::kRecvActivations, mb});
   out.push_back({ActionKind::kForward, mb});
@@ -116,8 +147,69 @@ const char* prefix(ActionKind kind) {
       return "reduce_replicas";
     case ActionKind::kReduceTied:
       return "reduce_tied";
+    case ActionKind::kRecvTurn:
+      return "<T";
+    case ActionKind::kSendTurn:
+      return ">T";
   }
   return "?";
+}
+
+// Appends one compute task of cell `stage` (of k cells) with its
+// communication, loss and the recomputation `remat` asks for; `previous`
+// is this cell's compute task before it (Note [Remat policy]: except_last
+// keeps the graph exactly when a backward's compute comes right after its
+// own forward).
+void add_compute(std::vector<Action>& out, int stage, int k, const Compute& c,
+                 const Compute* previous, RematMode remat) {
+  const int mb = c.micro_batch;
+  if (c.task == Task::kF) {
+    add_forward(out, stage, k, mb, /*with_loss=*/true);
+    return;
+  }
+  if (c.task == Task::kW) {
+    out.push_back({ActionKind::kBackwardWeight, mb});
+    return;
+  }
+  const bool adjacent = previous && previous->task == Task::kF && previous->micro_batch == mb;
+  if (remat == RematMode::kAlways || (remat == RematMode::kExceptLast && !adjacent))
+    out.push_back({ActionKind::kRecompute, mb});
+  if (stage + 1 < k) out.push_back({ActionKind::kRecvGradients, mb});
+  out.push_back({c.task == Task::kI ? ActionKind::kBackwardInput : ActionKind::kBackward, mb});
+  if (stage > 0) out.push_back({ActionKind::kSendGradients, mb});
+}
+
+void add_reductions(Schedule& s) {
+  for (auto& row : s.stages) {
+    row.push_back({ActionKind::kReduceReplicas});
+    row.push_back({ActionKind::kReduceTied});
+  }
+}
+
+Schedule make_interleaved(int k, int m, RematMode remat, int v) {
+  GPIPE_CHECK(m % k == 0, "interleaved schedule: M = ", m, " micro-batches must be a multiple of ",
+              "K = ", k, " devices (they run in groups of K)");
+  const int cells = k * v;
+  Schedule s{m, true, std::vector<std::vector<Action>>(cells), k};
+  for (int d = 0; d < k; ++d) {
+    std::vector<std::optional<Compute>> last(cells);
+    int holder = -1, turn = 0;
+    for (const DeviceTask& t : interleaved_order(k, v, m, d)) {
+      const int c = t.chunk * k + d;
+      if (holder != c) {
+        if (holder >= 0) {
+          s.stages[holder].push_back({ActionKind::kSendTurn, turn});
+          s.stages[c].push_back({ActionKind::kRecvTurn, turn});
+          ++turn;
+        }
+        holder = c;
+      }
+      add_compute(s.stages[c], c, cells, t.compute, last[c] ? &*last[c] : nullptr, remat);
+      last[c] = t.compute;
+    }
+  }
+  add_reductions(s);
+  return s;
 }
 
 }  // namespace
@@ -126,8 +218,9 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe" || name == "fill-drain") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "zb-h1" || name == "zbh1") return ScheduleKind::kZBH1;
-  throw Error(
-      detail::concat("unknown schedule '", name, "' (expected gpipe, 1f1b, zb-h1 or file:PATH)"));
+  if (name == "interleaved" || name == "interleaved-1f1b") return ScheduleKind::kInterleaved;
+  throw Error(detail::concat("unknown schedule '", name,
+                             "' (expected gpipe, 1f1b, zb-h1, interleaved or file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) {
@@ -138,50 +231,42 @@ std::string schedule_name(ScheduleKind kind) {
       return "1f1b";
     case ScheduleKind::kZBH1:
       return "zb-h1";
+    case ScheduleKind::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
 
-BubbleFormula bubble_formula(ScheduleKind kind, int k, int m) {
-  GPIPE_CHECK(k >= 1 && m >= 1, "bubble formula: K and M must be >= 1, got K=", k, " M=", m);
+BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
+  GPIPE_CHECK(k >= 1 && m >= 1 && v >= 1, "bubble formula: K, M and v must be >= 1, got K=", k,
+              " M=", m, " v=", v);
   if (kind == ScheduleKind::kZBH1)
     return {static_cast<double>(k - 1) / (3.0 * m + k - 1), "(K-1)/(3M+K-1)"};
+  if (kind == ScheduleKind::kInterleaved && v > 1)
+    return {static_cast<double>(k - 1) / (static_cast<double>(v) * m + k - 1),
+            detail::concat("(K-1)/(vM+K-1), v=", v)};
   return {static_cast<double>(k - 1) / (m + k - 1), "(K-1)/(M+K-1)"};
 }
 
-Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat) {
+Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) {
   GPIPE_CHECK(k >= 1 && m >= 1, "schedule: K and M must be >= 1, got K=", k, " M=", m);
+  GPIPE_CHECK(v >= 1, "schedule: v (cells per device) must be >= 1, got ", v);
+  GPIPE_CHECK(v == 1 || kind == ScheduleKind::kInterleaved, "schedule: ", schedule_name(kind),
+              " places one cell per device; v = ", v, " cells per device needs interleaved");
+  if (kind == ScheduleKind::kInterleaved) {
+    if (v > 1) return make_interleaved(k, m, remat, v);
+    kind = ScheduleKind::k1F1B;  // one cell per device: plain 1F1B
+  }
   Schedule s{m, true, std::vector<std::vector<Action>>(k)};
   const std::vector<std::vector<Compute>> zb =
       kind == ScheduleKind::kZBH1 ? zb_h1_orders(k, m) : std::vector<std::vector<Compute>>{};
   for (int stage = 0; stage < k; ++stage) {
     const std::vector<Compute> order =
         kind == ScheduleKind::kZBH1 ? zb[stage] : compute_order(kind, k, m, stage);
-    auto& out = s.stages[stage];
-    for (size_t i = 0; i < order.size(); ++i) {
-      const int mb = order[i].micro_batch;
-      if (order[i].task == Task::kF) {
-        add_forward(out, stage, k, mb, /*with_loss=*/true);
-        continue;
-      }
-      if (order[i].task == Task::kW) {
-        out.push_back({ActionKind::kBackwardWeight, mb});
-        continue;
-      }
-      // Note [Remat policy]: except_last keeps the graph exactly when this
-      // backward's compute comes right after its own forward.
-      const bool adjacent =
-          i > 0 && order[i - 1].task == Task::kF && order[i - 1].micro_batch == mb;
-      if (remat == RematMode::kAlways || (remat == RematMode::kExceptLast && !adjacent))
-        out.push_back({ActionKind::kRecompute, mb});
-      if (stage + 1 < k) out.push_back({ActionKind::kRecvGradients, mb});
-      out.push_back(
-          {order[i].task == Task::kI ? ActionKind::kBackwardInput : ActionKind::kBackward, mb});
-      if (stage > 0) out.push_back({ActionKind::kSendGradients, mb});
-    }
-    out.push_back({ActionKind::kReduceReplicas});
-    out.push_back({ActionKind::kReduceTied});
+    for (size_t i = 0; i < order.size(); ++i)
+      add_compute(s.stages[stage], stage, k, order[i], i > 0 ? &order[i - 1] : nullptr, remat);
   }
+  add_reductions(s);
   return s;
 }
 
@@ -208,7 +293,9 @@ std::string to_string(const std::vector<Action>& actions) {
 std::string to_text(const Schedule& s) {
   std::ostringstream os;
   os << "schedule K=" << s.cells() << " M=" << s.micro_batches
-     << (s.training ? " train" : " forward") << "\n";
+     << (s.training ? " train" : " forward");
+  if (s.devices > 0) os << " devices=" << s.devices;
+  os << "\n";
   for (int stage = 0; stage < s.cells(); ++stage)
     os << stage << ": " << to_string(s.stages[stage]) << "\n";
   return os.str();
@@ -224,7 +311,8 @@ Action parse_action(const std::string& tok, const std::string& where) {
       {"<B", ActionKind::kRecvGradients},   {">B", ActionKind::kSendGradients},
       {"F", ActionKind::kForward},          {"L", ActionKind::kLoss},
       {"R", ActionKind::kRecompute},        {"B", ActionKind::kBackward},
-      {"I", ActionKind::kBackwardInput},    {"W", ActionKind::kBackwardWeight}};
+      {"I", ActionKind::kBackwardInput},    {"W", ActionKind::kBackwardWeight},
+      {"<T", ActionKind::kRecvTurn},        {">T", ActionKind::kSendTurn}};
   for (const auto& [p, kind] : kinds) {
     const std::string pre = p;
     if (tok.rfind(pre, 0) != 0) continue;
@@ -238,7 +326,7 @@ Action parse_action(const std::string& tok, const std::string& where) {
   throw ScheduleError(
       detail::concat(where, ": unknown action '", tok,
                      "' (expected <Fm Fm >Fm Lm Rm <Bm Bm Im Wm >Bm with m a micro-batch number, "
-                     "reduce_replicas or reduce_tied)"));
+                     "<Tt >Tt with t a turn number, reduce_replicas or reduce_tied)"));
 }
 
 }  // namespace
@@ -256,19 +344,23 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
     if (!(words >> first)) continue;
     const std::string where = detail::concat(source, " line ", lineno);
     if (!header) {
-      std::string kk, mm, mode;
+      std::string kk, mm, mode, dd, extra;
       words >> kk >> mm >> mode;
-      int m = -1;
+      int m = -1, d = 0;
+      const bool has_devices = static_cast<bool>(words >> dd);
       const bool ok = first == "schedule" && std::sscanf(kk.c_str(), "K=%d", &k) == 1 &&
                       std::sscanf(mm.c_str(), "M=%d", &m) == 1 &&
-                      (mode == "train" || mode == "forward") && k >= 1 && m >= 0;
+                      (mode == "train" || mode == "forward") && k >= 1 && m >= 0 &&
+                      (!has_devices || (std::sscanf(dd.c_str(), "devices=%d", &d) == 1 && d >= 1 &&
+                                        d <= k && !(words >> extra)));
       if (!ok)
-        throw ScheduleError(
-            detail::concat(where,
-                           ": expected the header 'schedule K=<cells> M=<micro-batches> train' "
-                           "(or forward), got '",
-                           line, "'"));
+        throw ScheduleError(detail::concat(
+            where,
+            ": expected the header 'schedule K=<cells> M=<micro-batches> train' (or forward; "
+            "optionally 'devices=D' last, with 1 <= D <= K), got '",
+            line, "'"));
       s.micro_batches = m;
+      s.devices = d == k ? 0 : d;
       s.training = mode == "train";
       s.stages.resize(k);
       header = true;

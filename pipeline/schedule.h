@@ -15,12 +15,17 @@
 //   Bm   backward (input and weight gradients)
 //   Im   backward, input gradients only;  Wm  backward, weight gradients only
 //   >Bm  send the gradients of its inputs to the previous stage
+//   <Tt  wait for turn t of its device (interleaved programs: the cells of
+//        one device take turns; t counts the device's hand-overs from 0)
+//   >Tt  hand its device over (turn t) to the cell that waits for it
 //   reduce_replicas  sum gradients and BatchNorm statistics over replicas
 //   reduce_tied      over all ranks: the step's loss totals and the
 //                    gradients of weights tied across cells
 // The text form is one line per stage, "0: <actions...>", after a header
-// "schedule K=2 M=4 train" (or "forward" for evaluation programs); '#'
-// starts a comment.
+// "schedule K=2 M=4 train" (or "forward" for evaluation programs; K counts
+// cells); a header ending in "devices=D" puts cell c on device c mod D
+// (interleaved), otherwise every cell has its own device; '#' starts a
+// comment.
 //
 // Built-in programs:
 //  - GPipe (fill-drain): every stage runs F0..F(M-1), then B(M-1)..B0.
@@ -31,6 +36,11 @@
 //    the 1F1B order with each stage's weight-gradients deferred into the
 //    bubbles of its tail (Note [ZB-H1] in schedule.cc). Stage 0 holds K
 //    micro-batches as in 1F1B; every stage may hold up to K.
+//  - interleaved 1F1B (Narayanan et al. 2021): D devices hold v cells each
+//    (cell c on device c mod D, K = v D cells); each device runs its cells'
+//    forwards and backwards in Megatron-LM's order (micro-batches in groups
+//    of D, warm-up 2 (D - 1 - d) + (v - 1) D), the cells of a device handing
+//    it over with <T/>T. M must be a multiple of D.
 //  - forward-only: every stage runs F0..F(M-1) (evaluation and prediction).
 #pragma once
 
@@ -55,11 +65,13 @@ enum class ActionKind {
   kSendGradients,    // >B
   kReduceReplicas,   // reduce_replicas
   kReduceTied,       // reduce_tied
+  kRecvTurn,         // <T
+  kSendTurn,         // >T
 };
 
 struct Action {
   ActionKind kind;
-  int micro_batch = -1;  // -1 for the reductions
+  int micro_batch = -1;  // -1 for the reductions; the turn number for <T and >T
   bool operator==(const Action&) const = default;
 };
 
@@ -67,26 +79,33 @@ struct Schedule {
   int micro_batches = 0;  // M
   bool training = true;   // false: a forward-only program (evaluation, prediction)
   std::vector<std::vector<Action>> stages;  // [stage] -> actions in order
+  int devices = 0;  // D > 0: cell c runs on device c mod D; 0: one device per cell
   int cells() const { return static_cast<int>(stages.size()); }
+  int device_count() const { return devices > 0 ? devices : cells(); }
+  int device_of(int cell) const { return cell % device_count(); }
   bool operator==(const Schedule&) const = default;
 };
 
-enum class ScheduleKind { kGPipe, k1F1B, kZBH1 };
-ScheduleKind parse_schedule(const std::string& name);  // "gpipe" | "1f1b" | "zb-h1"
+enum class ScheduleKind { kGPipe, k1F1B, kZBH1, kInterleaved };
+// "gpipe" | "1f1b" | "zb-h1" | "interleaved"
+ScheduleKind parse_schedule(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 
 // The idle share of each device the schedule's paper gives for equal
 // per-stage costs (F, B = I + W), free links and no reductions, with its
-// text: (K-1)/(M+K-1) for GPipe and 1F1B; (K-1)/(3M+K-1) for ZB-H1 with
-// F = I = W (exact for M >= K; fewer micro-batches leave more idle).
+// text, for K devices: (K-1)/(M+K-1) for GPipe and 1F1B; (K-1)/(3M+K-1)
+// for ZB-H1 with F = I = W (exact for M >= K; fewer micro-batches leave
+// more idle); (K-1)/(vM+K-1) for interleaved 1F1B with v cells per device.
 struct BubbleFormula {
   double value;
   std::string text;
 };
-BubbleFormula bubble_formula(ScheduleKind kind, int k, int m);
+BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v = 1);
 
 // The training program for K stages and M micro-batches under `remat`.
-Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat = RematMode::kNever);
+// Interleaved: K is the number of devices and the program has v K cells.
+Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat = RematMode::kNever,
+                       int v = 1);
 // The forward-only program; with_loss adds Lm on the last stage (evaluation).
 Schedule make_forward_schedule(int k, int m, bool with_loss);
 

@@ -87,6 +87,8 @@ void check_stage(const Schedule& s, int st, int k, int m, std::vector<Seen>& see
       at = pos;
       continue;
     }
+    if (a.kind == ActionKind::kRecvTurn || a.kind == ActionKind::kSendTurn)
+      continue;  // check_turns
     if (a.micro_batch < 0 || a.micro_batch >= m)
       refuse(s, here,
              detail::concat(tok, ": micro-batch ", a.micro_batch, " is out of range [0, ", m, ")"));
@@ -211,6 +213,102 @@ void check_complete(const Schedule& s, int k, int m, const std::vector<std::vect
   }
 }
 
+// Pass 2b: the cells of a shared device take turns (Note [Device turns]).
+// On each device one cell starts holding it (its list does not begin with
+// <T), every other cell's begins with <T; a cell computes only while it
+// holds its device; >Tt hands it over and <Tt takes it; turn t is passed
+// by whoever took turn t - 1 (or the first holder), once, to one cell of
+// the same device. So a device's cells never compute at once, in any run.
+void check_turns(const Schedule& s) {
+  const int cells = s.cells(), devices = s.device_count();
+  constexpr size_t npos = Seen::npos;
+  struct End {
+    int cell = -1;
+    size_t pos = npos;
+  };
+  std::vector<std::map<int, End>> sent(devices), taken(devices);
+  std::vector<int> first_holder(devices, -1);
+  for (int c = 0; c < cells; ++c) {
+    const auto& acts = s.stages[c];
+    const int d = s.device_of(c);
+    bool shared = false;
+    for (int o = 0; o < cells; ++o) shared = shared || (o != c && s.device_of(o) == d);
+    bool holding = true;
+    size_t head = 0;
+    while (head < acts.size() && (acts[head].kind == ActionKind::kReduceReplicas ||
+                                  acts[head].kind == ActionKind::kReduceTied))
+      ++head;
+    if (head < acts.size() && acts[head].kind == ActionKind::kRecvTurn) holding = false;
+    if (holding && shared) {
+      if (first_holder[d] >= 0)
+        refuse(s, {c, head},
+               detail::concat("cells ", first_holder[d], " and ", c, " share device ", d,
+                              " and both start holding it: all but one must begin with <T "
+                              "(the device's turn)"));
+      first_holder[d] = c;
+    }
+    for (size_t pos = 0; pos < acts.size(); ++pos) {
+      const Action& a = acts[pos];
+      const Mark here{c, pos};
+      const std::string tok = to_string(a);
+      const bool turn = a.kind == ActionKind::kRecvTurn || a.kind == ActionKind::kSendTurn;
+      if (turn && !shared)
+        refuse(s, here,
+               detail::concat(tok, ": cell ", c, " has device ", d,
+                              " to itself (turns are for cells sharing a device: 'devices=D' in "
+                              "the header)"));
+      if (turn && a.micro_batch < 0)
+        refuse(s, here, detail::concat(tok, ": a turn number must be >= 0"));
+      if (a.kind == ActionKind::kRecvTurn) {
+        if (holding) refuse(s, here, tok + ": the cell holds its device already");
+        End& e = taken[d][a.micro_batch];
+        if (e.cell >= 0) refuse(s, here, tok + ": turn taken twice on device " + std::to_string(d));
+        e = {c, pos};
+        holding = true;
+      } else if (a.kind == ActionKind::kSendTurn) {
+        if (!holding) refuse(s, here, tok + ": the cell does not hold its device");
+        End& e = sent[d][a.micro_batch];
+        if (e.cell >= 0)
+          refuse(s, here, tok + ": turn passed twice on device " + std::to_string(d));
+        e = {c, pos};
+        holding = false;
+      } else if (is_compute(a.kind) && !holding) {
+        refuse(s, here,
+               detail::concat(tok, " while cell ", c, " does not hold device ", d,
+                              " (it passed its turn; wait with <T first)"));
+      }
+    }
+  }
+  for (int d = 0; d < devices; ++d) {
+    int holder = first_holder[d];
+    if (holder < 0 && (!sent[d].empty() || !taken[d].empty())) {
+      const End& e = !taken[d].empty() ? taken[d].begin()->second : sent[d].begin()->second;
+      refuse(s, {e.cell, e.pos},
+             detail::concat("every cell of device ", d,
+                            " begins by waiting for a turn (<T): one must start holding it"));
+    }
+    for (int t = 0; t < static_cast<int>(sent[d].size()) || t < static_cast<int>(taken[d].size());
+         ++t) {
+      auto si = sent[d].find(t);
+      auto ti = taken[d].find(t);
+      if (si == sent[d].end() && ti == taken[d].end())
+        refuse(s, {holder, s.stages[std::max(holder, 0)].size()},
+               detail::concat("device ", d, "'s turns skip turn ", t, " (they count from 0)"));
+      if (si == sent[d].end())
+        refuse(s, {ti->second.cell, ti->second.pos},
+               detail::concat("<T", t, " has no matching >T", t, " on device ", d));
+      if (ti == taken[d].end())
+        refuse(s, {si->second.cell, si->second.pos},
+               detail::concat(">T", t, " has no matching <T", t, " on device ", d));
+      if (si->second.cell != holder)
+        refuse(s, {si->second.cell, si->second.pos},
+               detail::concat(">T", t, ": turn ", t, " of device ", d, " is passed by cell ",
+                              holder, ", which took the turn before it"));
+      holder = ti->second.cell;
+    }
+  }
+}
+
 std::string tick_grid(const Schedule& s, const std::vector<std::vector<int>>& ticks,
                       const std::vector<size_t>& stuck_at, int makespan) {
   std::vector<std::map<int, std::string>> cells(s.cells());
@@ -259,6 +357,7 @@ DryRun validate(const Schedule& s, int k, int m) {
   std::vector<size_t> replicas_at(k, npos), tied_at(k, npos);
   for (int st = 0; st < k; ++st) check_stage(s, st, k, m, seen[st], replicas_at[st], tied_at[st]);
   check_complete(s, k, m, seen, replicas_at, tied_at);
+  check_turns(s);
 
   // Pass 3: the clock.
   DryRun run;
@@ -268,6 +367,7 @@ DryRun validate(const Schedule& s, int k, int m) {
   std::vector<int> clock(k, 0);
   std::vector<std::vector<int>> act_sent(k, std::vector<int>(m, -1)),
       grad_sent(k, std::vector<int>(m, -1));
+  std::vector<std::map<int, int>> turn_sent(s.device_count());  // [device][turn] -> tick
   for (bool moved = true; moved;) {
     moved = false;
     for (int st = 0; st < k; ++st) {
@@ -280,6 +380,11 @@ DryRun validate(const Schedule& s, int k, int m) {
                                : grad_sent[st + 1][a.micro_batch];
           if (sent < 0) break;
           start = std::max(start, sent);
+        } else if (a.kind == ActionKind::kRecvTurn) {
+          const auto& sent = turn_sent[s.device_of(st)];
+          auto it = sent.find(a.micro_batch);
+          if (it == sent.end()) break;
+          start = std::max(start, it->second);
         } else if (a.kind == ActionKind::kReduceTied) {
           // A collective: it runs when every stage is waiting at its own.
           bool all = true;
@@ -301,6 +406,7 @@ DryRun validate(const Schedule& s, int k, int m) {
         clock[st] = start + (is_compute(a.kind) ? 1 : 0);
         if (a.kind == ActionKind::kSendActivations) act_sent[st][a.micro_batch] = clock[st];
         if (a.kind == ActionKind::kSendGradients) grad_sent[st][a.micro_batch] = clock[st];
+        if (a.kind == ActionKind::kSendTurn) turn_sent[s.device_of(st)][a.micro_batch] = clock[st];
         ++pos[st];
         moved = true;
       }

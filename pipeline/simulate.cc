@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 namespace gpipe {
@@ -93,6 +94,8 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
   // Arrival times at the receiving stage, by (stage, micro-batch); < 0 = not sent yet.
   std::vector<std::vector<double>> act_arrives(k, std::vector<double>(m, -1)),
       grad_arrives(k, std::vector<double>(m, -1));
+  std::vector<std::map<int, double>> turn_at(schedule.device_count());  // [device][turn]
+  for (int st = 0; st < k; ++st) sim.device_of_stage.push_back(schedule.device_of(st));
   auto run = [&](int st, const Action& a, double start) {
     const double d = duration(a, costs.stages[st]);
     if (d > 0 || counts_as_compute(a.kind)) sim.timeline[st].push_back({start, start + d, a});
@@ -110,6 +113,13 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
                                                       : grad_arrives)[st][a.micro_batch];
           if (at < 0) break;
           clock[st] = std::max(clock[st], at);
+        } else if (a.kind == ActionKind::kRecvTurn) {
+          const auto& sent = turn_at[schedule.device_of(st)];
+          auto it = sent.find(a.micro_batch);
+          if (it == sent.end()) break;
+          clock[st] = std::max(clock[st], it->second);
+        } else if (a.kind == ActionKind::kSendTurn) {
+          turn_at[schedule.device_of(st)][a.micro_batch] = clock[st];
         } else if (a.kind == ActionKind::kSendActivations) {
           act_arrives[st + 1][a.micro_batch] = clock[st] + transfer_seconds(costs, st, true);
         } else if (a.kind == ActionKind::kSendGradients) {
@@ -145,12 +155,24 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
   for (int st = 0; st < k; ++st)
     for (const Interval& i : sim.timeline[st])
       if (counts_as_compute(i.action.kind)) compute += i.end - i.start;
-  if (sim.step_seconds > 0) sim.bubble_fraction = 1.0 - compute / (k * sim.step_seconds);
+  if (sim.step_seconds > 0)
+    sim.bubble_fraction = 1.0 - compute / (schedule.device_count() * sim.step_seconds);
   return sim;
+}
+
+int Simulation::devices() const {
+  int d = 0;
+  for (int x : device_of_stage) d = std::max(d, x + 1);
+  return device_of_stage.empty() ? static_cast<int>(timeline.size()) : d;
+}
+
+int Simulation::row_of(size_t stage) const {
+  return stage < device_of_stage.size() ? device_of_stage[stage] : static_cast<int>(stage);
 }
 
 std::vector<TraceEvent> timeline_events(const Simulation& sim) {
   std::vector<TraceEvent> out;
+  const bool shared = sim.devices() < static_cast<int>(sim.timeline.size());
   for (size_t st = 0; st < sim.timeline.size(); ++st)
     for (const Interval& i : sim.timeline[st]) {
       const char* cat = "forward";
@@ -175,8 +197,8 @@ std::vector<TraceEvent> timeline_events(const Simulation& sim) {
           break;
       }
       if (i.end > i.start)
-        out.push_back({to_string(i.action), cat, static_cast<int>(st), i.start, i.end - i.start,
-                       i.action.micro_batch, 0});
+        out.push_back({to_string(i.action) + (shared ? " cell " + std::to_string(st) : ""), cat,
+                       sim.row_of(st), i.start, i.end - i.start, i.action.micro_batch, 0});
     }
   return out;
 }
@@ -185,8 +207,11 @@ std::string render_timeline(const Simulation& sim, int width) {
   GPIPE_CHECK(width >= 1, "render_timeline: width must be >= 1, got ", width);
   std::ostringstream os;
   const double dt = sim.step_seconds > 0 ? sim.step_seconds / width : 1;
+  const int devices = sim.devices();
+  const bool shared = devices < static_cast<int>(sim.timeline.size());
+  std::vector<std::string> rows(devices, std::string(width, '.'));
   for (size_t st = 0; st < sim.timeline.size(); ++st) {
-    std::string row(width, '.');
+    std::string& row = rows[sim.row_of(st)];
     for (const Interval& i : sim.timeline[st]) {
       if (i.end <= i.start) continue;
       const std::string name = to_string(i.action);
@@ -197,8 +222,9 @@ std::string render_timeline(const Simulation& sim, int width) {
         row[c] = at < name.size() ? name[at] : (name[0] == 'r' ? '=' : '-');
       }
     }
-    os << "stage " << st << " |" << row << "|\n";
   }
+  for (int r = 0; r < devices; ++r)
+    os << (shared ? "device " : "stage ") << r << " |" << rows[r] << "|\n";
   return os.str();
 }
 

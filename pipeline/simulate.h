@@ -53,8 +53,11 @@ struct Simulation {
   double step_seconds = 0;
   std::vector<double> busy_seconds;             // per stage: compute and reductions
   std::vector<std::vector<Interval>> timeline;  // per stage: every action with a duration, in order
-  double bubble_fraction = 0;  // 1 - sum(compute) / (K x step): reductions count as idle
+  double bubble_fraction = 0;  // 1 - sum(compute) / (devices x step): reductions count as idle
   std::vector<int> peak_live;  // as DryRun::peak_live
+  std::vector<int> device_of_stage;  // the device each stage (cell) runs on
+  int devices() const;               // how many devices the program runs on
+  int row_of(size_t stage) const;    // the device row of a stage's timeline
 };
 
 // Validates `schedule` (validate(), so a bad program is refused with its
@@ -62,8 +65,9 @@ struct Simulation {
 // wrong number of stages or links, or a negative cost.
 Simulation simulate(const Schedule& schedule, const CostModel& costs);
 
-// The predicted timeline as text: one row per stage, `width` columns over
-// the step, each column the action running then ('.' idle).
+// The predicted timeline as text: one row per device (a stage's, or the
+// cells' of a shared device), `width` columns over the step, each column
+// the action running then ('.' idle).
 std::string render_timeline(const Simulation& sim, int width = 100);
 // The predicted timeline as trace events (row = stage, times in the cost
 // model's units, categories as the executor's trace), e.g. for timeline_svg.

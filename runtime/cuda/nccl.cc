@@ -302,7 +302,7 @@ class NcclTransport final : public Transport {
 class NcclCommunicator final : public Communicator {
  public:
   static constexpr int kChannels =
-      3;  // activations, gradients, predictions (pipeline.cc's channel numbers)
+      4;  // activations, gradients, predictions, device turns (pipeline's channel numbers)
 
   NcclCommunicator(std::shared_ptr<Communicator> base, Device device)
       : base_(std::move(base)), device_(device) {

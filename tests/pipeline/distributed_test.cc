@@ -58,18 +58,20 @@ Run one_process(int k, int m, const std::vector<Batch>& batches) {
 
 Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<Batch>& batches,
                      ScheduleKind kind = ScheduleKind::kGPipe,
-                     RematMode remat = RematMode::kExceptLast) {
-  LocalGroup group(k * r);
+                     RematMode remat = RematMode::kExceptLast, int v = 1) {
+  const int cells = k * v;  // one rank per cell and replica
+  LocalGroup group(cells * r);
   Run run;
   std::mutex mu;
-  std::vector<std::exception_ptr> errors(k * r);
+  std::vector<std::exception_ptr> errors(cells * r);
   std::vector<std::thread> ranks;
-  for (int rank = 0; rank < k * r; ++rank)
+  for (int rank = 0; rank < cells * r; ++rank)
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
                       {.cells = k,
                        .micro_batches = m,
+                       .virtual_stages = v,
                        .schedule = kind,
                        .remat = remat,
                        .seed = 5,
@@ -134,6 +136,9 @@ TEST_CASE(
   // The split backward (I and W) across ranks and replicas.
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches,
                                    ScheduleKind::kZBH1, RematMode::kExceptLast));
+  // Interleaved: 2 devices x 2 cells, each cell a rank; the cells of a device take turns.
+  check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches,
+                                   ScheduleKind::kInterleaved, RematMode::kExceptLast, 2));
 }
 
 TEST_CASE(

@@ -51,16 +51,21 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return diff / scale;
 }
 
-void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode remat) {
+void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode remat, int v = 1) {
   INFO("K=" << k << " M=" << m << " N=" << n << " schedule=" << schedule_name(kind)
-            << " remat=" << remat_name(remat));
+            << " remat=" << remat_name(remat) << " v=" << v);
   const Batch batch = token_batch(n, 5);
   double ref_loss = 0;
   const auto ref = reference_grads(models::transformer(tiny()), batch, &ref_loss);
-  Pipeline pipe(
-      models::transformer(tiny()),
-      {.cells = k, .micro_batches = m, .schedule = kind, .remat = remat, .threads_per_stage = 1},
-      batch);
+  Pipeline pipe(models::transformer(tiny()),
+                {.cells = k,
+                 .micro_batches = m,
+                 .virtual_stages = v,
+                 .schedule = kind,
+                 .remat = remat,
+                 .threads_per_stage = 1},
+                batch);
+  REQUIRE(static_cast<int>(pipe.cells().size()) == k * v);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.loss == Approx(ref_loss).epsilon(1e-5));
   int compared = 0;
@@ -95,6 +100,45 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
   check_equivalence(3, 5, 7, ScheduleKind::kZBH1, RematMode::kNever);
   check_equivalence(4, 4, 8, ScheduleKind::kZBH1, RematMode::kExceptLast);
   check_equivalence(2, 4, 8, ScheduleKind::kZBH1, RematMode::kAlways);
+  // Interleaved: K devices with v cells each (the tiny Transformer's tied
+  // embedding sits in the first and last cells, on different devices).
+  check_equivalence(2, 4, 8, ScheduleKind::kInterleaved, RematMode::kNever, 2);
+  check_equivalence(2, 2, 7, ScheduleKind::kInterleaved, RematMode::kExceptLast, 3);
+  check_equivalence(3, 3, 6, ScheduleKind::kInterleaved, RematMode::kAlways, 2);
+}
+
+TEST_CASE("pipeline: interleaved cells go round-robin over the devices and report per device") {
+  const Batch batch = token_batch(8, 4);
+  Pipeline pipe(models::transformer(tiny()),
+                {.cells = 2,
+                 .micro_batches = 4,
+                 .virtual_stages = 2,
+                 .schedule = ScheduleKind::kInterleaved,
+                 .threads_per_stage = 1,
+                 .trace = true},
+                batch);
+  const auto cells = pipe.cells();
+  REQUIRE(cells.size() == 4);
+  for (size_t c = 0; c < cells.size(); ++c)
+    CHECK(cells[c].device == Device(DeviceType::kCPU, c % 2));
+  CHECK(pipe.schedule().device_count() == 2);
+  CHECK(pipe.memory().size() == 2);  // one entry per device, not per cell
+  CHECK(pipe.bubble_formula().text == "(K-1)/(vM+K-1), v=2");
+  CHECK(pipe.bubble_formula().value == Approx(1.0 / 9));
+  const StepResult r = pipe.train_step(batch);
+  CHECK(r.bubble_fraction > 0);
+  CHECK(r.bubble_fraction < 1);
+  CHECK_THAT(pipe.describe(), Contains("schedule interleaved") && Contains("(K-1)/(vM+K-1)"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()),
+                             {.cells = 2, .micro_batches = 4, .virtual_stages = 2}, batch),
+                    Contains("v = 2 cells per device needs the interleaved schedule"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()),
+                             {.cells = 2,
+                              .micro_batches = 3,
+                              .virtual_stages = 2,
+                              .schedule = ScheduleKind::kInterleaved},
+                             batch),
+                    Contains("must be a multiple of K = 2 devices"));
 }
 
 TEST_CASE(
@@ -218,15 +262,23 @@ TEST_CASE(
   // across micro-batches]), so the gradients are compared between programs:
   // every schedule and remat mode gives the first run's (GPipe, remat always).
   std::map<std::string, std::vector<float>> ref_grads;
-  for (auto [mode, kind] : {std::pair{RematMode::kAlways, ScheduleKind::kGPipe},
-                            std::pair{RematMode::kNever, ScheduleKind::kGPipe},
-                            std::pair{RematMode::kAlways, ScheduleKind::kZBH1},
-                            std::pair{RematMode::kExceptLast, ScheduleKind::kZBH1}}) {
-    INFO(schedule_name(kind) << ", remat " << remat_name(mode));
+  struct Run {
+    RematMode mode;
+    ScheduleKind kind;
+    int v;
+  };
+  for (auto [mode, kind, v] : {Run{RematMode::kAlways, ScheduleKind::kGPipe, 1},
+                               Run{RematMode::kNever, ScheduleKind::kGPipe, 1},
+                               Run{RematMode::kAlways, ScheduleKind::kZBH1, 1},
+                               Run{RematMode::kExceptLast, ScheduleKind::kZBH1, 1},
+                               Run{RematMode::kExceptLast, ScheduleKind::kInterleaved, 2}}) {
+    INFO(schedule_name(kind) << ", remat " << remat_name(mode) << ", v " << v);
     Model m = bn_model();
     auto* bn = dynamic_cast<BatchNorm*>(m.layers[1].get());
-    Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 4, .schedule = kind, .remat = mode},
-                  batch);
+    Pipeline pipe(
+        std::move(m),
+        {.cells = 2, .micro_batches = 4, .virtual_stages = v, .schedule = kind, .remat = mode},
+        batch);
     pipe.train_step(batch);
     const bool first = ref_grads.empty();
     for (auto& p : pipe.named_state()) {

@@ -125,6 +125,77 @@ TEST_CASE(
   CHECK(run.ticks[1][1] == 1);       // stage 1 runs F0 at tick 1, while stage 0 runs F1
 }
 
+TEST_CASE("schedule: interleaved 1F1B for K=2 devices, v=2, M=4 follows Megatron-LM's order") {
+  const Schedule s = make_schedule(ScheduleKind::kInterleaved, 2, 4, RematMode::kNever, 2);
+  REQUIRE(s.cells() == 4);
+  CHECK(s.devices == 2);
+  CHECK(s.device_of(2) == 0);
+  CHECK(s.device_of(3) == 1);
+  // Device 0 runs cells 0 and 2: F0c0 F1c0 F0c2 F1c2 | F2c0 B0c2 F3c0 B1c2 F2c2 B0c0 F3c2 B1c0 |
+  // B2c2 B3c2 B2c0 B3c0, handing the device over at every change of cell.
+  CHECK(to_string(s.stages[0]) ==
+        "F0 >F0 F1 >F1 >T0 <T1 F2 >F2 >T2 <T3 F3 >F3 >T4 <T5 <B0 B0 >T6 <T7 <B1 B1 >T8 <T9 <B2 B2 "
+        "<B3 B3 reduce_replicas reduce_tied");
+  CHECK(to_string(s.stages[2]) ==
+        "<T0 <F0 F0 >F0 <F1 F1 >F1 >T1 <T2 <B0 B0 >B0 >T3 <T4 <B1 B1 >B1 <F2 F2 >F2 >T5 <T6 <F3 F3 "
+        ">F3 >T7 <T8 <B2 B2 >B2 <B3 B3 >B3 >T9 reduce_replicas reduce_tied");
+  const DryRun run = validate(s, 4, 4);
+  CHECK(run.peak_live == std::vector<int>{4, 3, 2, 1});
+  REQUIRE(parse(to_text(s)) == s);
+  CHECK(to_text(s).rfind("schedule K=4 M=4 train devices=2\n", 0) == 0);
+  CHECK(parse_schedule("interleaved") == ScheduleKind::kInterleaved);
+  // v = 1 is plain 1F1B; M must be a multiple of K; v > 1 needs interleaved.
+  CHECK(make_schedule(ScheduleKind::kInterleaved, 3, 4, RematMode::kNever, 1) ==
+        make_schedule(ScheduleKind::k1F1B, 3, 4, RematMode::kNever));
+  CHECK_THROWS_WITH(make_schedule(ScheduleKind::kInterleaved, 2, 3, RematMode::kNever, 2),
+                    Contains("M = 3 micro-batches must be a multiple of K = 2 devices"));
+  CHECK_THROWS_WITH(make_schedule(ScheduleKind::k1F1B, 2, 4, RematMode::kNever, 2),
+                    Contains("needs interleaved"));
+}
+
+TEST_CASE("schedule: every interleaved program for K <= 8, v <= 3, M <= 32 is valid") {
+  for (int k = 1; k <= 8; ++k)
+    for (int v = 2; v <= 3; ++v)
+      for (int m = k; m <= 32; m += k)
+        for (auto remat : {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways}) {
+          INFO("K=" << k << " v=" << v << " M=" << m << " remat " << remat_name(remat));
+          const Schedule s = make_schedule(ScheduleKind::kInterleaved, k, m, remat, v);
+          const DryRun run = validate(s, k * v, m);
+          CHECK(run.peak_live[0] <= m);
+          REQUIRE(parse(to_text(s)) == s);
+        }
+}
+
+TEST_CASE("schedule: device turns are checked: one holder, compute only while holding, in order") {
+  // Two cells on one device (devices=1), one micro-batch.
+  const std::string head = "schedule K=2 M=1 train devices=1\n";
+  const std::string good = head +
+                           "0: F0 >F0 >T0 <T1 <B0 B0 reduce_replicas reduce_tied\n"
+                           "1: <T0 <F0 F0 L0 B0 >B0 >T1 reduce_replicas reduce_tied\n";
+  CHECK(validate(parse(good), 2, 1).makespan == 4);
+  CHECK_THROWS_WITH(validate(parse(head + "0: F0 >F0 <B0 B0 reduce_replicas reduce_tied\n"
+                                          "1: <F0 F0 L0 B0 >B0 reduce_replicas reduce_tied\n"),
+                             2, 1),
+                    Contains("cells 0 and 1 share device 0 and both start holding it"));
+  CHECK_THROWS_WITH(
+      validate(parse(head + "0: F0 >F0 >T0 <B0 B0 <T1 reduce_replicas reduce_tied\n"
+                            "1: <T0 <F0 F0 L0 B0 >B0 >T1 reduce_replicas reduce_tied\n"),
+               2, 1),
+      Contains("B0 while cell 0 does not hold device 0"));
+  CHECK_THROWS_WITH(
+      validate(parse(head + "0: F0 >F0 >T0 <T2 <B0 B0 reduce_replicas reduce_tied\n"
+                            "1: <T0 <F0 F0 L0 B0 >B0 >T2 reduce_replicas reduce_tied\n"),
+               2, 1),
+      Contains("skip turn 1"));
+  CHECK_THROWS_WITH(validate(parse("schedule K=2 M=1 train\n"
+                                   "0: F0 >F0 >T0 <B0 B0 reduce_replicas reduce_tied\n"
+                                   "1: <F0 F0 L0 B0 >B0 reduce_replicas reduce_tied\n"),
+                             2, 1),
+                    Contains("has device 0 to itself"));
+  CHECK_THROWS_WITH(parse("schedule K=2 M=1 train devices=3\n0: F0\n1: F0\n"),
+                    Contains("optionally 'devices=D' last, with 1 <= D <= K"));
+}
+
 TEST_CASE("schedule: text round trip, comments, and a file") {
   const Schedule s = make_schedule(ScheduleKind::k1F1B, 2, 2, RematMode::kExceptLast);
   const std::string text = "# tried by hand\n" + to_text(s) + "\n# end\n";
@@ -225,6 +296,7 @@ TEST_CASE(
 
 TEST_CASE("schedule: names parse and bad ones are rejected") {
   CHECK(parse_schedule("1f1b") == ScheduleKind::k1F1B);
-  CHECK_THROWS_WITH(parse_schedule("zigzag"), Contains("expected gpipe, 1f1b, zb-h1 or file:PATH"));
+  CHECK_THROWS_WITH(parse_schedule("zigzag"),
+                    Contains("expected gpipe, 1f1b, zb-h1, interleaved or file:PATH"));
   CHECK_THROWS_AS(make_schedule(ScheduleKind::kGPipe, 0, 3), Error);
 }

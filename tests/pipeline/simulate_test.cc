@@ -37,6 +37,27 @@ TEST_CASE("simulate: uniform stages reproduce ZB-H1's closed form, a third of 1F
   CHECK(bubble_formula(ScheduleKind::kZBH1, 4, 8).value == Approx(3.0 / 27));
 }
 
+TEST_CASE("simulate: interleaved 1F1B on uniform devices reproduces (K-1)/(vM+K-1)") {
+  for (int k = 2; k <= 8; ++k)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = 2 * k; m <= 32; m += k) {
+        INFO("interleaved K=" << k << " v=" << v << " M=" << m);
+        const Schedule s = make_schedule(ScheduleKind::kInterleaved, k, m, RematMode::kNever, v);
+        // Each of a device's v cells holds 1/v of its work.
+        const Simulation sim = simulate(s, CostModel::uniform(k * v, 1.0 / v, 2.0 / v));
+        const BubbleFormula f = bubble_formula(ScheduleKind::kInterleaved, k, m, v);
+        CHECK(sim.bubble_fraction == Approx(f.value).margin(1e-9));
+        CHECK(sim.devices() == k);
+        CHECK(sim.step_seconds == Approx(3.0 * m + 3.0 * (k - 1) / v).epsilon(1e-9));
+      }
+  // The picture has one row per device.
+  const Simulation sim =
+      simulate(make_schedule(ScheduleKind::kInterleaved, 2, 4, RematMode::kNever, 2),
+               CostModel::uniform(4, 0.5, 1.0));
+  CHECK(render_timeline(sim, 40).find("device 1 |") != std::string::npos);
+  for (const TraceEvent& e : timeline_events(sim)) CHECK(e.row < 2);
+}
+
 TEST_CASE(
     "simulate: recomputation lengthens every backward; except_last spares GPipe's last "
     "micro-batch") {

@@ -144,9 +144,15 @@ static void validate_pipeline(const TrainConfig& c) {
   usage(c.micro_batches <= batch, "--M: ", c.micro_batches,
         " micro-batches need --batch >= M, but the batch is ", batch);
   const int64_t layers = model_layer_count(c);
-  usage(c.partitions <= layers, "--K: ", c.partitions, " partitions but the ", c.model,
-        " has only ", layers, " layers to cut (expected K <= ", layers, "; ",
-        deeper_model_hint(c, c.partitions), ")");
+  usage(c.virtual_stages >= 1, "--virtual: expected >= 1 cells per device, got ", c.virtual_stages);
+  usage(c.virtual_stages == 1 || c.schedule == "interleaved" || c.schedule.rfind("file:", 0) == 0,
+        "--virtual=", c.virtual_stages,
+        ": cells per device need --schedule=interleaved (got --schedule=", c.schedule, ")");
+  const int64_t cells = static_cast<int64_t>(c.partitions) * c.virtual_stages;
+  usage(cells <= layers, "--K: ", cells, c.virtual_stages > 1 ? " cells (K x v)" : " partitions",
+        " but the ", c.model, " has only ", layers, " layers to cut (expected ",
+        c.virtual_stages > 1 ? "K x v" : "K", " <= ", layers, "; ",
+        deeper_model_hint(c, static_cast<int>(cells)), ")");
   usage(c.replicas >= 1, "--replicas: expected >= 1, got ", c.replicas);
   usage(c.micro_batches * c.replicas <= batch,
         "--M and --replicas: R x M = ", c.replicas * c.micro_batches,
@@ -157,18 +163,19 @@ static void validate_pipeline(const TrainConfig& c) {
   check_flag("--schedule", [&] { schedule_program(c); });
   check_flag("--remat", [&] { parse_remat(c.remat); });
   check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
-  int64_t k = c.partitions;
+  int64_t k = c.partitions;  // devices
   if (!c.balance.empty()) {
     std::vector<int64_t> sizes;
     check_flag("--balance", [&] { sizes = parse_balance(c.balance); });
     int64_t sum = 0;
     for (int64_t s : sizes) sum += s;
-    usage(static_cast<int>(sizes.size()) == c.partitions || c.partitions == 1,
+    usage(static_cast<int64_t>(sizes.size()) == cells || c.partitions == 1,
           "--balance: ", sizes.size(), " cells but --K=", c.partitions,
-          " (give K sizes, or leave --K out)");
+          c.virtual_stages > 1 ? detail::concat(" x --virtual=", c.virtual_stages) : "",
+          " (give that many sizes, or leave --K out)");
     usage(sum == layers, "--balance: the sizes sum to ", sum, " but the ", c.model, " has ", layers,
           " layers (expected sizes summing to ", layers, ")");
-    k = static_cast<int64_t>(sizes.size());
+    k = static_cast<int64_t>(sizes.size()) / c.virtual_stages;
   }
   if (c.devices.empty()) return;
   int64_t count = 0;
@@ -184,7 +191,8 @@ static void validate_pipeline(const TrainConfig& c) {
     count = static_cast<int64_t>(specs.size());
   }
   usage(count == 1 || count == k, "--devices: ", count, " devices for K = ", k,
-        " cells (expected K devices, or one shared by all cells)");
+        c.virtual_stages > 1 ? " devices" : " cells",
+        " (expected K devices, or one shared by all cells)");
 }
 
 static void validate_optimisation(const TrainConfig& c) {
@@ -213,11 +221,15 @@ Schedule schedule_program(const TrainConfig& c) {
   Schedule s = c.schedule.rfind(file_prefix, 0) == 0
                    ? load_schedule_file(c.schedule.substr(file_prefix.size()))
                    : make_schedule(parse_schedule(c.schedule), c.partitions, c.micro_batches,
-                                   parse_remat(c.remat));
+                                   parse_remat(c.remat), c.virtual_stages);
   GPIPE_CHECK(
       s.training,
       "the schedule is a forward-only program; a training one ('train' in its header) is needed");
-  gpipe::validate(s, c.partitions, c.micro_batches);
+  gpipe::validate(s, c.partitions * c.virtual_stages, c.micro_batches);
+  GPIPE_CHECK(s.device_count() == c.partitions, "the schedule runs its ", s.cells(), " cells on ",
+              s.device_count(), " devices but --K=", c.partitions,
+              c.virtual_stages > 1 ? detail::concat(" --virtual=", c.virtual_stages) : "",
+              " asks for ", c.partitions, " devices");
   return s;
 }
 
@@ -393,15 +405,19 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
 }
 
 void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
-  app.add_option("--K", c.partitions, "partitions (cells, one per device)")
+  app.add_option("--K", c.partitions, "partitions: devices, one cell each (v with --virtual)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  app.add_option("--virtual", c.virtual_stages,
+                 "v: cells per device for --schedule=interleaved (cell c on device c mod K)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option(
-         "--schedule", c.schedule,
-         "gpipe | 1f1b | zb-h1 | file:PATH (a program in the text form --print-schedule writes)")
+  app.add_option("--schedule", c.schedule,
+                 "gpipe | 1f1b | zb-h1 | interleaved | file:PATH (a program in the text form "
+                 "--print-schedule writes)")
       ->capture_default_str();
   app.add_option(
       "--schedule-svg", c.schedule_svg,

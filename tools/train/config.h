@@ -97,7 +97,8 @@ struct TrainConfig {
   int64_t log_every = 10;
 
   // ---- pipeline ----
-  int partitions = 1;              // K
+  int partitions = 1;              // K: devices (one cell each unless --virtual)
+  int virtual_stages = 1;          // v: cells per device (--schedule=interleaved)
   int micro_batches = 1;           // M
   std::string schedule = "gpipe";  // gpipe | 1f1b | file:PATH
   std::string remat = "except_last";

@@ -89,6 +89,7 @@ namespace {
 PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communicator> world) {
   PipelineOptions o;
   o.cells = c.partitions;
+  o.virtual_stages = c.virtual_stages;
   o.micro_batches = c.micro_batches;
   o.devices = parse_devices(c.devices);
   o.remat = parse_remat(c.remat);
@@ -152,19 +153,21 @@ int64_t model_parameter_count(const TrainConfig& c) {
 // the dry run as comments.
 void print_schedule(const TrainConfig& c, std::ostream& log) {
   const Schedule s = schedule_program(c);
-  const DryRun run = gpipe::validate(s, c.partitions, c.micro_batches);
+  const DryRun run = gpipe::validate(s, s.cells(), c.micro_batches);
   log << to_text(s);
   log << "# dry run: " << run.makespan
       << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
   for (int p : run.peak_live) log << " " << p;
   log << "\n";
   // The simulator (pipeline/simulate.h) on uniform stages: the shape of the step.
-  const Simulation sim = simulate(s, CostModel::uniform(c.partitions, 1.0, 2.0));
+  // Interleaved: each of a device's v cells holds 1/v of its work.
+  const double per_cell = 1.0 / (s.cells() / s.device_count());
+  const Simulation sim = simulate(s, CostModel::uniform(s.cells(), per_cell, 2.0 * per_cell));
   log << "# on uniform stages (F = 1, B = I + W = 2, R = 1, free links): " << sim.step_seconds
       << " units, bubble " << sim.bubble_fraction;
   if (c.schedule.rfind("file:", 0) != 0) {
     const BubbleFormula f =
-        bubble_formula(parse_schedule(c.schedule), c.partitions, c.micro_batches);
+        bubble_formula(parse_schedule(c.schedule), c.partitions, c.micro_batches, c.virtual_stages);
     log << " (" << c.schedule << "'s formula " << f.text << " = " << f.value << ")";
   }
   log << "\n";
@@ -173,7 +176,8 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
   for (std::string row; std::getline(rows, row);) log << "# " << row << "\n";
   if (!c.schedule_svg.empty()) {
     std::vector<std::string> names;
-    for (int st = 0; st < c.partitions; ++st) names.push_back("stage " + std::to_string(st));
+    for (int st = 0; st < sim.devices(); ++st)
+      names.push_back((s.device_count() < s.cells() ? "device " : "stage ") + std::to_string(st));
     std::ofstream out(c.schedule_svg);
     out << timeline_svg(timeline_events(sim), names, "units (F = 1, B = I + W = 2)");
     GPIPE_CHECK(out.good(), "--schedule-svg: cannot write '", c.schedule_svg, "'");
@@ -218,23 +222,26 @@ class Trainer {
         world_(world) {
     c_ = config;
     const int processes = world_ ? world_->size() : 1;
+    const int cells = c_.partitions * c_.virtual_stages;  // one process per cell and replica
+    const std::string kv = c_.virtual_stages > 1 ? "K x v x R" : "K x R";
     if (!world_ || world_->size() == 1)
-      usage(c_.replicas == 1, "--replicas=", c_.replicas,
-            ": R replicas of a K-stage pipeline need K x R = ", c_.replicas * c_.partitions,
-            " processes, one per stage and replica (launch with mpirun -np ",
-            c_.replicas * c_.partitions, " gpipe_train ...)");
+      usage(c_.replicas == 1, "--replicas=", c_.replicas, ": R replicas of a ", cells,
+            "-stage pipeline need ", kv, " = ", c_.replicas * cells,
+            " processes, one per stage and replica (launch with mpirun -np ", c_.replicas * cells,
+            " gpipe_train ...)");
     if (processes > 1)
-      usage(processes == c_.partitions * c_.replicas, "the job has ", processes,
-            " processes but --K=", c_.partitions, " x --replicas=", c_.replicas, " = ",
-            c_.partitions * c_.replicas,
-            " (expected mpirun -np K*R: one process per stage and replica)");
+      usage(processes == cells * c_.replicas, "the job has ", processes,
+            " processes but --K=", c_.partitions,
+            c_.virtual_stages > 1 ? detail::concat(" x --virtual=", c_.virtual_stages) : "",
+            " x --replicas=", c_.replicas, " = ", cells * c_.replicas, " (expected mpirun -np ", kv,
+            ": one process per stage and replica)");
     if (processes == 1) world_.reset();
     if (world_) {
       // This process reads only the training data its stage consumes.
       const RankInfo me =
-          rank_info_for(world_->rank(), c_.partitions, c_.replicas, parse_rank_layout(c_.layout));
+          rank_info_for(world_->rank(), cells, c_.replicas, parse_rank_layout(c_.layout));
       c_.train_inputs = me.stage == 0;
-      c_.train_targets = me.stage == c_.partitions - 1;
+      c_.train_targets = me.stage == cells - 1;
     }
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
