@@ -184,28 +184,25 @@ Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act)
   const bool keeps_output = !keeps_input && act != FusedActivation::kNone;
   std::vector<Tensor> inputs{z};
   if (bias.defined()) inputs.push_back(bias);
-  // Split (Note [Split backward]): the input's gradient alone, or the bias's
-  // alone (which re-derives the activation's gradient in its own pass).
-  record_split("bias_activation", inputs, y,
-               [act, has_bias = bias.defined(), zs = keeps_input ? zd.detach() : Tensor(),
-                bs = keeps_input && bd.defined() ? bd.detach() : Tensor(),
-                ys = keeps_output ? y.detach() : Tensor()](const std::vector<Tensor>& g,
-                                                           const std::vector<bool>& wanted) {
-                 const Tensor gy = detail::dense(g[0]);
-                 const bool want_z = wanted[0], want_b = has_bias && wanted[1];
-                 Tensor gb =
-                     want_b ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
-                 // Without an activation gz is g itself; the kernel then only sums the bias
-                 // gradient.
-                 Tensor gz = act == FusedActivation::kNone || !want_z
-                                 ? Tensor()
-                                 : Tensor::empty(gy.shape(), gy.dtype(), gy.device());
-                 if (gz.defined() || gb.defined())
-                   bias_act_backward(gy.device(), act, zs, bs, ys, gy, gz, gb);
-                 std::vector<Tensor> out{!want_z ? Tensor() : gz.defined() ? gz : gy};
-                 if (has_bias) out.push_back(gb);
-                 return out;
-               });
+  // Not split (Note [Split backward]): the bias's gradient is a cheap
+  // reduction, computed with the input's so that nothing is kept for W.
+  record("bias_activation", inputs, y,
+         [act, has_bias = bias.defined(), zs = keeps_input ? zd.detach() : Tensor(),
+          bs = keeps_input && bd.defined() ? bd.detach() : Tensor(),
+          ys = keeps_output ? y.detach() : Tensor()](const std::vector<Tensor>& g) {
+           const Tensor gy = detail::dense(g[0]);
+           Tensor gb =
+               has_bias ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
+           // Without an activation gz is g itself; the kernel then only sums the bias gradient.
+           Tensor gz = act == FusedActivation::kNone
+                           ? Tensor()
+                           : Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+           if (gz.defined() || gb.defined())
+             bias_act_backward(gy.device(), act, zs, bs, ys, gy, gz, gb);
+           std::vector<Tensor> out{gz.defined() ? gz : gy};
+           if (has_bias) out.push_back(gb);
+           return out;
+         });
   return y;
 }
 

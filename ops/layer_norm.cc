@@ -41,21 +41,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   const bool need_x = x.requires_grad();
   const bool need_gamma = gamma.defined() && gamma.requires_grad();
   const bool need_beta = beta.defined() && beta.requires_grad();
-  record_split(
-      "layer_norm", {x, gamma, beta}, y,
-      [xs = xd.detach(), gs = gd.defined() ? gd.detach() : Tensor(), mean, rstd, need_x, need_gamma,
-       need_beta](const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
-        const Tensor gy = detail::dense(g[0]);
-        const int64_t d = xs.size(-1);
-        Tensor gx =
-            need_x && wanted[0] ? Tensor::empty(xs.shape(), xs.dtype(), xs.device()) : Tensor();
-        Tensor ggamma =
-            need_gamma && wanted[1] ? Tensor::empty({d}, xs.dtype(), xs.device()) : Tensor();
-        Tensor gbeta =
-            need_beta && wanted[2] ? Tensor::empty({d}, xs.dtype(), xs.device()) : Tensor();
-        layer_norm_backward(xs.device(), gy, xs, mean, rstd, gs, gx, ggamma, gbeta);
-        return std::vector<Tensor>{gx, ggamma, gbeta};
-      });
+  // Not split (Note [Split backward]): gamma's and beta's gradients are
+  // cheap reductions, computed with the input's so that nothing is kept for W.
+  record("layer_norm", {x, gamma, beta}, y,
+         [xs = xd.detach(), gs = gd.defined() ? gd.detach() : Tensor(), mean, rstd, need_x,
+          need_gamma, need_beta](const std::vector<Tensor>& g) {
+           const Tensor gy = detail::dense(g[0]);
+           const int64_t d = xs.size(-1);
+           Tensor gx = need_x ? Tensor::empty(xs.shape(), xs.dtype(), xs.device()) : Tensor();
+           Tensor ggamma = need_gamma ? Tensor::empty({d}, xs.dtype(), xs.device()) : Tensor();
+           Tensor gbeta = need_beta ? Tensor::empty({d}, xs.dtype(), xs.device()) : Tensor();
+           layer_norm_backward(xs.device(), gy, xs, mean, rstd, gs, gx, ggamma, gbeta);
+           return std::vector<Tensor>{gx, ggamma, gbeta};
+         });
   return y;
 }
 

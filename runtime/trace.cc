@@ -140,9 +140,13 @@ std::string timeline_svg(const std::vector<TraceEvent>& events,
        << row_h - 6 << "\" fill=\"" << colour_of(e.category)
        << "\" stroke=\"white\" stroke-width=\"0.5\"><title>" << xml_escape(e.name) << " ("
        << xml_escape(e.category) << ", step " << e.step << ")</title></rect>\n";
-    if (e.micro_batch >= 0 && w >= 14)
+    // The micro-batch number, in the largest font up to 11 px that fits the box.
+    const int digits = static_cast<int>(std::to_string(std::max(e.micro_batch, 0)).size());
+    const double font = std::min(11.0, (w - 2) / (0.62 * digits));
+    if (e.micro_batch >= 0 && font >= 6)
       os << "<text x=\"" << x + w / 2 << "\" y=\"" << y + (row_h - 6) * 0.72
-         << "\" fill=\"white\" text-anchor=\"middle\">" << e.micro_batch << "</text>\n";
+         << "\" fill=\"white\" text-anchor=\"middle\" font-size=\"" << font << "\">"
+         << e.micro_batch << "</text>\n";
   }
   // Time axis: ten ticks.
   const double axis_y = top + rows * row_h + 4;

@@ -216,6 +216,7 @@ int run_measure(const MeasureOptions& o) {
   po.micro_batches = o.micro_batches;
   po.remat = parse_remat(o.remat);
   po.schedule = parse_schedule(o.schedule);
+  po.virtual_stages = o.virtual_stages;
   po.threads_per_stage = o.threads;
   if (!o.balance.empty()) po.balance = parse_balance(o.balance);
   po.trace = !o.trace_path.empty();
@@ -343,6 +344,8 @@ std::string measure_in_child(const MeasureOptions& o) {
                     " --max-seconds " + std::to_string(o.max_seconds);
   if (!o.balance.empty()) cmd += " --balance " + o.balance;
   if (o.schedule != "gpipe") cmd += " --schedule " + o.schedule;
+  if (o.virtual_stages > 1) cmd += " --virtual " + std::to_string(o.virtual_stages);
+  if (!o.trace_path.empty()) cmd += " --trace " + o.trace_path;
   if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";
   if (o.replicas > 1) cmd += " --replicas " + std::to_string(o.replicas);
   return run_json(cmd);

@@ -70,7 +70,8 @@ struct MeasureOptions {
   int partitions = 1;              // K
   int micro_batches = 1;           // M
   std::string remat = "never";     // never | except_last | always
-  std::string schedule = "gpipe";  // gpipe | 1f1b
+  std::string schedule = "gpipe";  // gpipe | 1f1b | zb-h1 | interleaved
+  int virtual_stages = 1;          // v: cells per device (interleaved)
   std::string balance;             // "12,7": explicit layers per cell (else by cost)
   int warmup = 3, steps = 20;
   double max_seconds = 30;     // stop timing after this many seconds (>= 1 timed step)
@@ -112,6 +113,20 @@ struct PipelineBenchOptions {
   bool try_pipe = true;
 };
 int run_pipeline(const PipelineBenchOptions& opt);
+
+// Schedules: W3's model at K = 2 (one core per device) for each schedule
+// and M: samples/s, the measured bubble beside the schedule's formula, the
+// gain over 1F1B beside the gain the formulas predict, and the peak
+// activation memory per device.
+struct SchedulesBenchOptions {
+  std::vector<int> micro_batches{2, 4, 8, 16};
+  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1"};
+  int virtual_stages = 2;  // v for interleaved
+  std::string remat = "never";
+  int warmup = 1, steps = 5;
+  std::string trace_dir;  // write each run's trace (and its SVG) here
+};
+int run_schedules(const SchedulesBenchOptions& opt);
 
 // Processes: W3 with one MPI rank per stage (K=2) against the in-process
 // K=2 run, data parallelism (R=2, K=1) against one process, and the bytes

@@ -4,6 +4,7 @@
 //   (GPIPE_CPU_ISA=avx2 for that path) bazel run //tools:gpipe_bench -- peak          # FMA peak
 //   per ISA level, 1 and 2 threads bazel run //tools:gpipe_bench -- transformer   # W2 vs PyTorch
 //   bazel run //tools:gpipe_bench -- pipeline      # W3 K=1 vs K=2 (+ PyTorch seq)
+//   bazel run //tools:gpipe_bench -- schedules     # W3 at K=2 per schedule: bubble vs formula
 //   bazel run //tools:gpipe_bench -- remat         # W4 activation memory
 //   bazel run //tools:gpipe_bench -- amoebanet     # W5 vs PyTorch
 //   bazel run //tools:gpipe_bench -- processes     # W3 over MPI ranks vs in-process; R=2 data
@@ -113,6 +114,22 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
   return c;
 }
 
+CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "schedules", "W3's model at K=2 under each schedule: bubble vs formula, gain over 1F1B");
+  c->add_option("--micro-batches", o.micro_batches, "M values")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b, interleaved, zb-h1")
+      ->delimiter(',');
+  c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
+  c->add_option("--remat", o.remat, "never | except_last | always");
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--trace-dir", o.trace_dir, "write each run's Chrome trace and SVG here");
+  return c;
+}
+
 CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
   CLI::App* c =
       app.add_subcommand("remat", "W4: activation memory and step time with / without remat");
@@ -174,7 +191,8 @@ CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
   c->add_option("--partitions", o.partitions, "K");
   c->add_option("--micro-batches", o.micro_batches, "M");
   c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--schedule", o.schedule, "gpipe | 1f1b");
+  c->add_option("--schedule", o.schedule, "gpipe | 1f1b | zb-h1 | interleaved");
+  c->add_option("--virtual", o.virtual_stages, "v: cells per device (interleaved)");
   c->add_option("--balance", o.balance, "layers per cell");
   c->add_option("--warmup", o.warmup, "untimed steps");
   c->add_option("--steps", o.steps, "timed steps");
@@ -198,6 +216,7 @@ int main(int argc, char** argv) {
   gpipe::bench::KernelsBenchOptions kn;
   gpipe::bench::TransformerBenchOptions tr;
   gpipe::bench::PipelineBenchOptions pl;
+  gpipe::bench::SchedulesBenchOptions sc;
   gpipe::bench::RematBenchOptions rm;
   gpipe::bench::AmoebaNetBenchOptions am;
   gpipe::bench::MeasureOptions me;
@@ -209,6 +228,7 @@ int main(int argc, char** argv) {
   CLI::App* kl = add_kernels(app, kn);
   CLI::App* t = add_transformer(app, tr);
   CLI::App* p = add_pipeline(app, pl);
+  CLI::App* sch = add_schedules(app, sc);
   CLI::App* r = add_remat(app, rm);
   CLI::App* a = add_amoebanet(app, am);
   CLI::App* m = add_measure(app, me);
@@ -225,6 +245,7 @@ int main(int argc, char** argv) {
     if (kl->parsed()) return gpipe::bench::run_kernels(kn);
     if (t->parsed()) return gpipe::bench::run_transformer(tr);
     if (p->parsed()) return gpipe::bench::run_pipeline(pl);
+    if (sch->parsed()) return gpipe::bench::run_schedules(sc);
     if (r->parsed()) return gpipe::bench::run_remat(rm);
     if (a->parsed()) return gpipe::bench::run_amoebanet(am);
     if (m->parsed()) return gpipe::bench::run_measure(me);

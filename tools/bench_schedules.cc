@@ -1,0 +1,107 @@
+// gpipe_bench schedules: W3's model (8+8-layer Transformer, N = 64, Adam) at
+// K = 2 devices with one core each, for every schedule and M: samples/s,
+// the measured bubble (idle share of the devices over the step, from the
+// trace) beside the schedule's own formula, the gain over 1F1B beside the
+// gain the formulas predict, and the peak activation memory per device.
+//
+// Predicted gain of schedule S over 1F1B: a step does the same work in
+// both, spread over (1 - bubble) of the devices' time, so
+// samples/s(S) / samples/s(1F1B) = (1 - b_S) / (1 - b_1F1B) with b the
+// formula's idle share (equal stage costs, free links). Every measurement
+// is a fresh process (tools/bench_measure.cc).
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "pipeline/schedule.h"
+#include "tools/bench_common.h"
+#include "tools/benchmarks.h"
+
+namespace gpipe::bench {
+namespace {
+
+struct Row {
+  double sps = 0, bubble = 0, formula = 0;
+  std::string memory, partition;
+};
+
+// "cpu:0=123 cpu:1=456" (bytes) -> "0.1/0.5" (MB).
+std::string megabytes(const std::string& per_device) {
+  std::istringstream in(per_device);
+  std::string out, item;
+  while (in >> item) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) continue;
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f", std::stod(item.substr(eq + 1)) / 1e6);
+    out += (out.empty() ? "" : "/") + std::string(buf);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_schedules(const SchedulesBenchOptions& opt) {
+  constexpr int kDevices = 2;
+  std::printf(
+      "# schedules: W3's 8+8-layer Transformer, N=64, Adam(lr=1e-4), K=%d devices with 1 thread "
+      "each, remat %s; median of %d steps after %d warm-up; interleaved with v=%d\n",
+      kDevices, opt.remat.c_str(), opt.steps, opt.warmup, opt.virtual_stages);
+  std::printf("%-12s %3s %10s %9s %9s %16s %9s %10s %14s  %s\n", "schedule", "M", "samples/s",
+              "bubble", "formula", "formula text", "vs 1f1b", "predicted", "act peak MB",
+              "cells (layers)");
+  std::map<std::pair<std::string, int>, Row> rows;
+  for (int m : opt.micro_batches)
+    for (const std::string& schedule : opt.schedules) {
+      const bool interleaved = schedule == "interleaved";
+      if (interleaved && m % kDevices != 0) {
+        std::printf("%-12s %3d   (M must be a multiple of K = %d)\n", schedule.c_str(), m,
+                    kDevices);
+        continue;
+      }
+      MeasureOptions mo;
+      mo.layers = 8;
+      mo.batch = 64;
+      mo.threads = 1;
+      mo.partitions = kDevices;
+      mo.virtual_stages = interleaved ? opt.virtual_stages : 1;
+      mo.micro_batches = m;
+      mo.remat = opt.remat;
+      mo.schedule = schedule;
+      mo.warmup = opt.warmup;
+      mo.steps = opt.steps;
+      mo.max_seconds = 1e9;
+      if (!opt.trace_dir.empty())
+        mo.trace_path = opt.trace_dir + "/" + schedule + "_m" + std::to_string(m) + ".json";
+      const std::string j = measure_in_child(mo);
+      const BubbleFormula f =
+          bubble_formula(parse_schedule(schedule), kDevices, m, mo.virtual_stages);
+      Row r{64 / json_number(j, "median_s"), json_number(j, "bubble"), f.value,
+            megabytes(json_string(j, "act_peak_devices")), json_string(j, "partition")};
+      rows[{schedule, m}] = r;
+      const auto base = rows.find({"1f1b", m});
+      const bool has_base = base != rows.end() && schedule != "1f1b";
+      char vs[32] = "-", predicted[32] = "-";
+      if (has_base) {
+        std::snprintf(vs, sizeof(vs), "%.3f", r.sps / base->second.sps);
+        std::snprintf(predicted, sizeof(predicted), "%.3f",
+                      (1 - r.formula) / (1 - base->second.formula));
+      }
+      std::printf("%-12s %3d %10.2f %9.3f %9.3f %16s %9s %10s %14s  %s\n", schedule.c_str(), m,
+                  r.sps, r.bubble, r.formula, f.text.c_str(), vs, predicted, r.memory.c_str(),
+                  r.partition.c_str());
+      std::fflush(stdout);
+    }
+  std::printf(
+      "# bubble: measured idle share of the %d devices from the first compute to the last (sends, "
+      "receives and reductions idle)\n# formula: the schedule's own idle share for equal stages "
+      "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), interleaved (K-1)/(vM+K-1))\n"
+      "# vs 1f1b: samples/s over 1F1B's at the same M; predicted: (1 - formula) / (1 - 1F1B's "
+      "formula); goal at M=4: vs 1f1b >= predicted within 10%%\n"
+      "# act peak MB: the peak activation bytes of each device during the timed steps\n",
+      kDevices);
+  return 0;
+}
+
+}  // namespace gpipe::bench
