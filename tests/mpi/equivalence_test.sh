@@ -46,5 +46,6 @@ check t_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved" "--K=2 --M=2" "$
 # constant channels amplifies that rounding to ~1e-4 within two steps.)
 check a_k2r2 4 "--K=2 --M=1 --replicas=2" "--K=2 --M=2" "$A"
 check a_k2_zb 2 "--K=2 --M=2 --schedule=zb-h1 --remat=always" "--K=2 --M=2" "$A"
+check a_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved --remat=except_last" "--K=2 --M=2" "$A"
 check a_k1r2 2 "--K=1 --M=1 --replicas=2" "--K=1 --M=2" "$A"
 echo "all MPI layouts match the single-process runs"
