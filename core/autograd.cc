@@ -10,6 +10,7 @@
 #include "core/autograd.h"
 
 #include <atomic>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -534,7 +535,8 @@ WeightGradients backward_input(const std::vector<Tensor>& roots, const std::vect
   std::unordered_set<Node*> queued;
   for (const auto& [e, g] : start) {
     if (off_path(e)) {  // a root that only parameters depend on: all of it is deferred
-      entries.push_back({nullptr, {}, {}, {{e, g}}, e.fn->sequence_nr});
+      // First in run(), in root order, as backward() delivers every root before any node runs.
+      entries.push_back({nullptr, {}, {}, {{e, g}}, std::numeric_limits<uint64_t>::max()});
       continue;
     }
     buffers.deliver(e, g);
@@ -559,6 +561,18 @@ WeightGradients backward_input(const std::vector<Tensor>& roots, const std::vect
       out = node->apply_some(in, wanted);
       check_gradient_count(*node, out);
       entries.push_back({node, std::move(in), weight, {}, node->sequence_nr});
+      // W uses only the weight edges: the kept node must not keep the input
+      // path alive (its nodes, the inputs' accumulators and their leaves).
+      for (size_t i = 0; i < n_edges; ++i)
+        if (!weight[i] && i < out.size() && out[i].defined())
+          buffers.deliver(node->next_edges[i], out[i]);
+      for (size_t i = 0; i < n_edges; ++i) {
+        Edge& e = node->next_edges[i];
+        if (!e.valid() || weight[i]) continue;
+        if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+        e = Edge{};
+      }
+      continue;
     } else {
       if (!in.empty()) {
         out = node->apply(std::move(in));

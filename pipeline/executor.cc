@@ -89,9 +89,6 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   replicas_ = world_->split(r.stage, r.replica);
   GPIPE_ASSERT(pipe_->rank() == r.stage && replicas_->rank() == r.replica);
   const int k = r.cells, s = r.stage;
-  GPIPE_CHECK(
-      opt_.devices >= 0 && opt_.devices <= k && (opt_.devices == 0 || k % opt_.devices == 0),
-      "stage ", s, ": ", k, " cells cannot share ", opt_.devices, " devices evenly");
   auto name = [&](const char* what, int from, int to) {
     return detail::concat(what, " of stage ", from, " (rank ",
                           world_rank_of(from, r.replica, k, r.replicas, opt_.layout), ") to stage ",
@@ -106,9 +103,10 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   if (s + 1 < k) grad_in_ = pipe_->transport(s + 1, kGradients, mine, name("gradients", s + 1, s));
   if (s > 0) grad_out_ = pipe_->transport(s - 1, kGradients, mine, name("gradients", s, s - 1));
   // Note [Device turns]: a link to every other cell of this cell's device.
-  if (opt_.devices > 0 && opt_.devices < k)
-    for (int o = s % opt_.devices; o < k; o += opt_.devices)
-      if (o != s) turns_[o] = pipe_->transport(o, kTurns, mine, name("device turns", s, o));
+  for (int o : opt_.device_peers) {
+    GPIPE_CHECK(o >= 0 && o < k && o != s, "stage ", s, ": bad device peer ", o);
+    turns_[o] = pipe_->transport(o, kTurns, mine, name("device turns", s, o));
+  }
 }
 
 std::string StageExecutor::action_name(const Action& a) const {

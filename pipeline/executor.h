@@ -75,11 +75,11 @@ struct ExecutorOptions {
   Watchdog* watchdog = nullptr;
   FailureLog* failures = nullptr;
   const FaultHook* fault_hook = nullptr;  // may be null or empty
-  // Cells sharing devices (interleaved programs, Note [Device turns]): cell c
-  // runs on device c mod `devices` (0: every cell has its own), and
-  // turn_peer maps each of this cell's turn numbers (<Tt, >Tt) to the cell
-  // it takes the turn from or hands it to.
-  int devices = 0;
+  // Cells sharing devices (Note [Device turns]): the other cells on this
+  // cell's device (empty: it has its device to itself), and for each of this
+  // cell's turn numbers (<Tt, >Tt) the cell it takes the turn from or hands
+  // it to.
+  std::vector<int> device_peers;
   std::map<int, int> turn_peer;
 };
 

@@ -47,10 +47,16 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
               opt_.replicas);
   GPIPE_CHECK(opt_.replicas == 1 || opt_.world != nullptr, "pipeline: R = ", opt_.replicas,
               " replicas need one process per stage and replica (launch with mpirun -np K*R)");
+  // ZB-V holds two cells on each device (a V).
+  if (!opt_.custom_schedule && opt_.schedule == ScheduleKind::kZBV && opt_.virtual_stages == 1)
+    opt_.virtual_stages = 2;
   const int v = opt_.virtual_stages;
   GPIPE_CHECK(v >= 1, "pipeline: v (cells per device) must be >= 1, got ", v);
-  GPIPE_CHECK(v == 1 || opt_.custom_schedule || opt_.schedule == ScheduleKind::kInterleaved,
-              "pipeline: v = ", v, " cells per device needs the interleaved schedule (got ",
+  GPIPE_CHECK(v == 1 || opt_.custom_schedule || opt_.schedule == ScheduleKind::kInterleaved ||
+                  (opt_.schedule == ScheduleKind::kZBV && v == 2),
+              "pipeline: v = ", v,
+              " cells per device needs the interleaved schedule (or v = 2 "
+              "with zb-v; got ",
               schedule_name(opt_.schedule), ")");
   if (!opt_.balance.empty()) {
     const int given = static_cast<int>(opt_.balance.size());
@@ -82,6 +88,13 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
               schedule_.cells(), " cells on ", schedule_.device_count(),
               " devices but K = ", opt_.cells, " devices with v = ", v,
               " cells each were asked for");
+  // Under MPI each cell is a process; NCCL takes one rank per GPU.
+  if (opt_.world && schedule_.device_count() < k)
+    for (const Device& dev : opt_.devices)
+      GPIPE_CHECK(dev.is_cpu(), "pipeline: the program puts ", v,
+                  " cells on each device, and under mpirun every cell is a process, but ", dev,
+                  " is a GPU: NCCL allows one process per GPU (run cells that share GPUs in one "
+                  "process, or use a schedule with one cell per device)");
 
   info_ = rank_info_for(0, k, 1, opt_.layout);
   info_.world_size = 1;
@@ -105,9 +118,10 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == d,
               "pipeline: got ", opt_.devices.size(), " devices for K = ", d,
               v > 1 ? " devices" : " cells", " (give K devices, or one for all cells)");
-  // Interleaved: cell s on device s mod K (Note [Device turns]).
+  // The program places the cells (interleaved: s mod K; ZB-V: a V).
   for (int s = 0; s < k; ++s)
-    stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[s % d]);
+    stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0]
+                                                      : opt_.devices[schedule_.device_of(s)]);
   for (int s = 0; s < k; ++s) {
     int64_t params = 0, bytes = 0;
     std::unordered_set<TensorImpl*> seen;  // a tensor tied within the cell counts once in the bytes
@@ -358,9 +372,19 @@ StepResult Pipeline::train_step(const Batch& batch) {
     hi = std::max(hi, e.start_us + e.duration_us);
     busy += e.duration_us;
   }
-  // Devices: the cells of an interleaved program share theirs.
+  // Devices: the cells of an interleaved or ZB-V program share theirs.
   const double devices = holds_whole_pipeline() ? schedule_.device_count() : ranks_.size();
   if (hi > trace_from) res.bubble_fraction = 1.0 - busy / (devices * (hi - trace_from));
+  if (opt_.world && schedule_.device_count() < schedule_.cells()) {
+    // One cell per process: the device's idle share needs its other cells'
+    // busy time (each process measures the step's span on its own clock).
+    double sums[2] = {busy, hi - trace_from};
+    on_ranks([&](StageExecutor& r) {
+      r.pipe().allreduce(&sums[0], 1, ReduceOp::kSum, "summing the cells' busy time");
+      r.pipe().allreduce(&sums[1], 1, ReduceOp::kMax, "the step's longest span");
+    });
+    if (sums[1] > 0) res.bubble_fraction = 1.0 - sums[0] / (schedule_.device_count() * sums[1]);
+  }
   return res;
 }
 

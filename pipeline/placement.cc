@@ -152,10 +152,10 @@ void Pipeline::build_ranks() {
     eo.watchdog = watchdog_.get();
     eo.failures = failures_.get();
     eo.fault_hook = &opt_.fault_hook;
-    if (schedule_.device_count() < k) {
-      eo.devices = schedule_.device_count();
-      eo.turn_peer = turn_peers(schedule_, local[i]);
-    }
+    for (int o = 0; o < k; ++o)
+      if (o != local[i] && schedule_.device_of(o) == schedule_.device_of(local[i]))
+        eo.device_peers.push_back(o);
+    if (!eo.device_peers.empty()) eo.turn_peer = turn_peers(schedule_, local[i]);
     ranks_.push_back(std::make_unique<StageExecutor>(eo, std::move(stages[i]), std::move(ties[i])));
   }
   on_ranks(

@@ -48,10 +48,14 @@ std::string Pipeline::describe() const {
   for (size_t s = 0; s < dry_run_.peak_live.size(); ++s)
     os << (s ? "/" : " ") << dry_run_.peak_live[s];
   os << "\n";
-  if (opt_.world)
-    os << "processes: " << info_.world_size << " = K " << static_cast<int>(partition_.cells())
+  if (opt_.world) {
+    const int devices = schedule_.device_count(), cells = static_cast<int>(partition_.cells());
+    os << "processes: " << info_.world_size << " = "
+       << (devices < cells ? detail::concat("K ", devices, " x v ", cells / devices)
+                           : detail::concat("K ", cells))
        << " x R " << opt_.replicas << " (" << rank_layout_name(opt_.layout)
-       << "-major ranks), links over " << ranks_.front()->link_kind() << "\n";
+       << "-major ranks, one per cell), links over " << ranks_.front()->link_kind() << "\n";
+  }
   return os.str();
 }
 
@@ -93,11 +97,12 @@ void Pipeline::write_trace(const std::string& path) const {
     tracer_.write_svg(svg_path_for(path), rows);
     return;
   }
-  // Interleaved: a row per device, each event named with its cell.
+  // Cells sharing devices: a row per device, each event named with its cell.
   for (int d = 0; d < devices; ++d) {
     std::string cells;
-    for (size_t s = d; s < cells_.size(); s += devices)
-      cells += (cells.empty() ? "" : ",") + std::to_string(s);
+    for (size_t s = 0; s < cells_.size(); ++s)
+      if (schedule_.device_of(static_cast<int>(s)) == d)
+        cells += (cells.empty() ? "" : ",") + std::to_string(s);
     rows.push_back(detail::concat(stage_devices_[d].str(), " (cells ", cells, ")"));
   }
   Tracer by_device;

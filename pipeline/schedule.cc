@@ -5,6 +5,7 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -186,16 +187,90 @@ void add_reductions(Schedule& s) {
   }
 }
 
-Schedule make_interleaved(int k, int m, RematMode remat, int v) {
-  GPIPE_CHECK(m % k == 0, "interleaved schedule: M = ", m, " micro-batches must be a multiple of ",
-              "K = ", k, " devices (they run in groups of K)");
-  const int cells = k * v;
-  Schedule s{m, true, std::vector<std::vector<Action>>(cells), k};
-  for (int d = 0; d < k; ++d) {
+// Note [ZB-V]. Cells 0..K-1 run on devices 0..K-1 and cells K..2K-1 back
+// on K-1..0, so device d holds cells d and 2K-1-d, and device 0 both ends.
+// Each device's order comes from one run on a unit clock (F = I = W = 1
+// tick per cell, free links): each tick a free device runs, among its two
+// cells, the next forward whose input has arrived while fewer than 2K of
+// its cell-micro-batches are alive (forwarded, weight-gradient not yet
+// done: 1F1B's peak on its first stage, K whole micro-batches, now on every
+// device), the deeper cell's first; else the next input-gradient whose
+// gradient has arrived, the shallower cell's first; else the oldest pending
+// weight-gradient, the deeper cell's first. For M = K and for M >= 3K/2
+// (every K <= 8, M <= 32 the tests sweep) this takes 6M + K - 1 ticks: an
+// idle share of (K-1)/(6M+K-1), half of ZB-H1's and a sixth of 1F1B's; for
+// K < M < 3K/2 up to K - 2 ticks more. (The paper's ZB-V is made by hand;
+// this greedy is ours, checked against that bound.)
+std::vector<std::vector<DeviceTask>> zb_v_orders(int k, int m) {
+  constexpr int kNotYet = -1;
+  const int cells = 2 * k;
+  auto cell_of = [&](int d, int chunk) { return chunk == 0 ? d : cells - 1 - d; };
+  std::vector<std::vector<int>> f_end(cells, std::vector<int>(m, kNotYet));
+  std::vector<std::vector<int>> i_end(cells, std::vector<int>(m, kNotYet));
+  std::vector<int> f(cells, 0), i(cells, 0), w(cells, 0), alive(k, 0);
+  std::vector<std::vector<DeviceTask>> orders(k);
+  const int64_t total = 3LL * cells * m;
+  int64_t done = 0;
+  auto arrived = [](int end, int t) { return end != kNotYet && end <= t; };
+  for (int t = 0; done < total; ++t) {
+    GPIPE_ASSERT(t <= 6 * m * k + 4 * k + 8, "ZB-V order: no progress at tick ", t);
+    for (int d = 0; d < k; ++d) {
+      int pick_chunk = -1;
+      Task pick = Task::kF;
+      for (Task task : {Task::kF, Task::kI, Task::kW}) {
+        // Forwards and weight-gradients of the deeper cell first, input-gradients of the shallower.
+        const std::array<int, 2> chunks =
+            task == Task::kI ? std::array<int, 2>{0, 1} : std::array<int, 2>{1, 0};
+        for (int chunk : chunks) {
+          const int c = cell_of(d, chunk);
+          bool ok = false;
+          if (task == Task::kF)
+            ok = f[c] < m && alive[d] < 2 * k && (c == 0 || arrived(f_end[c - 1][f[c]], t));
+          else if (task == Task::kI)
+            ok = i[c] < f[c] && arrived(f_end[c][i[c]], t) &&
+                 (c == cells - 1 || arrived(i_end[c + 1][i[c]], t));
+          else
+            ok = w[c] < i[c];
+          if (ok) {
+            pick_chunk = chunk;
+            pick = task;
+            break;
+          }
+        }
+        if (pick_chunk >= 0) break;
+      }
+      if (pick_chunk < 0) continue;
+      const int c = cell_of(d, pick_chunk);
+      if (pick == Task::kF) {
+        orders[d].push_back({pick_chunk, {Task::kF, f[c]}});
+        f_end[c][f[c]++] = t + 1;
+        ++alive[d];
+      } else if (pick == Task::kI) {
+        orders[d].push_back({pick_chunk, {Task::kI, i[c]}});
+        i_end[c][i[c]++] = t + 1;
+      } else {
+        orders[d].push_back({pick_chunk, {Task::kW, w[c]++}});
+        --alive[d];
+      }
+      ++done;
+    }
+  }
+  return orders;
+}
+
+// A program from each device's order of its cells' compute (cell_of(d,
+// chunk) names the cell): the cells' actions with their communication and
+// remat, a turn (>T on the cell giving the device up, <T on the one taking
+// it) at every change of cell, then the reductions.
+template <class CellOf>
+Schedule from_device_orders(int m, RematMode remat, int cells, std::vector<int> device_map,
+                            const std::vector<std::vector<DeviceTask>>& orders, CellOf cell_of) {
+  Schedule s{m, true, std::vector<std::vector<Action>>(cells), std::move(device_map)};
+  for (int d = 0; d < static_cast<int>(orders.size()); ++d) {
     std::vector<std::optional<Compute>> last(cells);
     int holder = -1, turn = 0;
-    for (const DeviceTask& t : interleaved_order(k, v, m, d)) {
-      const int c = t.chunk * k + d;
+    for (const DeviceTask& t : orders[d]) {
+      const int c = cell_of(d, t.chunk);
       if (holder != c) {
         if (holder >= 0) {
           s.stages[holder].push_back({ActionKind::kSendTurn, turn});
@@ -212,6 +287,24 @@ Schedule make_interleaved(int k, int m, RematMode remat, int v) {
   return s;
 }
 
+Schedule make_interleaved(int k, int m, RematMode remat, int v) {
+  GPIPE_CHECK(m % k == 0, "interleaved schedule: M = ", m, " micro-batches must be a multiple of ",
+              "K = ", k, " devices (they run in groups of K)");
+  std::vector<std::vector<DeviceTask>> orders;
+  for (int d = 0; d < k; ++d) orders.push_back(interleaved_order(k, v, m, d));
+  std::vector<int> device_map;
+  for (int c = 0; c < k * v; ++c) device_map.push_back(c % k);
+  return from_device_orders(m, remat, k * v, device_map, orders,
+                            [k](int d, int chunk) { return chunk * k + d; });
+}
+
+Schedule make_zb_v(int k, int m, RematMode remat) {
+  std::vector<int> device_map;
+  for (int c = 0; c < 2 * k; ++c) device_map.push_back(c < k ? c : 2 * k - 1 - c);
+  return from_device_orders(m, remat, 2 * k, device_map, zb_v_orders(k, m),
+                            [k](int d, int chunk) { return chunk == 0 ? d : 2 * k - 1 - d; });
+}
+
 }  // namespace
 
 ScheduleKind parse_schedule(const std::string& name) {
@@ -219,8 +312,9 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "zb-h1" || name == "zbh1") return ScheduleKind::kZBH1;
   if (name == "interleaved" || name == "interleaved-1f1b") return ScheduleKind::kInterleaved;
+  if (name == "zb-v" || name == "zbv") return ScheduleKind::kZBV;
   throw Error(detail::concat("unknown schedule '", name,
-                             "' (expected gpipe, 1f1b, zb-h1, interleaved or file:PATH)"));
+                             "' (expected gpipe, 1f1b, zb-h1, interleaved, zb-v or file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) {
@@ -233,8 +327,17 @@ std::string schedule_name(ScheduleKind kind) {
       return "zb-h1";
     case ScheduleKind::kInterleaved:
       return "interleaved";
+    case ScheduleKind::kZBV:
+      return "zb-v";
   }
   return "?";
+}
+
+int Schedule::device_count() const {
+  if (device_map.empty()) return cells();
+  int d = 0;
+  for (int x : device_map) d = std::max(d, x + 1);
+  return d;
 }
 
 BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
@@ -242,6 +345,8 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
               " M=", m, " v=", v);
   if (kind == ScheduleKind::kZBH1)
     return {static_cast<double>(k - 1) / (3.0 * m + k - 1), "(K-1)/(3M+K-1)"};
+  if (kind == ScheduleKind::kZBV)
+    return {static_cast<double>(k - 1) / (6.0 * m + k - 1), "(K-1)/(6M+K-1)"};
   if (kind == ScheduleKind::kInterleaved && v > 1)
     return {static_cast<double>(k - 1) / (static_cast<double>(v) * m + k - 1),
             detail::concat("(K-1)/(vM+K-1), v=", v)};
@@ -251,6 +356,11 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
 Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) {
   GPIPE_CHECK(k >= 1 && m >= 1, "schedule: K and M must be >= 1, got K=", k, " M=", m);
   GPIPE_CHECK(v >= 1, "schedule: v (cells per device) must be >= 1, got ", v);
+  if (kind == ScheduleKind::kZBV) {
+    GPIPE_CHECK(v == 1 || v == 2,
+                "schedule: zb-v places 2 cells on each device (a V), got v = ", v);
+    return make_zb_v(k, m, remat);
+  }
   GPIPE_CHECK(v == 1 || kind == ScheduleKind::kInterleaved, "schedule: ", schedule_name(kind),
               " places one cell per device; v = ", v, " cells per device needs interleaved");
   if (kind == ScheduleKind::kInterleaved) {
@@ -294,7 +404,17 @@ std::string to_text(const Schedule& s) {
   std::ostringstream os;
   os << "schedule K=" << s.cells() << " M=" << s.micro_batches
      << (s.training ? " train" : " forward");
-  if (s.devices > 0) os << " devices=" << s.devices;
+  if (!s.device_map.empty()) {
+    bool round_robin = true;
+    const int d = s.device_count();
+    for (int c = 0; c < s.cells(); ++c) round_robin = round_robin && s.device_of(c) == c % d;
+    os << " devices=";
+    if (round_robin) {
+      os << d;
+    } else {
+      for (int c = 0; c < s.cells(); ++c) os << (c ? "," : "") << s.device_of(c);
+    }
+  }
   os << "\n";
   for (int stage = 0; stage < s.cells(); ++stage)
     os << stage << ": " << to_string(s.stages[stage]) << "\n";
@@ -346,21 +466,46 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
     if (!header) {
       std::string kk, mm, mode, dd, extra;
       words >> kk >> mm >> mode;
-      int m = -1, d = 0;
+      int m = -1;
       const bool has_devices = static_cast<bool>(words >> dd);
-      const bool ok = first == "schedule" && std::sscanf(kk.c_str(), "K=%d", &k) == 1 &&
-                      std::sscanf(mm.c_str(), "M=%d", &m) == 1 &&
-                      (mode == "train" || mode == "forward") && k >= 1 && m >= 0 &&
-                      (!has_devices || (std::sscanf(dd.c_str(), "devices=%d", &d) == 1 && d >= 1 &&
-                                        d <= k && !(words >> extra)));
+      bool ok = first == "schedule" && std::sscanf(kk.c_str(), "K=%d", &k) == 1 &&
+                std::sscanf(mm.c_str(), "M=%d", &m) == 1 &&
+                (mode == "train" || mode == "forward") && k >= 1 && m >= 0 && !(words >> extra);
+      std::vector<int> map;  // devices=D (cell c on c mod D) or devices=d0,d1,... (one per cell)
+      if (ok && has_devices) {
+        ok = dd.rfind("devices=", 0) == 0;
+        std::string list = ok ? dd.substr(8) : "";
+        std::vector<int> ids;
+        for (size_t at = 0; ok && at <= list.size();) {
+          const size_t comma = std::min(list.find(',', at), list.size());
+          const std::string id = list.substr(at, comma - at);
+          ok = !id.empty() && id.size() <= 6 &&
+               std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); });
+          if (ok) ids.push_back(std::stoi(id));
+          at = comma + 1;
+        }
+        if (ok && ids.size() == 1) {
+          ok = ids[0] >= 1 && ids[0] <= k;
+          for (int c = 0; ok && c < k && ids[0] < k; ++c) map.push_back(c % ids[0]);
+        } else if (ok) {
+          std::vector<bool> used(k, false);
+          ok = static_cast<int>(ids.size()) == k;
+          for (int id : ids) ok = ok && id < k && (used[id] = true);
+          int devices = 0;
+          for (int id : ids) devices = std::max(devices, id + 1);
+          for (int x = 0; ok && x < devices; ++x) ok = used[x];
+          map = ids;
+        }
+      }
       if (!ok)
         throw ScheduleError(detail::concat(
             where,
             ": expected the header 'schedule K=<cells> M=<micro-batches> train' (or forward; "
-            "optionally 'devices=D' last, with 1 <= D <= K), got '",
+            "optionally 'devices=D' last, with 1 <= D <= K, or 'devices=d0,d1,...' with one "
+            "device per cell, numbered from 0 without gaps), got '",
             line, "'"));
       s.micro_batches = m;
-      s.devices = d == k ? 0 : d;
+      s.device_map = map;
       s.training = mode == "train";
       s.stages.resize(k);
       header = true;

@@ -24,8 +24,8 @@
 // The text form is one line per stage, "0: <actions...>", after a header
 // "schedule K=2 M=4 train" (or "forward" for evaluation programs; K counts
 // cells); a header ending in "devices=D" puts cell c on device c mod D
-// (interleaved), otherwise every cell has its own device; '#' starts a
-// comment.
+// (interleaved), "devices=0,1,1,0" gives each cell's device (ZB-V's V),
+// otherwise every cell has its own device; '#' starts a comment.
 //
 // Built-in programs:
 //  - GPipe (fill-drain): every stage runs F0..F(M-1), then B(M-1)..B0.
@@ -41,6 +41,11 @@
 //    forwards and backwards in Megatron-LM's order (micro-batches in groups
 //    of D, warm-up 2 (D - 1 - d) + (v - 1) D), the cells of a device handing
 //    it over with <T/>T. M must be a multiple of D.
+//  - ZB-V (Zero Bubble, Qi et al. 2024): 2 K cells in a V, cell c on device
+//    c for c < K and 2K - 1 - c after (device 0 holds the first cell and
+//    the last), the split backward, each device's order from a unit-clock
+//    run with at most 2K cell-micro-batches alive per device (1F1B's peak on
+//    its first stage, on every device): Note [ZB-V] in schedule.cc.
 //  - forward-only: every stage runs F0..F(M-1) (evaluation and prediction).
 #pragma once
 
@@ -79,15 +84,17 @@ struct Schedule {
   int micro_batches = 0;  // M
   bool training = true;   // false: a forward-only program (evaluation, prediction)
   std::vector<std::vector<Action>> stages;  // [stage] -> actions in order
-  int devices = 0;  // D > 0: cell c runs on device c mod D; 0: one device per cell
+  // The device of each cell when cells share devices (interleaved: c mod D;
+  // ZB-V: the V shape); empty: cell c has device c to itself.
+  std::vector<int> device_map;
   int cells() const { return static_cast<int>(stages.size()); }
-  int device_count() const { return devices > 0 ? devices : cells(); }
-  int device_of(int cell) const { return cell % device_count(); }
+  int device_count() const;
+  int device_of(int cell) const { return device_map.empty() ? cell : device_map[cell]; }
   bool operator==(const Schedule&) const = default;
 };
 
-enum class ScheduleKind { kGPipe, k1F1B, kZBH1, kInterleaved };
-// "gpipe" | "1f1b" | "zb-h1" | "interleaved"
+enum class ScheduleKind { kGPipe, k1F1B, kZBH1, kInterleaved, kZBV };
+// "gpipe" | "1f1b" | "zb-h1" | "interleaved" | "zb-v"
 ScheduleKind parse_schedule(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 
@@ -95,7 +102,8 @@ std::string schedule_name(ScheduleKind kind);
 // per-stage costs (F, B = I + W), free links and no reductions, with its
 // text, for K devices: (K-1)/(M+K-1) for GPipe and 1F1B; (K-1)/(3M+K-1)
 // for ZB-H1 with F = I = W (exact for M >= K; fewer micro-batches leave
-// more idle); (K-1)/(vM+K-1) for interleaved 1F1B with v cells per device.
+// more idle); (K-1)/(vM+K-1) for interleaved 1F1B with v cells per device;
+// (K-1)/(6M+K-1) for ZB-V with F = I = W per cell.
 struct BubbleFormula {
   double value;
   std::string text;

@@ -300,6 +300,11 @@ void check_turns(const Schedule& s) {
       if (ti == taken[d].end())
         refuse(s, {si->second.cell, si->second.pos},
                detail::concat(">T", t, " has no matching <T", t, " on device ", d));
+      if (si->second.cell == ti->second.cell)
+        refuse(s, {ti->second.cell, ti->second.pos},
+               detail::concat("<T", t, ": cell ", ti->second.cell,
+                              " takes back the turn it passed itself (a turn goes to another cell "
+                              "of the device)"));
       if (si->second.cell != holder)
         refuse(s, {si->second.cell, si->second.pos},
                detail::concat(">T", t, ": turn ", t, " of device ", d, " is passed by cell ",

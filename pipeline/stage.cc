@@ -181,7 +181,14 @@ Message Stage::backward_input(int m, const Message& grads, const StepContext& ct
   for (size_t i = 0; i < s.leaves.size(); ++i)
     if (s.input_requires[i]) inputs.push_back(s.leaves[i]);
   s.weights = roots.empty() ? WeightGradients() : gpipe::backward_input(roots, root_grads, inputs);
-  return input_gradients(s);
+  Message out = input_gradients(s);
+  // Nothing after I needs the inputs (R comes before it): drop them and
+  // their gradients now rather than at W (the message owns what it sends).
+  for (Tensor& leaf : s.leaves)
+    if (leaf.defined()) leaf.zero_grad();
+  s.leaves.clear();
+  s.targets.clear();
+  return out;
 }
 
 void Stage::backward_weight(int m, const StepContext& ctx, Tracer* tracer) {

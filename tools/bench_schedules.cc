@@ -54,7 +54,7 @@ int run_schedules(const SchedulesBenchOptions& opt) {
   std::map<std::pair<std::string, int>, Row> rows;
   for (int m : opt.micro_batches)
     for (const std::string& schedule : opt.schedules) {
-      const bool interleaved = schedule == "interleaved";
+      const bool interleaved = parse_schedule(schedule) == ScheduleKind::kInterleaved;
       if (interleaved && m % kDevices != 0) {
         std::printf("%-12s %3d   (M must be a multiple of K = %d)\n", schedule.c_str(), m,
                     kDevices);
@@ -65,7 +65,9 @@ int run_schedules(const SchedulesBenchOptions& opt) {
       mo.batch = 64;
       mo.threads = 1;
       mo.partitions = kDevices;
-      mo.virtual_stages = interleaved ? opt.virtual_stages : 1;
+      mo.virtual_stages = interleaved                                      ? opt.virtual_stages
+                          : parse_schedule(schedule) == ScheduleKind::kZBV ? 2
+                                                                           : 1;
       mo.micro_batches = m;
       mo.remat = opt.remat;
       mo.schedule = schedule;
@@ -96,7 +98,8 @@ int run_schedules(const SchedulesBenchOptions& opt) {
   std::printf(
       "# bubble: measured idle share of the %d devices from the first compute to the last (sends, "
       "receives and reductions idle)\n# formula: the schedule's own idle share for equal stages "
-      "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), interleaved (K-1)/(vM+K-1))\n"
+      "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), interleaved (K-1)/(vM+K-1), ZB-V "
+      "(K-1)/(6M+K-1))\n"
       "# vs 1f1b: samples/s over 1F1B's at the same M; predicted: (1 - formula) / (1 - 1F1B's "
       "formula); goal at M=4: vs 1f1b >= predicted within 10%%\n"
       "# act peak MB: the peak activation bytes of each device during the timed steps\n",

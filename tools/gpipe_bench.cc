@@ -120,7 +120,7 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   c->add_option("--micro-batches", o.micro_batches, "M values")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b, interleaved, zb-h1")
+  c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-v")
       ->delimiter(',');
   c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One process per stage (K=2, K=4; ZB-H1's split backward at K=4 and K=2;
-# interleaved 1F1B with 2 devices x 2 cells) and data-parallel replicas (K=2 R=2,
+# interleaved 1F1B with 2 devices x 2 cells; ZB-V's V of 4 cells on 2 devices) and data-parallel replicas (K=2 R=2,
 # K=1 R=2) against the single-process run of the same K, R x M and N: the
 # same losses for 3 steps and the same parameters (and optimizer state)
 # after them. Transformer (dropout on, tied embeddings across cells) and
@@ -40,6 +40,7 @@ check t_k2r2_stage 4 "--K=2 --M=2 --replicas=2 --layout=stage --schedule=1f1b" "
 check t_k4_zb 4 "--K=4 --M=4 --schedule=zb-h1 --remat=except_last" "--K=4 --M=4" "$T"
 # Interleaved: 2 devices x 2 cells = 4 processes; the cells of a device take turns.
 check t_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved" "--K=2 --M=2" "$T"
+check t_k2_zbv 4 "--K=2 --M=4 --schedule=zb-v --remat=except_last" "--K=2 --M=4" "$T"
 # M=1 per replica for AmoebaNet: then the replica sum g0 + g1 is the
 # reference's own order, and the comparison is exact. (With M=2 it is
 # (g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3; BatchNorm on near-

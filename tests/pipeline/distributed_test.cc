@@ -139,6 +139,8 @@ TEST_CASE(
   // Interleaved: 2 devices x 2 cells, each cell a rank; the cells of a device take turns.
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches,
                                    ScheduleKind::kInterleaved, RematMode::kExceptLast, 2));
+  check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches, ScheduleKind::kZBV,
+                                   RematMode::kNever, 2));
 }
 
 TEST_CASE(
@@ -218,6 +220,19 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
 }
 
 TEST_CASE("Process count and layout errors name what was expected") {
+  {
+    // Cells sharing a GPU cannot be separate processes (NCCL: one rank per GPU).
+    LocalGroup four(4);
+    CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)),
+                               {.cells = 2,
+                                .micro_batches = 2,
+                                .virtual_stages = 2,
+                                .devices = {Device("cuda:0"), Device("cuda:1")},
+                                .schedule = ScheduleKind::kInterleaved,
+                                .world = four.rank(0)},
+                               token_batch(4, 1)),
+                      Contains("NCCL allows one process per GPU"));
+  }
   Batch b = token_batch(4, 7);
   LocalGroup group(3);
   CHECK_THROWS_WITH(

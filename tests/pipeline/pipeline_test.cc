@@ -107,6 +107,10 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
   check_equivalence(2, 4, 8, ScheduleKind::kInterleaved, RematMode::kNever, 2);
   check_equivalence(2, 2, 7, ScheduleKind::kInterleaved, RematMode::kExceptLast, 3);
   check_equivalence(3, 3, 6, ScheduleKind::kInterleaved, RematMode::kAlways, 2);
+  // ZB-V: 2K cells in a V (device 0 holds the first and the last).
+  check_equivalence(2, 4, 8, ScheduleKind::kZBV, RematMode::kNever, 2);
+  check_equivalence(3, 5, 7, ScheduleKind::kZBV, RematMode::kExceptLast, 2);
+  check_equivalence(2, 2, 8, ScheduleKind::kZBV, RematMode::kAlways, 2);
 }
 
 TEST_CASE("pipeline: interleaved cells go round-robin over the devices and report per device") {
@@ -273,7 +277,8 @@ TEST_CASE(
                                Run{RematMode::kNever, ScheduleKind::kGPipe, 1},
                                Run{RematMode::kAlways, ScheduleKind::kZBH1, 1},
                                Run{RematMode::kExceptLast, ScheduleKind::kZBH1, 1},
-                               Run{RematMode::kExceptLast, ScheduleKind::kInterleaved, 2}}) {
+                               Run{RematMode::kExceptLast, ScheduleKind::kInterleaved, 2},
+                               Run{RematMode::kAlways, ScheduleKind::kZBV, 2}}) {
     INFO(schedule_name(kind) << ", remat " << remat_name(mode) << ", v " << v);
     Model m = bn_model();
     auto* bn = dynamic_cast<BatchNorm*>(m.layers[1].get());

@@ -128,7 +128,7 @@ TEST_CASE(
 TEST_CASE("schedule: interleaved 1F1B for K=2 devices, v=2, M=4 follows Megatron-LM's order") {
   const Schedule s = make_schedule(ScheduleKind::kInterleaved, 2, 4, RematMode::kNever, 2);
   REQUIRE(s.cells() == 4);
-  CHECK(s.devices == 2);
+  CHECK(s.device_count() == 2);
   CHECK(s.device_of(2) == 0);
   CHECK(s.device_of(3) == 1);
   // Device 0 runs cells 0 and 2: F0c0 F1c0 F0c2 F1c2 | F2c0 B0c2 F3c0 B1c2 F2c2 B0c0 F3c2 B1c0 |
@@ -166,6 +166,65 @@ TEST_CASE("schedule: every interleaved program for K <= 8, v <= 3, M <= 32 is va
         }
 }
 
+namespace {
+// The most cell-micro-batches alive at once on each device (forwarded, and
+// not yet through their B or W), from the dry run's ticks.
+std::vector<int> device_peaks(const Schedule& s, const DryRun& run) {
+  std::vector<std::pair<int, int>> events;  // (tick, +1 / -1), per device below
+  std::vector<std::vector<std::pair<int, int>>> per(s.device_count());
+  for (int c = 0; c < s.cells(); ++c)
+    for (size_t i = 0; i < s.stages[c].size(); ++i) {
+      const ActionKind k = s.stages[c][i].kind;
+      if (k == ActionKind::kForward) per[s.device_of(c)].push_back({run.ticks[c][i], +1});
+      if (k == ActionKind::kBackward || k == ActionKind::kBackwardWeight)
+        per[s.device_of(c)].push_back({run.ticks[c][i] + 1, -1});
+    }
+  std::vector<int> peaks;
+  for (auto& ev : per) {
+    std::sort(ev.begin(), ev.end());  // frees (-1) before starts (+1) at the same tick
+    int live = 0, best = 0;
+    for (auto& [t, d] : ev) best = std::max(best, live += d);
+    peaks.push_back(best);
+  }
+  return peaks;
+}
+}  // namespace
+
+TEST_CASE("schedule: ZB-V for K=2, M=4: cells in a V, 6M + K - 1 ticks, 2K alive per device") {
+  const Schedule s = make_schedule(ScheduleKind::kZBV, 2, 4, RematMode::kNever);
+  REQUIRE(s.cells() == 4);
+  CHECK(s.device_map == std::vector<int>{0, 1, 1, 0});
+  CHECK(compute(s.stages[0]) == "F0 F1 F2 I0 F3 I1 W0 W1 I2 W2 I3 W3");
+  CHECK(compute(s.stages[3]) == "F0 I0 W0 F1 I1 W1 F2 I2 W2 F3 I3 W3");
+  const DryRun run = validate(s, 4, 4);
+  CHECK(run.makespan == 6 * 4 + 2 - 1);
+  CHECK(device_peaks(s, run) == std::vector<int>{4, 4});
+  CHECK(to_text(s).rfind("schedule K=4 M=4 train devices=0,1,1,0\n", 0) == 0);
+  REQUIRE(parse(to_text(s)) == s);
+  CHECK(parse_schedule("zb-v") == ScheduleKind::kZBV);
+  CHECK_THROWS_WITH(make_schedule(ScheduleKind::kZBV, 2, 4, RematMode::kNever, 3),
+                    Contains("zb-v places 2 cells on each device"));
+}
+
+TEST_CASE(
+    "schedule: every ZB-V program for K <= 8, M <= 32 is valid, takes 6M + K - 1 ticks for M = K "
+    "and M >= 3K/2, and keeps at most 2K cell-micro-batches (1F1B's first-stage peak) on every "
+    "device") {
+  for (int k = 1; k <= 8; ++k)
+    for (int m = 1; m <= 32; m += (m < 10 ? 1 : 5))
+      for (auto remat : {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways}) {
+        INFO("K=" << k << " M=" << m << " remat " << remat_name(remat));
+        const Schedule s = make_schedule(ScheduleKind::kZBV, k, m, remat);
+        const DryRun run = validate(s, 2 * k, m);
+        if (remat == RematMode::kNever && (m == k || 2 * m >= 3 * k))
+          CHECK(run.makespan == 6 * m + k - 1);
+        if (remat == RematMode::kNever && m > k)
+          CHECK(run.makespan <= 6 * m + k - 1 + std::max(0, k - 2));
+        for (int p : device_peaks(s, run)) CHECK(p <= 2 * std::min(k, m));
+        REQUIRE(parse(to_text(s)) == s);
+      }
+}
+
 TEST_CASE("schedule: device turns are checked: one holder, compute only while holding, in order") {
   // Two cells on one device (devices=1), one micro-batch.
   const std::string head = "schedule K=2 M=1 train devices=1\n";
@@ -187,6 +246,11 @@ TEST_CASE("schedule: device turns are checked: one holder, compute only while ho
                             "1: <T0 <F0 F0 L0 B0 >B0 >T2 reduce_replicas reduce_tied\n"),
                2, 1),
       Contains("skip turn 1"));
+  CHECK_THROWS_WITH(
+      validate(parse(head + "0: F0 >F0 >T0 <T0 <B0 B0 reduce_replicas reduce_tied\n"
+                            "1: <T1 <F0 F0 L0 B0 >B0 >T1 reduce_replicas reduce_tied\n"),
+               2, 1),
+      Contains("takes back the turn it passed itself"));
   CHECK_THROWS_WITH(validate(parse("schedule K=2 M=1 train\n"
                                    "0: F0 >F0 >T0 <B0 B0 reduce_replicas reduce_tied\n"
                                    "1: <F0 F0 L0 B0 >B0 reduce_replicas reduce_tied\n"),
@@ -194,6 +258,10 @@ TEST_CASE("schedule: device turns are checked: one holder, compute only while ho
                     Contains("has device 0 to itself"));
   CHECK_THROWS_WITH(parse("schedule K=2 M=1 train devices=3\n0: F0\n1: F0\n"),
                     Contains("optionally 'devices=D' last, with 1 <= D <= K"));
+  CHECK_THROWS_WITH(parse("schedule K=3 M=1 train devices=0,2,0\n0: F0\n1: F0\n2: F0\n"),
+                    Contains("numbered from 0 without gaps"));
+  CHECK_THROWS_WITH(parse("schedule K=3 M=1 train devices=0,1\n0: F0\n1: F0\n2: F0\n"),
+                    Contains("one device per cell"));
 }
 
 TEST_CASE("schedule: text round trip, comments, and a file") {
@@ -297,6 +365,6 @@ TEST_CASE(
 TEST_CASE("schedule: names parse and bad ones are rejected") {
   CHECK(parse_schedule("1f1b") == ScheduleKind::k1F1B);
   CHECK_THROWS_WITH(parse_schedule("zigzag"),
-                    Contains("expected gpipe, 1f1b, zb-h1, interleaved or file:PATH"));
+                    Contains("expected gpipe, 1f1b, zb-h1, interleaved, zb-v or file:PATH"));
   CHECK_THROWS_AS(make_schedule(ScheduleKind::kGPipe, 0, 3), Error);
 }

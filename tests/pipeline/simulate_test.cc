@@ -50,6 +50,18 @@ TEST_CASE("simulate: interleaved 1F1B on uniform devices reproduces (K-1)/(vM+K-
         CHECK(sim.devices() == k);
         CHECK(sim.step_seconds == Approx(3.0 * m + 3.0 * (k - 1) / v).epsilon(1e-9));
       }
+  // ZB-V: 2K cells in a V; each holds half a device's work.
+  for (int k = 1; k <= 8; ++k)
+    for (int m = k; m <= 32; m += (m < 8 ? 1 : 5)) {
+      if (m != k && 2 * m < 3 * k) continue;  // Note [ZB-V]: a few ticks more there
+      INFO("zb-v K=" << k << " M=" << m);
+      const Simulation sim =
+          simulate(make_schedule(ScheduleKind::kZBV, k, m), CostModel::uniform(2 * k, 0.5, 1.0));
+      const BubbleFormula f = bubble_formula(ScheduleKind::kZBV, k, m);
+      CHECK(f.text == "(K-1)/(6M+K-1)");
+      CHECK(sim.bubble_fraction == Approx(f.value).margin(1e-9));
+      CHECK(sim.step_seconds == Approx(3.0 * m + 0.5 * (k - 1)).epsilon(1e-9));
+    }
   // The picture has one row per device.
   const Simulation sim =
       simulate(make_schedule(ScheduleKind::kInterleaved, 2, 4, RematMode::kNever, 2),

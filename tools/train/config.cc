@@ -145,9 +145,22 @@ static void validate_pipeline(const TrainConfig& c) {
         " micro-batches need --batch >= M, but the batch is ", batch);
   const int64_t layers = model_layer_count(c);
   usage(c.virtual_stages >= 1, "--virtual: expected >= 1 cells per device, got ", c.virtual_stages);
-  usage(c.virtual_stages == 1 || c.schedule == "interleaved" || c.schedule.rfind("file:", 0) == 0,
+  const bool from_file = c.schedule.rfind("file:", 0) == 0;
+  auto kind_is = [&](ScheduleKind kind) {
+    try {
+      return !from_file && parse_schedule(c.schedule) == kind;
+    } catch (const Error&) {
+      return false;  // reported by --schedule's own check
+    }
+  };
+  const bool zb_v = kind_is(ScheduleKind::kZBV);
+  usage(c.virtual_stages == 1 || kind_is(ScheduleKind::kInterleaved) || from_file ||
+            (zb_v && c.virtual_stages == 2),
         "--virtual=", c.virtual_stages,
-        ": cells per device need --schedule=interleaved (got --schedule=", c.schedule, ")");
+        zb_v ? ": zb-v holds exactly 2 cells per device (leave --virtual out)"
+             : ": cells per device need --schedule=interleaved (or zb-v, 2 per device; got "
+               "--schedule=" +
+                   c.schedule + ")");
   const int64_t cells = static_cast<int64_t>(c.partitions) * c.virtual_stages;
   usage(cells <= layers, "--K: ", cells, c.virtual_stages > 1 ? " cells (K x v)" : " partitions",
         " but the ", c.model, " has only ", layers, " layers to cut (expected ",
@@ -415,9 +428,10 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--schedule", c.schedule,
-                 "gpipe | 1f1b | zb-h1 | interleaved | file:PATH (a program in the text form "
-                 "--print-schedule writes)")
+  app.add_option(
+         "--schedule", c.schedule,
+         "gpipe | 1f1b | zb-h1 | interleaved | zb-v | file:PATH (a program in the text form "
+         "--print-schedule writes)")
       ->capture_default_str();
   app.add_option(
       "--schedule-svg", c.schedule_svg,
@@ -510,6 +524,12 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   if (g.wd_opt->count()) c.weight_decay = g.weight_decay;
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
+  // ZB-V holds two cells on each device (a V): --virtual=2 is implied.
+  if (c.virtual_stages == 1 && c.schedule.rfind("file:", 0) != 0) try {
+      if (parse_schedule(c.schedule) == ScheduleKind::kZBV) c.virtual_stages = 2;
+    } catch (const Error&) {
+      // an unknown name: validate() reports it
+    }
   validate(c);
   if (canonical) *canonical = app.config_to_str(/*default_also=*/true);
 }

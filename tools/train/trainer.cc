@@ -161,7 +161,7 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
   log << "\n";
   // The simulator (pipeline/simulate.h) on uniform stages: the shape of the step.
   // Interleaved: each of a device's v cells holds 1/v of its work.
-  const double per_cell = 1.0 / (s.cells() / s.device_count());
+  const double per_cell = static_cast<double>(s.device_count()) / s.cells();
   const Simulation sim = simulate(s, CostModel::uniform(s.cells(), per_cell, 2.0 * per_cell));
   log << "# on uniform stages (F = 1, B = I + W = 2, R = 1, free links): " << sim.step_seconds
       << " units, bubble " << sim.bubble_fraction;
@@ -516,8 +516,11 @@ class Trainer {
         os << ", " << std::setprecision(0) << summary_.tokens_per_s << " tokens/s";
       os << std::setprecision(3) << "; bubble fraction measured " << summary_.measured_bubble
          << ", " << schedule_label() << " ideal " << summary_.ideal_bubble_formula << " "
-         << summary_.ideal_bubble << " (K=" << pipe_->cells().size() << ", M=" << c_.micro_batches
-         << ")";
+         << summary_.ideal_bubble << " (K=" << pipe_->schedule().device_count()
+         << (pipe_->schedule().device_count() < static_cast<int>(pipe_->cells().size())
+                 ? detail::concat(" devices, ", pipe_->cells().size(), " cells")
+                 : std::string())
+         << ", M=" << c_.micro_batches << ")";
       if (summary_.skipped_steps > 0)
         os << "; " << summary_.skipped_steps << " steps skipped (not finite)";
       log_ << os.str() << "\n";
