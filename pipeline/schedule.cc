@@ -53,7 +53,9 @@ std::vector<Compute> compute_order(ScheduleKind kind, int k, int m, int stage) {
 // I and W cost the same. The busiest stage (stage 0) holds K micro-batches
 // as in 1F1B; later stages hold up to K instead of K - s (Zero Bubble,
 // Qi et al. 2024, section 2.1).
-std::vector<std::vector<Compute>> zb_h1_orders(int k, int m) {
+// zb-h1-lowmem caps the alive micro-batches of stage s at 1F1B's K - s
+// instead: 3M + 2(K - 1) ticks for M >= K, two thirds of 1F1B's idle time.
+std::vector<std::vector<Compute>> zb_h1_orders(int k, int m, bool one_f_one_b_memory) {
   constexpr int kNotYet = -1;
   std::vector<std::vector<Compute>> orders(k);
   std::vector<std::vector<int>> f_end(k, std::vector<int>(m, kNotYet));  // tick F ends
@@ -64,7 +66,8 @@ std::vector<std::vector<Compute>> zb_h1_orders(int k, int m) {
   for (int t = 0; done < total; ++t) {
     GPIPE_ASSERT(t <= 3 * m * k + 2 * k + 8, "ZB-H1 order: no progress at tick ", t);
     for (int s = 0; s < k; ++s) {
-      const bool can_f = f[s] < m && f[s] - i[s] < k - s && f[s] - w[s] < k &&
+      const int alive_cap = one_f_one_b_memory ? k - s : k;
+      const bool can_f = f[s] < m && f[s] - i[s] < k - s && f[s] - w[s] < alive_cap &&
                          (s == 0 || (f_end[s - 1][f[s]] != kNotYet && f_end[s - 1][f[s]] <= t));
       const bool can_i = i[s] < f[s] && f_end[s][i[s]] <= t &&
                          (s == k - 1 || (i_end[s + 1][i[s]] != kNotYet && i_end[s + 1][i[s]] <= t));
@@ -311,10 +314,12 @@ ScheduleKind parse_schedule(const std::string& name) {
   if (name == "gpipe" || name == "fill-drain") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "zb-h1" || name == "zbh1") return ScheduleKind::kZBH1;
+  if (name == "zb-h1-lowmem") return ScheduleKind::kZBH1LowMem;
   if (name == "interleaved" || name == "interleaved-1f1b") return ScheduleKind::kInterleaved;
   if (name == "zb-v" || name == "zbv") return ScheduleKind::kZBV;
   throw Error(detail::concat("unknown schedule '", name,
-                             "' (expected gpipe, 1f1b, zb-h1, interleaved, zb-v or file:PATH)"));
+                             "' (expected gpipe, 1f1b, zb-h1, zb-h1-lowmem, interleaved, zb-v or "
+                             "file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) {
@@ -325,6 +330,8 @@ std::string schedule_name(ScheduleKind kind) {
       return "1f1b";
     case ScheduleKind::kZBH1:
       return "zb-h1";
+    case ScheduleKind::kZBH1LowMem:
+      return "zb-h1-lowmem";
     case ScheduleKind::kInterleaved:
       return "interleaved";
     case ScheduleKind::kZBV:
@@ -347,6 +354,8 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
     return {static_cast<double>(k - 1) / (3.0 * m + k - 1), "(K-1)/(3M+K-1)"};
   if (kind == ScheduleKind::kZBV)
     return {static_cast<double>(k - 1) / (6.0 * m + k - 1), "(K-1)/(6M+K-1)"};
+  if (kind == ScheduleKind::kZBH1LowMem)
+    return {2.0 * (k - 1) / (3.0 * m + 2.0 * (k - 1)), "2(K-1)/(3M+2(K-1))"};
   if (kind == ScheduleKind::kInterleaved && v > 1)
     return {static_cast<double>(k - 1) / (static_cast<double>(v) * m + k - 1),
             detail::concat("(K-1)/(vM+K-1), v=", v)};
@@ -368,11 +377,12 @@ Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) 
     kind = ScheduleKind::k1F1B;  // one cell per device: plain 1F1B
   }
   Schedule s{m, true, std::vector<std::vector<Action>>(k)};
+  const bool zb_kind = kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBH1LowMem;
   const std::vector<std::vector<Compute>> zb =
-      kind == ScheduleKind::kZBH1 ? zb_h1_orders(k, m) : std::vector<std::vector<Compute>>{};
+      zb_kind ? zb_h1_orders(k, m, kind == ScheduleKind::kZBH1LowMem)
+              : std::vector<std::vector<Compute>>{};
   for (int stage = 0; stage < k; ++stage) {
-    const std::vector<Compute> order =
-        kind == ScheduleKind::kZBH1 ? zb[stage] : compute_order(kind, k, m, stage);
+    const std::vector<Compute> order = zb_kind ? zb[stage] : compute_order(kind, k, m, stage);
     for (size_t i = 0; i < order.size(); ++i)
       add_compute(s.stages[stage], stage, k, order[i], i > 0 ? &order[i - 1] : nullptr, remat);
   }

@@ -36,6 +36,9 @@
 //    the 1F1B order with each stage's weight-gradients deferred into the
 //    bubbles of its tail (Note [ZB-H1] in schedule.cc). Stage 0 holds K
 //    micro-batches as in 1F1B; every stage may hold up to K.
+//  - ZB-H1 within 1F1B's memory (zb-h1-lowmem): the same construction with
+//    every stage s keeping at most K - s micro-batches alive, as 1F1B does;
+//    two thirds of 1F1B's bubble instead of a third.
 //  - interleaved 1F1B (Narayanan et al. 2021): D devices hold v cells each
 //    (cell c on device c mod D, K = v D cells); each device runs its cells'
 //    forwards and backwards in Megatron-LM's order (micro-batches in groups
@@ -93,8 +96,8 @@ struct Schedule {
   bool operator==(const Schedule&) const = default;
 };
 
-enum class ScheduleKind { kGPipe, k1F1B, kZBH1, kInterleaved, kZBV };
-// "gpipe" | "1f1b" | "zb-h1" | "interleaved" | "zb-v"
+enum class ScheduleKind { kGPipe, k1F1B, kZBH1, kZBH1LowMem, kInterleaved, kZBV };
+// "gpipe" | "1f1b" | "zb-h1" | "zb-h1-lowmem" | "interleaved" | "zb-v"
 ScheduleKind parse_schedule(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 
@@ -102,8 +105,8 @@ std::string schedule_name(ScheduleKind kind);
 // per-stage costs (F, B = I + W), free links and no reductions, with its
 // text, for K devices: (K-1)/(M+K-1) for GPipe and 1F1B; (K-1)/(3M+K-1)
 // for ZB-H1 with F = I = W (exact for M >= K; fewer micro-batches leave
-// more idle); (K-1)/(vM+K-1) for interleaved 1F1B with v cells per device;
-// (K-1)/(6M+K-1) for ZB-V with F = I = W per cell.
+// more idle); 2(K-1)/(3M+2(K-1)) for ZB-H1 within 1F1B's memory; (K-1)/(vM+K-1) for interleaved
+// 1F1B with v cells per device; (K-1)/(6M+K-1) for ZB-V with F = I = W per cell.
 struct BubbleFormula {
   double value;
   std::string text;

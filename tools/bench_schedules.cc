@@ -98,8 +98,8 @@ int run_schedules(const SchedulesBenchOptions& opt) {
   std::printf(
       "# bubble: measured idle share of the %d devices from the first compute to the last (sends, "
       "receives and reductions idle)\n# formula: the schedule's own idle share for equal stages "
-      "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), interleaved (K-1)/(vM+K-1), ZB-V "
-      "(K-1)/(6M+K-1))\n"
+      "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), ZB-H1 within 1F1B's memory "
+      "2(K-1)/(3M+2(K-1)), interleaved (K-1)/(vM+K-1), ZB-V (K-1)/(6M+K-1))\n"
       "# vs 1f1b: samples/s over 1F1B's at the same M; predicted: (1 - formula) / (1 - 1F1B's "
       "formula); goal at M=4: vs 1f1b >= predicted within 10%%\n"
       "# act peak MB: the peak activation bytes of each device during the timed steps\n",

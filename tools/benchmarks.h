@@ -120,7 +120,8 @@ int run_pipeline(const PipelineBenchOptions& opt);
 // activation memory per device.
 struct SchedulesBenchOptions {
   std::vector<int> micro_batches{2, 4, 8, 16};
-  std::vector<std::string> schedules{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
+  std::vector<std::string> schedules{"gpipe", "1f1b",         "interleaved",
+                                     "zb-h1", "zb-h1-lowmem", "zb-v"};
   int virtual_stages = 2;  // v for interleaved
   std::string remat = "never";
   int warmup = 1, steps = 5;

@@ -153,10 +153,11 @@ TEST_CASE(
   const Batch batch = token_batch(8, 11);
   for (RematMode remat : {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways}) {
     INFO("remat " << remat_name(remat));
-    std::map<std::string, std::vector<float>> grads[2];
-    double loss[2];
+    std::map<std::string, std::vector<float>> grads[3];
+    double loss[3];
     int i = 0;
-    for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZBH1}) {
+    for (ScheduleKind kind :
+         {ScheduleKind::k1F1B, ScheduleKind::kZBH1, ScheduleKind::kZBH1LowMem}) {
       Pipeline pipe(models::transformer(tiny(0.2)),
                     {.cells = 3,
                      .micro_batches = 4,
@@ -170,11 +171,14 @@ TEST_CASE(
         if (p.tensor->grad().defined()) grads[i][p.name] = p.tensor->grad().to_vector<float>();
       ++i;
     }
-    CHECK(loss[0] == loss[1]);
-    REQUIRE(grads[0].size() == grads[1].size());
-    for (auto& [name, g] : grads[0]) {
-      INFO(name);
-      CHECK(g == grads[1][name]);
+    for (int j : {1, 2}) {
+      INFO((j == 1 ? "zb-h1" : "zb-h1-lowmem"));
+      CHECK(loss[0] == loss[j]);
+      REQUIRE(grads[0].size() == grads[j].size());
+      for (auto& [name, g] : grads[0]) {
+        INFO(name);
+        CHECK(g == grads[j][name]);
+      }
     }
   }
 }

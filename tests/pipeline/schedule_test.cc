@@ -107,6 +107,10 @@ TEST_CASE(
       CHECK(*std::max_element(zb.peak_live.begin(), zb.peak_live.end()) ==
             *std::max_element(one.peak_live.begin(), one.peak_live.end()));
       CHECK(zb.peak_live[0] == one.peak_live[0]);
+      // Within 1F1B's memory on every stage: two thirds of its idle time.
+      const DryRun low = validate(make_schedule(ScheduleKind::kZBH1LowMem, k, m), k, m);
+      if (m >= k) CHECK(low.makespan == 3 * m + 2 * (k - 1));
+      for (int s = 0; s < k; ++s) CHECK(low.peak_live[s] <= one.peak_live[s]);
     }
   for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1})
     for (auto remat : {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways})
@@ -364,7 +368,8 @@ TEST_CASE(
 
 TEST_CASE("schedule: names parse and bad ones are rejected") {
   CHECK(parse_schedule("1f1b") == ScheduleKind::k1F1B);
-  CHECK_THROWS_WITH(parse_schedule("zigzag"),
-                    Contains("expected gpipe, 1f1b, zb-h1, interleaved, zb-v or file:PATH"));
+  CHECK_THROWS_WITH(
+      parse_schedule("zigzag"),
+      Contains("expected gpipe, 1f1b, zb-h1, zb-h1-lowmem, interleaved, zb-v or file:PATH"));
   CHECK_THROWS_AS(make_schedule(ScheduleKind::kGPipe, 0, 3), Error);
 }

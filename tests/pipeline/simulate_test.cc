@@ -33,6 +33,14 @@ TEST_CASE("simulate: uniform stages reproduce ZB-H1's closed form, a third of 1F
       CHECK(sim.bubble_fraction == Approx(f.value).margin(1e-12));
       for (double b : sim.busy_seconds) CHECK(b == Approx(3.0 * m));
     }
+  for (int k = 1; k <= 8; ++k)
+    for (int m = k; m <= 32; m += 3) {
+      INFO("zb-h1-lowmem K=" << k << " M=" << m);
+      const Simulation sim =
+          simulate(make_schedule(ScheduleKind::kZBH1LowMem, k, m), CostModel::uniform(k, 1.0, 2.0));
+      CHECK(sim.bubble_fraction ==
+            Approx(bubble_formula(ScheduleKind::kZBH1LowMem, k, m).value).margin(1e-12));
+    }
   CHECK(bubble_formula(ScheduleKind::k1F1B, 4, 8).value == Approx(3.0 / 11));
   CHECK(bubble_formula(ScheduleKind::kZBH1, 4, 8).value == Approx(3.0 / 27));
 }

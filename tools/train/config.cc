@@ -430,7 +430,8 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option(
          "--schedule", c.schedule,
-         "gpipe | 1f1b | zb-h1 | interleaved | zb-v | file:PATH (a program in the text form "
+         "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH (a program in "
+         "the text form "
          "--print-schedule writes)")
       ->capture_default_str();
   app.add_option(

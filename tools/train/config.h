@@ -97,10 +97,11 @@ struct TrainConfig {
   int64_t log_every = 10;
 
   // ---- pipeline ----
-  int partitions = 1;              // K: devices (one cell each unless --virtual)
-  int virtual_stages = 1;          // v: cells per device (--schedule=interleaved)
-  int micro_batches = 1;           // M
-  std::string schedule = "gpipe";  // gpipe | 1f1b | zb-h1 | interleaved | zb-v | file:PATH
+  int partitions = 1;      // K: devices (one cell each unless --virtual)
+  int virtual_stages = 1;  // v: cells per device (--schedule=interleaved)
+  int micro_batches = 1;   // M
+  std::string schedule =
+      "gpipe";  // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH
   std::string remat = "except_last";
   std::string balance;  // "4,4,3,3" (overrides balance_by)
   std::string balance_by = "cost";
