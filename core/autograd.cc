@@ -399,6 +399,21 @@ struct LaterFirst {
 using ReadyQueue =
     std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, LaterFirst>;
 
+// Adds, for every node reachable from `stack` (already in `seen`), one
+// dependency per edge into it.
+void count_dependencies(std::vector<Node*> stack, std::unordered_set<Node*>& seen,
+                        std::unordered_map<Node*, int>& deps) {
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+}
+
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
@@ -417,15 +432,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   std::unordered_set<Node*> seen;
   for (auto& n : start)
     if (seen.insert(n.get()).second) stack.push_back(n.get());
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next_edges) {
-      if (!e.valid()) continue;
-      ++deps[e.fn.get()];
-      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
-    }
-  }
+  count_dependencies(std::move(stack), seen, deps);
 
   ReadyQueue ready;
   std::unordered_set<Node*> queued;
@@ -619,15 +626,7 @@ void WeightGradients::run() {
       ++deps[e.fn.get()];
       if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
     }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next_edges) {
-      if (!e.valid()) continue;
-      ++deps[e.fn.get()];
-      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
-    }
-  }
+  count_dependencies(std::move(stack), seen, deps);
   // One queue for entries (index >= 0) and nodes, latest-created first;
   // among equal creation numbers, entries (recorded in engine order) first.
   struct Item {

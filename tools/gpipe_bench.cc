@@ -120,7 +120,8 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   c->add_option("--micro-batches", o.micro_batches, "M values")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-v")
+  c->add_option("--schedule", o.schedules,
+                "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v")
       ->delimiter(',');
   c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");
@@ -191,7 +192,8 @@ CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
   c->add_option("--partitions", o.partitions, "K");
   c->add_option("--micro-batches", o.micro_batches, "M");
   c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--schedule", o.schedule, "gpipe | 1f1b | zb-h1 | interleaved");
+  c->add_option("--schedule", o.schedule,
+                "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v");
   c->add_option("--virtual", o.virtual_stages, "v: cells per device (interleaved)");
   c->add_option("--balance", o.balance, "layers per cell");
   c->add_option("--warmup", o.warmup, "untimed steps");
