@@ -238,6 +238,15 @@ Schedule schedule_program(const TrainConfig& c) {
   GPIPE_CHECK(
       s.training,
       "the schedule is a forward-only program; a training one ('train' in its header) is needed");
+  if (s.cells() != c.partitions * c.virtual_stages && s.device_count() < s.cells())
+    throw Error(detail::concat("the program has ", s.cells(), " cells on ", s.device_count(),
+                               " devices but --K=", c.partitions, " --virtual=", c.virtual_stages,
+                               " asks for ", c.partitions * c.virtual_stages,
+                               " (run it with --K=", s.device_count(),
+                               s.cells() % s.device_count() == 0
+                                   ? detail::concat(" --virtual=", s.cells() / s.device_count())
+                                   : std::string(),
+                               ")"));
   gpipe::validate(s, c.partitions * c.virtual_stages, c.micro_batches);
   GPIPE_CHECK(s.device_count() == c.partitions, "the schedule runs its ", s.cells(), " cells on ",
               s.device_count(), " devices but --K=", c.partitions,

@@ -171,6 +171,37 @@ TEST_CASE(
           Contains("[reduce_replicas]"));
 }
 
+TEST_CASE(
+    "gpipe_train: an interleaved program printed and loaded again runs alike; its cells and "
+    "devices must match --K and --virtual") {
+  const std::vector<std::string> flags = {"--schedule=interleaved", "--virtual=2"};
+  std::ostringstream printed;
+  train::train(
+      parse_train_flags(with(tiny_transformer(0.0), {flags[0], flags[1], "--print-schedule"})),
+      printed);
+  CHECK_THAT(printed.str(), Contains("schedule K=4 M=2 train devices=2\n") &&
+                                Contains("(interleaved's formula (K-1)/(vM+K-1), v=2") &&
+                                Contains("# device 1 |"));
+  const std::string path = temp_path("interleaved.schedule");
+  std::ofstream(path) << printed.str();
+  std::ostringstream a, b;
+  const TrainSummary builtin = train::train(
+      parse_train_flags(with(tiny_transformer(0.0), {"--steps=2", flags[0], flags[1]})), a);
+  const TrainSummary loaded =
+      train::train(parse_train_flags(with(tiny_transformer(0.0),
+                                          {"--steps=2", "--virtual=2", "--schedule=file:" + path})),
+                   b);
+  REQUIRE(loaded.losses.size() == 2);
+  CHECK(loaded.losses == builtin.losses);
+  CHECK_THAT(a.str(), Contains("bubble") && Contains("(K-1)/(vM+K-1), v=2") &&
+                          Contains("K=2 devices, 4 cells"));
+  std::ostringstream c;
+  CHECK_THROWS_WITH(
+      train::train(parse_train_flags(with(tiny_transformer(0.0), {"--schedule=file:" + path})), c),
+      Contains("the program has 4 cells on 2 devices but --K=2 --virtual=1") &&
+          Contains("run it with --K=2 --virtual=2"));
+}
+
 TEST_CASE("gpipe_train: a tiny AmoebaNet on Fashion-MNIST reports test accuracy") {
   std::ostringstream log;
   const TrainSummary s =
