@@ -376,7 +376,7 @@ Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) 
     if (v > 1) return make_interleaved(k, m, remat, v);
     kind = ScheduleKind::k1F1B;  // one cell per device: plain 1F1B
   }
-  Schedule s{m, true, std::vector<std::vector<Action>>(k)};
+  Schedule s{m, true, std::vector<std::vector<Action>>(k), {}};
   const bool zb_kind = kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBH1LowMem;
   const std::vector<std::vector<Compute>> zb =
       zb_kind ? zb_h1_orders(k, m, kind == ScheduleKind::kZBH1LowMem)
@@ -392,7 +392,7 @@ Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) 
 
 Schedule make_forward_schedule(int k, int m, bool with_loss) {
   GPIPE_CHECK(k >= 1 && m >= 0, "schedule: K must be >= 1 and M >= 0, got K=", k, " M=", m);
-  Schedule s{m, false, std::vector<std::vector<Action>>(k)};
+  Schedule s{m, false, std::vector<std::vector<Action>>(k), {}};
   for (int stage = 0; stage < k; ++stage)
     for (int mb = 0; mb < m; ++mb) add_forward(s.stages[stage], stage, k, mb, with_loss);
   return s;
