@@ -92,9 +92,12 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   if (opt_.world && schedule_.device_count() < k)
     for (const Device& dev : opt_.devices)
       GPIPE_CHECK(dev.is_cpu(), "pipeline: the program puts ", v,
-                  " cells on each device, and under mpirun every cell is a process, but ", dev,
-                  " is a GPU: NCCL allows one process per GPU (run cells that share GPUs in one "
-                  "process, or use a schedule with one cell per device)");
+                  " cells on each device and every cell is its own rank (a process under "
+                  "mpirun), but ",
+                  dev,
+                  " is a GPU: NCCL allows one rank per GPU (run cells that share GPUs in one "
+                  "process without a world communicator, or use a schedule with one cell per "
+                  "device)");
 
   info_ = rank_info_for(0, k, 1, opt_.layout);
   info_.world_size = 1;
@@ -378,12 +381,16 @@ StepResult Pipeline::train_step(const Batch& batch) {
   if (opt_.world && schedule_.device_count() < schedule_.cells()) {
     // One cell per process: the device's idle share needs its other cells'
     // busy time (each process measures the step's span on its own clock).
+    // The step is done: a failure here leaves this cell's own figure.
     double sums[2] = {busy, hi - trace_from};
-    on_ranks([&](StageExecutor& r) {
-      r.pipe().allreduce(&sums[0], 1, ReduceOp::kSum, "summing the cells' busy time");
-      r.pipe().allreduce(&sums[1], 1, ReduceOp::kMax, "the step's longest span");
-    });
-    if (sums[1] > 0) res.bubble_fraction = 1.0 - sums[0] / (schedule_.device_count() * sums[1]);
+    try {
+      on_ranks([&](StageExecutor& r) {
+        r.pipe().allreduce(&sums[0], 1, ReduceOp::kSum, "summing the cells' busy time");
+        r.pipe().allreduce(&sums[1], 1, ReduceOp::kMax, "the step's longest span");
+      });
+      if (sums[1] > 0) res.bubble_fraction = 1.0 - sums[0] / (schedule_.device_count() * sums[1]);
+    } catch (const std::exception&) {
+    }
   }
   return res;
 }

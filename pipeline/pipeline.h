@@ -39,9 +39,10 @@ struct PipelineOptions {
   // are the layer runs, stages their runtime); K cells unless interleaved.
   int cells = 1;
   int micro_batches = 1;  // M
-  // v: cells per device (interleaved schedules): the model is cut into K v
-  // cells, cell c on device c mod K, and the cells of a device take turns
-  // (Note [Device turns]). 1 for every other schedule.
+  // v: cells per device: the model is cut into K v cells and the cells of a
+  // device take turns (Note [Device turns]). Interleaved: cell c on device
+  // c mod K, any v; ZB-V: 2 (set when left at 1), in a V. 1 for every other
+  // schedule.
   int virtual_stages = 1;
   std::vector<Device> devices;  // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
   ScheduleKind schedule = ScheduleKind::kGPipe;

@@ -103,7 +103,8 @@ void Pipeline::write_trace(const std::string& path) const {
     for (size_t s = 0; s < cells_.size(); ++s)
       if (schedule_.device_of(static_cast<int>(s)) == d)
         cells += (cells.empty() ? "" : ",") + std::to_string(s);
-    rows.push_back(detail::concat(stage_devices_[d].str(), " (cells ", cells, ")"));
+    const Device dev = opt_.devices.size() == 1 ? opt_.devices[0] : opt_.devices[d];
+    rows.push_back(detail::concat(dev.str(), " (cells ", cells, ")"));
   }
   Tracer by_device;
   for (TraceEvent e : tracer_.events()) {

@@ -220,7 +220,22 @@ void check_complete(const Schedule& s, int k, int m, const std::vector<std::vect
 // by whoever took turn t - 1 (or the first holder), once, to one cell of
 // the same device. So a device's cells never compute at once, in any run.
 void check_turns(const Schedule& s) {
-  const int cells = s.cells(), devices = s.device_count();
+  const int cells = s.cells();
+  if (!s.device_map.empty()) {
+    GPIPE_CHECK(static_cast<int>(s.device_map.size()) == cells, "schedule: its device map has ",
+                s.device_map.size(), " entries for ", cells, " cells (expected one per cell)");
+    std::vector<bool> used(cells, false);
+    for (int c = 0; c < cells; ++c) {
+      const int d = s.device_map[c];
+      GPIPE_CHECK(d >= 0 && d < cells, "schedule: cell ", c, " is on device ", d,
+                  " (expected 0 <= device < ", cells, ")");
+      used[d] = true;
+    }
+    for (int d = 0; d < s.device_count(); ++d)
+      GPIPE_CHECK(used[d], "schedule: no cell is on device ", d,
+                  " (devices are numbered from 0 without gaps)");
+  }
+  const int devices = s.device_count();
   constexpr size_t npos = Seen::npos;
   struct End {
     int cell = -1;

@@ -231,7 +231,7 @@ TEST_CASE("Process count and layout errors name what was expected") {
                                 .schedule = ScheduleKind::kInterleaved,
                                 .world = four.rank(0)},
                                token_batch(4, 1)),
-                      Contains("NCCL allows one process per GPU"));
+                      Contains("NCCL allows one rank per GPU"));
   }
   Batch b = token_batch(4, 7);
   LocalGroup group(3);

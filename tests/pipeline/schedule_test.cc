@@ -229,6 +229,28 @@ TEST_CASE(
       }
 }
 
+TEST_CASE(
+    "schedule: the unit-clock builders (ZB-H1, zb-h1-lowmem, ZB-V) finish for large K and M") {
+  for (int k : {12, 16})
+    for (int m : {1, 7, 64, 128}) {
+      INFO("K=" << k << " M=" << m);
+      CHECK_NOTHROW(validate(make_schedule(ScheduleKind::kZBH1, k, m), k, m));
+      CHECK_NOTHROW(validate(make_schedule(ScheduleKind::kZBH1LowMem, k, m), k, m));
+      const Schedule v = make_schedule(ScheduleKind::kZBV, k, m);
+      const DryRun run = validate(v, 2 * k, m);
+      if (m >= 3 * k / 2) CHECK(run.makespan == 6 * m + k - 1);
+    }
+  // A device map given in code is checked like one read from text.
+  Schedule s = make_schedule(ScheduleKind::kZBV, 2, 2);
+  s.device_map = {0, 2, 2, 0};
+  CHECK_THROWS_WITH(validate(s, 4, 2), Contains("no cell is on device 1"));
+  s.device_map = {0, 1};
+  CHECK_THROWS_WITH(validate(s, 4, 2), Contains("its device map has 2 entries for 4 cells"));
+  // Every cell on its own device, written out, is no map at all.
+  CHECK(parse("schedule K=2 M=1 train devices=0,1\n0: F0\n1: F0\n").device_map.empty());
+  CHECK(parse("schedule K=1 M=1 train devices=0\n0: F0\n").device_map.empty());
+}
+
 TEST_CASE("schedule: device turns are checked: one holder, compute only while holding, in order") {
   // Two cells on one device (devices=1), one micro-batch.
   const std::string head = "schedule K=2 M=1 train devices=1\n";

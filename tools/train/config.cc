@@ -239,14 +239,15 @@ Schedule schedule_program(const TrainConfig& c) {
       s.training,
       "the schedule is a forward-only program; a training one ('train' in its header) is needed");
   if (s.cells() != c.partitions * c.virtual_stages && s.device_count() < s.cells())
-    throw Error(detail::concat("the program has ", s.cells(), " cells on ", s.device_count(),
-                               " devices but --K=", c.partitions, " --virtual=", c.virtual_stages,
-                               " asks for ", c.partitions * c.virtual_stages,
-                               " (run it with --K=", s.device_count(),
-                               s.cells() % s.device_count() == 0
-                                   ? detail::concat(" --virtual=", s.cells() / s.device_count())
-                                   : std::string(),
-                               ")"));
+    throw Error(
+        detail::concat("the program has ", s.cells(), " cells on ", s.device_count(),
+                       " devices but --K=", c.partitions, " --virtual=", c.virtual_stages,
+                       " asks for ", c.partitions * c.virtual_stages,
+                       s.cells() % s.device_count() == 0
+                           ? detail::concat(" (run it with --K=", s.device_count(),
+                                            " --virtual=", s.cells() / s.device_count(), ")")
+                           : std::string(" (the pipeline needs the same number of cells "
+                                         "on every device)")));
   gpipe::validate(s, c.partitions * c.virtual_stages, c.micro_batches);
   GPIPE_CHECK(s.device_count() == c.partitions, "the schedule runs its ", s.cells(), " cells on ",
               s.device_count(), " devices but --K=", c.partitions,
@@ -312,6 +313,7 @@ struct Given {
   CLI::Option* preset = nullptr;
   std::vector<CLI::Option*> sizes;  // --layers --ffn --heads --dim
   CLI::Option *balance = nullptr, *balance_by = nullptr;
+  CLI::Option* virtual_stages = nullptr;
 };
 
 void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
@@ -430,10 +432,11 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--K", c.partitions, "partitions: devices, one cell each (v with --virtual)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  app.add_option("--virtual", c.virtual_stages,
-                 "v: cells per device for --schedule=interleaved (cell c on device c mod K)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+  g.virtual_stages = app.add_option("--virtual", c.virtual_stages,
+                                    "v: cells per device for --schedule=interleaved (cell c on "
+                                    "device c mod K); zb-v implies 2")
+                         ->capture_default_str()
+                         ->check(CLI::Range(1, 64));
   app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
@@ -535,11 +538,17 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
   // ZB-V holds two cells on each device (a V): --virtual=2 is implied.
-  if (c.virtual_stages == 1 && c.schedule.rfind("file:", 0) != 0) try {
-      if (parse_schedule(c.schedule) == ScheduleKind::kZBV) c.virtual_stages = 2;
+  bool zb_v = false;
+  if (c.schedule.rfind("file:", 0) != 0) try {
+      zb_v = parse_schedule(c.schedule) == ScheduleKind::kZBV;
     } catch (const Error&) {
       // an unknown name: validate() reports it
     }
+  if (zb_v && c.virtual_stages == 1) {
+    usage(!g.virtual_stages->count(),
+          "--virtual=1: zb-v holds exactly 2 cells per device (leave --virtual out)");
+    c.virtual_stages = 2;
+  }
   validate(c);
   if (canonical) *canonical = app.config_to_str(/*default_also=*/true);
 }

@@ -156,6 +156,28 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--bogus"}), Contains("--bogus"));
 }
 
+TEST_CASE("gpipe_train flags: schedules with several cells per device") {
+  const std::vector<std::string> t = {"--model=transformer", "--steps=1", "--K=2", "--M=4"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = t;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  CHECK(parse_train_flags(with({"--schedule=zb-v"})).virtual_stages == 2);
+  CHECK(parse_train_flags(with({"--schedule=interleaved", "--virtual=3"})).virtual_stages == 3);
+  CHECK(parse_train_flags(with({"--schedule=interleaved-1f1b", "--virtual=2"})).virtual_stages ==
+        2);
+  CHECK_THROWS_WITH(parse_train_flags(with({"--schedule=zb-v", "--virtual=1"})),
+                    Contains("zb-v holds exactly 2 cells per device"));
+  CHECK_THROWS_WITH(parse_train_flags(with({"--schedule=zb-v", "--virtual=3"})),
+                    Contains("zb-v holds exactly 2 cells per device"));
+  CHECK_THROWS_WITH(parse_train_flags(with({"--schedule=1f1b", "--virtual=2"})),
+                    Contains("cells per device need --schedule=interleaved"));
+  CHECK_THROWS_WITH(parse_train_flags({"--model=transformer", "--steps=1", "--K=2", "--M=3",
+                                       "--schedule=interleaved", "--virtual=2"}),
+                    Contains("must be a multiple of K = 2 devices"));
+}
+
 TEST_CASE("gpipe_train flags: --help is not an error") {
   try {
     parse_train_flags({"--help"});
