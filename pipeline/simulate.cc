@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace gpipe {
@@ -52,7 +53,8 @@ void check_costs(const CostModel& c, int k) {
   for (size_t s = 0; s < c.stages.size(); ++s) {
     const StageCosts& x = c.stages[s];
     GPIPE_CHECK(x.forward >= 0 && x.backward >= 0 && x.loss >= 0 && x.reduce_replicas >= 0 &&
-                    x.reduce_tied >= 0,
+                    x.reduce_tied >= 0 && x.activation_bytes >= 0 && x.input_bytes >= 0 &&
+                    x.backward_extra_bytes >= 0,
                 "simulate: stage ", s, " has a negative cost");
   }
   for (size_t l = 0; l < c.links.size(); ++l) {
@@ -155,6 +157,59 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
   for (int st = 0; st < k; ++st)
     for (const Interval& i : sim.timeline[st])
       if (counts_as_compute(i.action.kind)) compute += i.end - i.start;
+  // Memory: each micro-batch's bytes change when one of its compute actions
+  // ends; a device's are its cells' together, in time order.
+  std::vector<std::vector<std::pair<double, double>>> changes(schedule.device_count());
+  sim.peak_activation_bytes.assign(k, 0);
+  for (int st = 0; st < k; ++st) {
+    const StageCosts& c = costs.stages[st];
+    const double pending = c.pending_bytes >= 0 ? c.pending_bytes : c.activation_bytes;
+    std::set<int> recomputed;
+    for (const Action& a : schedule.stages[st])
+      if (a.kind == ActionKind::kRecompute) recomputed.insert(a.micro_batch);
+    double live = 0;
+    for (const Interval& i : sim.timeline[st]) {
+      double delta = 0;
+      switch (i.action.kind) {
+        case ActionKind::kForward:
+          delta = recomputed.count(i.action.micro_batch) ? c.input_bytes : c.activation_bytes;
+          break;
+        case ActionKind::kRecompute:
+          delta = c.activation_bytes - c.input_bytes;
+          break;
+        case ActionKind::kBackward:
+          delta = -c.activation_bytes;
+          break;
+        case ActionKind::kBackwardInput:
+          delta = pending - c.activation_bytes;
+          break;
+        case ActionKind::kBackwardWeight:
+          delta = -pending;
+          break;
+        default:
+          continue;
+      }
+      const bool backward =
+          i.action.kind == ActionKind::kBackward || i.action.kind == ActionKind::kBackwardInput;
+      if (backward && c.backward_extra_bytes > 0) {
+        // The transient: up while the backward runs, down when it ends.
+        sim.peak_activation_bytes[st] =
+            std::max(sim.peak_activation_bytes[st], live + c.backward_extra_bytes);
+        changes[schedule.device_of(st)].push_back({i.start, c.backward_extra_bytes});
+        changes[schedule.device_of(st)].push_back({i.end, -c.backward_extra_bytes});
+      }
+      live += delta;
+      sim.peak_activation_bytes[st] = std::max(sim.peak_activation_bytes[st], live);
+      changes[schedule.device_of(st)].push_back({i.end, delta});
+    }
+  }
+  for (auto& ch : changes) {
+    // Frees before allocations at the same instant (a W ends as the next F ends).
+    std::sort(ch.begin(), ch.end());
+    double live = 0, peak = 0;
+    for (const auto& [t, d] : ch) peak = std::max(peak, live += d);
+    sim.device_peak_activation_bytes.push_back(peak);
+  }
   if (sim.step_seconds > 0)
     sim.bubble_fraction = 1.0 - compute / (schedule.device_count() * sim.step_seconds);
   return sim;

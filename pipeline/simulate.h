@@ -29,6 +29,14 @@ struct StageCosts {
   double loss = 0;                   // last stage
   double backward_input = -1, backward_weight = -1;  // < 0: half of backward each
   double reduce_replicas = 0, reduce_tied = 0;
+  // Activation bytes one micro-batch keeps on this stage: from F to its B
+  // with the graph (`activation_bytes`); without it, until R (a
+  // rematerialised micro-batch's inputs, `input_bytes`); between I and W
+  // (`pending_bytes`, < 0: the same as activation_bytes).
+  double activation_bytes = 0, input_bytes = 0, pending_bytes = -1;
+  // Bytes a backward (B or I) needs on top of what is alive when it starts
+  // (the gradients it creates before the graph it frees).
+  double backward_extra_bytes = 0;
 };
 
 struct LinkCosts {
@@ -55,6 +63,9 @@ struct Simulation {
   std::vector<std::vector<Interval>> timeline;  // per stage: every action with a duration, in order
   double bubble_fraction = 0;  // 1 - sum(compute) / (devices x step): reductions count as idle
   std::vector<int> peak_live;  // as DryRun::peak_live
+  // The most activation bytes alive at once (the costs' per-micro-batch
+  // bytes, counted at the end of each action), per stage and per device.
+  std::vector<double> peak_activation_bytes, device_peak_activation_bytes;
   std::vector<int> device_of_stage;  // the device each stage (cell) runs on
   int devices() const;               // how many devices the program runs on
   int row_of(size_t stage) const;    // the device row of a stage's timeline

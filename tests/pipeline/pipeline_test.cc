@@ -21,6 +21,8 @@
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "ops/ops.h"
+#include "pipeline/microbatch.h"
+#include "pipeline/profile.h"
 #include "pipeline/simulate.h"
 #include "tests/pipeline/tiny_transformer.h"
 
@@ -707,4 +709,64 @@ TEST_CASE(
   CHECK(std::isfinite(loss));
   CHECK(stage1_started);
   CHECK_FALSE(waited_in_vain);
+}
+
+TEST_CASE(
+    "profile: layer profiles predict each device's peak activation bytes through the simulator, "
+    "within 10% for GPipe and 1F1B") {
+  const Batch batch = token_batch(8, 7);
+  const int m = 4;
+  // Profiles of a fresh copy of the model on one micro-batch.
+  Model fresh = models::transformer(tiny());
+  const std::vector<Batch> micro = split_micro_batches(batch, m);
+  const std::vector<LayerProfile> profile = profile_layers(fresh.layers, micro[0].inputs);
+  REQUIRE(profile.size() == fresh.layers.size());
+  int64_t sample_bytes = 0;
+  for (const Tensor& t : micro[0].inputs) sample_bytes += static_cast<int64_t>(t.nbytes());
+  for (const LayerProfile& p : profile) {
+    CHECK(p.forward_seconds > 0);
+    CHECK(p.activation_bytes >= p.output_bytes);
+  }
+  // The loss on the last layer's outputs.
+  Bundle h = micro[0].inputs;
+  {
+    NoGradGuard no_grad;
+    h = run_layers(fresh.layers, h);
+  }
+  const LayerProfile loss = profile_loss(*fresh.loss, h, micro[0].targets);
+  CHECK(loss.activation_bytes > 0);
+  for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1}) {
+    INFO(schedule_name(kind));
+    Pipeline pipe(models::transformer(tiny()),
+                  {.cells = 2,
+                   .micro_batches = m,
+                   .schedule = kind,
+                   .remat = RematMode::kNever,
+                   .threads_per_stage = 1},
+                  batch);
+    pipe.train_step(batch);
+    pipe.zero_grad();
+    pipe.reset_memory_peaks();
+    pipe.train_step(batch);
+    CostModel costs;
+    for (int c = 0; c < 2; ++c) {
+      const int64_t b = pipe.partition().begin(c), e = pipe.partition().end(c);
+      costs.stages.push_back(cell_costs(profile, b, e,
+                                        b == 0 ? sample_bytes : profile[b - 1].output_bytes,
+                                        c == 1 ? &loss : nullptr));
+    }
+    const Simulation sim = simulate(pipe.schedule(), costs);
+    const auto mem = pipe.memory();
+    REQUIRE(mem.size() == 2);
+    for (int d = 0; d < 2; ++d) {
+      const double measured = static_cast<double>(mem[d].peak_activation_bytes);
+      const double predicted = sim.device_peak_activation_bytes[d];
+      INFO("device " << d << ": predicted " << predicted << " measured " << measured);
+      // Within 10% (GPipe and 1F1B measure 2-6% under); ZB-H1's last stage
+      // is under-predicted by about a fifth: what the runtime keeps between
+      // I and W beyond the layers' own profiles is not modelled yet (#14).
+      const double tolerance = kind == ScheduleKind::kZBH1 && d == 1 ? 0.30 : 0.10;
+      CHECK(std::abs(predicted / measured - 1.0) <= tolerance);
+    }
+  }
 }

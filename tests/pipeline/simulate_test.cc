@@ -136,3 +136,42 @@ TEST_CASE("simulate: the timeline renders; bad cost models are refused") {
   CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), links),
                     Contains("3 links"));
 }
+
+TEST_CASE(
+    "simulate: activation memory per stage and device follows the schedule's live micro-batches") {
+  auto costs = [](int k, double a, double in, double pending = -1) {
+    CostModel c = CostModel::uniform(k, 1.0, 2.0);
+    for (auto& s : c.stages) {
+      s.activation_bytes = a;
+      s.input_bytes = in;
+      s.pending_bytes = pending;
+    }
+    return c;
+  };
+  // GPipe keeps all M graphs; 1F1B K - s on stage s.
+  Simulation g = simulate(make_schedule(ScheduleKind::kGPipe, 2, 4), costs(2, 10, 1));
+  CHECK(g.peak_activation_bytes == std::vector<double>{40, 40});
+  CHECK(g.device_peak_activation_bytes == std::vector<double>{40, 40});
+  Simulation o = simulate(make_schedule(ScheduleKind::k1F1B, 3, 4), costs(3, 10, 1));
+  CHECK(o.peak_activation_bytes == std::vector<double>{30, 20, 10});
+  // Remat always: M - 1 inputs and one rematerialised graph.
+  Simulation r =
+      simulate(make_schedule(ScheduleKind::kGPipe, 2, 4, RematMode::kAlways), costs(2, 10, 1));
+  CHECK(r.peak_activation_bytes == std::vector<double>{13, 13});
+  // ZB-H1: stage 0 as 1F1B; a micro-batch between I and W keeps pending_bytes.
+  Simulation z = simulate(make_schedule(ScheduleKind::kZBH1, 3, 6), costs(3, 10, 1, 4));
+  CHECK(z.peak_activation_bytes[0] == 30);
+  Simulation low = simulate(make_schedule(ScheduleKind::kZBH1LowMem, 3, 6), costs(3, 10, 1, 4));
+  for (int s = 0; s < 3; ++s) CHECK(low.peak_activation_bytes[s] <= o.peak_activation_bytes[s]);
+  // Interleaved: a device holds its cells' bytes together.
+  Simulation v = simulate(make_schedule(ScheduleKind::kInterleaved, 2, 4, RematMode::kNever, 2),
+                          costs(4, 5, 1));
+  REQUIRE(v.device_peak_activation_bytes.size() == 2);
+  CHECK(v.device_peak_activation_bytes[0] >=
+        std::max(v.peak_activation_bytes[0], v.peak_activation_bytes[2]));
+  CHECK(v.device_peak_activation_bytes[0] <=
+        v.peak_activation_bytes[0] + v.peak_activation_bytes[2]);
+  CostModel bad = costs(2, -1, 0);
+  CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), bad),
+                    Contains("stage 0 has a negative cost"));
+}

@@ -1,0 +1,159 @@
+#include "pipeline/profile.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/error.h"
+
+namespace gpipe {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t live_activations(Device d) {
+  return allocator_for(d).stats().live_bytes(MemoryCategory::kActivation);
+}
+
+int64_t bytes_of(const Bundle& b) {
+  int64_t n = 0;
+  for (const Tensor& t : b)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+}  // namespace
+
+std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample, int reps) {
+  GPIPE_CHECK(reps >= 1, "profile_layers: reps must be >= 1, got ", reps);
+  std::vector<LayerProfile> out;
+  Bundle x = sample;
+  for (const auto& layer : layers) {
+    LayerProfile p;
+    p.forward_seconds = p.backward_input_seconds = p.backward_weight_seconds = 1e300;
+    for (auto& prm : layer->parameters())
+      p.parameter_bytes += static_cast<int64_t>(prm.tensor->nbytes());
+    Bundle next;
+    for (int rep = 0; rep < reps; ++rep) {
+      Bundle leaves;
+      std::vector<Tensor> inputs;
+      for (const Tensor& t : x) {
+        Tensor l = t.defined() ? t.detach() : t;
+        if (l.defined() && is_floating(l.dtype())) {
+          l.set_requires_grad(true);
+          inputs.push_back(l);
+        }
+        leaves.push_back(l);
+      }
+      const Device dev = !x.empty() && x[0].defined() ? x[0].device() : kCpu;
+      const int64_t before = live_activations(dev);
+      auto t0 = std::chrono::steady_clock::now();
+      Bundle outs = layer->forward(leaves);
+      p.forward_seconds = std::min(p.forward_seconds, seconds_since(t0));
+      p.activation_bytes = live_activations(dev) - before;
+      p.output_bytes = bytes_of(outs);
+      std::vector<Tensor> roots, grads;
+      for (const Tensor& o : outs)
+        if (o.defined() && o.requires_grad()) {
+          roots.push_back(o);
+          grads.push_back(Tensor::full(o.shape(), 1e-3, o.dtype(), o.device()));
+        }
+      next.clear();
+      for (const Tensor& o : outs) next.push_back(o.defined() ? o.detach() : o);
+      outs.clear();
+      double input_s = 0, weight_s = 0;
+      int64_t pending = 0;
+      if (!roots.empty()) {
+        allocator_for(dev).reset_peak();
+        const int64_t at_backward = live_activations(dev);
+        t0 = std::chrono::steady_clock::now();
+        WeightGradients w = backward_input(roots, grads, inputs);
+        input_s = seconds_since(t0);
+        roots.clear();
+        grads.clear();
+        for (Tensor& l : inputs) l.zero_grad();
+        // What W waits for; the outputs (kept in `next` for the next layer) excluded.
+        pending = live_activations(dev) - before - bytes_of(next);
+        t0 = std::chrono::steady_clock::now();
+        w.run();
+        weight_s = seconds_since(t0);
+        p.backward_extra_bytes = std::max<int64_t>(
+            0, allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation) - at_backward);
+      }
+      p.backward_input_seconds = std::min(p.backward_input_seconds, input_s);
+      p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
+      p.pending_bytes = std::max<int64_t>(0, pending);
+    }
+    for (auto& prm : layer->parameters()) prm.tensor->zero_grad();
+    layer->discard_step();
+    out.push_back(p);
+    x = next;
+  }
+  return out;
+}
+
+LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targets) {
+  LayerProfile p;
+  Bundle leaves;
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : outputs) {
+    Tensor l = t.defined() ? t.detach() : t;
+    if (l.defined() && is_floating(l.dtype())) {
+      l.set_requires_grad(true);
+      inputs.push_back(l);
+    }
+    leaves.push_back(l);
+  }
+  const Device dev = !outputs.empty() && outputs[0].defined() ? outputs[0].device() : kCpu;
+  const int64_t before = live_activations(dev);
+  auto t0 = std::chrono::steady_clock::now();
+  Tensor value = loss.sum(leaves, targets);
+  p.forward_seconds = seconds_since(t0);
+  p.activation_bytes = live_activations(dev) - before;
+  if (value.requires_grad()) {
+    allocator_for(dev).reset_peak();
+    const int64_t at_backward = live_activations(dev);
+    t0 = std::chrono::steady_clock::now();
+    backward({value});
+    p.backward_input_seconds = seconds_since(t0);
+    p.backward_extra_bytes = std::max<int64_t>(
+        0, allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation) - at_backward);
+  }
+  return p;
+}
+
+StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, int64_t end,
+                      int64_t input_bytes, const LayerProfile* extra) {
+  GPIPE_CHECK(0 <= begin && begin < end && end <= static_cast<int64_t>(profile.size()),
+              "cell_costs: layers [", begin, ", ", end, ") outside the profile's ", profile.size());
+  StageCosts c;
+  c.forward = c.backward_input = c.backward_weight = 0;
+  c.activation_bytes = static_cast<double>(input_bytes);
+  c.pending_bytes = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    const LayerProfile& p = profile[i];
+    c.forward += p.forward_seconds;
+    c.backward_input += p.backward_input_seconds;
+    c.backward_weight += p.backward_weight_seconds;
+    c.activation_bytes += static_cast<double>(p.activation_bytes);
+    c.pending_bytes += static_cast<double>(p.pending_bytes);
+    c.backward_extra_bytes =
+        std::max(c.backward_extra_bytes, static_cast<double>(p.backward_extra_bytes));
+  }
+  if (extra) {
+    c.forward += extra->forward_seconds;
+    c.backward_input += extra->backward_input_seconds;
+    c.activation_bytes += static_cast<double>(extra->activation_bytes);
+    c.backward_extra_bytes =
+        std::max(c.backward_extra_bytes, static_cast<double>(extra->backward_extra_bytes));
+  }
+  c.backward = c.backward_input + c.backward_weight;
+  c.recompute = c.forward;
+  c.input_bytes = static_cast<double>(input_bytes);
+  return c;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,44 @@
+// Profile: each layer's costs measured on its device from one micro-batch
+// (the cost model of the simulator and the planner, #14): forward,
+// input-gradient and weight-gradient seconds (the split backward, Note
+// [Split backward]) and the activation bytes a micro-batch keeps.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "layers/layer.h"
+#include "layers/loss.h"
+#include "pipeline/simulate.h"
+
+namespace gpipe {
+
+struct LayerProfile {
+  double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;
+  int64_t activation_bytes = 0;      // alive after the forward with its graph, outputs included
+  int64_t output_bytes = 0;          // the outputs alone (what follows the layer receives)
+  int64_t pending_bytes = 0;         // alive between I and W once the outputs are gone
+  int64_t backward_extra_bytes = 0;  // peak during I and W above what was alive at I's start
+  int64_t parameter_bytes = 0;
+};
+
+// Runs `sample` (one micro-batch's inputs) through the layers in turn,
+// each `reps` times (best time kept; bytes from the last run); parameters'
+// gradients and the layers' step statistics are left as they were found.
+std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample,
+                                         int reps = 2);
+
+// The loss on the last stage as one more "layer": what its graph keeps
+// (activation_bytes) and its backward's transient; seconds of forward and
+// backward (as backward_input).
+LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targets);
+
+// The simulator's costs of the cell made of layers [begin, end): the sums
+// of their profiles, a graph that keeps the cell's input (`input_bytes`,
+// the previous layer's outputs or the sample's bytes for the first cell)
+// besides its layers' activations, plus `extra` (the loss, last cell); the
+// backward transient is the largest layer's. B = I + W.
+StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, int64_t end,
+                      int64_t input_bytes, const LayerProfile* extra = nullptr);
+
+}  // namespace gpipe
