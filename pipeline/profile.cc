@@ -132,7 +132,9 @@ StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, i
   StageCosts c;
   c.forward = c.backward_input = c.backward_weight = 0;
   c.activation_bytes = static_cast<double>(input_bytes);
-  c.pending_bytes = 0;
+  // Between I and W a split op keeps its input: the cell's input and every
+  // layer's outputs but the last's (the next layer's GEMMs read them).
+  c.pending_bytes = static_cast<double>(input_bytes);
   for (int64_t i = begin; i < end; ++i) {
     const LayerProfile& p = profile[i];
     c.forward += p.forward_seconds;
@@ -140,6 +142,7 @@ StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, i
     c.backward_weight += p.backward_weight_seconds;
     c.activation_bytes += static_cast<double>(p.activation_bytes);
     c.pending_bytes += static_cast<double>(p.pending_bytes);
+    if (i + 1 < end) c.pending_bytes += static_cast<double>(p.output_bytes);
     c.backward_extra_bytes =
         std::max(c.backward_extra_bytes, static_cast<double>(p.backward_extra_bytes));
   }
