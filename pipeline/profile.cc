@@ -18,6 +18,20 @@ int64_t live_activations(Device d) {
   return allocator_for(d).stats().live_bytes(MemoryCategory::kActivation);
 }
 
+// Fresh leaves for `x` (float ones require grad and are also listed in
+// `inputs`) and the device they are on.
+Device make_leaves(const Bundle& x, Bundle& leaves, std::vector<Tensor>& inputs) {
+  for (const Tensor& t : x) {
+    Tensor l = t.defined() ? t.detach() : t;
+    if (l.defined() && is_floating(l.dtype())) {
+      l.set_requires_grad(true);
+      inputs.push_back(l);
+    }
+    leaves.push_back(l);
+  }
+  return !x.empty() && x[0].defined() ? x[0].device() : kCpu;
+}
+
 int64_t bytes_of(const Bundle& b) {
   int64_t n = 0;
   for (const Tensor& t : b)
@@ -40,15 +54,7 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
     for (int rep = 0; rep < reps; ++rep) {
       Bundle leaves;
       std::vector<Tensor> inputs;
-      for (const Tensor& t : x) {
-        Tensor l = t.defined() ? t.detach() : t;
-        if (l.defined() && is_floating(l.dtype())) {
-          l.set_requires_grad(true);
-          inputs.push_back(l);
-        }
-        leaves.push_back(l);
-      }
-      const Device dev = !x.empty() && x[0].defined() ? x[0].device() : kCpu;
+      const Device dev = make_leaves(x, leaves, inputs);
       const int64_t before = live_activations(dev);
       auto t0 = std::chrono::steady_clock::now();
       Bundle outs = layer->forward(leaves);
@@ -99,15 +105,7 @@ LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targe
   LayerProfile p;
   Bundle leaves;
   std::vector<Tensor> inputs;
-  for (const Tensor& t : outputs) {
-    Tensor l = t.defined() ? t.detach() : t;
-    if (l.defined() && is_floating(l.dtype())) {
-      l.set_requires_grad(true);
-      inputs.push_back(l);
-    }
-    leaves.push_back(l);
-  }
-  const Device dev = !outputs.empty() && outputs[0].defined() ? outputs[0].device() : kCpu;
+  const Device dev = make_leaves(outputs, leaves, inputs);
   const int64_t before = live_activations(dev);
   auto t0 = std::chrono::steady_clock::now();
   Tensor value = loss.sum(leaves, targets);
