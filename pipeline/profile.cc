@@ -32,11 +32,20 @@ Device make_leaves(const Bundle& x, Bundle& leaves, std::vector<Tensor>& inputs)
   return !x.empty() && x[0].defined() ? x[0].device() : kCpu;
 }
 
-int64_t bytes_of(const Bundle& b) {
+int64_t bytes_of(const Bundle& b, bool floating_only = false) {
   int64_t n = 0;
   for (const Tensor& t : b)
-    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+    if (t.defined() && (!floating_only || is_floating(t.dtype())))
+      n += static_cast<int64_t>(t.nbytes());
   return n;
+}
+
+int64_t live_workspace(Device d) {
+  return allocator_for(d).stats().live_bytes(MemoryCategory::kWorkspace);
+}
+
+int64_t peak_workspace(Device d) {
+  return allocator_for(d).stats().peak_bytes(MemoryCategory::kWorkspace);
 }
 
 }  // namespace
@@ -55,12 +64,15 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
       Bundle leaves;
       std::vector<Tensor> inputs;
       const Device dev = make_leaves(x, leaves, inputs);
-      const int64_t before = live_activations(dev);
+      const int64_t before = live_activations(dev), scratch = live_workspace(dev);
+      allocator_for(dev).reset_peak();
       auto t0 = std::chrono::steady_clock::now();
       Bundle outs = layer->forward(leaves);
       p.forward_seconds = std::min(p.forward_seconds, seconds_since(t0));
       p.activation_bytes = live_activations(dev) - before;
       p.output_bytes = bytes_of(outs);
+      p.output_grad_bytes = bytes_of(outs, true);
+      int64_t workspace = peak_workspace(dev) - scratch;
       std::vector<Tensor> roots, grads;
       for (const Tensor& o : outs)
         if (o.defined() && o.requires_grad()) {
@@ -88,7 +100,9 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
         weight_s = seconds_since(t0);
         p.backward_extra_bytes = std::max<int64_t>(
             0, allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation) - at_backward);
+        workspace = std::max(workspace, peak_workspace(dev) - scratch);
       }
+      p.workspace_bytes = std::max<int64_t>(0, workspace);
       p.backward_input_seconds = std::min(p.backward_input_seconds, input_s);
       p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
       p.pending_bytes = std::max<int64_t>(0, pending);

@@ -17,9 +17,11 @@ struct LayerProfile {
   double forward_seconds = 0, backward_input_seconds = 0, backward_weight_seconds = 0;
   int64_t activation_bytes = 0;      // alive after the forward with its graph, outputs included
   int64_t output_bytes = 0;          // the outputs alone (what follows the layer receives)
+  int64_t output_grad_bytes = 0;     // the floating outputs (the gradient that comes back)
   int64_t pending_bytes = 0;         // alive between I and W once the outputs are gone
   int64_t backward_extra_bytes = 0;  // peak during I and W above what was alive at I's start
   int64_t parameter_bytes = 0;
+  int64_t workspace_bytes = 0;  // peak scratch (GEMM packing, column buffers) of its passes
 };
 
 // Runs `sample` (one micro-batch's inputs) through the layers in turn,

@@ -18,6 +18,7 @@
 #include "optim/schedule.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/plan.h"
 #include "pipeline/remat.h"
 #include "pipeline/schedule.h"
 
@@ -175,7 +176,7 @@ static void validate_pipeline(const TrainConfig& c) {
   check_flag("--layout", [&] { parse_rank_layout(c.layout); });
   check_flag("--schedule", [&] { schedule_program(c); });
   check_flag("--remat", [&] { parse_remat(c.remat); });
-  check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
+  if (c.balance_by != "plan") check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
   int64_t k = c.partitions;  // devices
   if (!c.balance.empty()) {
     std::vector<int64_t> sizes;
@@ -314,6 +315,9 @@ struct Given {
   std::vector<CLI::Option*> sizes;  // --layers --ffn --heads --dim
   CLI::Option *balance = nullptr, *balance_by = nullptr;
   CLI::Option* virtual_stages = nullptr;
+  // What --plan=auto chooses itself.
+  std::vector<CLI::Option*> planned;  // --M --schedule --remat --virtual --balance --balance-by
+  CLI::Option *plan = nullptr, *memory = nullptr;
 };
 
 void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
@@ -437,15 +441,17 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
                                     "device c mod K); zb-v implies 2")
                          ->capture_default_str()
                          ->check(CLI::Range(1, 64));
-  app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option(
-         "--schedule", c.schedule,
-         "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH (a program in "
-         "the text form "
-         "--print-schedule writes)")
-      ->capture_default_str();
+  g.planned.push_back(app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
+                          ->capture_default_str()
+                          ->check(CLI::Range(1, 1 << 20)));
+  g.planned.push_back(g.virtual_stages);
+  g.planned.push_back(
+      app.add_option(
+             "--schedule", c.schedule,
+             "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH (a program in "
+             "the text form "
+             "--print-schedule writes)")
+          ->capture_default_str());
   app.add_option(
       "--schedule-svg", c.schedule_svg,
       "write the program's predicted timeline on uniform stages as an SVG picture, then exit "
@@ -453,14 +459,26 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_flag(
       "--print-schedule", c.print_schedule,
       "print the step's program for --K, --M, --schedule and --remat, with its dry run, and exit");
-  app.add_option("--remat", c.remat, "always | except_last | never")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"always", "except_last", "never"}));
+  g.planned.push_back(app.add_option("--remat", c.remat, "always | except_last | never")
+                          ->capture_default_str()
+                          ->check(CLI::IsMember({"always", "except_last", "never"})));
   g.balance = app.add_option("--balance", c.balance,
                              "layers per cell, e.g. 4,4,3,3 (overrides --balance-by)");
-  g.balance_by = app.add_option("--balance-by", c.balance_by, "cost | time | memory")
-                     ->capture_default_str()
-                     ->check(CLI::IsMember({"cost", "time", "memory"}));
+  g.balance_by =
+      app.add_option("--balance-by", c.balance_by,
+                     "cost | time | memory | plan (the planner's cuts for --M, --schedule, "
+                     "--remat against the simulated step time)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"cost", "time", "memory", "plan"}));
+  g.planned.push_back(g.balance);
+  g.planned.push_back(g.balance_by);
+  g.plan = app.add_option("--plan", c.plan,
+                          "auto: the planner picks M, the schedule, each cell's remat and the "
+                          "cuts for --K, --batch and --memory (gpipe_plan prints the choices)")
+               ->check(CLI::IsMember({"auto"}));
+  g.memory = app.add_option(
+      "--memory", c.memory,
+      "per-device memory limit for --plan=auto or --balance-by=plan, e.g. 16GB, 512MiB");
   app.add_option("--devices", c.devices, "cpu:0,cpu:1,... or a count (default cpu:0..cpu:K-1)");
   app.add_option("--trace", c.trace, "write a Chrome trace of every step to this file at the end");
   app.add_option("--timeout", c.timeout,
@@ -499,6 +517,14 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
   for (const CLI::Option* o : g.sizes)
     usage(g.preset->count() == 0 || o->count() == 0, "--preset and ", o->get_name(),
           ": the preset fixes L, H, A and dim; give one or the other");
+  if (g.plan->count())
+    for (const CLI::Option* o : g.planned)
+      usage(o->count() == 0, "--plan=auto and ", o->get_name(),
+            ": the planner chooses M, the schedule, remat and the cuts; give --plan=auto or ",
+            o->get_name());
+  usage(g.memory->count() == 0 || g.plan->count() || c.balance_by == "plan",
+        "--memory: applies to --plan=auto or --balance-by=plan only");
+  if (g.memory->count()) check_flag("--memory", [&] { parse_bytes(c.memory); });
   usage(g.balance->count() == 0 || g.balance_by->count() == 0,
         "--balance and --balance-by: an explicit --balance leaves nothing to balance; give one or "
         "the other");

@@ -103,8 +103,12 @@ struct TrainConfig {
   std::string schedule =
       "gpipe";  // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH
   std::string remat = "except_last";
-  std::string balance;  // "4,4,3,3" (overrides balance_by)
-  std::string balance_by = "cost";
+  std::string balance;              // "4,4,3,3" (overrides balance_by)
+  std::string balance_by = "cost";  // cost | time | memory | plan (the planner's cuts)
+  // --plan=auto: the planner (pipeline/plan.h) chooses M, the schedule, each
+  // cell's remat mode and the cuts for --K devices, --batch and --memory.
+  std::string plan;
+  std::string memory;    // per-device memory limit for the planner ("16GB"; "" = none)
   std::string devices;   // "cpu:0,cpu:1" or a count; "" = cpu:0..cpu:K-1
   std::string trace;     // Chrome trace file written at the end
   double timeout = 600;  // seconds a stage waits for a neighbour (or a collective) before failing

@@ -31,6 +31,7 @@
 #include "optim/sgd.h"
 #include "pipeline/simulate.h"
 #include "tools/train/metrics_log.h"
+#include "tools/train/planning.h"
 
 namespace gpipe::train {
 namespace {
@@ -112,21 +113,6 @@ PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communica
   o.layout = parse_rank_layout(c.layout);
   o.sync_batchnorm = c.sync_batchnorm;
   return o;
-}
-
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c,
-                                                 std::vector<NamedTensor> params) {
-  const double lr = *c.lr, wd = c.weight_decay.value_or(0), momentum = c.momentum.value_or(0);
-  if (c.optimizer == "adam")
-    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = lr, .weight_decay = wd});
-  if (c.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(params, optim::AdamOptions{.lr = lr, .weight_decay = wd});
-  if (c.optimizer == "rmsprop")
-    return std::make_unique<optim::RmsProp>(
-        params, optim::RmsPropOptions{.lr = lr, .momentum = momentum, .weight_decay = wd});
-  return std::make_unique<optim::Sgd>(
-      params, optim::SgdOptions{
-                  .lr = lr, .momentum = momentum, .weight_decay = wd, .nesterov = momentum > 0});
 }
 
 // What a checkpoint records beyond the tensors: enough to tell whether a
@@ -260,8 +246,9 @@ class Trainer {
     } else if (c_.threads > 0) {
       set_default_intra_op_threads(c_.threads * c_.partitions);
     }
-    pipe_ = std::make_unique<Pipeline>(task_->make_model(), pipeline_options(c_, world_),
-                                       task_->batch_at(0));
+    PipelineOptions po = pipeline_options(c_, world_);
+    if (!c_.plan.empty() || c_.balance_by == "plan") apply_plan(po);
+    pipe_ = std::make_unique<Pipeline>(task_->make_model(), po, task_->batch_at(0));
     summary_.parameters = model_parameter_count(c_);
     log_ << pipe_->describe() << setup_line() << "\n";
     opt_ = make_optimizer(c_, pipe_->parameters());
@@ -317,6 +304,70 @@ class Trainer {
 
  private:
   // "transformer: 960,768 parameters; adam lr 0.002 (cosine:...); batch 32, 600 steps"
+  // --plan=auto and --balance-by=plan: profile a fresh copy of the model on
+  // the first batch, search, and set the pipeline's cuts (and with auto M,
+  // the schedule and each cell's remat) to the best plan.
+  void apply_plan(PipelineOptions& po) {
+    const bool autoplan = !c_.plan.empty();
+    const char* flag = autoplan ? "--plan=auto" : "--balance-by=plan";
+    if (world_)
+      throw UsageError(detail::concat(
+          flag,
+          ": plans in one process only (under mpirun every rank would profile on its own and "
+          "could choose differently); run gpipe_plan once and give every rank its choice "
+          "(--M, --schedule, --remat, --balance)"));
+    if (!autoplan && c_.schedule.rfind("file:", 0) == 0)
+      throw UsageError(
+          "--balance-by=plan: cuts are planned for a built-in --schedule, not a "
+          "program from a file; give --balance with the file's program");
+    const auto t0 = std::chrono::steady_clock::now();
+    Model fresh = task_->make_model();
+    const std::vector<int> ms =
+        autoplan ? candidate_micro_batches(c_.batch) : std::vector<int>{c_.micro_batches};
+    const ModelCosts costs = training_costs(c_, fresh, task_->batch_at(0), ms);
+    const PlanRequest req = plan_request(c_, ms);
+    PlanEstimate best;
+    if (autoplan) {
+      const PlanResult r = make_plan(costs, req);
+      log_ << "plan: " << costs.describe << "\n" << format_plan(r, req.memory_bytes, 8);
+      if (r.plans.empty())
+        throw UsageError(detail::concat(
+            "--plan=auto: no plan for K=", c_.partitions, " and --batch=", c_.batch, " fits ",
+            req.memory_bytes > 0 ? "--memory=" + c_.memory : std::string("in memory"),
+            r.rejected.empty() ? std::string()
+                               : "; e.g. " + r.rejected[0].choice + ": " + r.rejected[0].why));
+      best = r.plans[0];
+      po.micro_batches = c_.micro_batches = best.choice.micro_batches;
+      po.schedule = best.choice.schedule;
+      c_.schedule = schedule_name(best.choice.schedule);
+      po.virtual_stages = c_.virtual_stages = best.choice.virtual_stages;
+      po.remat = best.choice.remat[0];
+      c_.remat = remat_name(best.choice.remat[0]);
+      po.custom_schedule = std::make_shared<Schedule>(best.program);
+    } else {
+      PlanChoice ch;
+      ch.schedule = po.schedule;
+      ch.devices = c_.partitions;
+      ch.micro_batches = c_.micro_batches;
+      ch.virtual_stages = c_.virtual_stages;
+      ch.remat.assign(ch.cells(), po.remat);
+      best = best_cut(costs, ch, c_.batch, req.memory_bytes);
+      for (size_t d = 0; d < best.memory.size(); ++d)
+        if (req.memory_bytes > 0 && best.memory[d].total() > req.memory_bytes)
+          throw UsageError(detail::concat(
+              "--balance-by=plan: no cut of ", ch.describe(), " fits --memory=", c_.memory,
+              ": device ", d, " needs at least ", format_bytes(best.memory[d].total())));
+    }
+    po.balance = best.choice.balance();
+    std::string mem;
+    for (const DeviceMemoryPrediction& d : best.memory)
+      mem += detail::concat(mem.empty() ? "" : " ", format_bytes(d.total()));
+    log_ << "plan: " << best.choice.describe() << ": predicted step "
+         << format_seconds(best.step_seconds) << ", bubble " << best.sim.bubble_fraction
+         << ", memory per device " << mem << " (planned in "
+         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s)\n";
+  }
+
   std::string setup_line() {
     int64_t stored = 0;
     for (const auto& p : pipe_->parameters()) stored += p.tensor->numel();

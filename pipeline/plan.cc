@@ -1,0 +1,571 @@
+#include "pipeline/plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "pipeline/microbatch.h"
+#include "pipeline/partition.h"
+
+namespace gpipe {
+namespace {
+
+double blend(double a, double b, double t) { return std::max(0.0, a + t * (b - a)); }
+int64_t blend(int64_t a, int64_t b, double t) {
+  return static_cast<int64_t>(std::llround(blend(static_cast<double>(a), static_cast<double>(b), t)));
+}
+
+LayerProfile blend(const LayerProfile& a, const LayerProfile& b, double t) {
+  LayerProfile p;
+  p.forward_seconds = blend(a.forward_seconds, b.forward_seconds, t);
+  p.backward_input_seconds = blend(a.backward_input_seconds, b.backward_input_seconds, t);
+  p.backward_weight_seconds = blend(a.backward_weight_seconds, b.backward_weight_seconds, t);
+  p.activation_bytes = blend(a.activation_bytes, b.activation_bytes, t);
+  p.output_bytes = blend(a.output_bytes, b.output_bytes, t);
+  p.output_grad_bytes = blend(a.output_grad_bytes, b.output_grad_bytes, t);
+  p.pending_bytes = blend(a.pending_bytes, b.pending_bytes, t);
+  p.backward_extra_bytes = blend(a.backward_extra_bytes, b.backward_extra_bytes, t);
+  p.workspace_bytes = blend(a.workspace_bytes, b.workspace_bytes, t);
+  p.parameter_bytes = a.parameter_bytes;
+  return p;
+}
+
+// a + t (b - a) for every per-micro-batch figure; `rows` is the result's.
+ModelProfile blend(const ModelProfile& a, const ModelProfile& b, double t, int64_t rows) {
+  ModelProfile p;
+  p.rows = rows;
+  for (size_t i = 0; i < a.layers.size(); ++i) p.layers.push_back(blend(a.layers[i], b.layers[i], t));
+  p.loss = blend(a.loss, b.loss, t);
+  p.input_bytes = blend(a.input_bytes, b.input_bytes, t);
+  return p;
+}
+
+int64_t bytes_of(const Bundle& b) {
+  int64_t n = 0;
+  for (const Tensor& t : b)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+double seconds_of(const std::function<void()>& fn, int reps) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int64_t ModelCosts::layers() const {
+  return profiles.empty() ? 0 : static_cast<int64_t>(profiles[0].layers.size());
+}
+
+ModelProfile ModelCosts::at(int64_t rows) const {
+  GPIPE_CHECK(!profiles.empty(), "plan: the model costs have no profile");
+  GPIPE_CHECK(rows >= 1, "plan: a micro-batch needs at least one example, got ", rows);
+  for (const ModelProfile& p : profiles)
+    if (p.rows == rows) return p;
+  if (profiles.size() == 1) {
+    const ModelProfile zero{0, std::vector<LayerProfile>(profiles[0].layers.size()), {}, 0};
+    ModelProfile p = blend(zero, profiles[0], static_cast<double>(rows) / profiles[0].rows, rows);
+    for (size_t i = 0; i < p.layers.size(); ++i)
+      p.layers[i].parameter_bytes = profiles[0].layers[i].parameter_bytes;
+    return p;
+  }
+  size_t hi = 1;
+  while (hi + 1 < profiles.size() && profiles[hi].rows < rows) ++hi;
+  const ModelProfile &a = profiles[hi - 1], &b = profiles[hi];
+  return blend(a, b, static_cast<double>(rows - a.rows) / static_cast<double>(b.rows - a.rows),
+               rows);
+}
+
+int64_t ModelCosts::parameter_bytes(int64_t begin, int64_t end) const {
+  std::set<int> seen;
+  int64_t n = 0;
+  for (int64_t i = begin; i < end && i < static_cast<int64_t>(layer_tensors.size()); ++i)
+    for (int t : layer_tensors[i])
+      if (seen.insert(t).second) n += tensor_bytes[t];
+  return n;
+}
+
+ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int64_t> rows,
+                         int reps) {
+  GPIPE_CHECK(!rows.empty(), "profile_model: no micro-batch sizes to profile");
+  GPIPE_CHECK(model.loss != nullptr, "profile_model: the model has no loss");
+  const int64_t n = batch_size(batch);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  GPIPE_CHECK(rows.front() >= 1 && rows.back() <= n, "profile_model: micro-batches of ",
+              rows.front(), " to ", rows.back(), " examples need 1 <= rows <= the batch's ", n);
+  ModelCosts c;
+  std::map<const void*, int> index;  // storage -> tensor index (tied tensors share one)
+  for (const auto& layer : model.layers) {
+    std::vector<int> mine;
+    for (const NamedTensor& p : layer->parameters()) {
+      const void* key = p.tensor->storage().get();
+      auto [it, fresh] = index.emplace(key, static_cast<int>(c.tensor_bytes.size()));
+      if (fresh) c.tensor_bytes.push_back(static_cast<int64_t>(p.tensor->nbytes()));
+      if (std::find(mine.begin(), mine.end(), it->second) == mine.end()) mine.push_back(it->second);
+    }
+    c.layer_tensors.push_back(mine);
+  }
+  for (int64_t r : rows) {
+    const Batch piece = split_micro_batches(batch, (n + r - 1) / r)[0];
+    ModelProfile p;
+    p.rows = batch_size(piece);
+    p.input_bytes = bytes_of(piece.inputs);
+    p.layers = profile_layers(model.layers, piece.inputs, reps);
+    Bundle out;
+    {
+      NoGradGuard no_grad;
+      out = run_layers(model.layers, piece.inputs);
+    }
+    p.loss = profile_loss(*model.loss, out, piece.targets);
+    for (const auto& layer : model.layers) layer->discard_step();
+    if (c.profiles.empty() || c.profiles.back().rows != p.rows) c.profiles.push_back(p);
+  }
+  c.describe = detail::concat("profiled on ",
+                              model.layers.empty() || batch.inputs.empty()
+                                  ? std::string("cpu")
+                                  : batch.inputs[0].device().str(),
+                              " at micro-batches of ");
+  for (size_t i = 0; i < c.profiles.size(); ++i)
+    c.describe += detail::concat(i ? ", " : "", c.profiles[i].rows);
+  c.describe += " examples";
+  return c;
+}
+
+void measure_link(Device from, Device to, double* latency_seconds, double* bytes_per_second) {
+  const int64_t small = 1024, big = 4 << 20;  // floats
+  const Tensor a = Tensor::full(Shape{small}, 1, DType::kFloat32, from);
+  const Tensor b = Tensor::full(Shape{big}, 1, DType::kFloat32, from);
+  NoGradGuard no_grad;
+  const double ts = seconds_of([&] { (void)a.to(to); }, 20);
+  const double tb = seconds_of([&] { (void)b.to(to); }, 5);
+  const double bytes = 4.0 * (big - small);
+  *bytes_per_second = tb > ts ? bytes / (tb - ts) : 0;
+  *latency_seconds = std::max(0.0, ts - (*bytes_per_second > 0 ? 4.0 * small / *bytes_per_second : 0));
+}
+
+// ---- choices ---------------------------------------------------------------------
+
+std::vector<int64_t> PlanChoice::balance() const {
+  std::vector<int64_t> out;
+  for (size_t c = 0; c + 1 < bounds.size(); ++c) out.push_back(bounds[c + 1] - bounds[c]);
+  return out;
+}
+
+std::string PlanChoice::describe() const {
+  std::ostringstream os;
+  os << schedule_name(schedule) << " M=" << micro_batches;
+  if (virtual_stages > 1) os << " v=" << virtual_stages;
+  std::string modes;
+  bool uniform = true;
+  for (size_t c = 0; c < remat.size(); ++c) {
+    modes += detail::concat(c ? "," : "", remat_name(remat[c]));
+    uniform = uniform && remat[c] == remat[0];
+  }
+  os << " remat=" << (uniform && !remat.empty() ? remat_name(remat[0]) : modes);
+  if (!bounds.empty()) {
+    os << " cells=";
+    const std::vector<int64_t> b = balance();
+    for (size_t c = 0; c < b.size(); ++c) os << (c ? "," : "") << b[c];
+  }
+  return os.str();
+}
+
+double PlanEstimate::peak_total() const {
+  double m = 0;
+  for (const DeviceMemoryPrediction& d : memory) m = std::max(m, d.total());
+  return m;
+}
+
+Schedule plan_program(const PlanChoice& ch) {
+  GPIPE_CHECK(static_cast<int>(ch.remat.size()) == ch.cells(), "plan: ", ch.remat.size(),
+              " remat modes for ", ch.cells(), " cells");
+  std::map<RematMode, Schedule> built;
+  for (RematMode m : ch.remat)
+    if (!built.count(m))
+      built.emplace(m, make_schedule(ch.schedule, ch.devices, ch.micro_batches, m,
+                                     ch.virtual_stages));
+  Schedule out = built.at(ch.remat[0]);
+  GPIPE_CHECK(out.cells() == ch.cells(), "plan: ", schedule_name(ch.schedule), " on K = ",
+              ch.devices, " has ", out.cells(), " cells, the choice ", ch.cells());
+  for (int c = 0; c < ch.cells(); ++c) out.stages[c] = built.at(ch.remat[c]).stages[c];
+  (void)validate(out, out.cells(), ch.micro_batches);
+  return out;
+}
+
+namespace {
+
+void check_bounds(const ModelCosts& costs, const PlanChoice& ch) {
+  const int64_t n = costs.layers();
+  GPIPE_CHECK(static_cast<int>(ch.bounds.size()) == ch.cells() + 1, "plan: ", ch.bounds.size(),
+              " cut offsets for ", ch.cells(), " cells (expected cells + 1)");
+  GPIPE_CHECK(ch.bounds.front() == 0 && ch.bounds.back() == n, "plan: cuts must span layers [0, ",
+              n, ")");
+  for (size_t c = 0; c + 1 < ch.bounds.size(); ++c)
+    GPIPE_CHECK(ch.bounds[c] < ch.bounds[c + 1], "plan: cell ", c, " is empty");
+}
+
+// estimate_plan with the program and the micro-batch's profile already made.
+PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const Schedule& program,
+                           const ModelProfile& p) {
+  check_bounds(costs, ch);
+  PlanEstimate e;
+  e.choice = ch;
+  e.program = program;
+  const int cells = ch.cells();
+  CostModel cm;
+  for (int c = 0; c < cells; ++c) {
+    const int64_t b = ch.bounds[c], end = ch.bounds[c + 1];
+    cm.stages.push_back(cell_costs(p.layers, b, end, b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes,
+                                   c == cells - 1 ? &p.loss : nullptr));
+  }
+  for (int c = 0; c + 1 < cells; ++c) {
+    LinkCosts l;
+    if (program.device_of(c) != program.device_of(c + 1)) {
+      l.latency_seconds = costs.link_latency_seconds;
+      l.bytes_per_second = costs.link_bytes_per_second;
+      const LayerProfile& last = p.layers[ch.bounds[c + 1] - 1];
+      l.activation_bytes = static_cast<double>(last.output_bytes);
+      l.gradient_bytes = static_cast<double>(last.output_grad_bytes);
+    }
+    cm.links.push_back(l);
+  }
+  e.sim = simulate(program, cm);
+  e.step_seconds = e.sim.step_seconds + costs.optimizer_seconds / ch.devices;
+  e.memory.assign(program.device_count(), {});
+  for (int c = 0; c < cells; ++c) {
+    DeviceMemoryPrediction& d = e.memory[program.device_of(c)];
+    const double params = static_cast<double>(costs.parameter_bytes(ch.bounds[c], ch.bounds[c + 1]));
+    d.parameters += params;
+    d.gradients += params;
+    d.optimizer += costs.optimizer_state_factor * params;
+    for (int64_t i = ch.bounds[c]; i < ch.bounds[c + 1]; ++i)
+      d.workspace = std::max(d.workspace, static_cast<double>(p.layers[i].workspace_bytes));
+  }
+  for (size_t d = 0; d < e.memory.size(); ++d)
+    e.memory[d].activations = e.sim.device_peak_activation_bytes[d];
+  return e;
+}
+
+int64_t rows_of(int64_t batch, int m) {
+  GPIPE_CHECK(batch >= 1, "plan: the batch needs at least one example, got ", batch);
+  GPIPE_CHECK(m >= 1 && m <= batch, "plan: M = ", m, " micro-batches of a batch of ", batch,
+              " (expected 1 <= M <= N)");
+  return micro_batch_sizes(batch, m)[0];
+}
+
+double overflow(const PlanEstimate& e, double limit) {
+  if (limit <= 0) return 0;
+  double o = 0;
+  for (const DeviceMemoryPrediction& d : e.memory) o += std::max(0.0, d.total() - limit);
+  return o;
+}
+
+bool better(const PlanEstimate& a, const PlanEstimate& b, double limit) {
+  const double oa = overflow(a, limit), ob = overflow(b, limit);
+  if (oa != ob) return oa < ob;
+  return a.step_seconds < b.step_seconds;
+}
+
+// C(n, k) as a double, capped.
+double combinations(int64_t n, int64_t k) {
+  double r = 1;
+  for (int64_t i = 1; i <= k; ++i) {
+    r = r * static_cast<double>(n - k + i) / static_cast<double>(i);
+    if (r > 1e18) return 1e18;
+  }
+  return r;
+}
+
+}  // namespace
+
+PlanEstimate estimate_plan(const ModelCosts& costs, const PlanChoice& choice, int64_t batch) {
+  check_bounds(costs, choice);
+  return estimate_with(costs, choice, plan_program(choice),
+                       costs.at(rows_of(batch, choice.micro_batches)));
+}
+
+PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, double memory_bytes,
+                      int64_t exhaustive_limit, int max_evaluations) {
+  const int64_t n = costs.layers();
+  const int cells = ch.cells();
+  GPIPE_CHECK(cells >= 1 && cells <= n, "plan: ", cells, " cells need at least as many layers; the model has ",
+              n);
+  const Schedule program = plan_program(ch);
+  const ModelProfile p = costs.at(rows_of(batch, ch.micro_batches));
+  auto eval = [&](const std::vector<int64_t>& bounds) {
+    ch.bounds = bounds;
+    return estimate_with(costs, ch, program, p);
+  };
+  if (combinations(n - 1, cells - 1) <= static_cast<double>(exhaustive_limit)) {
+    // Every cut: boundaries 1 <= b_1 < ... < b_{C-1} <= n - 1.
+    std::vector<int64_t> b(cells + 1);
+    for (int c = 0; c <= cells; ++c) b[c] = c;
+    b[cells] = n;
+    PlanEstimate best;
+    bool any = false;
+    while (true) {
+      PlanEstimate e = eval(b);
+      if (!any || better(e, best, memory_bytes)) best = std::move(e), any = true;
+      int j = cells - 1;
+      while (j >= 1 && b[j] == n - (cells - j)) --j;
+      if (j < 1) break;
+      ++b[j];
+      for (int i = j + 1; i < cells; ++i) b[i] = b[i - 1] + 1;
+    }
+    return best;
+  }
+  // Starts: the cut balancing each layer's compute time, and the one
+  // balancing its memory; then one boundary at a time, while it helps.
+  std::vector<double> time(n), memory(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const LayerProfile& l = p.layers[i];
+    time[i] = l.forward_seconds + l.backward_input_seconds + l.backward_weight_seconds;
+    memory[i] = static_cast<double>(l.activation_bytes) * ch.micro_batches +
+                (2 + costs.optimizer_state_factor) * static_cast<double>(l.parameter_bytes);
+  }
+  time[n - 1] += p.loss.forward_seconds + p.loss.backward_input_seconds;
+  PlanEstimate best;
+  bool any = false;
+  int evaluations = 0;
+  for (const std::vector<double>* w : {&time, &memory}) {
+    PlanEstimate cur = eval(balanced_partition(*w, cells).bounds);
+    while (evaluations < max_evaluations) {
+      PlanEstimate step = cur;
+      bool improved = false;
+      for (int j = 1; j < cells; ++j)
+        for (int d : {-1, 1}) {
+          std::vector<int64_t> b = cur.choice.bounds;
+          b[j] += d;
+          if (b[j] <= b[j - 1] || b[j] >= b[j + 1]) continue;
+          PlanEstimate e = eval(b);
+          ++evaluations;
+          if (better(e, step, memory_bytes)) step = std::move(e), improved = true;
+        }
+      if (!improved) break;
+      cur = std::move(step);
+    }
+    if (!any || better(cur, best, memory_bytes)) best = std::move(cur), any = true;
+  }
+  return best;
+}
+
+// ---- the search ------------------------------------------------------------------
+
+namespace {
+
+std::string device_overflow(const PlanEstimate& e, double limit) {
+  int worst = 0;
+  for (size_t d = 0; d < e.memory.size(); ++d)
+    if (e.memory[d].total() > e.memory[worst].total()) worst = static_cast<int>(d);
+  return detail::concat("out of memory: device ", worst, " needs ",
+                        format_bytes(e.memory[worst].total()), " of ", format_bytes(limit), " (",
+                        format_bytes(e.memory[worst].activations), " activations)");
+}
+
+int level(RematMode m) {
+  return m == RematMode::kNever ? 0 : m == RematMode::kExceptLast ? 1 : 2;
+}
+
+}  // namespace
+
+PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
+  const int64_t n = costs.layers();
+  const int k = req.devices;
+  GPIPE_CHECK(k >= 1, "plan: --devices must be >= 1, got ", k);
+  GPIPE_CHECK(n >= 1, "plan: the model has no layers");
+  GPIPE_CHECK(k <= n, "plan: K = ", k, " devices but the model has ", n,
+              " layers (each device needs at least one)");
+  GPIPE_CHECK(req.batch >= 1, "plan: --batch must be >= 1, got ", req.batch);
+  GPIPE_CHECK(req.memory_bytes >= 0, "plan: the memory limit must be >= 0");
+  GPIPE_CHECK(req.top >= 1, "plan: need at least one plan to print (--top), got ", req.top);
+  const double state = (2 + costs.optimizer_state_factor) * static_cast<double>(costs.parameter_bytes());
+  GPIPE_CHECK(req.memory_bytes == 0 || state / k <= req.memory_bytes, "plan: a memory limit of ",
+              format_bytes(req.memory_bytes), " per device is below one device's share of the ",
+              "parameters, gradients and optimizer state alone (", format_bytes(state), " / K = ",
+              format_bytes(state / k), ")");
+  std::vector<int> ms = req.micro_batches;
+  if (ms.empty())
+    for (int64_t m = 1; m <= req.batch; m *= 2) ms.push_back(static_cast<int>(m));
+  for (int m : ms)
+    GPIPE_CHECK(m >= 1 && m <= req.batch, "plan: M = ", m, " micro-batches of a batch of ",
+                req.batch, " (expected 1 <= M <= N)");
+  std::vector<ScheduleKind> kinds = req.schedules;
+  if (kinds.empty())
+    kinds = {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1,
+             ScheduleKind::kZBH1LowMem, ScheduleKind::kInterleaved, ScheduleKind::kZBV};
+  std::vector<RematMode> modes = req.remat;
+  if (modes.empty()) modes = {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways};
+  std::sort(modes.begin(), modes.end(), [](RematMode a, RematMode b) { return level(a) < level(b); });
+  modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
+
+  PlanResult result;
+  std::vector<PlanEstimate> fits;
+  std::set<std::string> seen;
+  auto consider = [&](PlanEstimate e) {
+    const std::string what = e.choice.describe();
+    if (!seen.insert(what).second) return;
+    if (overflow(e, req.memory_bytes) > 0)
+      result.rejected.push_back({what, device_overflow(e, req.memory_bytes)});
+    else
+      fits.push_back(std::move(e));
+  };
+  for (ScheduleKind kind : kinds) {
+    const int v = kind == ScheduleKind::kInterleaved ? req.virtual_stages
+                  : kind == ScheduleKind::kZBV        ? 2
+                                                      : 1;
+    if (kind == ScheduleKind::kInterleaved && v < 2) continue;
+    for (int m : ms) {
+      const std::string base = detail::concat(schedule_name(kind), " M=", m);
+      if (static_cast<int64_t>(k) * v > n) {
+        result.rejected.push_back(
+            {base, detail::concat("needs K v = ", k * v, " cells; the model has ", n, " layers")});
+        continue;
+      }
+      if (kind == ScheduleKind::kInterleaved && m % k != 0) {
+        result.rejected.push_back(
+            {base, detail::concat("interleaved needs M to be a multiple of K = ", k)});
+        continue;
+      }
+      PlanChoice ch;
+      ch.schedule = kind;
+      ch.devices = k;
+      ch.micro_batches = m;
+      ch.virtual_stages = v;
+      // Every cell in one mode, then a mix: from the cheapest mode up, the
+      // cells of the device that overflows most one level more each round.
+      for (RematMode mode : modes) {
+        if (mode == RematMode::kExceptLast && m == 1) continue;  // the same as never
+        ch.remat.assign(ch.cells(), mode);
+        consider(best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit,
+                          req.max_evaluations));
+      }
+      if (req.memory_bytes <= 0 || modes.size() < 2) continue;
+      std::vector<int> lvl(ch.cells(), 0);
+      for (int round = 0; round < ch.cells() * static_cast<int>(modes.size()); ++round) {
+        for (int c = 0; c < ch.cells(); ++c) ch.remat[c] = modes[lvl[c]];
+        PlanEstimate e =
+            best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit, req.max_evaluations);
+        if (overflow(e, req.memory_bytes) <= 0) {
+          consider(std::move(e));
+          break;
+        }
+        int worst = 0;
+        for (size_t d = 0; d < e.memory.size(); ++d)
+          if (e.memory[d].total() > e.memory[worst].total()) worst = static_cast<int>(d);
+        bool raised = false;
+        for (int c = 0; c < ch.cells(); ++c)
+          if (e.program.device_of(c) == worst && lvl[c] + 1 < static_cast<int>(modes.size()))
+            ++lvl[c], raised = true;
+        if (!raised) break;
+      }
+    }
+  }
+  std::sort(fits.begin(), fits.end(), [](const PlanEstimate& a, const PlanEstimate& b) {
+    return a.step_seconds < b.step_seconds;
+  });
+  for (size_t i = 0; i < fits.size(); ++i) {
+    if (static_cast<int>(i) < req.top) {
+      result.plans.push_back(fits[i]);
+      continue;
+    }
+    result.rejected.push_back(
+        {fits[i].choice.describe(),
+         detail::concat("worse time: ", format_seconds(fits[i].step_seconds), " vs the best ",
+                        format_seconds(fits[0].step_seconds))});
+  }
+  return result;
+}
+
+// ---- text ------------------------------------------------------------------------
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s >= 1)
+    std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  return buf;
+}
+
+double parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  static const std::map<std::string, double> units = {
+      {"", 1},       {"B", 1},          {"K", 1e3},        {"KB", 1e3},        {"M", 1e6},
+      {"MB", 1e6},   {"G", 1e9},        {"GB", 1e9},       {"T", 1e12},        {"TB", 1e12},
+      {"KIB", 1024}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  auto it = units.find(unit);
+  GPIPE_CHECK(used > 0 && it != units.end() && std::isfinite(v) && v >= 0, "'", text,
+              "' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)");
+  return v * it->second;
+}
+
+std::string format_bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  else if (bytes >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f kB", bytes / 1e3);
+  return buf;
+}
+
+std::string format_plan(const PlanResult& r, double memory_bytes, int max_rejections) {
+  std::ostringstream os;
+  if (r.plans.empty()) {
+    os << "no plan fits " << (memory_bytes > 0 ? format_bytes(memory_bytes) : "") << " per device\n";
+  } else {
+    char line[256];
+    std::snprintf(line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step",
+                  "bubble", "memory per device (params+grads+opt+activations+workspace)");
+    os << line;
+    for (size_t i = 0; i < r.plans.size(); ++i) {
+      const PlanEstimate& e = r.plans[i];
+      std::string mem;
+      for (const DeviceMemoryPrediction& d : e.memory) mem += detail::concat(mem.empty() ? "" : "  ", format_bytes(d.total()));
+      std::snprintf(line, sizeof line, "%4zu  %-44s %10s %7.3f  %s\n", i + 1,
+                    e.choice.describe().c_str(), format_seconds(e.step_seconds).c_str(),
+                    e.sim.bubble_fraction, mem.c_str());
+      os << line;
+    }
+  }
+  if (!r.rejected.empty()) {
+    os << "rejected (" << r.rejected.size() << "):\n";
+    int shown = 0;
+    // Out-of-memory reasons first: they say what would not fit.
+    for (int pass = 0; pass < 2; ++pass)
+      for (const Rejection& x : r.rejected) {
+        const bool oom = x.why.rfind("out of memory", 0) == 0;
+        if ((pass == 0) != oom) continue;
+        if (shown++ >= max_rejections) continue;
+        os << "  " << x.choice << ": " << x.why << "\n";
+      }
+    if (shown > max_rejections) os << "  ... and " << shown - max_rejections << " more\n";
+  }
+  return os.str();
+}
+
+}  // namespace gpipe

@@ -1,0 +1,85 @@
+#include "tools/train/planning.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "optim/adam.h"
+#include "optim/rmsprop.h"
+#include "optim/sgd.h"
+#include "pipeline/microbatch.h"
+
+namespace gpipe::train {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c,
+                                                 std::vector<NamedTensor> params) {
+  const double lr = *c.lr, wd = c.weight_decay.value_or(0), momentum = c.momentum.value_or(0);
+  if (c.optimizer == "adam")
+    return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = lr, .weight_decay = wd});
+  if (c.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(params, optim::AdamOptions{.lr = lr, .weight_decay = wd});
+  if (c.optimizer == "rmsprop")
+    return std::make_unique<optim::RmsProp>(
+        params, optim::RmsPropOptions{.lr = lr, .momentum = momentum, .weight_decay = wd});
+  return std::make_unique<optim::Sgd>(
+      params, optim::SgdOptions{
+                  .lr = lr, .momentum = momentum, .weight_decay = wd, .nesterov = momentum > 0});
+}
+
+double optimizer_state_factor(const TrainConfig& c) {
+  const bool momentum = c.momentum.value_or(0) > 0;
+  if (c.optimizer == "adam" || c.optimizer == "adamw") return 2;
+  if (c.optimizer == "rmsprop") return momentum ? 2 : 1;
+  return momentum ? 1 : 0;
+}
+
+std::vector<int> candidate_micro_batches(int64_t batch) {
+  std::vector<int> out;
+  for (int64_t m = 1; m <= std::min<int64_t>(batch, 64); m *= 2) out.push_back(static_cast<int>(m));
+  return out;
+}
+
+ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch,
+                          const std::vector<int>& ms) {
+  const int64_t n = batch_size(batch);
+  std::vector<int64_t> rows;
+  for (int m : ms) rows.push_back(micro_batch_sizes(n, std::min<int64_t>(m, n))[0]);
+  ModelCosts costs = profile_model(model, batch, rows);
+  costs.optimizer_state_factor = optimizer_state_factor(c);
+  // One optimizer step over zero gradients (the arithmetic does not depend
+  // on the values), best of three, then the gradients and state are dropped.
+  std::vector<NamedTensor> params;  // each tensor once (tied ones are shared), named uniquely
+  std::set<const void*> seen;
+  for (size_t i = 0; i < model.layers.size(); ++i)
+    for (const NamedTensor& p : model.layers[i]->parameters())
+      if (seen.insert(p.tensor->storage().get()).second)
+        params.push_back({detail::concat("layer", i, ".", p.name), p.tensor});
+  for (const NamedTensor& p : params)
+    p.tensor->set_grad(Tensor::zeros(p.tensor->shape(), p.tensor->dtype(), p.tensor->device()));
+  {
+    std::unique_ptr<optim::Optimizer> opt = make_optimizer(c, params);
+    double best = 1e300;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      opt->step();
+      best = std::min(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    costs.optimizer_seconds = best;
+  }
+  for (const NamedTensor& p : params) p.tensor->zero_grad();
+  measure_link(Device{DeviceType::kCPU, 0}, Device{DeviceType::kCPU, 1},
+               &costs.link_latency_seconds, &costs.link_bytes_per_second);
+  return costs;
+}
+
+PlanRequest plan_request(const TrainConfig& c, const std::vector<int>& ms) {
+  PlanRequest r;
+  r.devices = c.partitions;
+  r.batch = c.batch;
+  r.memory_bytes = c.memory.empty() ? 0 : parse_bytes(c.memory);
+  r.micro_batches = ms;
+  return r;
+}
+
+}  // namespace gpipe::train
