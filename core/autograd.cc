@@ -3,7 +3,8 @@
 // backward() first walks the graph from the roots to count, for every node,
 // how many edges point at it; a node runs once all of them have delivered
 // (dependency counting), highest sequence number first among ready nodes, so
-// the order is deterministic. Gradients for one node's outputs are summed in
+// the order is deterministic; a leaf's accumulator runs as soon as it is
+// ready. Gradients for one node's outputs are summed in
 // a buffer; a node whose outputs received no gradient at all is skipped.
 // After a node runs, release() drops its saved tensors: graph memory goes
 // back to the allocator as backward proceeds (Note [Graph freeing]).
@@ -96,6 +97,10 @@ class AccumulateGrad final : public CountedNode {
  public:
   explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
     output_meta.push_back({leaf_->shape, leaf_->dtype, leaf_->storage->device()});
+    // Runs as soon as its gradient is complete: a weight gradient waiting
+    // for the end of the backward would keep every layer's at once (a
+    // cell's whole parameter bytes). Its value is the same either way.
+    sequence_nr = std::numeric_limits<uint64_t>::max();
   }
   std::string name() const override { return "AccumulateGrad"; }
   const TensorImpl* accumulates_into() const override { return leaf_.get(); }
