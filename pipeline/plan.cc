@@ -19,7 +19,8 @@ namespace {
 
 double blend(double a, double b, double t) { return std::max(0.0, a + t * (b - a)); }
 int64_t blend(int64_t a, int64_t b, double t) {
-  return static_cast<int64_t>(std::llround(blend(static_cast<double>(a), static_cast<double>(b), t)));
+  return static_cast<int64_t>(
+      std::llround(blend(static_cast<double>(a), static_cast<double>(b), t)));
 }
 
 LayerProfile blend(const LayerProfile& a, const LayerProfile& b, double t) {
@@ -32,6 +33,8 @@ LayerProfile blend(const LayerProfile& a, const LayerProfile& b, double t) {
   p.output_grad_bytes = blend(a.output_grad_bytes, b.output_grad_bytes, t);
   p.pending_bytes = blend(a.pending_bytes, b.pending_bytes, t);
   p.backward_extra_bytes = blend(a.backward_extra_bytes, b.backward_extra_bytes, t);
+  p.input_extra_bytes = blend(a.input_extra_bytes, b.input_extra_bytes, t);
+  p.weight_extra_bytes = blend(a.weight_extra_bytes, b.weight_extra_bytes, t);
   p.workspace_bytes = blend(a.workspace_bytes, b.workspace_bytes, t);
   p.parameter_bytes = a.parameter_bytes;
   return p;
@@ -41,7 +44,8 @@ LayerProfile blend(const LayerProfile& a, const LayerProfile& b, double t) {
 ModelProfile blend(const ModelProfile& a, const ModelProfile& b, double t, int64_t rows) {
   ModelProfile p;
   p.rows = rows;
-  for (size_t i = 0; i < a.layers.size(); ++i) p.layers.push_back(blend(a.layers[i], b.layers[i], t));
+  for (size_t i = 0; i < a.layers.size(); ++i)
+    p.layers.push_back(blend(a.layers[i], b.layers[i], t));
   p.loss = blend(a.loss, b.loss, t);
   p.input_bytes = blend(a.input_bytes, b.input_bytes, t);
   return p;
@@ -135,11 +139,11 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
     for (const auto& layer : model.layers) layer->discard_step();
     if (c.profiles.empty() || c.profiles.back().rows != p.rows) c.profiles.push_back(p);
   }
-  c.describe = detail::concat("profiled on ",
-                              model.layers.empty() || batch.inputs.empty()
-                                  ? std::string("cpu")
-                                  : batch.inputs[0].device().str(),
-                              " at micro-batches of ");
+  c.describe =
+      detail::concat("profiled on ",
+                     model.layers.empty() || batch.inputs.empty() ? std::string("cpu")
+                                                                  : batch.inputs[0].device().str(),
+                     " at micro-batches of ");
   for (size_t i = 0; i < c.profiles.size(); ++i)
     c.describe += detail::concat(i ? ", " : "", c.profiles[i].rows);
   c.describe += " examples";
@@ -155,7 +159,8 @@ void measure_link(Device from, Device to, double* latency_seconds, double* bytes
   const double tb = seconds_of([&] { (void)b.to(to); }, 5);
   const double bytes = 4.0 * (big - small);
   *bytes_per_second = tb > ts ? bytes / (tb - ts) : 0;
-  *latency_seconds = std::max(0.0, ts - (*bytes_per_second > 0 ? 4.0 * small / *bytes_per_second : 0));
+  *latency_seconds =
+      std::max(0.0, ts - (*bytes_per_second > 0 ? 4.0 * small / *bytes_per_second : 0));
 }
 
 // ---- choices ---------------------------------------------------------------------
@@ -197,11 +202,11 @@ Schedule plan_program(const PlanChoice& ch) {
   std::map<RematMode, Schedule> built;
   for (RematMode m : ch.remat)
     if (!built.count(m))
-      built.emplace(m, make_schedule(ch.schedule, ch.devices, ch.micro_batches, m,
-                                     ch.virtual_stages));
+      built.emplace(m,
+                    make_schedule(ch.schedule, ch.devices, ch.micro_batches, m, ch.virtual_stages));
   Schedule out = built.at(ch.remat[0]);
-  GPIPE_CHECK(out.cells() == ch.cells(), "plan: ", schedule_name(ch.schedule), " on K = ",
-              ch.devices, " has ", out.cells(), " cells, the choice ", ch.cells());
+  GPIPE_CHECK(out.cells() == ch.cells(), "plan: ", schedule_name(ch.schedule),
+              " on K = ", ch.devices, " has ", out.cells(), " cells, the choice ", ch.cells());
   for (int c = 0; c < ch.cells(); ++c) out.stages[c] = built.at(ch.remat[c]).stages[c];
   (void)validate(out, out.cells(), ch.micro_batches);
   return out;
@@ -230,7 +235,8 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
   CostModel cm;
   for (int c = 0; c < cells; ++c) {
     const int64_t b = ch.bounds[c], end = ch.bounds[c + 1];
-    cm.stages.push_back(cell_costs(p.layers, b, end, b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes,
+    cm.stages.push_back(cell_costs(p.layers, b, end,
+                                   b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes,
                                    c == cells - 1 ? &p.loss : nullptr));
   }
   for (int c = 0; c + 1 < cells; ++c) {
@@ -249,7 +255,8 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
   e.memory.assign(program.device_count(), {});
   for (int c = 0; c < cells; ++c) {
     DeviceMemoryPrediction& d = e.memory[program.device_of(c)];
-    const double params = static_cast<double>(costs.parameter_bytes(ch.bounds[c], ch.bounds[c + 1]));
+    const double params =
+        static_cast<double>(costs.parameter_bytes(ch.bounds[c], ch.bounds[c + 1]));
     d.parameters += params;
     d.gradients += params;
     d.optimizer += costs.optimizer_state_factor * params;
@@ -303,8 +310,8 @@ PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, dou
                       int64_t exhaustive_limit, int max_evaluations) {
   const int64_t n = costs.layers();
   const int cells = ch.cells();
-  GPIPE_CHECK(cells >= 1 && cells <= n, "plan: ", cells, " cells need at least as many layers; the model has ",
-              n);
+  GPIPE_CHECK(cells >= 1 && cells <= n, "plan: ", cells,
+              " cells need at least as many layers; the model has ", n);
   const Schedule program = plan_program(ch);
   const ModelProfile p = costs.at(rows_of(batch, ch.micro_batches));
   auto eval = [&](const std::vector<int64_t>& bounds) {
@@ -377,9 +384,7 @@ std::string device_overflow(const PlanEstimate& e, double limit) {
                         format_bytes(e.memory[worst].activations), " activations)");
 }
 
-int level(RematMode m) {
-  return m == RematMode::kNever ? 0 : m == RematMode::kExceptLast ? 1 : 2;
-}
+int level(RematMode m) { return m == RematMode::kNever ? 0 : m == RematMode::kExceptLast ? 1 : 2; }
 
 }  // namespace
 
@@ -393,11 +398,12 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
   GPIPE_CHECK(req.batch >= 1, "plan: --batch must be >= 1, got ", req.batch);
   GPIPE_CHECK(req.memory_bytes >= 0, "plan: the memory limit must be >= 0");
   GPIPE_CHECK(req.top >= 1, "plan: need at least one plan to print (--top), got ", req.top);
-  const double state = (2 + costs.optimizer_state_factor) * static_cast<double>(costs.parameter_bytes());
+  const double state =
+      (2 + costs.optimizer_state_factor) * static_cast<double>(costs.parameter_bytes());
   GPIPE_CHECK(req.memory_bytes == 0 || state / k <= req.memory_bytes, "plan: a memory limit of ",
               format_bytes(req.memory_bytes), " per device is below one device's share of the ",
-              "parameters, gradients and optimizer state alone (", format_bytes(state), " / K = ",
-              format_bytes(state / k), ")");
+              "parameters, gradients and optimizer state alone (", format_bytes(state),
+              " / K = ", format_bytes(state / k), ")");
   std::vector<int> ms = req.micro_batches;
   if (ms.empty())
     for (int64_t m = 1; m <= req.batch; m *= 2) ms.push_back(static_cast<int>(m));
@@ -406,11 +412,12 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
                 req.batch, " (expected 1 <= M <= N)");
   std::vector<ScheduleKind> kinds = req.schedules;
   if (kinds.empty())
-    kinds = {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1,
+    kinds = {ScheduleKind::kGPipe,      ScheduleKind::k1F1B,        ScheduleKind::kZBH1,
              ScheduleKind::kZBH1LowMem, ScheduleKind::kInterleaved, ScheduleKind::kZBV};
   std::vector<RematMode> modes = req.remat;
   if (modes.empty()) modes = {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways};
-  std::sort(modes.begin(), modes.end(), [](RematMode a, RematMode b) { return level(a) < level(b); });
+  std::sort(modes.begin(), modes.end(),
+            [](RematMode a, RematMode b) { return level(a) < level(b); });
   modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
 
   PlanResult result;
@@ -426,8 +433,8 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
   };
   for (ScheduleKind kind : kinds) {
     const int v = kind == ScheduleKind::kInterleaved ? req.virtual_stages
-                  : kind == ScheduleKind::kZBV        ? 2
-                                                      : 1;
+                  : kind == ScheduleKind::kZBV       ? 2
+                                                     : 1;
     if (kind == ScheduleKind::kInterleaved && v < 2) continue;
     for (int m : ms) {
       const std::string base = detail::concat(schedule_name(kind), " M=", m);
@@ -458,8 +465,8 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
       std::vector<int> lvl(ch.cells(), 0);
       for (int round = 0; round < ch.cells() * static_cast<int>(modes.size()); ++round) {
         for (int c = 0; c < ch.cells(); ++c) ch.remat[c] = modes[lvl[c]];
-        PlanEstimate e =
-            best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit, req.max_evaluations);
+        PlanEstimate e = best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit,
+                                  req.max_evaluations);
         if (overflow(e, req.memory_bytes) <= 0) {
           consider(std::move(e));
           break;
@@ -512,10 +519,20 @@ double parse_bytes(const std::string& text) {
   }
   std::string unit = text.substr(used);
   for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  static const std::map<std::string, double> units = {
-      {"", 1},       {"B", 1},          {"K", 1e3},        {"KB", 1e3},        {"M", 1e6},
-      {"MB", 1e6},   {"G", 1e9},        {"GB", 1e9},       {"T", 1e12},        {"TB", 1e12},
-      {"KIB", 1024}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"B", 1},
+                                                      {"K", 1e3},
+                                                      {"KB", 1e3},
+                                                      {"M", 1e6},
+                                                      {"MB", 1e6},
+                                                      {"G", 1e9},
+                                                      {"GB", 1e9},
+                                                      {"T", 1e12},
+                                                      {"TB", 1e12},
+                                                      {"KIB", 1024},
+                                                      {"MIB", 1048576.0},
+                                                      {"GIB", 1073741824.0},
+                                                      {"TIB", 1099511627776.0}};
   auto it = units.find(unit);
   GPIPE_CHECK(used > 0 && it != units.end() && std::isfinite(v) && v >= 0, "'", text,
               "' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)");
@@ -536,16 +553,18 @@ std::string format_bytes(double bytes) {
 std::string format_plan(const PlanResult& r, double memory_bytes, int max_rejections) {
   std::ostringstream os;
   if (r.plans.empty()) {
-    os << "no plan fits " << (memory_bytes > 0 ? format_bytes(memory_bytes) : "") << " per device\n";
+    os << "no plan fits " << (memory_bytes > 0 ? format_bytes(memory_bytes) : "")
+       << " per device\n";
   } else {
     char line[256];
-    std::snprintf(line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step",
-                  "bubble", "memory per device (params+grads+opt+activations+workspace)");
+    std::snprintf(line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step", "bubble",
+                  "memory per device (params+grads+opt+activations+workspace)");
     os << line;
     for (size_t i = 0; i < r.plans.size(); ++i) {
       const PlanEstimate& e = r.plans[i];
       std::string mem;
-      for (const DeviceMemoryPrediction& d : e.memory) mem += detail::concat(mem.empty() ? "" : "  ", format_bytes(d.total()));
+      for (const DeviceMemoryPrediction& d : e.memory)
+        mem += detail::concat(mem.empty() ? "" : "  ", format_bytes(d.total()));
       std::snprintf(line, sizeof line, "%4zu  %-44s %10s %7.3f  %s\n", i + 1,
                     e.choice.describe().c_str(), format_seconds(e.step_seconds).c_str(),
                     e.sim.bubble_fraction, mem.c_str());

@@ -38,10 +38,11 @@ struct ModelProfile {
 };
 
 struct ModelCosts {
-  std::vector<ModelProfile> profiles;           // by rows, ascending, at least one
-  std::vector<int64_t> tensor_bytes;            // each distinct trainable tensor
-  std::vector<std::vector<int>> layer_tensors;  // per layer: its tensors (indices into tensor_bytes)
-  double optimizer_state_factor = 2;            // optimizer bytes per parameter byte
+  std::vector<ModelProfile> profiles;  // by rows, ascending, at least one
+  std::vector<int64_t> tensor_bytes;   // each distinct trainable tensor
+  std::vector<std::vector<int>>
+      layer_tensors;                  // per layer: its tensors (indices into tensor_bytes)
+  double optimizer_state_factor = 2;  // optimizer bytes per parameter byte
   // One optimizer step over the whole model (the step's serial tail; split
   // over the devices' threads, as gpipe_train's step runs it).
   double optimizer_seconds = 0;
@@ -74,11 +75,11 @@ void measure_link(Device from, Device to, double* latency_seconds, double* bytes
 // One candidate: what gpipe_train would run.
 struct PlanChoice {
   ScheduleKind schedule = ScheduleKind::kGPipe;
-  int devices = 1;                // K
-  int micro_batches = 1;          // M
-  int virtual_stages = 1;         // v: cells per device (interleaved, ZB-V)
-  std::vector<int64_t> bounds;    // cells + 1 layer offsets
-  std::vector<RematMode> remat;   // per cell
+  int devices = 1;               // K
+  int micro_batches = 1;         // M
+  int virtual_stages = 1;        // v: cells per device (interleaved, ZB-V)
+  std::vector<int64_t> bounds;   // cells + 1 layer offsets
+  std::vector<RematMode> remat;  // per cell
   int cells() const { return devices * virtual_stages; }
   std::vector<int64_t> balance() const;  // layers per cell ("--balance")
   std::string describe() const;          // "zb-h1 M=8 remat=never cells=9,7"
@@ -93,7 +94,7 @@ struct PlanEstimate {
   PlanChoice choice;
   Schedule program;
   Simulation sim;
-  double step_seconds = 0;  // simulated pipeline step + the optimizer step
+  double step_seconds = 0;                     // simulated pipeline step + the optimizer step
   std::vector<DeviceMemoryPrediction> memory;  // per device
   double peak_total() const;                   // the largest device's total
 };
@@ -106,14 +107,14 @@ Schedule plan_program(const PlanChoice& choice);
 PlanEstimate estimate_plan(const ModelCosts& costs, const PlanChoice& choice, int64_t batch);
 
 struct PlanRequest {
-  int devices = 1;            // K
-  int64_t batch = 0;          // N, examples per step
-  double memory_bytes = 0;    // per device; 0: no limit
-  std::vector<int> micro_batches;             // candidates; empty: 1, 2, 4, ... up to N
-  std::vector<ScheduleKind> schedules;        // empty: all
-  std::vector<RematMode> remat;               // modes a cell may take; empty: all three
-  int virtual_stages = 2;                     // v for interleaved (ZB-V always has 2)
-  int top = 5;                                // plans to return
+  int devices = 1;                      // K
+  int64_t batch = 0;                    // N, examples per step
+  double memory_bytes = 0;              // per device; 0: no limit
+  std::vector<int> micro_batches;       // candidates; empty: 1, 2, 4, ... up to N
+  std::vector<ScheduleKind> schedules;  // empty: all
+  std::vector<RematMode> remat;         // modes a cell may take; empty: all three
+  int virtual_stages = 2;               // v for interleaved (ZB-V always has 2)
+  int top = 5;                          // plans to return
   // Cut search: every cut when at most this many exist, else the time-
   // balanced cut improved by moving one boundary at a time.
   int64_t exhaustive_limit = 5000;
@@ -145,7 +146,7 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& request);
 // "16GB", "512MiB", "8e9", "1.5G" -> bytes (GB = 1e9, GiB = 2^30); throws
 // gpipe::Error naming the text otherwise.
 double parse_bytes(const std::string& text);
-std::string format_bytes(double bytes);  // "1.23 GB"
+std::string format_bytes(double bytes);      // "1.23 GB"
 std::string format_seconds(double seconds);  // "1.234 s", "12.34 ms"
 
 // The plans and rejections as a table.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/autograd.h"
@@ -40,6 +41,21 @@ int64_t bytes_of(const Bundle& b, bool floating_only = false) {
   return n;
 }
 
+// Evicts the CPU caches (a pass over a buffer twice the 32 MB L3 of the CPUs here)
+// before each timed pass: in a pipeline a layer's weights and inputs are
+// cold when its micro-batch comes back to it (the other layers and
+// micro-batches ran in between); a profile that repeats one layer would
+// time them hot, several times faster for small micro-batches, whose
+// passes are bound by reading the weights.
+void evict_caches(Device d) {
+  if (!d.is_cpu()) return;
+  static std::vector<unsigned char> buffer(64u << 20, 1);
+  static volatile unsigned sink = 0;
+  unsigned sum = 0;
+  for (size_t i = 0; i < buffer.size(); i += 64) sum += buffer[i]++;
+  sink = sink + sum;
+}
+
 int64_t live_workspace(Device d) {
   return allocator_for(d).stats().live_bytes(MemoryCategory::kWorkspace);
 }
@@ -60,15 +76,19 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
     for (auto& prm : layer->parameters())
       p.parameter_bytes += static_cast<int64_t>(prm.tensor->nbytes());
     Bundle next;
-    for (int rep = 0; rep < reps; ++rep) {
+    // Run 0 warms up (and creates the parameters' gradients, so the timed
+    // runs accumulate into them, as every micro-batch but a step's first does).
+    for (int rep = 0; rep <= reps; ++rep) {
+      const bool timed = rep > 0;
       Bundle leaves;
       std::vector<Tensor> inputs;
       const Device dev = make_leaves(x, leaves, inputs);
       const int64_t before = live_activations(dev), scratch = live_workspace(dev);
       allocator_for(dev).reset_peak();
+      evict_caches(dev);
       auto t0 = std::chrono::steady_clock::now();
       Bundle outs = layer->forward(leaves);
-      p.forward_seconds = std::min(p.forward_seconds, seconds_since(t0));
+      if (timed) p.forward_seconds = std::min(p.forward_seconds, seconds_since(t0));
       p.activation_bytes = live_activations(dev) - before;
       p.output_bytes = bytes_of(outs);
       p.output_grad_bytes = bytes_of(outs, true);
@@ -87,6 +107,7 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
       if (!roots.empty()) {
         allocator_for(dev).reset_peak();
         const int64_t at_backward = live_activations(dev);
+        evict_caches(dev);
         t0 = std::chrono::steady_clock::now();
         WeightGradients w = backward_input(roots, grads, inputs);
         input_s = seconds_since(t0);
@@ -95,16 +116,28 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
         for (Tensor& l : inputs) l.zero_grad();
         // What W waits for; the outputs (kept in `next` for the next layer) excluded.
         pending = live_activations(dev) - before - bytes_of(next);
+        const int64_t input_peak =
+            allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
+        workspace = std::max(workspace, peak_workspace(dev) - scratch);
+        allocator_for(dev).reset_peak();
+        const int64_t at_weight = live_activations(dev);
+        evict_caches(dev);
         t0 = std::chrono::steady_clock::now();
         w.run();
         weight_s = seconds_since(t0);
-        p.backward_extra_bytes = std::max<int64_t>(
-            0, allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation) - at_backward);
+        const int64_t weight_peak =
+            allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
+        p.input_extra_bytes = std::max<int64_t>(0, input_peak - at_backward);
+        p.weight_extra_bytes = std::max<int64_t>(0, weight_peak - at_weight);
+        p.backward_extra_bytes =
+            std::max<int64_t>(0, std::max(input_peak, weight_peak) - at_backward);
         workspace = std::max(workspace, peak_workspace(dev) - scratch);
       }
       p.workspace_bytes = std::max<int64_t>(0, workspace);
-      p.backward_input_seconds = std::min(p.backward_input_seconds, input_s);
-      p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
+      if (timed) {
+        p.backward_input_seconds = std::min(p.backward_input_seconds, input_s);
+        p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
+      }
       p.pending_bytes = std::max<int64_t>(0, pending);
     }
     for (auto& prm : layer->parameters()) prm.tensor->zero_grad();
@@ -143,6 +176,7 @@ StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, i
               "cell_costs: layers [", begin, ", ", end, ") outside the profile's ", profile.size());
   StageCosts c;
   c.forward = c.backward_input = c.backward_weight = 0;
+  c.input_extra_bytes = c.weight_extra_bytes = 0;
   c.activation_bytes = static_cast<double>(input_bytes);
   // Between I and W a split op keeps its input: the cell's input and every
   // layer's outputs but the last's (the next layer's GEMMs read them).
@@ -157,8 +191,13 @@ StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, i
     if (i + 1 < end) c.pending_bytes += static_cast<double>(p.output_bytes);
     c.backward_extra_bytes =
         std::max(c.backward_extra_bytes, static_cast<double>(p.backward_extra_bytes));
+    c.input_extra_bytes = std::max(c.input_extra_bytes, static_cast<double>(p.input_extra_bytes));
+    c.weight_extra_bytes =
+        std::max(c.weight_extra_bytes, static_cast<double>(p.weight_extra_bytes));
   }
   if (extra) {
+    c.input_extra_bytes =
+        std::max(c.input_extra_bytes, static_cast<double>(extra->backward_extra_bytes));
     c.forward += extra->forward_seconds;
     c.backward_input += extra->backward_input_seconds;
     c.activation_bytes += static_cast<double>(extra->activation_bytes);

@@ -20,12 +20,15 @@ struct LayerProfile {
   int64_t output_grad_bytes = 0;     // the floating outputs (the gradient that comes back)
   int64_t pending_bytes = 0;         // alive between I and W once the outputs are gone
   int64_t backward_extra_bytes = 0;  // peak during I and W above what was alive at I's start
+  int64_t input_extra_bytes = 0;     // peak during I above what was alive at its start
+  int64_t weight_extra_bytes = 0;    // peak during W above what was alive at its start
   int64_t parameter_bytes = 0;
   int64_t workspace_bytes = 0;  // peak scratch (GEMM packing, column buffers) of its passes
 };
 
 // Runs `sample` (one micro-batch's inputs) through the layers in turn,
-// each `reps` times (best time kept; bytes from the last run); parameters'
+// each `reps` times after one untimed run (best time kept; bytes from the
+// last run; the timed runs accumulate into existing gradients); parameters'
 // gradients and the layers' step statistics are left as they were found.
 std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample,
                                          int reps = 2);

@@ -189,14 +189,17 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
         default:
           continue;
       }
-      const bool backward =
-          i.action.kind == ActionKind::kBackward || i.action.kind == ActionKind::kBackwardInput;
-      if (backward && c.backward_extra_bytes > 0) {
+      double extra = 0;
+      if (i.action.kind == ActionKind::kBackward) extra = c.backward_extra_bytes;
+      if (i.action.kind == ActionKind::kBackwardInput)
+        extra = c.input_extra_bytes >= 0 ? c.input_extra_bytes : c.backward_extra_bytes;
+      if (i.action.kind == ActionKind::kBackwardWeight)
+        extra = c.weight_extra_bytes >= 0 ? c.weight_extra_bytes : c.backward_extra_bytes;
+      if (extra > 0) {
         // The transient: up while the backward runs, down when it ends.
-        sim.peak_activation_bytes[st] =
-            std::max(sim.peak_activation_bytes[st], live + c.backward_extra_bytes);
-        changes[schedule.device_of(st)].push_back({i.start, c.backward_extra_bytes});
-        changes[schedule.device_of(st)].push_back({i.end, -c.backward_extra_bytes});
+        sim.peak_activation_bytes[st] = std::max(sim.peak_activation_bytes[st], live + extra);
+        changes[schedule.device_of(st)].push_back({i.start, extra});
+        changes[schedule.device_of(st)].push_back({i.end, -extra});
       }
       live += delta;
       sim.peak_activation_bytes[st] = std::max(sim.peak_activation_bytes[st], live);

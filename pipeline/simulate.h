@@ -37,6 +37,8 @@ struct StageCosts {
   // Bytes a backward (B or I) needs on top of what is alive when it starts
   // (the gradients it creates before the graph it frees).
   double backward_extra_bytes = 0;
+  // The same for I and for W alone (< 0: backward_extra_bytes).
+  double input_extra_bytes = -1, weight_extra_bytes = -1;
 };
 
 struct LinkCosts {

@@ -77,16 +77,10 @@ double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, i
   return 3.0 * (layers * (enc + dec) + head);
 }
 
-namespace {
+namespace {}  // namespace
 
-struct Workload {
-  Model model;
-  Batch batch;
-  int64_t expected_params = 0;
-};
-
-Workload make_workload(const MeasureOptions& o) {
-  Workload w;
+MeasuredWorkload measure_workload(const MeasureOptions& o) {
+  MeasuredWorkload w;
   if (o.workload == "transformer") {
     models::TransformerConfig c;
     c.layers = o.layers;
@@ -112,6 +106,8 @@ Workload make_workload(const MeasureOptions& o) {
   }
   return w;
 }
+
+namespace {
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -155,8 +151,10 @@ Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch,
 void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t expected_params,
                 const std::string& extra) {
   int64_t act_max = 0, act_sum = 0, total_max = 0, param_b = 0, grad_b = 0, opt_b = 0;
-  std::string per_device;
+  std::string per_device, totals;
   for (const DeviceMemory& m : pipe.memory()) {
+    totals +=
+        (totals.empty() ? "" : " ") + m.device.str() + "=" + std::to_string(m.peak_total_bytes);
     act_max = std::max(act_max, m.peak_activation_bytes);
     act_sum += m.peak_activation_bytes;
     total_max = std::max(total_max, m.peak_total_bytes);
@@ -175,13 +173,14 @@ void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t ex
       "\"expected_params\": %ld, "
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"act_peak_max\": %ld, \"act_peak_sum\": %ld, "
       "\"peak_total_max\": %ld, \"param_bytes\": %ld, \"grad_bytes\": %ld, \"opt_bytes\": %ld, "
-      "\"act_peak_devices\": \"%s\", \"partition\": \"%s\", \"cell_costs\": \"%s\", \"bubble\": "
+      "\"act_peak_devices\": \"%s\", \"total_peak_devices\": \"%s\", \"partition\": \"%s\", "
+      "\"cell_costs\": \"%s\", \"bubble\": "
       "%.4f%s}\n",
       median_of(t.seconds), *std::min_element(t.seconds.begin(), t.seconds.end()), t.seconds.size(),
       static_cast<long>(params), static_cast<long>(expected_params), t.losses.front(),
       t.losses.back(), static_cast<long>(act_max), static_cast<long>(act_sum),
       static_cast<long>(total_max), static_cast<long>(param_b), static_cast<long>(grad_b),
-      static_cast<long>(opt_b), per_device.c_str(), pipe.partition().str().c_str(),
+      static_cast<long>(opt_b), per_device.c_str(), totals.c_str(), pipe.partition().str().c_str(),
       cell_costs.c_str(), t.mean_bubble, extra.c_str());
   std::fflush(stdout);
 }
@@ -206,7 +205,7 @@ int64_t predicted_boundary_bytes(const std::vector<BundleSpec>& specs, const Par
 
 int run_measure(const MeasureOptions& o) {
   GPIPE_CHECK(o.steps >= 1 && o.warmup >= 0, "measure: need --steps >= 1 and --warmup >= 0");
-  Workload w = make_workload(o);
+  MeasuredWorkload w = measure_workload(o);
   std::shared_ptr<Communicator> world;
   if (mpi::launched_by_mpirun()) world = mpi::world();
   // The optimizer's thread budget: every stage's cores in one process, one stage's otherwise.

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "core/bundle.h"
 #include "core/cpu_isa.h"
+#include "layers/loss.h"
 
 namespace gpipe::bench {
 
@@ -80,6 +82,13 @@ struct MeasureOptions {
   int replicas = 1;            // R (under mpirun: one process per stage and replica)
 };
 int run_measure(const MeasureOptions& opt);
+// The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
+struct MeasuredWorkload {
+  Model model;
+  Batch batch;
+  int64_t expected_params = 0;
+};
+MeasuredWorkload measure_workload(const MeasureOptions& opt);
 // Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.
 std::string measure_in_child(const MeasureOptions& opt);
 
@@ -140,6 +149,34 @@ struct ProcessesBenchOptions {
   std::string mpirun = "mpirun";
 };
 int run_processes(const ProcessesBenchOptions& opt);
+
+// gpipe_plan --validate: the planner's predicted step time and per-device
+// activation and total memory peaks against measured runs of W3's model
+// (each K, schedule, M and remat mode; the measured run's cut).
+struct PlanValidateOptions {
+  std::vector<int> partitions{1, 2};
+  std::vector<int> micro_batches{1, 2, 4, 8, 16};
+  std::vector<std::string> remat{"never", "except_last", "always"};
+  std::vector<std::string> schedules{"gpipe",        "1f1b",        "zb-h1",
+                                     "zb-h1-lowmem", "interleaved", "zb-v"};
+  bool every_remat = false;  // every remat mode for every schedule (else: gpipe and 1f1b only)
+  int64_t layers = 8, batch = 64;
+  int warmup = 2, steps = 5;
+  double max_seconds = 30;
+};
+int run_plan_validate(const PlanValidateOptions& opt);
+
+// gpipe_plan --paper: Table 1 (the largest model that fits per K) and
+// Table 2 (normalised throughput per K and M) of the GPipe paper from the
+// planner, with per-layer costs of those models: bytes from gpipe's own
+// layers profiled here (scaled to the paper's sizes), time from FLOPs at a
+// stated throughput; beside the paper's figures.
+struct PaperPlanOptions {
+  double accelerator_flops = 100e12;  // sustained FLOP/s of one accelerator (time model)
+  double link_bytes_per_second = 0;   // 0: free links (the paper's TPU interconnect)
+  bool skip_amoebanet = false, skip_transformer = false;
+};
+int run_plan_paper(const PaperPlanOptions& opt);
 
 // W4: activation memory and step time with and without rematerialisation.
 struct RematBenchOptions {

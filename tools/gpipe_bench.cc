@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
+#include "tools/bench_cli.h"
 #include "tools/bench_common.h"
 #include "tools/benchmarks.h"
 
@@ -179,33 +180,6 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
   return c;
 }
 
-// One gpipe measurement in this process (the subcommands above run it in a
-// fresh process per measurement); prints one JSON line.
-CLI::App* add_measure(CLI::App& app, gpipe::bench::MeasureOptions& o) {
-  CLI::App* c =
-      app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
-  c->group("");  // hidden from --help
-  c->add_option("--workload", o.workload, "transformer | amoebanet");
-  c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
-  c->add_option("--batch", o.batch, "N");
-  c->add_option("--threads", o.threads, "intra-op threads per stage");
-  c->add_option("--partitions", o.partitions, "K");
-  c->add_option("--micro-batches", o.micro_batches, "M");
-  c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--schedule", o.schedule,
-                "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v");
-  c->add_option("--virtual", o.virtual_stages, "v: cells per device (interleaved)");
-  c->add_option("--balance", o.balance, "layers per cell");
-  c->add_option("--warmup", o.warmup, "untimed steps");
-  c->add_option("--steps", o.steps, "timed steps");
-  c->add_option("--max-seconds", o.max_seconds, "timing budget");
-  c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
-  c->add_option("--trace", o.trace_path,
-                "Chrome trace of the timed steps (measured bubble in the JSON)");
-  c->add_option("--replicas", o.replicas, "R (under mpirun: K x R ranks)");
-  return c;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,7 +207,7 @@ int main(int argc, char** argv) {
   CLI::App* sch = add_schedules(app, sc);
   CLI::App* r = add_remat(app, rm);
   CLI::App* a = add_amoebanet(app, am);
-  CLI::App* m = add_measure(app, me);
+  CLI::App* m = gpipe::bench::add_measure(app, me);
   CLI::App* pc = add_processes(app, pr);
 
   CLI11_PARSE(app, argc, argv);

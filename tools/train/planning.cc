@@ -62,8 +62,8 @@ ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch
     for (int i = 0; i < 3; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       opt->step();
-      best = std::min(
-          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     costs.optimizer_seconds = best;
   }

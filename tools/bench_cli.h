@@ -1,0 +1,40 @@
+// The hidden `measure` subcommand every tool that measures in a fresh
+// process of itself registers (gpipe_bench, gpipe_plan --validate):
+// measure_in_child runs "<this executable> measure ...".
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "tools/benchmarks.h"
+
+namespace gpipe::bench {
+
+// One gpipe measurement in this process (the subcommands above run it in a
+// fresh process per measurement); prints one JSON line.
+inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
+  CLI::App* c =
+      app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
+  c->group("");  // hidden from --help
+  c->add_option("--workload", o.workload, "transformer | amoebanet");
+  c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
+  c->add_option("--batch", o.batch, "N");
+  c->add_option("--threads", o.threads, "intra-op threads per stage");
+  c->add_option("--partitions", o.partitions, "K");
+  c->add_option("--micro-batches", o.micro_batches, "M");
+  c->add_option("--remat", o.remat, "never | except_last | always");
+  c->add_option("--schedule", o.schedule,
+                "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v");
+  c->add_option("--virtual", o.virtual_stages, "v: cells per device (interleaved)");
+  c->add_option("--balance", o.balance, "layers per cell");
+  c->add_option("--warmup", o.warmup, "untimed steps");
+  c->add_option("--steps", o.steps, "timed steps");
+  c->add_option("--max-seconds", o.max_seconds, "timing budget");
+  c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool, "amoebanet: AvgPool for max_pool_3x3");
+  c->add_option("--trace", o.trace_path,
+                "Chrome trace of the timed steps (measured bubble in the JSON)");
+  c->add_option("--replicas", o.replicas, "R (under mpirun: K x R ranks)");
+  return c;
+}
+
+
+}  // namespace gpipe::bench

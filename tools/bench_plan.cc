@@ -1,0 +1,150 @@
+// gpipe_plan --validate: the planner's predictions against measured runs of
+// W3's model here (one fresh process per run, as every benchmark), for each
+// K, M, remat mode and schedule; the cut is the measured run's, so the rows
+// test the simulator and the costs, not the search.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "core/parallel.h"
+#include "pipeline/plan.h"
+#include "tools/bench_common.h"
+#include "tools/benchmarks.h"
+#include "tools/train/planning.h"
+
+namespace gpipe::bench {
+namespace {
+
+// "[0, 9) [9, 19)" -> {0, 9, 19}
+std::vector<int64_t> bounds_of(const std::string& partition) {
+  std::vector<int64_t> b;
+  std::istringstream is(partition);
+  char open = 0, comma = 0, close = 0;
+  int64_t lo = 0, hi = 0;
+  while (is >> open >> lo >> comma >> hi >> close) {
+    if (b.empty()) b.push_back(lo);
+    b.push_back(hi);
+  }
+  GPIPE_CHECK(b.size() >= 2, "validate: cannot read the partition '", partition, "'");
+  return b;
+}
+
+// "cpu:0=123 cpu:1=456" -> {123, 456}
+std::vector<double> per_device(const std::string& text) {
+  std::vector<double> out;
+  std::istringstream is(text);
+  std::string item;
+  while (is >> item) out.push_back(std::stod(item.substr(item.find('=') + 1)));
+  return out;
+}
+
+double error_of(double predicted, double measured) {
+  return measured > 0 ? predicted / measured - 1 : 0;
+}
+
+struct Config {
+  int k, m;
+  std::string remat, schedule;
+};
+
+}  // namespace
+
+int run_plan_validate(const PlanValidateOptions& o) {
+  std::vector<Config> configs;
+  for (int k : o.partitions)
+    for (const std::string& sched : o.schedules) {
+      if (k == 1 && sched != "gpipe") continue;  // one stage: every schedule is GPipe's order
+      const bool all_remat = o.every_remat || sched == "gpipe" || sched == "1f1b";
+      for (int m : o.micro_batches) {
+        if (sched == "interleaved" && m % k != 0) continue;
+        for (const std::string& r : o.remat) {
+          if (!all_remat && r != o.remat.front()) continue;
+          if (r == "except_last" && m == 1) continue;  // the same program as never
+          configs.push_back({k, m, r, sched});
+        }
+      }
+    }
+  // The costs, profiled in this process on one thread (a stage's), before any run.
+  MeasureOptions base;
+  base.layers = o.layers;
+  base.batch = o.batch;
+  base.threads = 1;
+  set_default_intra_op_threads(1);
+  MeasuredWorkload w = measure_workload(base);
+  train::TrainConfig tc;
+  tc.optimizer = "adam";  // what measure trains with
+  tc.lr = 1e-4;
+  std::vector<int> ms = o.micro_batches;
+  const ModelCosts costs = train::training_costs(tc, w.model, w.batch, ms);
+  std::printf("# W3's model (Transformer %ld+%ld, N = %ld), one thread per stage; %zu runs\n",
+              static_cast<long>(o.layers), static_cast<long>(o.layers),
+              static_cast<long>(o.batch), configs.size());
+  std::printf("# costs: %s; optimizer step %.1f ms (1 thread); link %.1f us + %.2f GB/s\n",
+              costs.describe.c_str(), costs.optimizer_seconds * 1e3,
+              costs.link_latency_seconds * 1e6, costs.link_bytes_per_second / 1e9);
+  std::printf("%2s %-13s %3s %-12s %9s %9s %7s  %-23s %7s  %-23s %7s\n", "K", "schedule", "M",
+              "remat", "step ms", "pred ms", "err", "act peak MB (meas/pred)", "err",
+              "total peak MB (meas/pr)", "err");
+  double worst_time = 0, worst_act = 0, worst_total = 0;
+  int time_ok = 0, act_ok = 0, total_ok = 0;
+  for (const Config& c : configs) {
+    MeasureOptions mo = base;
+    mo.partitions = c.k;
+    mo.micro_batches = c.m;
+    mo.remat = c.remat;
+    mo.schedule = c.schedule;
+    mo.virtual_stages = c.schedule == "interleaved" || c.schedule == "zb-v" ? 2 : 1;
+    mo.warmup = o.warmup;
+    mo.steps = o.steps;
+    mo.max_seconds = o.max_seconds;
+    const std::string ours = measure_in_child(mo);
+    PlanChoice ch;
+    ch.schedule = parse_schedule(c.schedule);
+    ch.devices = c.k;
+    ch.micro_batches = c.m;
+    ch.virtual_stages = mo.virtual_stages;
+    ch.bounds = bounds_of(json_string(ours, "partition"));
+    ch.remat.assign(ch.cells(), parse_remat(c.remat));
+    const PlanEstimate e = estimate_plan(costs, ch, o.batch);
+    const double measured = json_number(ours, "median_s");
+    const std::vector<double> act = per_device(json_string(ours, "act_peak_devices")),
+                              total = per_device(json_string(ours, "total_peak_devices"));
+    GPIPE_CHECK(act.size() == e.memory.size() && total.size() == e.memory.size(),
+                "validate: the run reports ", act.size(), " devices, the plan ", e.memory.size());
+    const double et = error_of(e.step_seconds, measured);
+    double ea = 0, etot = 0;
+    std::string act_s, total_s;
+    for (size_t d = 0; d < act.size(); ++d) {
+      const double pa = e.memory[d].activations, pt = e.memory[d].total();
+      if (std::abs(error_of(pa, act[d])) > std::abs(ea)) ea = error_of(pa, act[d]);
+      if (std::abs(error_of(pt, total[d])) > std::abs(etot)) etot = error_of(pt, total[d]);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%.1f/%.1f", d ? " " : "", act[d] / 1e6, pa / 1e6);
+      act_s += buf;
+      std::snprintf(buf, sizeof buf, "%s%.0f/%.0f", d ? " " : "", total[d] / 1e6, pt / 1e6);
+      total_s += buf;
+    }
+    worst_time = std::max(worst_time, std::abs(et));
+    worst_act = std::max(worst_act, std::abs(ea));
+    worst_total = std::max(worst_total, std::abs(etot));
+    time_ok += std::abs(et) <= 0.10;
+    act_ok += std::abs(ea) <= 0.10;
+    total_ok += std::abs(etot) <= 0.10;
+    std::printf("%2d %-13s %3d %-12s %9.1f %9.1f %+6.1f%%  %-23s %+6.1f%%  %-23s %+6.1f%%\n", c.k,
+                c.schedule.c_str(), c.m, c.remat.c_str(), measured * 1e3, e.step_seconds * 1e3,
+                100 * et, act_s.c_str(), 100 * ea, total_s.c_str(), 100 * etot);
+    std::fflush(stdout);
+  }
+  const int n = static_cast<int>(configs.size());
+  std::printf(
+      "# within +-10%%: step time %d/%d (worst %.1f%%), activation peak %d/%d (worst %.1f%%), "
+      "total peak %d/%d (worst %.1f%%); err = predicted / measured - 1, the worst device's\n",
+      time_ok, n, 100 * worst_time, act_ok, n, 100 * worst_act, total_ok, n, 100 * worst_total);
+  std::printf("# measured: median of %d steps after %d warm-up, one process per run\n", o.steps,
+              o.warmup);
+  return 0;
+}
+
+}  // namespace gpipe::bench
