@@ -238,6 +238,7 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
     cm.stages.push_back(cell_costs(p.layers, b, end,
                                    b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes,
                                    c == cells - 1 ? &p.loss : nullptr));
+    cm.stages.back().gradient_bytes = static_cast<double>(costs.parameter_bytes(b, end));
   }
   for (int c = 0; c + 1 < cells; ++c) {
     LinkCosts l;
@@ -263,8 +264,10 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
     for (int64_t i = ch.bounds[c]; i < ch.bounds[c + 1]; ++i)
       d.workspace = std::max(d.workspace, static_cast<double>(p.layers[i].workspace_bytes));
   }
-  for (size_t d = 0; d < e.memory.size(); ++d)
+  for (size_t d = 0; d < e.memory.size(); ++d) {
     e.memory[d].activations = e.sim.device_peak_activation_bytes[d];
+    e.memory[d].activations_with_gradients = e.sim.device_peak_activation_gradient_bytes[d];
+  }
   return e;
 }
 
@@ -461,7 +464,7 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
         consider(best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit,
                           req.max_evaluations));
       }
-      if (req.memory_bytes <= 0 || modes.size() < 2) continue;
+      if (req.memory_bytes <= 0 || modes.size() < 2 || !req.mixed_remat) continue;
       std::vector<int> lvl(ch.cells(), 0);
       for (int round = 0; round < ch.cells() * static_cast<int>(modes.size()); ++round) {
         for (int c = 0; c < ch.cells(); ++c) ch.remat[c] = modes[lvl[c]];
@@ -557,8 +560,9 @@ std::string format_plan(const PlanResult& r, double memory_bytes, int max_reject
        << " per device\n";
   } else {
     char line[256];
-    std::snprintf(line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step", "bubble",
-                  "memory per device (params+grads+opt+activations+workspace)");
+    std::snprintf(
+        line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step", "bubble",
+        "memory per device (parameters, gradients, optimizer state, activations, workspace)");
     os << line;
     for (size_t i = 0; i < r.plans.size(); ++i) {
       const PlanEstimate& e = r.plans[i];

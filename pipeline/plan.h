@@ -87,7 +87,10 @@ struct PlanChoice {
 
 struct DeviceMemoryPrediction {
   double parameters = 0, gradients = 0, optimizer = 0, activations = 0, workspace = 0;
-  double total() const { return parameters + gradients + optimizer + activations + workspace; }
+  // The most activations and gradients alive at once (gradients exist from
+  // the device's first backward on, so at most activations + gradients).
+  double activations_with_gradients = 0;
+  double total() const { return parameters + optimizer + activations_with_gradients + workspace; }
 };
 
 struct PlanEstimate {
@@ -119,6 +122,9 @@ struct PlanRequest {
   // balanced cut improved by moving one boundary at a time.
   int64_t exhaustive_limit = 5000;
   int max_evaluations = 2000;  // simulations per local search
+  // Also mix remat modes across cells (raising the cells of the device that
+  // overflows most, one level a round) when no uniform mode fits.
+  bool mixed_remat = true;
 };
 
 struct Rejection {

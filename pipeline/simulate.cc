@@ -159,7 +159,8 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
       if (counts_as_compute(i.action.kind)) compute += i.end - i.start;
   // Memory: each micro-batch's bytes change when one of its compute actions
   // ends; a device's are its cells' together, in time order.
-  std::vector<std::vector<std::pair<double, double>>> changes(schedule.device_count());
+  std::vector<std::vector<std::pair<double, double>>> changes(schedule.device_count()),
+      gradients(schedule.device_count());
   sim.peak_activation_bytes.assign(k, 0);
   for (int st = 0; st < k; ++st) {
     const StageCosts& c = costs.stages[st];
@@ -168,7 +169,13 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
     for (const Action& a : schedule.stages[st])
       if (a.kind == ActionKind::kRecompute) recomputed.insert(a.micro_batch);
     double live = 0;
+    bool grads = false;
     for (const Interval& i : sim.timeline[st]) {
+      if (!grads && c.gradient_bytes > 0 &&
+          (i.action.kind == ActionKind::kBackward || i.action.kind == ActionKind::kBackwardInput)) {
+        grads = true;
+        gradients[schedule.device_of(st)].push_back({i.start, c.gradient_bytes});
+      }
       double delta = 0;
       switch (i.action.kind) {
         case ActionKind::kForward:
@@ -206,12 +213,18 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
       changes[schedule.device_of(st)].push_back({i.end, delta});
     }
   }
-  for (auto& ch : changes) {
+  auto peak_of = [](std::vector<std::pair<double, double>> ch) {
     // Frees before allocations at the same instant (a W ends as the next F ends).
     std::sort(ch.begin(), ch.end());
     double live = 0, peak = 0;
     for (const auto& [t, d] : ch) peak = std::max(peak, live += d);
-    sim.device_peak_activation_bytes.push_back(peak);
+    return peak;
+  };
+  for (size_t d = 0; d < changes.size(); ++d) {
+    sim.device_peak_activation_bytes.push_back(peak_of(changes[d]));
+    std::vector<std::pair<double, double>> both = changes[d];
+    both.insert(both.end(), gradients[d].begin(), gradients[d].end());
+    sim.device_peak_activation_gradient_bytes.push_back(peak_of(both));
   }
   if (sim.step_seconds > 0)
     sim.bubble_fraction = 1.0 - compute / (schedule.device_count() * sim.step_seconds);

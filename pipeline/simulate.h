@@ -39,6 +39,9 @@ struct StageCosts {
   double backward_extra_bytes = 0;
   // The same for I and for W alone (< 0: backward_extra_bytes).
   double input_extra_bytes = -1, weight_extra_bytes = -1;
+  // The parameters' gradients: alive from the start of the stage's first
+  // backward (B or I) to the end of the step (zero_grad drops them).
+  double gradient_bytes = 0;
 };
 
 struct LinkCosts {
@@ -68,6 +71,8 @@ struct Simulation {
   // The most activation bytes alive at once (the costs' per-micro-batch
   // bytes, counted at the end of each action), per stage and per device.
   std::vector<double> peak_activation_bytes, device_peak_activation_bytes;
+  // Per device, the most activation and gradient bytes alive at once.
+  std::vector<double> device_peak_activation_gradient_bytes;
   std::vector<int> device_of_stage;  // the device each stage (cell) runs on
   int devices() const;               // how many devices the program runs on
   int row_of(size_t stage) const;    // the device row of a stage's timeline
