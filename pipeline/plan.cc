@@ -103,6 +103,13 @@ int64_t ModelCosts::parameter_bytes(int64_t begin, int64_t end) const {
   return n;
 }
 
+int64_t ModelCosts::tensors(int64_t begin, int64_t end) const {
+  std::set<int> seen;
+  for (int64_t i = begin; i < end && i < static_cast<int64_t>(layer_tensors.size()); ++i)
+    seen.insert(layer_tensors[i].begin(), layer_tensors[i].end());
+  return static_cast<int64_t>(seen.size());
+}
+
 ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int64_t> rows,
                          int reps) {
   GPIPE_CHECK(!rows.empty(), "profile_model: no micro-batch sizes to profile");
@@ -123,6 +130,10 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
       if (std::find(mine.begin(), mine.end(), it->second) == mine.end()) mine.push_back(it->second);
     }
     c.layer_tensors.push_back(mine);
+    int64_t buffers = 0;
+    for (const NamedTensor& b : layer->buffers())
+      buffers += static_cast<int64_t>(b.tensor->nbytes());
+    c.layer_buffer_bytes.push_back(buffers);
   }
   for (int64_t r : rows) {
     const Batch piece = split_micro_batches(batch, (n + r - 1) / r)[0];
@@ -181,11 +192,22 @@ std::string PlanChoice::describe() const {
     modes += detail::concat(c ? "," : "", remat_name(remat[c]));
     uniform = uniform && remat[c] == remat[0];
   }
+  if (!uniform && remat.size() > 16) {
+    int counts[3] = {0, 0, 0};
+    for (RematMode m : remat)
+      ++counts[m == RematMode::kNever ? 0 : m == RematMode::kExceptLast ? 1 : 2];
+    modes = detail::concat(counts[0], "xnever,", counts[1], "xexcept_last,", counts[2], "xalways");
+  }
   os << " remat=" << (uniform && !remat.empty() ? remat_name(remat[0]) : modes);
   if (!bounds.empty()) {
-    os << " cells=";
     const std::vector<int64_t> b = balance();
-    for (size_t c = 0; c < b.size(); ++c) os << (c ? "," : "") << b[c];
+    if (b.size() > 16) {  // "cells=128 of 34..37 layers"
+      os << " cells=" << b.size() << " of " << *std::min_element(b.begin(), b.end()) << ".."
+         << *std::max_element(b.begin(), b.end()) << " layers";
+    } else {
+      os << " cells=";
+      for (size_t c = 0; c < b.size(); ++c) os << (c ? "," : "") << b[c];
+    }
   }
   return os.str();
 }
@@ -259,8 +281,13 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
     const double params =
         static_cast<double>(costs.parameter_bytes(ch.bounds[c], ch.bounds[c + 1]));
     d.parameters += params;
+    for (int64_t i = ch.bounds[c];
+         i < ch.bounds[c + 1] && i < static_cast<int64_t>(costs.layer_buffer_bytes.size()); ++i)
+      d.parameters += static_cast<double>(costs.layer_buffer_bytes[i]);
     d.gradients += params;
-    d.optimizer += costs.optimizer_state_factor * params;
+    d.optimizer += costs.optimizer_state_factor * params +
+                   costs.optimizer_bytes_per_tensor *
+                       static_cast<double>(costs.tensors(ch.bounds[c], ch.bounds[c + 1]));
     for (int64_t i = ch.bounds[c]; i < ch.bounds[c + 1]; ++i)
       d.workspace = std::max(d.workspace, static_cast<double>(p.layers[i].workspace_bytes));
   }

@@ -12,7 +12,8 @@
 // Memory per device, by category as the allocator counts them: parameters
 // (each distinct tensor of its cells once per cell), their gradients (as
 // many bytes), optimizer state (a factor of the parameter bytes: Adam 2,
-// SGD with momentum 1, RMSProp 1 or 2 with momentum), the simulated peak of
+// SGD with momentum 1, RMSProp 1 or 2 with momentum; and a step count per
+// tensor), the simulated peak of
 // activations (Simulation::device_peak_activation_bytes) and the largest
 // workspace one layer takes.
 #pragma once
@@ -41,8 +42,11 @@ struct ModelCosts {
   std::vector<ModelProfile> profiles;  // by rows, ascending, at least one
   std::vector<int64_t> tensor_bytes;   // each distinct trainable tensor
   std::vector<std::vector<int>>
-      layer_tensors;                  // per layer: its tensors (indices into tensor_bytes)
-  double optimizer_state_factor = 2;  // optimizer bytes per parameter byte
+      layer_tensors;                        // per layer: its tensors (indices into tensor_bytes)
+  std::vector<int64_t> layer_buffer_bytes;  // per layer: non-trainable state (BatchNorm's running
+                                            // statistics), counted with the parameters
+  double optimizer_state_factor = 2;        // optimizer bytes per parameter byte
+  double optimizer_bytes_per_tensor = 8;    // and per tensor (gpipe's optimizers: an int64 step)
   // One optimizer step over the whole model (the step's serial tail; split
   // over the devices' threads, as gpipe_train's step runs it).
   double optimizer_seconds = 0;
@@ -59,6 +63,7 @@ struct ModelCosts {
   // two of them once).
   int64_t parameter_bytes(int64_t begin, int64_t end) const;
   int64_t parameter_bytes() const { return parameter_bytes(0, layers()); }
+  int64_t tensors(int64_t begin, int64_t end) const;  // distinct tensors of layers [begin, end)
 };
 
 // Profiles a fresh model (its parameters' gradients and step statistics are

@@ -172,9 +172,10 @@ Simulation simulate(const Schedule& schedule, const CostModel& costs) {
     bool grads = false;
     for (const Interval& i : sim.timeline[st]) {
       if (!grads && c.gradient_bytes > 0 &&
-          (i.action.kind == ActionKind::kBackward || i.action.kind == ActionKind::kBackwardInput)) {
+          (i.action.kind == ActionKind::kBackward ||
+           i.action.kind == ActionKind::kBackwardWeight)) {
         grads = true;
-        gradients[schedule.device_of(st)].push_back({i.start, c.gradient_bytes});
+        gradients[schedule.device_of(st)].push_back({i.end, c.gradient_bytes});
       }
       double delta = 0;
       switch (i.action.kind) {

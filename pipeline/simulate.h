@@ -39,8 +39,9 @@ struct StageCosts {
   double backward_extra_bytes = 0;
   // The same for I and for W alone (< 0: backward_extra_bytes).
   double input_extra_bytes = -1, weight_extra_bytes = -1;
-  // The parameters' gradients: alive from the start of the stage's first
-  // backward (B or I) to the end of the step (zero_grad drops them).
+  // The parameters' gradients: alive from the end of the stage's first
+  // backward (B or W: they fill in as it runs, while it frees the graph) to
+  // the end of the step (zero_grad drops them).
   double gradient_bytes = 0;
 };
 

@@ -36,5 +36,4 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   return c;
 }
 
-
 }  // namespace gpipe::bench

@@ -49,6 +49,54 @@ struct Config {
   std::string remat, schedule;
 };
 
+// W3 at K = 2, M = 8, no remat: the partitioner's cost-balanced cut against
+// the planner's (by simulated step time), each as pipeline efficiency
+// t(K = 1) / (2 t(K = 2)); the runs alternate, medians of the rounds.
+void compare_cuts(const PlanValidateOptions& o, MeasureOptions base, const ModelCosts& costs) {
+  base.micro_batches = 8;
+  base.remat = "never";
+  base.schedule = "gpipe";
+  base.warmup = o.warmup;
+  base.steps = o.steps;
+  base.max_seconds = o.max_seconds;
+  PlanChoice ch;
+  ch.devices = 2;
+  ch.micro_batches = 8;
+  ch.remat.assign(2, RematMode::kNever);
+  const PlanEstimate planned = best_cut(costs, ch, o.batch, 0);
+  std::string balance;
+  for (int64_t b : planned.choice.balance())
+    balance += (balance.empty() ? "" : ",") + std::to_string(b);
+  std::vector<double> one, by_cost, by_plan;
+  std::string cost_partition;
+  for (int round = 0; round < o.rounds; ++round) {
+    MeasureOptions k1 = base, k2 = base;
+    k1.partitions = 1;
+    k2.partitions = 2;
+    one.push_back(json_number(measure_in_child(k1), "median_s"));
+    const std::string c = measure_in_child(k2);
+    by_cost.push_back(json_number(c, "median_s"));
+    cost_partition = json_string(c, "partition");
+    k2.balance = balance;
+    by_plan.push_back(json_number(measure_in_child(k2), "median_s"));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double t1 = median(one), tc = median(by_cost), tp = median(by_plan);
+  std::printf(
+      "\n# W3 cuts at K = 2, M = 8, remat never (%d rounds; efficiency = t(K=1) / (2 t(K=2)))\n",
+      o.rounds);
+  std::printf("%-34s %-26s %9s %10s\n", "cut", "layers", "step ms", "efficiency");
+  std::printf("%-34s %-26s %9.1f %10s\n", "K = 1", "all", t1 * 1e3, "-");
+  std::printf("%-34s %-26s %9.1f %10.3f\n", "cost-balanced (forward FLOPs)", cost_partition.c_str(),
+              tc * 1e3, t1 / (2 * tc));
+  std::printf("%-34s %-26s %9.1f %10.3f  (predicted step %.1f ms)\n",
+              "planner (simulated step time)", balance.c_str(), tp * 1e3, t1 / (2 * tp),
+              planned.step_seconds * 1e3);
+}
+
 }  // namespace
 
 int run_plan_validate(const PlanValidateOptions& o) {
@@ -79,8 +127,8 @@ int run_plan_validate(const PlanValidateOptions& o) {
   std::vector<int> ms = o.micro_batches;
   const ModelCosts costs = train::training_costs(tc, w.model, w.batch, ms);
   std::printf("# W3's model (Transformer %ld+%ld, N = %ld), one thread per stage; %zu runs\n",
-              static_cast<long>(o.layers), static_cast<long>(o.layers),
-              static_cast<long>(o.batch), configs.size());
+              static_cast<long>(o.layers), static_cast<long>(o.layers), static_cast<long>(o.batch),
+              configs.size());
   std::printf("# costs: %s; optimizer step %.1f ms (1 thread); link %.1f us + %.2f GB/s\n",
               costs.describe.c_str(), costs.optimizer_seconds * 1e3,
               costs.link_latency_seconds * 1e6, costs.link_bytes_per_second / 1e9);
@@ -144,6 +192,7 @@ int run_plan_validate(const PlanValidateOptions& o) {
       time_ok, n, 100 * worst_time, act_ok, n, 100 * worst_act, total_ok, n, 100 * worst_total);
   std::printf("# measured: median of %d steps after %d warm-up, one process per run\n", o.steps,
               o.warmup);
+  if (o.compare_cuts) compare_cuts(o, base, costs);
   return 0;
 }
 

@@ -68,6 +68,7 @@ ModelCosts linear_costs(const std::vector<PerExample>& layers, const LayerProfil
   p.loss.forward_seconds = p.loss.backward_input_seconds = 0;
   c.profiles = {p};
   c.optimizer_state_factor = 1;  // RMSProp: 4 + 4 + 4 = 12 bytes per parameter
+  c.optimizer_bytes_per_tensor = 0;
   c.link_bytes_per_second = o.link_bytes_per_second;
   c.describe = "the paper's model, per-example costs scaled linearly";
   return c;

@@ -160,6 +160,8 @@ struct PlanValidateOptions {
   std::vector<std::string> schedules{"gpipe",        "1f1b",        "zb-h1",
                                      "zb-h1-lowmem", "interleaved", "zb-v"};
   bool every_remat = false;  // every remat mode for every schedule (else: gpipe and 1f1b only)
+  bool compare_cuts = true;  // then W3 at M = 8: the cost-balanced cut vs the planner's
+  int rounds = 2;            // of that comparison
   int64_t layers = 8, batch = 64;
   int warmup = 2, steps = 5;
   double max_seconds = 30;

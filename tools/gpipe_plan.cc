@@ -59,8 +59,7 @@ struct Flags {
 };
 
 int plan(const Flags& f, const std::vector<std::string>& extra) {
-  if (f.model.empty())
-    throw train::UsageError("--model: required (transformer | amoebanet)");
+  if (f.model.empty()) throw train::UsageError("--model: required (transformer | amoebanet)");
   std::vector<std::string> args = extra;
   args.push_back("--model=" + f.model);
   if (f.batch > 0) args.push_back("--batch=" + std::to_string(f.batch));
@@ -75,8 +74,8 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
   req.virtual_stages = f.virtual_stages;
   for (const std::string& s : f.schedules) req.schedules.push_back(parse_schedule(s));
   for (const std::string& r : f.remat) req.remat.push_back(parse_remat(r));
-  req.micro_batches = f.micro_batches.empty() ? train::candidate_micro_batches(c.batch)
-                                              : f.micro_batches;
+  req.micro_batches =
+      f.micro_batches.empty() ? train::candidate_micro_batches(c.batch) : f.micro_batches;
   for (int m : req.micro_batches)
     GPIPE_CHECK(m >= 1 && m <= c.batch, "--micro-batches: M = ", m, " for --batch=", c.batch,
                 " (expected 1 <= M <= N)");
@@ -93,14 +92,13 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     params = models::amoebanet_parameter_count(ac);
     model = models::amoebanet_d(ac);
   }
-  GPIPE_CHECK(static_cast<int64_t>(model.layers.size()) >= f.devices, "--devices: K = ",
-              f.devices, " devices but the ", c.model, " has ", model.layers.size(),
+  GPIPE_CHECK(static_cast<int64_t>(model.layers.size()) >= f.devices, "--devices: K = ", f.devices,
+              " devices but the ", c.model, " has ", model.layers.size(),
               " layers (each device needs at least one)");
   std::printf("# compute: %s\n", ops::cpu::compute_description().c_str());
   std::printf("# %s: %ld parameters, %zu layers; %s (state %.0f x the parameters); N = %ld, K = %d",
-              c.model.c_str(), static_cast<long>(params), model.layers.size(),
-              c.optimizer.c_str(), train::optimizer_state_factor(c), static_cast<long>(c.batch),
-              f.devices);
+              c.model.c_str(), static_cast<long>(params), model.layers.size(), c.optimizer.c_str(),
+              train::optimizer_state_factor(c), static_cast<long>(c.batch), f.devices);
   std::printf(", memory %s per device\n",
               req.memory_bytes > 0 ? format_bytes(req.memory_bytes).c_str() : "unlimited");
   const Batch sample = synthetic_batch(c, vocab);
@@ -156,21 +154,25 @@ int main(int argc, char** argv) {
   app.add_option("--schedules", f.schedules,
                  "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v")
       ->delimiter(',');
-  app.add_option("--remat", f.remat, "modes a cell may take (default all): never,except_last,always")
+  app.add_option("--remat", f.remat,
+                 "modes a cell may take (default all): never,except_last,always")
       ->delimiter(',');
   app.add_option("--virtual", f.virtual_stages, "v for interleaved")->check(CLI::Range(2, 64));
   app.add_option("--threads", f.threads, "intra-op threads per stage while profiling")
       ->check(CLI::Range(1, 1024));
   app.add_option("--top", f.top, "plans to print")->check(CLI::Range(1, 1000));
   app.add_option("--svg", f.svg, "write the best plan's predicted timeline here");
-  app.add_flag("--validate", validate,
-               "predicted vs measured step time and memory for W3's model here (K = 1, 2; M; remat; "
-               "schedules)");
+  app.add_flag(
+      "--validate", validate,
+      "predicted vs measured step time and memory for W3's model here (K = 1, 2; M; remat; "
+      "schedules)");
   app.add_option("--validate-micro-batches", vo.micro_batches, "M for --validate")->delimiter(',');
   app.add_option("--validate-schedules", vo.schedules, "schedules for --validate")->delimiter(',');
   app.add_flag("--validate-every-remat", vo.every_remat,
                "--validate every remat mode for every schedule (else gpipe and 1f1b only)");
   app.add_option("--validate-steps", vo.steps, "timed steps per --validate run");
+  app.add_flag("!--no-compare-cuts", vo.compare_cuts,
+               "--validate without W3's cost-balanced vs planned cut comparison");
   app.add_flag("--paper", paper,
                "the paper's Table 1 (largest model per K) and Table 2 (speedup per K and M) from "
                "per-layer costs of those models");

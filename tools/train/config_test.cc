@@ -260,3 +260,25 @@ TEST_CASE("gpipe_train flags: the canonical form ignores order and spelling, not
   CHECK(a != canonical_flags({"--model=transformer", "--K=2", "--M=4", "--steps=11"}));
   CHECK_THROWS_AS(canonical_flags({"--model=transformer", "--steps=1", "--K=0"}), UsageError);
 }
+
+TEST_CASE("gpipe_train flags: --plan=auto chooses what it plans; --memory needs a planner") {
+  const std::vector<std::string> t = {"--model=transformer", "--steps=1", "--K=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = t;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const TrainConfig c = parse_train_flags(with({"--plan=auto", "--memory=16GB"}));
+  CHECK(c.plan == "auto");
+  CHECK(c.memory == "16GB");
+  CHECK(parse_train_flags(with({"--balance-by=plan", "--memory=1GiB"})).balance_by == "plan");
+  for (const char* f : {"--M=4", "--schedule=1f1b", "--remat=never", "--balance=17,16",
+                        "--balance-by=time", "--virtual=2"})
+    CHECK_THROWS_WITH(parse_train_flags(with({"--plan=auto", f})),
+                      Contains("--plan=auto and --") && Contains("the planner chooses M"));
+  CHECK_THROWS_WITH(parse_train_flags(with({"--memory=16GB"})),
+                    Contains("--memory: applies to --plan=auto or --balance-by=plan only"));
+  CHECK_THROWS_WITH(parse_train_flags(with({"--plan=auto", "--memory=lots"})),
+                    Contains("--memory") && Contains("'lots' is not a memory size"));
+  CHECK_THROWS_WITH(parse_train_flags(with({"--plan=manual"})), Contains("--plan"));
+}

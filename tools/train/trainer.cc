@@ -101,7 +101,7 @@ PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communica
   // Tests of failure handling set GPIPE_FAULT (Note [Fault injection] in pipeline/faults.h).
   if (const char* fault = std::getenv("GPIPE_FAULT")) o.fault_hook = fault_hook_from_spec(fault);
   if (!c.balance.empty()) o.balance = parse_balance(c.balance);
-  o.balance_by = parse_balance_by(c.balance_by);
+  if (c.balance_by != "plan") o.balance_by = parse_balance_by(c.balance_by);  // plan: apply_plan
   o.threads_per_stage = c.threads;
   o.seed = dropout_seed(c);
   o.check_finite = true;  // a non-finite loss fails the step cleanly; train() skips it

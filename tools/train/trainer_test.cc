@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -264,4 +265,48 @@ TEST_CASE("gpipe_train: steps with a non-finite loss are skipped and counted, no
   CHECK(std::isfinite(s.losses[0]));
   CHECK(s.skipped_steps == 2);
   CHECK_THAT(log.str(), Contains("warning: step 2 skipped") && Contains("2 steps skipped"));
+}
+
+TEST_CASE(
+    "gpipe_train --plan=auto: the planner's choice fits --memory and trains as the same flags "
+    "given by hand; --balance-by=plan cuts for the given schedule") {
+  std::vector<std::string> base = tiny_transformer(0.0);
+  base.erase(std::find(base.begin(), base.end(), "--M=2"));
+  std::ostringstream log;
+  const TrainSummary planned = train::train(
+      parse_train_flags(with(base, {"--steps=2", "--plan=auto", "--memory=64MB"})), log);
+  REQUIRE(planned.losses.size() == 2);
+  const std::string text = log.str();
+  CHECK_THAT(text, Contains("plan: profiled on cpu:0 at micro-batches of 1, 2, 4, 8, 16") &&
+                       Contains("rank  plan") && Contains(": predicted step "));
+  // "plan: <schedule> M=<m> [v=<v>] remat=<mode> cells=<a,b,...>: predicted step ..."
+  const size_t at = text.find("plan: ", text.find("rank  plan"));
+  std::istringstream line(text.substr(at + 6, text.find(':', at + 6) - at - 6));
+  std::string schedule, m, v, remat, cells;
+  line >> schedule >> m >> v;
+  if (v.rfind("v=", 0) == 0)
+    line >> remat >> cells;
+  else
+    remat = v, line >> cells, v.clear();
+  INFO(text.substr(at, 120));
+  REQUIRE(m.rfind("M=", 0) == 0);
+  REQUIRE(cells.rfind("cells=", 0) == 0);
+  if (remat.find(',') == std::string::npos) {  // one mode for every cell: flags can say it
+    std::vector<std::string> by_hand =
+        with(base, {"--steps=2", "--schedule=" + schedule, "--M=" + m.substr(2), "--" + remat,
+                    "--balance=" + cells.substr(6)});
+    if (!v.empty() && schedule != "zb-v") by_hand.push_back("--virtual=" + v.substr(2));
+    std::ostringstream again;
+    const TrainSummary manual = train::train(parse_train_flags(by_hand), again);
+    REQUIRE(manual.losses.size() == 2);
+    for (int i = 0; i < 2; ++i) CHECK(manual.losses[i] == Approx(planned.losses[i]).epsilon(1e-5));
+  }
+  std::ostringstream cut;
+  train::train(parse_train_flags(with(base, {"--steps=1", "--M=2", "--balance-by=plan"})), cut);
+  CHECK_THAT(cut.str(),
+             Contains("plan: gpipe M=2 remat=except_last cells=") && Contains(": predicted step "));
+  std::ostringstream small;
+  CHECK_THROWS_WITH(
+      train::train(parse_train_flags(with(base, {"--plan=auto", "--memory=10kB"})), small),
+      Contains("below one device's share of the parameters"));
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# gpipe_plan as a user types it: a small Transformer planned on 2 devices
+# under a memory limit (the best plans, the rejected ones, the flags for
+# gpipe_train, the predicted timeline), and bad input: each a one-line
+# message and a non-zero exit, never a crash.
+set -uo pipefail
+PLAN="$1"
+fail=0
+tiny=(--layers=1 --dim=16 --ffn=32 --heads=2 --max-len=8)
+out="$TEST_TMPDIR/plan.log"
+if ! timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --devices=2 --batch=8 --memory=1GB \
+    --top=3 --svg="$TEST_TMPDIR/best.svg" > "$out" 2>&1; then
+  echo "FAILED: the plan exited non-zero:"; cat "$out"; fail=1
+fi
+for want in "# costs: profiled on cpu:0 at micro-batches of 1, 2, 4, 8 examples" "rank  plan" \
+            "   1  " "   3  " "rejected (" "# gpipe_train flags: --K=2 --M=" \
+            "# wrote the best plan's predicted timeline"; do
+  grep -qF -- "$want" "$out" || { echo "FAILED: no '$want' in the plan:"; cat "$out"; fail=1; }
+done
+grep -q "<svg" "$TEST_TMPDIR/best.svg" || { echo "FAILED: no SVG written"; fail=1; }
+# bad input: expected exit status, then the message
+check() {
+  local rc_want="$1" msg="$2"; shift 2
+  local log="$TEST_TMPDIR/bad.log"
+  timeout 120 "$PLAN" "$@" > "$log" 2>&1
+  local rc=$?
+  if [ "$rc" != "$rc_want" ] || ! grep -qF -- "$msg" "$log"; then
+    echo "FAILED: gpipe_plan $*: exit $rc (want $rc_want), output:"; cat "$log"
+    echo "(wanted: $msg)"; fail=1
+  fi
+}
+check 2 "--model: required (transformer | amoebanet)" --devices=2
+check 2 "--model: foo not in {transformer,amoebanet}" --model=foo
+check 1 "--devices: K = 40 devices but the transformer has 8 layers" \
+  --model=transformer "${tiny[@]}" --devices=40
+check 1 "is below one device's share of the parameters, gradients and optimizer state alone" \
+  --model=transformer "${tiny[@]}" --devices=2 --memory=1kB
+check 1 "'lots' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)" \
+  --model=transformer "${tiny[@]}" --memory=lots
+check 1 "--micro-batches: M = 64 for --batch=8 (expected 1 <= M <= N)" \
+  --model=transformer "${tiny[@]}" --batch=8 --micro-batches=64
+check 2 "--bogus" --model=transformer --bogus=1
+exit $fail
