@@ -1,16 +1,20 @@
 #include "pipeline/plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/partition.h"
 
@@ -161,6 +165,52 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
   return c;
 }
 
+namespace {
+
+// One forward, loss and backward of `m` on `b`; the parameters' gradients dropped after.
+void training_pass(const Model& m, const Batch& b) {
+  const Bundle out = run_layers(m.layers, b.inputs);
+  backward({m.loss->sum(out, b.targets)});
+  for (const auto& layer : m.layers) {
+    for (const NamedTensor& p : layer->parameters()) p.tensor->zero_grad();
+    layer->discard_step();
+  }
+}
+
+}  // namespace
+
+double measure_concurrency(const Model& model, const Model& other, const Batch& batch, int64_t rows,
+                           int threads) {
+  GPIPE_CHECK(rows >= 1 && rows <= batch_size(batch), "measure_concurrency: ", rows,
+              " rows of a batch of ", batch_size(batch));
+  const Batch piece = split_micro_batches(batch, (batch_size(batch) + rows - 1) / rows)[0];
+  ThreadPool pool(threads);
+  IntraOpScope scope(&pool);
+  training_pass(model, piece);  // warm-up
+  const double alone = seconds_of([&] { training_pass(model, piece); }, 2);
+  std::atomic<bool> stop{false}, started{false};
+  std::exception_ptr failure;
+  std::thread load([&] {
+    try {
+      ThreadPool own(threads);
+      IntraOpScope s(&own);
+      while (!stop.load()) {
+        training_pass(other, piece);
+        started = true;
+      }
+    } catch (...) {
+      failure = std::current_exception();
+      started = true;
+    }
+  });
+  while (!started.load()) std::this_thread::yield();
+  const double together = seconds_of([&] { training_pass(model, piece); }, 2);
+  stop = true;
+  load.join();
+  if (failure) std::rethrow_exception(failure);
+  return std::max(1.0, together / alone);
+}
+
 void measure_link(Device from, Device to, double* latency_seconds, double* bytes_per_second) {
   const int64_t small = 1024, big = 4 << 20;  // floats
   const Tensor a = Tensor::full(Shape{small}, 1, DType::kFloat32, from);
@@ -255,12 +305,17 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
   e.program = program;
   const int cells = ch.cells();
   CostModel cm;
+  const double slow = program.device_count() > 1 ? costs.concurrency_factor : 1.0;
   for (int c = 0; c < cells; ++c) {
     const int64_t b = ch.bounds[c], end = ch.bounds[c + 1];
     cm.stages.push_back(cell_costs(p.layers, b, end,
                                    b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes,
                                    c == cells - 1 ? &p.loss : nullptr));
-    cm.stages.back().gradient_bytes = static_cast<double>(costs.parameter_bytes(b, end));
+    StageCosts& sc = cm.stages.back();
+    sc.gradient_bytes = static_cast<double>(costs.parameter_bytes(b, end));
+    for (double* t : {&sc.forward, &sc.backward, &sc.recompute, &sc.loss, &sc.backward_input,
+                      &sc.backward_weight})
+      if (*t > 0) *t *= slow;
   }
   for (int c = 0; c + 1 < cells; ++c) {
     LinkCosts l;

@@ -50,6 +50,10 @@ struct ModelCosts {
   // One optimizer step over the whole model (the step's serial tail; split
   // over the devices' threads, as gpipe_train's step runs it).
   double optimizer_seconds = 0;
+  // Compute seconds are multiplied by this when a plan has more than one
+  // device (measure_concurrency: devices sharing one CPU slow each other
+  // down through memory bandwidth and caches); 1 for separate accelerators.
+  double concurrency_factor = 1;
   // Every boundary's link (the in-process copy here, or given figures).
   double link_latency_seconds = 0, link_bytes_per_second = 0;
   std::string describe;  // where the costs came from, for the report
@@ -72,6 +76,13 @@ struct ModelCosts {
 // factor, optimizer time and links are left for the caller to fill.
 ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int64_t> rows,
                          int reps = 2);
+
+// How much slower one training pass (forward, loss, backward) of `model`
+// on the first `rows` examples of `batch` runs while `other` (a second
+// copy) runs the same on another thread, each with `threads` intra-op
+// threads: the ratio of the best times, at least 1.
+double measure_concurrency(const Model& model, const Model& other, const Batch& batch, int64_t rows,
+                           int threads);
 
 // Seconds of a copy of `bytes` from device `from` to `to`, fitted as
 // latency + bytes / bandwidth from a small and a large copy.

@@ -120,12 +120,12 @@ int run_plan_validate(const PlanValidateOptions& o) {
   base.batch = o.batch;
   base.threads = 1;
   set_default_intra_op_threads(1);
-  MeasuredWorkload w = measure_workload(base);
+  MeasuredWorkload w = measure_workload(base), other = measure_workload(base);
   train::TrainConfig tc;
   tc.optimizer = "adam";  // what measure trains with
   tc.lr = 1e-4;
   std::vector<int> ms = o.micro_batches;
-  const ModelCosts costs = train::training_costs(tc, w.model, w.batch, ms);
+  const ModelCosts costs = train::training_costs(tc, w.model, w.batch, ms, &other.model, 1);
   std::printf("# W3's model (Transformer %ld+%ld, N = %ld), one thread per stage; %zu runs\n",
               static_cast<long>(o.layers), static_cast<long>(o.layers), static_cast<long>(o.batch),
               configs.size());

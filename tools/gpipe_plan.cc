@@ -56,7 +56,39 @@ struct Flags {
   std::vector<int> micro_batches;
   std::vector<std::string> schedules, remat;
   std::string svg;
+  std::string link = "measured";  // measured | pcie | nvlink | infiniband | <bytes/s>[,<latency s>]
 };
+
+// Given figures for links this machine does not have (per direction, one
+// pair of devices): PCIe 4.0 x16 about 25 GB/s and 10 us; NVLink 4 (H100 /
+// H200) about 450 GB/s and 3 us; NCCL over 400 Gb/s InfiniBand about 45
+// GB/s and 8 us. Or "<bytes per second>[,<latency seconds>]", e.g. "10GB,5e-6".
+void set_link(const std::string& link, ModelCosts& costs) {
+  if (link == "measured") return;
+  if (link == "pcie") {
+    costs.link_bytes_per_second = 25e9, costs.link_latency_seconds = 10e-6;
+  } else if (link == "nvlink") {
+    costs.link_bytes_per_second = 450e9, costs.link_latency_seconds = 3e-6;
+  } else if (link == "infiniband") {
+    costs.link_bytes_per_second = 45e9, costs.link_latency_seconds = 8e-6;
+  } else {
+    const size_t comma = link.find(',');
+    costs.link_bytes_per_second = parse_bytes(link.substr(0, comma));
+    costs.link_latency_seconds = 0;
+    if (comma != std::string::npos) {
+      size_t used = 0;
+      try {
+        costs.link_latency_seconds = std::stod(link.substr(comma + 1), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      GPIPE_CHECK(used > 0 && used == link.size() - comma - 1 && costs.link_latency_seconds >= 0,
+                  "--link: '", link.substr(comma + 1), "' is not a latency in seconds");
+    }
+    GPIPE_CHECK(costs.link_bytes_per_second > 0, "--link: the bandwidth must be > 0");
+  }
+  costs.describe += " (link: " + link + ")";
+}
 
 int plan(const Flags& f, const std::vector<std::string>& extra) {
   if (f.model.empty()) throw train::UsageError("--model: required (transformer | amoebanet)");
@@ -80,17 +112,19 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     GPIPE_CHECK(m >= 1 && m <= c.batch, "--micro-batches: M = ", m, " for --batch=", c.batch,
                 " (expected 1 <= M <= N)");
   set_default_intra_op_threads(f.threads);
-  Model model;
+  Model model, other;  // the second copy measures two devices computing at once
   int64_t vocab = 0, params = 0;
   if (c.model == "transformer") {
     const models::TransformerConfig tc = train::transformer_config(c);
     vocab = tc.vocab;
     params = models::transformer_parameter_count(tc);
     model = models::transformer(tc);
+    if (f.devices > 1) other = models::transformer(tc);
   } else {
     const models::AmoebaNetConfig ac = train::amoebanet_config(c);
     params = models::amoebanet_parameter_count(ac);
     model = models::amoebanet_d(ac);
+    if (f.devices > 1) other = models::amoebanet_d(ac);
   }
   GPIPE_CHECK(static_cast<int64_t>(model.layers.size()) >= f.devices, "--devices: K = ", f.devices,
               " devices but the ", c.model, " has ", model.layers.size(),
@@ -102,7 +136,9 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
   std::printf(", memory %s per device\n",
               req.memory_bytes > 0 ? format_bytes(req.memory_bytes).c_str() : "unlimited");
   const Batch sample = synthetic_batch(c, vocab);
-  const ModelCosts costs = train::training_costs(c, model, sample, req.micro_batches);
+  ModelCosts costs = train::training_costs(c, model, sample, req.micro_batches,
+                                           f.devices > 1 ? &other : nullptr, f.threads);
+  set_link(f.link, costs);
   std::printf("# costs: %s, %d thread(s); optimizer step %s; link %.1f us + %.2f GB/s\n",
               costs.describe.c_str(), f.threads, format_seconds(costs.optimizer_seconds).c_str(),
               costs.link_latency_seconds * 1e6, costs.link_bytes_per_second / 1e9);
@@ -162,6 +198,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--top", f.top, "plans to print")->check(CLI::Range(1, 1000));
   app.add_option("--svg", f.svg, "write the best plan's predicted timeline here");
+  app.add_option("--link", f.link,
+                 "boundary links: measured (the in-process copy here), pcie (25 GB/s, 10 us), "
+                 "nvlink (450 GB/s, 3 us), infiniband (45 GB/s, 8 us) or BYTES_PER_S[,LATENCY_S]")
+      ->capture_default_str();
   app.add_flag(
       "--validate", validate,
       "predicted vs measured step time and memory for W3's model here (K = 1, 2; M; remat; "

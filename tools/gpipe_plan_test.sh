@@ -39,5 +39,12 @@ check 1 "'lots' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)" \
   --model=transformer "${tiny[@]}" --memory=lots
 check 1 "--micro-batches: M = 64 for --batch=8 (expected 1 <= M <= N)" \
   --model=transformer "${tiny[@]}" --batch=8 --micro-batches=64
+check 1 "--link: 'soon' is not a latency in seconds" \
+  --model=transformer "${tiny[@]}" --link=10GB,soon
 check 2 "--bogus" --model=transformer --bogus=1
+# a given link is used and said
+timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --devices=2 --batch=8 --link=pcie \
+  > "$TEST_TMPDIR/pcie.log" 2>&1
+grep -qF "link 10.0 us + 25.00 GB/s" "$TEST_TMPDIR/pcie.log" ||
+  { echo "FAILED: --link=pcie not used:"; cat "$TEST_TMPDIR/pcie.log"; fail=1; }
 exit $fail

@@ -134,11 +134,16 @@ TEST_CASE("plan: with one heavy layer the local search finds the cut brute force
       CHECK(local.step_seconds == Approx(brute.step_seconds));
       // Brute force really searched: no cut of a different bottleneck layout beats it.
       CHECK(brute.step_seconds <=
-            estimate_plan(costs, [&] {
-              PlanChoice even = ch;
-              even.bounds = balanced_partition(std::vector<double>(12, 1.0), k).bounds;
-              return even;
-            }(), 4).step_seconds + 1e-9);
+            estimate_plan(
+                costs,
+                [&] {
+                  PlanChoice even = ch;
+                  even.bounds = balanced_partition(std::vector<double>(12, 1.0), k).bounds;
+                  return even;
+                }(),
+                4)
+                    .step_seconds +
+                1e-9);
     }
 }
 
@@ -203,12 +208,11 @@ TEST_CASE("plan: bad requests and sizes are clear errors") {
   PlanRequest req;
   req.batch = 4;
   req.devices = 5;
-  CHECK_THROWS_WITH(make_plan(costs, req),
-                    Contains("K = 5 devices but the model has 4 layers"));
+  CHECK_THROWS_WITH(make_plan(costs, req), Contains("K = 5 devices but the model has 4 layers"));
   req.devices = 2;
   req.memory_bytes = 100;  // 4 layers x 100 B x (1 + 1 + 2) = 1600 B of state over 2 devices
-  CHECK_THROWS_WITH(make_plan(costs, req), Contains("below one device's share") &&
-                                               Contains("1.6 kB / K = 0.8 kB"));
+  CHECK_THROWS_WITH(make_plan(costs, req),
+                    Contains("below one device's share") && Contains("1.6 kB / K = 0.8 kB"));
   req.memory_bytes = 0;
   req.micro_batches = {8};
   CHECK_THROWS_WITH(make_plan(costs, req), Contains("M = 8 micro-batches of a batch of 4"));

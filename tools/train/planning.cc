@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include "optim/adam.h"
@@ -40,7 +41,7 @@ std::vector<int> candidate_micro_batches(int64_t batch) {
 }
 
 ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch,
-                          const std::vector<int>& ms) {
+                          const std::vector<int>& ms, const Model* other, int threads) {
   const int64_t n = batch_size(batch);
   std::vector<int64_t> rows;
   for (int m : ms) rows.push_back(micro_batch_sizes(n, std::min<int64_t>(m, n))[0]);
@@ -70,6 +71,14 @@ ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch
   for (const NamedTensor& p : params) p.tensor->zero_grad();
   measure_link(Device{DeviceType::kCPU, 0}, Device{DeviceType::kCPU, 1},
                &costs.link_latency_seconds, &costs.link_bytes_per_second);
+  if (other) {
+    costs.concurrency_factor =
+        measure_concurrency(model, *other, batch, rows[rows.size() / 2], std::max(1, threads));
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.3f", costs.concurrency_factor);
+    costs.describe += detail::concat("; two devices computing at once run ", factor,
+                                     "x slower each");
+  }
   return costs;
 }
 

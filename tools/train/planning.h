@@ -29,9 +29,12 @@ std::vector<int> candidate_micro_batches(int64_t batch);
 // The planner's costs of `model` (a fresh copy: its gradients and
 // optimizer state are created and dropped) on micro-batches of `batch`
 // (N rows) for each M in `ms`; one optimizer step timed on its parameters;
-// the in-process link between cpu:0 and cpu:1.
+// the in-process link between cpu:0 and cpu:1; with `other` (a second
+// copy), the slowdown of two devices computing at once on this CPU
+// (measure_concurrency, `threads` intra-op threads each).
 ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch,
-                          const std::vector<int>& ms);
+                          const std::vector<int>& ms, const Model* other = nullptr,
+                          int threads = 1);
 
 // The planner's request for `c`: K = --K, N = --batch, --memory (0: none).
 PlanRequest plan_request(const TrainConfig& c, const std::vector<int>& ms);

@@ -324,7 +324,10 @@ class Trainer {
     Model fresh = task_->make_model();
     const std::vector<int> ms =
         autoplan ? candidate_micro_batches(c_.batch) : std::vector<int>{c_.micro_batches};
-    const ModelCosts costs = training_costs(c_, fresh, task_->batch_at(0), ms);
+    Model other;  // a second copy: how much two devices computing at once slow each other
+    if (c_.partitions > 1) other = task_->make_model();
+    const ModelCosts costs = training_costs(c_, fresh, task_->batch_at(0), ms,
+                                            c_.partitions > 1 ? &other : nullptr, c_.threads);
     const PlanRequest req = plan_request(c_, ms);
     PlanEstimate best;
     if (autoplan) {
