@@ -642,9 +642,8 @@ std::string format_plan(const PlanResult& r, double memory_bytes, int max_reject
        << " per device\n";
   } else {
     char line[256];
-    std::snprintf(
-        line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step", "bubble",
-        "memory per device (parameters, gradients, optimizer state, activations, workspace)");
+    std::snprintf(line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step", "bubble",
+                  "peak memory per device");
     os << line;
     for (size_t i = 0; i < r.plans.size(); ++i) {
       const PlanEstimate& e = r.plans[i];
@@ -656,6 +655,17 @@ std::string format_plan(const PlanResult& r, double memory_bytes, int max_reject
                     e.sim.bubble_fraction, mem.c_str());
       os << line;
     }
+  }
+  if (!r.plans.empty()) {
+    os << "plan 1's memory by category (parameters and buffers, gradients, optimizer state, "
+          "activations at their peak, activations and gradients together at their peak, "
+          "workspace):\n";
+    const std::vector<DeviceMemoryPrediction>& m = r.plans[0].memory;
+    for (size_t d = 0; d < m.size(); ++d)
+      os << "  device " << d << ": " << format_bytes(m[d].parameters) << ", "
+         << format_bytes(m[d].gradients) << ", " << format_bytes(m[d].optimizer) << ", "
+         << format_bytes(m[d].activations) << ", " << format_bytes(m[d].activations_with_gradients)
+         << ", " << format_bytes(m[d].workspace) << " = " << format_bytes(m[d].total()) << "\n";
   }
   if (!r.rejected.empty()) {
     os << "rejected (" << r.rejected.size() << "):\n";

@@ -14,7 +14,7 @@ if ! timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --devices=2 --batch=8 
 fi
 for want in "# costs: profiled on cpu:0 at micro-batches of 1, 2, 4, 8 examples" "rank  plan" \
             "   1  " "   3  " "rejected (" "# gpipe_train flags: --K=2 --M=" \
-            "# wrote the best plan's predicted timeline"; do
+            "plan 1's memory by category" "# wrote the best plan's predicted timeline"; do
   grep -qF -- "$want" "$out" || { echo "FAILED: no '$want' in the plan:"; cat "$out"; fail=1; }
 done
 grep -q "<svg" "$TEST_TMPDIR/best.svg" || { echo "FAILED: no SVG written"; fail=1; }

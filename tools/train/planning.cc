@@ -76,8 +76,8 @@ ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch
         measure_concurrency(model, *other, batch, rows[rows.size() / 2], std::max(1, threads));
     char factor[32];
     std::snprintf(factor, sizeof factor, "%.3f", costs.concurrency_factor);
-    costs.describe += detail::concat("; two devices computing at once run ", factor,
-                                     "x slower each");
+    costs.describe +=
+        detail::concat("; two devices computing at once run ", factor, "x slower each");
   }
   return costs;
 }
