@@ -55,13 +55,6 @@ ModelProfile blend(const ModelProfile& a, const ModelProfile& b, double t, int64
   return p;
 }
 
-int64_t bytes_of(const Bundle& b) {
-  int64_t n = 0;
-  for (const Tensor& t : b)
-    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
-  return n;
-}
-
 double seconds_of(const std::function<void()>& fn, int reps) {
   double best = 1e300;
   for (int i = 0; i < reps; ++i) {
@@ -94,6 +87,9 @@ ModelProfile ModelCosts::at(int64_t rows) const {
   size_t hi = 1;
   while (hi + 1 < profiles.size() && profiles[hi].rows < rows) ++hi;
   const ModelProfile &a = profiles[hi - 1], &b = profiles[hi];
+  GPIPE_CHECK(a.rows < b.rows,
+              "plan: the model costs' profiles must have strictly ascending rows (", a.rows,
+              " then ", b.rows, ")");
   return blend(a, b, static_cast<double>(rows - a.rows) / static_cast<double>(b.rows - a.rows),
                rows);
 }
@@ -143,7 +139,7 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
     const Batch piece = split_micro_batches(batch, (n + r - 1) / r)[0];
     ModelProfile p;
     p.rows = batch_size(piece);
-    p.input_bytes = bytes_of(piece.inputs);
+    p.input_bytes = bundle_bytes(piece.inputs);
     p.layers = profile_layers(model.layers, piece.inputs, reps);
     Bundle out;
     {
@@ -203,10 +199,20 @@ double measure_concurrency(const Model& model, const Model& other, const Batch& 
       started = true;
     }
   });
-  while (!started.load()) std::this_thread::yield();
-  const double together = seconds_of([&] { training_pass(model, piece); }, 2);
-  stop = true;
-  load.join();
+  struct Joiner {  // stops and joins the load thread however this returns
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Joiner() {
+      stop = true;
+      t.join();
+    }
+  };
+  double together = 0;
+  {
+    Joiner joiner{stop, load};
+    while (!started.load()) std::this_thread::yield();
+    if (!failure) together = seconds_of([&] { training_pass(model, piece); }, 2);
+  }
   if (failure) std::rethrow_exception(failure);
   return std::max(1.0, together / alone);
 }
@@ -433,8 +439,8 @@ PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, dou
   time[n - 1] += p.loss.forward_seconds + p.loss.backward_input_seconds;
   PlanEstimate best;
   bool any = false;
-  int evaluations = 0;
   for (const std::vector<double>* w : {&time, &memory}) {
+    int evaluations = 0;
     PlanEstimate cur = eval(balanced_partition(*w, cells).bounds);
     while (evaluations < max_evaluations) {
       PlanEstimate step = cur;
@@ -540,30 +546,43 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
       ch.virtual_stages = v;
       // Every cell in one mode, then a mix: from the cheapest mode up, the
       // cells of the device that overflows most one level more each round.
+      PlanEstimate lowest;  // the cheapest mode's, where the mixing starts
+      bool have_lowest = false;
       for (RematMode mode : modes) {
         if (mode == RematMode::kExceptLast && m == 1) continue;  // the same as never
         ch.remat.assign(ch.cells(), mode);
-        consider(best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit,
-                          req.max_evaluations));
+        PlanEstimate e = best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit,
+                                  req.max_evaluations);
+        if (mode == modes[0]) lowest = e, have_lowest = true;
+        consider(std::move(e));
       }
       if (req.memory_bytes <= 0 || modes.size() < 2 || !req.mixed_remat) continue;
       std::vector<int> lvl(ch.cells(), 0);
       for (int round = 0; round < ch.cells() * static_cast<int>(modes.size()); ++round) {
         for (int c = 0; c < ch.cells(); ++c) ch.remat[c] = modes[lvl[c]];
-        PlanEstimate e = best_cut(costs, ch, req.batch, req.memory_bytes, req.exhaustive_limit,
-                                  req.max_evaluations);
+        PlanEstimate e = round == 0 && have_lowest
+                             ? lowest
+                             : best_cut(costs, ch, req.batch, req.memory_bytes,
+                                        req.exhaustive_limit, req.max_evaluations);
         if (overflow(e, req.memory_bytes) <= 0) {
-          consider(std::move(e));
+          if (round > 0) consider(std::move(e));
           break;
         }
-        int worst = 0;
-        for (size_t d = 0; d < e.memory.size(); ++d)
-          if (e.memory[d].total() > e.memory[worst].total()) worst = static_cast<int>(d);
-        bool raised = false;
+        // The device that overflows most among those with a cell that can go one level up.
+        int worst = -1;
+        for (size_t d = 0; d < e.memory.size(); ++d) {
+          if (e.memory[d].total() <= req.memory_bytes) continue;
+          bool raisable = false;
+          for (int c = 0; c < ch.cells(); ++c)
+            raisable = raisable || (e.program.device_of(c) == static_cast<int>(d) &&
+                                    lvl[c] + 1 < static_cast<int>(modes.size()));
+          if (raisable && (worst < 0 || e.memory[d].total() > e.memory[worst].total()))
+            worst = static_cast<int>(d);
+        }
+        if (worst < 0) break;
         for (int c = 0; c < ch.cells(); ++c)
           if (e.program.device_of(c) == worst && lvl[c] + 1 < static_cast<int>(modes.size()))
-            ++lvl[c], raised = true;
-        if (!raised) break;
+            ++lvl[c];
       }
     }
   }
@@ -638,8 +657,10 @@ std::string format_bytes(double bytes) {
 std::string format_plan(const PlanResult& r, double memory_bytes, int max_rejections) {
   std::ostringstream os;
   if (r.plans.empty()) {
-    os << "no plan fits " << (memory_bytes > 0 ? format_bytes(memory_bytes) : "")
-       << " per device\n";
+    if (memory_bytes > 0)
+      os << "no plan fits " << format_bytes(memory_bytes) << " per device\n";
+    else
+      os << "no candidate plan (see the rejections)\n";
   } else {
     char line[256];
     std::snprintf(line, sizeof line, "%4s  %-44s %10s %7s  %s\n", "rank", "plan", "step", "bubble",

@@ -137,9 +137,10 @@ struct PlanRequest {
   // Cut search: every cut when at most this many exist, else the time-
   // balanced cut improved by moving one boundary at a time.
   int64_t exhaustive_limit = 5000;
-  int max_evaluations = 2000;  // simulations per local search
-  // Also mix remat modes across cells (raising the cells of the device that
-  // overflows most, one level a round) when no uniform mode fits.
+  int max_evaluations = 2000;  // simulations per local search (each of its two starts)
+  // Under a memory limit, also mix remat modes across cells when the
+  // cheapest mode overflows: from it up, the cells of the device that
+  // overflows most (of those that can still be raised) one level a round.
   bool mixed_remat = true;
 };
 

@@ -33,14 +33,6 @@ Device make_leaves(const Bundle& x, Bundle& leaves, std::vector<Tensor>& inputs)
   return !x.empty() && x[0].defined() ? x[0].device() : kCpu;
 }
 
-int64_t bytes_of(const Bundle& b, bool floating_only = false) {
-  int64_t n = 0;
-  for (const Tensor& t : b)
-    if (t.defined() && (!floating_only || is_floating(t.dtype())))
-      n += static_cast<int64_t>(t.nbytes());
-  return n;
-}
-
 // Evicts the CPU caches (a pass over a buffer twice the 32 MB L3 of the CPUs here)
 // before each timed pass: in a pipeline a layer's weights and inputs are
 // cold when its micro-batch comes back to it (the other layers and
@@ -66,6 +58,14 @@ int64_t peak_workspace(Device d) {
 
 }  // namespace
 
+int64_t bundle_bytes(const Bundle& b, bool floating_only) {
+  int64_t n = 0;
+  for (const Tensor& t : b)
+    if (t.defined() && (!floating_only || is_floating(t.dtype())))
+      n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
 std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample, int reps) {
   GPIPE_CHECK(reps >= 1, "profile_layers: reps must be >= 1, got ", reps);
   std::vector<LayerProfile> out;
@@ -90,8 +90,8 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
       Bundle outs = layer->forward(leaves);
       if (timed) p.forward_seconds = std::min(p.forward_seconds, seconds_since(t0));
       p.activation_bytes = live_activations(dev) - before;
-      p.output_bytes = bytes_of(outs);
-      p.output_grad_bytes = bytes_of(outs, true);
+      p.output_bytes = bundle_bytes(outs);
+      p.output_grad_bytes = bundle_bytes(outs, true);
       int64_t workspace = peak_workspace(dev) - scratch;
       std::vector<Tensor> roots, grads;
       for (const Tensor& o : outs)
@@ -115,7 +115,7 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
         grads.clear();
         for (Tensor& l : inputs) l.zero_grad();
         // What W waits for; the outputs (kept in `next` for the next layer) excluded.
-        pending = live_activations(dev) - before - bytes_of(next);
+        pending = live_activations(dev) - before - bundle_bytes(next);
         const int64_t input_peak =
             allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
         workspace = std::max(workspace, peak_workspace(dev) - scratch);

@@ -26,6 +26,9 @@ struct LayerProfile {
   int64_t workspace_bytes = 0;  // peak scratch (GEMM packing, column buffers) of its passes
 };
 
+// Bytes of the defined tensors of `b` (only the floating ones if asked).
+int64_t bundle_bytes(const Bundle& b, bool floating_only = false);
+
 // Runs `sample` (one micro-batch's inputs) through the layers in turn,
 // each `reps` times after one untimed run (best time kept; bytes from the
 // last run; the timed runs accumulate into existing gradients); parameters'

@@ -154,4 +154,11 @@ std::string default_torch_python() {
   return "/usr/bin/python3";
 }
 
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
 }  // namespace gpipe::bench

@@ -13,6 +13,9 @@ struct Timing {
   int repeats = 0;
 };
 
+// The median (the mean of the middle two for an even count); 0 for none.
+double median_of(std::vector<double> v);
+
 // Runs fn twice untimed, then until at least `min_repeats` and `min_seconds`
 // (at most `max_repeats`).
 Timing time_it(const std::function<void()>& fn, int min_repeats = 5, double min_seconds = 2.0,

@@ -109,12 +109,6 @@ MeasuredWorkload measure_workload(const MeasureOptions& o) {
 
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
 struct Timed {
   std::vector<double> seconds, losses;
   double mean_bubble = 0;

@@ -80,11 +80,7 @@ void compare_cuts(const PlanValidateOptions& o, MeasureOptions base, const Model
     k2.balance = balance;
     by_plan.push_back(json_number(measure_in_child(k2), "median_s"));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double t1 = median(one), tc = median(by_cost), tp = median(by_plan);
+  const double t1 = median_of(one), tc = median_of(by_cost), tp = median_of(by_plan);
   std::printf(
       "\n# W3 cuts at K = 2, M = 8, remat never (%d rounds; efficiency = t(K=1) / (2 t(K=2)))\n",
       o.rounds);

@@ -46,13 +46,6 @@ struct Row {
   double bytes_inproc = 0, bytes_mpi = 0, predicted = 0;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-
 }  // namespace
 
 int run_processes(const ProcessesBenchOptions& opt) {
@@ -86,11 +79,11 @@ int run_processes(const ProcessesBenchOptions& opt) {
       row.bytes_mpi = json_number(mp, "bytes_per_step");
       row.predicted = json_number(mp, "predicted_bytes_per_step");
     }
-    const double k1 = median(row.k1), in = median(row.inproc), mp = median(row.mpi);
+    const double k1 = median_of(row.k1), in = median_of(row.inproc), mp = median_of(row.mpi);
     const double ideal = 2.0 * m / (m + 1);
     std::printf("%3d %11.2f %13.2f %11.2f %9.3f %12.1f %10.3f %12.0f %12.0f %12.0f\n", m, 64 / k1,
-                64 / in, 64 / mp, median(row.ratio), 1e3 * median(row.overhead), (k1 / mp) / ideal,
-                row.bytes_mpi, row.bytes_inproc, row.predicted);
+                64 / in, 64 / mp, median_of(row.ratio), 1e3 * median_of(row.overhead),
+                (k1 / mp) / ideal, row.bytes_mpi, row.bytes_inproc, row.predicted);
     std::fflush(stdout);
   }
   std::printf(
@@ -121,8 +114,8 @@ int run_processes(const ProcessesBenchOptions& opt) {
         json_number(run_json(mpirun(opt, 2) + self_exe() + measure_args(r2)), "median_s"));
     speedup.push_back(one.back() / two.back());
   }
-  std::printf("%14.2f %14.2f %9.3f %8.2f\n", 64 / median(one), 64 / median(two), median(speedup),
-              2.0);
+  std::printf("%14.2f %14.2f %9.3f %8.2f\n", 64 / median_of(one), 64 / median_of(two),
+              median_of(speedup), 2.0);
   return 0;
 }
 

@@ -154,6 +154,8 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     bool uniform = true;
     for (RematMode m : best.choice.remat) uniform = uniform && m == best.choice.remat[0];
     if (uniform) std::printf(" --remat=%s", remat_name(best.choice.remat[0]).c_str());
+    if (best.choice.schedule == ScheduleKind::kInterleaved)
+      std::printf(" --virtual=%d", best.choice.virtual_stages);
     std::printf(" --balance=%s%s\n", balance.c_str(),
                 uniform ? "" : " (remat differs per cell: --plan=auto runs it)");
     if (!f.svg.empty()) {

@@ -303,7 +303,6 @@ class Trainer {
   }
 
  private:
-  // "transformer: 960,768 parameters; adam lr 0.002 (cosine:...); batch 32, 600 steps"
   // --plan=auto and --balance-by=plan: profile a fresh copy of the model on
   // the first batch, search, and set the pipeline's cuts (and with auto M,
   // the schedule and each cell's remat) to the best plan.
@@ -326,8 +325,15 @@ class Trainer {
         autoplan ? candidate_micro_batches(c_.batch) : std::vector<int>{c_.micro_batches};
     Model other;  // a second copy: how much two devices computing at once slow each other
     if (c_.partitions > 1) other = task_->make_model();
+    // Profiled with the threads one stage gets (threads_per_stage: --threads, or cores / K).
+    const int stage_threads =
+        c_.threads > 0
+            ? c_.threads
+            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c_.partitions);
+    ThreadPool stage_pool(stage_threads);
+    IntraOpScope scope(&stage_pool);
     const ModelCosts costs = training_costs(c_, fresh, task_->batch_at(0), ms,
-                                            c_.partitions > 1 ? &other : nullptr, c_.threads);
+                                            c_.partitions > 1 ? &other : nullptr, stage_threads);
     const PlanRequest req = plan_request(c_, ms);
     PlanEstimate best;
     if (autoplan) {
@@ -344,8 +350,13 @@ class Trainer {
       po.schedule = best.choice.schedule;
       c_.schedule = schedule_name(best.choice.schedule);
       po.virtual_stages = c_.virtual_stages = best.choice.virtual_stages;
-      po.remat = best.choice.remat[0];
-      c_.remat = remat_name(best.choice.remat[0]);
+      po.remat = best.choice.remat[0];  // the program (custom_schedule) has each cell's own
+      bool uniform = true;
+      for (RematMode m : best.choice.remat) uniform = uniform && m == best.choice.remat[0];
+      std::string modes;
+      for (RematMode m : best.choice.remat)
+        modes += detail::concat(modes.empty() ? "" : ",", remat_name(m));
+      c_.remat = uniform ? remat_name(best.choice.remat[0]) : "per cell " + modes;
       po.custom_schedule = std::make_shared<Schedule>(best.program);
     } else {
       PlanChoice ch;
@@ -371,6 +382,7 @@ class Trainer {
          << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s)\n";
   }
 
+  // "transformer: 960,768 parameters; adam lr 0.002 (cosine:...); batch 32, 600 steps"
   std::string setup_line() {
     int64_t stored = 0;
     for (const auto& p : pipe_->parameters()) stored += p.tensor->numel();
