@@ -238,32 +238,42 @@ std::vector<int64_t> PlanChoice::balance() const {
   return out;
 }
 
+std::string PlanChoice::balance_text() const {
+  std::string out;
+  for (int64_t b : balance()) out += detail::concat(out.empty() ? "" : ",", b);
+  return out;
+}
+
+bool PlanChoice::uniform_remat() const {
+  return std::all_of(remat.begin(), remat.end(), [&](RematMode m) { return m == remat[0]; });
+}
+
+std::string PlanChoice::remat_text() const {
+  if (!remat.empty() && uniform_remat()) return remat_name(remat[0]);
+  std::string out;
+  for (RematMode m : remat) out += detail::concat(out.empty() ? "" : ",", remat_name(m));
+  return out;
+}
+
 std::string PlanChoice::describe() const {
   std::ostringstream os;
   os << schedule_name(schedule) << " M=" << micro_batches;
   if (virtual_stages > 1) os << " v=" << virtual_stages;
-  std::string modes;
-  bool uniform = true;
-  for (size_t c = 0; c < remat.size(); ++c) {
-    modes += detail::concat(c ? "," : "", remat_name(remat[c]));
-    uniform = uniform && remat[c] == remat[0];
-  }
-  if (!uniform && remat.size() > 16) {
+  std::string modes = remat_text();
+  if (!uniform_remat() && remat.size() > 16) {
     int counts[3] = {0, 0, 0};
     for (RematMode m : remat)
       ++counts[m == RematMode::kNever ? 0 : m == RematMode::kExceptLast ? 1 : 2];
     modes = detail::concat(counts[0], "xnever,", counts[1], "xexcept_last,", counts[2], "xalways");
   }
-  os << " remat=" << (uniform && !remat.empty() ? remat_name(remat[0]) : modes);
+  os << " remat=" << modes;
   if (!bounds.empty()) {
     const std::vector<int64_t> b = balance();
-    if (b.size() > 16) {  // "cells=128 of 34..37 layers"
+    if (b.size() > 16)  // "cells=128 of 34..37 layers"
       os << " cells=" << b.size() << " of " << *std::min_element(b.begin(), b.end()) << ".."
          << *std::max_element(b.begin(), b.end()) << " layers";
-    } else {
-      os << " cells=";
-      for (size_t c = 0; c < b.size(); ++c) os << (c ? "," : "") << b[c];
-    }
+    else
+      os << " cells=" << balance_text();
   }
   return os.str();
 }

@@ -98,7 +98,11 @@ struct PlanChoice {
   std::vector<RematMode> remat;  // per cell
   int cells() const { return devices * virtual_stages; }
   std::vector<int64_t> balance() const;  // layers per cell ("--balance")
-  std::string describe() const;          // "zb-h1 M=8 remat=never cells=9,7"
+  std::string balance_text() const;      // "24,19"
+  bool uniform_remat() const;            // every cell in one mode
+  std::string remat_text() const;        // "never", or per cell "always,never,..."
+
+  std::string describe() const;  // "zb-h1 M=8 remat=never cells=9,7"
 };
 
 struct DeviceMemoryPrediction {

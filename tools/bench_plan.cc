@@ -64,9 +64,7 @@ void compare_cuts(const PlanValidateOptions& o, MeasureOptions base, const Model
   ch.micro_batches = 8;
   ch.remat.assign(2, RematMode::kNever);
   const PlanEstimate planned = best_cut(costs, ch, o.batch, 0);
-  std::string balance;
-  for (int64_t b : planned.choice.balance())
-    balance += (balance.empty() ? "" : ",") + std::to_string(b);
+  const std::string balance = planned.choice.balance_text();
   std::vector<double> one, by_cost, by_plan;
   std::string cost_partition;
   for (int round = 0; round < o.rounds; ++round) {

@@ -266,12 +266,29 @@ std::string billions(double params) {
   return buf;
 }
 
-void print_speedup(int k, int m, const std::map<std::pair<int, int>, double>& paper, double ours) {
-  auto it = paper.find({k, m});
-  if (it == paper.end())
-    std::printf("%-4d %-6d %8s %8.2f %7s\n", k, m, "-", ours, "-");
-  else
-    std::printf("%-4d %-6d %8.2f %8.2f %7.2f\n", k, m, it->second, ours, ours / it->second);
+// Table 2's rows: throughput of the best GPipe cut (no remat) on `batch`
+// examples for K = 2, 4, 8 and M = 1, 4, 32, normalised to K = 2, M = 1,
+// beside `paper` ("-" where it gives no figure).
+void print_table2(const ModelCosts& costs, int64_t batch,
+                  const std::map<std::pair<int, int>, double>& paper) {
+  auto step = [&](int k, int m) {
+    PlanChoice ch;
+    ch.devices = k;
+    ch.micro_batches = m;
+    ch.remat.assign(k, RematMode::kNever);
+    return best_cut(costs, ch, batch, 0, 5000, 200).step_seconds;
+  };
+  std::printf("%-4s %-6s %8s %8s %7s\n", "K", "M", "paper", "ours", "ratio");
+  const double base = step(2, 1);
+  for (int m : {1, 4, 32})
+    for (int k : {2, 4, 8}) {
+      const double ours = base / step(k, m);
+      auto it = paper.find({k, m});
+      if (it == paper.end())
+        std::printf("%-4d %-6d %8s %8.2f %7s\n", k, m, "-", ours, "-");
+      else
+        std::printf("%-4d %-6d %8.2f %8.2f %7.2f\n", k, m, it->second, ours, ours / it->second);
+    }
 }
 
 }  // namespace
@@ -322,24 +339,16 @@ int run_plan_paper(const PaperPlanOptions& o) {
         "remat: gpipe's program recomputes a cell as soon as the device is free, which would "
         "hide a third of the M = 1 baseline's recompute behind the next cell; the planner's "
         "best cut for each K and M, batch 32)\n");
-    std::printf("%-4s %-6s %8s %8s %7s\n", "K", "M", "paper", "ours", "ratio");
-    const ModelCosts c48 = transformer_costs(tp, 48, o);
     // The paper's figures as the issue quotes them (M = 1: "1.0-1.3").
-    const std::map<std::pair<int, int>, double> paper2 = {
-        {{2, 1}, 1.0}, {{8, 1}, 1.3},  {{2, 4}, 1.7},  {{4, 4}, 3.2},
-        {{8, 4}, 4.8}, {{2, 32}, 1.8}, {{4, 32}, 3.4}, {{8, 32}, 6.3}};
-    auto step = [&](const ModelCosts& c, int k, int m, int64_t n) {
-      PlanChoice ch;
-      ch.devices = k;
-      ch.micro_batches = m;
-      ch.remat.assign(k, RematMode::kNever);
-      return best_cut(c, ch, n, 0, 5000, 200).step_seconds;
-    };
-    const double base48 = step(c48, 2, 1, 32);
-    for (int m : {1, 4, 32})
-      for (int k : {2, 4, 8}) {
-        print_speedup(k, m, paper2, base48 / step(c48, k, m, 32));
-      }
+    print_table2(transformer_costs(tp, 48, o), 32,
+                 {{{2, 1}, 1.0},
+                  {{8, 1}, 1.3},
+                  {{2, 4}, 1.7},
+                  {{4, 4}, 3.2},
+                  {{8, 4}, 4.8},
+                  {{2, 32}, 1.8},
+                  {{4, 32}, 3.4},
+                  {{8, 32}, 6.3}});
   }
   if (!o.skip_amoebanet) {
     std::printf(
@@ -373,23 +382,9 @@ int run_plan_paper(const PaperPlanOptions& o) {
     std::printf(
         "\n## Table 2, AmoebaNet-D(18, 256): throughput normalised to K = 2, M = 1 (as above, "
         "batch 128)\n");
-    std::printf("%-4s %-6s %8s %8s %7s\n", "K", "M", "paper", "ours", "ratio");
     if (!parts.count(6)) parts.emplace(6, profile_amoebanet(6));
-    const ModelCosts c = amoebanet_costs(parts.at(6), 256, o);
-    const std::map<std::pair<int, int>, double> paper2 = {
-        {{2, 1}, 1.0}, {{2, 32}, 1.21}, {{4, 32}, 1.84}, {{8, 32}, 3.48}};
-    auto step = [&](int k, int m) {
-      PlanChoice ch;
-      ch.devices = k;
-      ch.micro_batches = m;
-      ch.remat.assign(k, RematMode::kNever);
-      return best_cut(c, ch, 128, 0, 5000, 200).step_seconds;
-    };
-    const double base = step(2, 1);
-    for (int m : {1, 4, 32})
-      for (int k : {2, 4, 8}) {
-        print_speedup(k, m, paper2, base / step(k, m));
-      }
+    print_table2(amoebanet_costs(parts.at(6), 256, o), 128,
+                 {{{2, 1}, 1.0}, {{2, 32}, 1.21}, {{4, 32}, 1.84}, {{8, 32}, 3.48}});
   }
   std::printf(
       "\n# ratio = ours / paper. Table 2's paper figures: Huang et al. 2019, Table 2 (TPUs; "

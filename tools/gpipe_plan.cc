@@ -148,15 +148,11 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     const PlanEstimate& best = r.plans[0];
     std::printf("# gpipe_train flags: --K=%d --M=%d --schedule=%s", f.devices,
                 best.choice.micro_batches, schedule_name(best.choice.schedule).c_str());
-    std::string balance;
-    for (int64_t b : best.choice.balance())
-      balance += (balance.empty() ? "" : ",") + std::to_string(b);
-    bool uniform = true;
-    for (RematMode m : best.choice.remat) uniform = uniform && m == best.choice.remat[0];
-    if (uniform) std::printf(" --remat=%s", remat_name(best.choice.remat[0]).c_str());
+    const bool uniform = best.choice.uniform_remat();
+    if (uniform) std::printf(" --remat=%s", best.choice.remat_text().c_str());
     if (best.choice.schedule == ScheduleKind::kInterleaved)
       std::printf(" --virtual=%d", best.choice.virtual_stages);
-    std::printf(" --balance=%s%s\n", balance.c_str(),
+    std::printf(" --balance=%s%s\n", best.choice.balance_text().c_str(),
                 uniform ? "" : " (remat differs per cell: --plan=auto runs it)");
     if (!f.svg.empty()) {
       std::vector<std::string> names;
@@ -227,6 +223,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (m->parsed()) return gpipe::bench::run_measure(me);
+    if ((validate || paper) && !app.remaining().empty())
+      throw gpipe::train::UsageError(
+          gpipe::detail::concat(validate ? "--validate" : "--paper",
+                                " takes no model flags; not expected: ", app.remaining().front()));
     if (validate) {
       std::printf("# compute: %s\n", gpipe::ops::cpu::compute_description().c_str());
       return gpipe::bench::run_plan_validate(vo);

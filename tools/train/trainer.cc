@@ -351,12 +351,7 @@ class Trainer {
       c_.schedule = schedule_name(best.choice.schedule);
       po.virtual_stages = c_.virtual_stages = best.choice.virtual_stages;
       po.remat = best.choice.remat[0];  // the program (custom_schedule) has each cell's own
-      bool uniform = true;
-      for (RematMode m : best.choice.remat) uniform = uniform && m == best.choice.remat[0];
-      std::string modes;
-      for (RematMode m : best.choice.remat)
-        modes += detail::concat(modes.empty() ? "" : ",", remat_name(m));
-      c_.remat = uniform ? remat_name(best.choice.remat[0]) : "per cell " + modes;
+      c_.remat = (best.choice.uniform_remat() ? "" : "per cell ") + best.choice.remat_text();
       po.custom_schedule = std::make_shared<Schedule>(best.program);
     } else {
       PlanChoice ch;
