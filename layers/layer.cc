@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "layers/skip.h"
+
 namespace gpipe {
 
 double Layer::cost(const BundleSpec& in) const {
@@ -122,14 +124,94 @@ void Layer::register_sublayer(std::string name, Layer* layer) {
   sublayers_.emplace_back(std::move(name), layer);
 }
 
+std::vector<std::string> Layer::stashes() const {
+  std::vector<std::string> out;
+  for (const std::string& n : stash_names_) out.push_back(skip_full_name(skip_ns_, n));
+  for (const auto& [name, l] : sublayers_)
+    for (std::string& n : l->stashes()) out.push_back(std::move(n));
+  return out;
+}
+
+std::vector<std::string> Layer::pops() const {
+  std::vector<std::string> out;
+  for (const std::string& n : pop_names_) out.push_back(skip_full_name(skip_ns_, n));
+  for (const auto& [name, l] : sublayers_)
+    for (std::string& n : l->pops()) out.push_back(std::move(n));
+  return out;
+}
+
+void Layer::set_skip_namespace(const std::string& ns) {
+  GPIPE_CHECK(ns.find('/') == std::string::npos, "layer '", name_, "': skip namespace '", ns,
+              "' contains '/'");
+  skip_ns_ = ns;
+  for (auto& [name, l] : sublayers_) l->set_skip_namespace(ns);
+}
+
+void Layer::declare_stash(const std::string& name) {
+  GPIPE_CHECK(!name.empty(), "layer '", name_, "': empty skip name");
+  stash_names_.push_back(name);
+}
+
+void Layer::declare_pop(const std::string& name) {
+  GPIPE_CHECK(!name.empty(), "layer '", name_, "': empty skip name");
+  pop_names_.push_back(name);
+}
+
+namespace {
+void check_declared(const std::vector<std::string>& declared, const std::string& name,
+                    const std::string& layer, bool stash) {
+  for (const std::string& d : declared)
+    if (d == name) return;
+  throw Error(detail::concat("layer '", layer, "' ", stash ? "stashes" : "pops", " skip '", name,
+                             "' without declaring it (call declare_", stash ? "stash" : "pop",
+                             "(\"", name, "\") in its constructor)"));
+}
+}  // namespace
+
+void Layer::stash(const std::string& name, const Tensor& t) const {
+  check_declared(stash_names_, name, name_, true);
+  SkipStore* store = current_skip_store();
+  GPIPE_CHECK(store != nullptr, "layer '", name_, "' stashes skip '", name,
+              "' outside a layer list's run (run it with run_layers or in a Pipeline)");
+  store->stash(skip_full_name(skip_ns_, name), t, name_);
+}
+
+Tensor Layer::pop(const std::string& name) const {
+  check_declared(pop_names_, name, name_, false);
+  SkipStore* store = current_skip_store();
+  GPIPE_CHECK(store != nullptr, "layer '", name_, "' pops skip '", name,
+              "' outside a layer list's run (run it with run_layers or in a Pipeline)");
+  return store->pop(skip_full_name(skip_ns_, name), name_);
+}
+
+void Layer::stash_spec(const std::string& name, const TensorSpec& spec) const {
+  check_declared(stash_names_, name, name_, true);
+  if (SkipSpecStore* store = current_skip_spec_store())
+    store->stash(skip_full_name(skip_ns_, name), spec);
+}
+
+TensorSpec Layer::pop_spec(const std::string& name) const {
+  check_declared(pop_names_, name, name_, false);
+  SkipSpecStore* store = current_skip_spec_store();
+  GPIPE_CHECK(store != nullptr, "layer '", name_, "' pops skip '", name,
+              "' outside a layer list (its output_spec and cost need the list: use infer_specs)");
+  return store->pop(skip_full_name(skip_ns_, name), name_);
+}
+
 Bundle run_layers(const LayerList& layers, const Bundle& in) {
+  SkipStore store;
+  SkipScope scope(&store);
   Bundle x = in;
   for (const auto& l : layers) x = l->forward(x);
+  GPIPE_CHECK(store.empty(), "run_layers: skip '", store.held().begin()->first,
+              "' was stashed and never popped");
   return x;
 }
 
 BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in,
                        std::vector<BundleSpec>* each) {
+  SkipSpecStore store;
+  SkipSpecScope scope(&store);
   BundleSpec s = in;
   for (const auto& l : layers) {
     if (each) each->push_back(s);

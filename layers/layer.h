@@ -21,6 +21,7 @@
 #include "core/autograd.h"
 #include "core/bundle.h"
 #include "core/tensor.h"
+#include "layers/skip.h"
 
 namespace gpipe {
 
@@ -76,11 +77,31 @@ class Layer {
   // Checks `in` has `count` tensors; throws naming this layer otherwise.
   void expect_inputs(const BundleSpec& in, size_t count) const;
 
+  // Skip connections (layers/skip.h): the full names ("<namespace>/<name>")
+  // this layer and its sublayers stash / pop in forward, as declared.
+  std::vector<std::string> stashes() const;
+  std::vector<std::string> pops() const;
+  // Puts the skip names of this layer and its sublayers in namespace `ns`.
+  void set_skip_namespace(const std::string& ns);
+  const std::string& skip_namespace() const { return skip_ns_; }
+
  protected:
   void register_parameter(std::string name, Tensor* t);
   void register_buffer(std::string name, Tensor* t);
   void register_sublayer(std::string name, Layer* layer);
   virtual void on_train(bool) {}
+
+  // Declared in the constructor: the names forward stashes and pops (in
+  // this layer's skip namespace). Undeclared names are refused at run time.
+  void declare_stash(const std::string& name);
+  void declare_pop(const std::string& name);
+  // In forward: hands `t` to the later layer that pops `name`, or takes it.
+  void stash(const std::string& name, const Tensor& t) const;
+  Tensor pop(const std::string& name) const;
+  // In output_spec / cost: the same for specs (a popping layer's spec and
+  // cost may depend on what it pops).
+  void stash_spec(const std::string& name, const TensorSpec& spec) const;
+  TensorSpec pop_spec(const std::string& name) const;
 
  private:
   void collect(std::vector<NamedTensor>& out, const std::string& prefix, bool params);
@@ -89,6 +110,8 @@ class Layer {
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
   std::vector<std::pair<std::string, Layer*>> sublayers_;
+  std::string skip_ns_;
+  std::vector<std::string> stash_names_, pop_names_;  // as declared, without the namespace
 };
 
 using LayerPtr = std::shared_ptr<Layer>;

@@ -16,10 +16,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Forward + backward seconds of each layer on `inputs` (balance_by = time).
 std::vector<double> profile_layers(const LayerList& layers, Bundle x) {
   std::vector<double> secs;
+  SkipStore skips;  // what earlier layers stashed, as fresh leaves
   for (const auto& layer : layers) {
     double best = 1e300;
     Bundle next;
+    SkipStore after;
     for (int rep = 0; rep < 2; ++rep) {
+      after = skips.detached();
+      SkipScope scope(&after);
       Bundle leaves;
       for (const Tensor& t : x) {
         Tensor l = t.detach();
@@ -43,6 +47,7 @@ std::vector<double> profile_layers(const LayerList& layers, Bundle x) {
     layer->discard_step();
     secs.push_back(best);
     x = next;
+    skips = after.detached();
   }
   return secs;
 }
@@ -66,6 +71,10 @@ std::vector<double> layer_costs(const LayerList& layers, const std::vector<Bundl
   GPIPE_ASSERT(specs.size() == layers.size() + 1, "layer_costs: ", specs.size(), " specs for ",
                layers.size(), " layers");
   std::vector<double> costs;
+  // A popping layer's cost may depend on what it pops: the earlier layers'
+  // stashes are replayed in order (layers/skip.h).
+  SkipSpecStore skips;
+  SkipSpecScope scope(&skips);
   for (size_t i = 0; i < layers.size(); ++i) {
     if (by == BalanceBy::kMemory) {
       double bytes = 4.0 * static_cast<double>(layers[i]->parameter_count()) *
@@ -76,6 +85,7 @@ std::vector<double> layer_costs(const LayerList& layers, const std::vector<Bundl
     } else {
       costs.push_back(layers[i]->cost(specs[i]));
     }
+    layers[i]->output_spec(specs[i]);
   }
   return costs;
 }

@@ -69,6 +69,7 @@ StageExecutor::~StageExecutor() {
   grad_in_.reset();
   grad_out_.reset();
   turns_.clear();
+  skip_links_.clear();
 }
 
 void StageExecutor::connect(std::shared_ptr<Communicator> world) {
@@ -96,7 +97,7 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
                           ")");
   };
   // Channel 2 carries predictions (pipeline/inference.cc); 3 the device turns.
-  enum Channel { kActivations = 0, kGradients = 1, kTurns = 3 };
+  enum Channel { kActivations = 0, kGradients = 1, kTurns = 3, kSkips = 4 };
   if (s > 0) act_in_ = pipe_->transport(s - 1, kActivations, mine, name("activations", s - 1, s));
   if (s + 1 < k)
     act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
@@ -106,6 +107,33 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   for (int o : opt_.device_peers) {
     GPIPE_CHECK(o >= 0 && o < k && o != s, "stage ", s, ": bad device peer ", o);
     turns_[o] = pipe_->transport(o, kTurns, mine, name("device turns", s, o));
+  }
+  // Note [Skips]: one link per pair of cells a direct skip connects.
+  const SkipRoutes& routes = stage_->routes();
+  for (const auto& [peer, names] : routes.to)
+    skip_links_[peer] = pipe_->transport(peer, kSkips, mine, name("skips", s, peer));
+  for (const auto& [peer, names] : routes.from)
+    skip_links_[peer] = pipe_->transport(peer, kSkips, mine, name("skip gradients", s, peer));
+}
+
+void StageExecutor::receive_skips(const std::map<int, std::vector<std::string>>& peers, int m,
+                                  const char* what, SkipMessages& into) {
+  const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
+  for (const auto& [peer, names] : peers) {
+    Transport& link = *skip_links_.at(peer);
+    wait_state(detail::concat("waiting for ", what, " of micro-batch ", m, " from stage ", peer,
+                              " (", link.name(), ")"));
+    into[peer] = link.receive(m, timeout);
+  }
+}
+
+void StageExecutor::send_skips(SkipMessages& msgs, int m, const char* what, int64_t step) {
+  Tracer* tracer = opt_.tracer;
+  for (auto& [peer, msg] : msgs) {
+    const double t0 = tracer->now_us();
+    skip_links_.at(peer)->send(m, std::move(msg));
+    tracer->add({detail::concat(what, m, ">", peer), "transfer", opt_.info.stage, t0,
+                 tracer->now_us() - t0, m, static_cast<int>(step)});
   }
 }
 
@@ -192,15 +220,17 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           wait_state(detail::concat("running the forward of micro-batch ", m, " in stage ", s));
           if (opt_.fault_hook && *opt_.fault_hook)
             (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, m, "forward"});
-          Message in;
+          StageMessage in;
           if (s == 0) {
-            in.tensors = micro[m].inputs;
-            in.requires_grad.assign(in.tensors.size(), false);
+            in.main.tensors = micro[m].inputs;
+            in.main.requires_grad.assign(in.main.tensors.size(), false);
           } else {
-            in = take(received_, m);
+            in.main = take(received_, m);
           }
-          Message out = stage_->forward(m, in, training && !recomputed.count(m), ctx, tracer);
-          if (!stage_->is_last()) to_send_[m] = std::move(out);
+          receive_skips(stage_->routes().from, m, "the skips", in.skips);
+          StageMessage out = stage_->forward(m, in, training && !recomputed.count(m), ctx, tracer);
+          send_skips(out.skips, m, "send S", ctx.step);
+          if (!stage_->is_last()) to_send_[m] = std::move(out.main);
           break;
         }
         case ActionKind::kSendActivations:
@@ -219,17 +249,23 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           break;
         case ActionKind::kBackward: {
           wait_state(detail::concat("running the backward of micro-batch ", m, " in stage ", s));
-          Message g = stage_->is_last() ? Message{} : take(received_, m);
-          Message gin = stage_->backward(m, g, ctx, tracer);
-          if (s > 0) to_send_[m] = std::move(gin);
+          StageMessage g;
+          if (!stage_->is_last()) g.main = take(received_, m);
+          receive_skips(stage_->routes().to, m, "the skip gradients", g.skips);
+          StageMessage gin = stage_->backward(m, g, ctx, tracer);
+          send_skips(gin.skips, m, "send SB", ctx.step);
+          if (s > 0) to_send_[m] = std::move(gin.main);
           break;
         }
         case ActionKind::kBackwardInput: {
           wait_state(
               detail::concat("running the input backward of micro-batch ", m, " in stage ", s));
-          Message g = stage_->is_last() ? Message{} : take(received_, m);
-          Message gin = stage_->backward_input(m, g, ctx, tracer);
-          if (s > 0) to_send_[m] = std::move(gin);
+          StageMessage g;
+          if (!stage_->is_last()) g.main = take(received_, m);
+          receive_skips(stage_->routes().to, m, "the skip gradients", g.skips);
+          StageMessage gin = stage_->backward_input(m, g, ctx, tracer);
+          send_skips(gin.skips, m, "send SB", ctx.step);
+          if (s > 0) to_send_[m] = std::move(gin.main);
           break;
         }
         case ActionKind::kBackwardWeight:
@@ -267,6 +303,7 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
     if (act_out_) act_out_->flush(timeout);
     if (grad_out_) grad_out_->flush(timeout);
     for (auto& [peer, link] : turns_) link->flush(timeout);
+    for (auto& [peer, link] : skip_links_) link->flush(timeout);
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
@@ -376,6 +413,7 @@ std::vector<Transport*> StageExecutor::links() const {
   for (Transport* t : {act_in_.get(), act_out_.get(), grad_in_.get(), grad_out_.get()})
     if (t) out.push_back(t);
   for (const auto& [peer, t] : turns_) out.push_back(t.get());
+  for (const auto& [peer, t] : skip_links_) out.push_back(t.get());
   return out;
 }
 
@@ -397,6 +435,7 @@ std::vector<std::pair<std::string, int64_t>> StageExecutor::bytes_sent() const {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const Transport* t : {act_out_.get(), grad_out_.get()})
     if (t) out.emplace_back(t->name(), t->bytes_sent());
+  for (const auto& [peer, t] : skip_links_) out.emplace_back(t->name(), t->bytes_sent());
   return out;
 }
 

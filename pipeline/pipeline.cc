@@ -76,6 +76,7 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
                 "'; layer names must be unique (they name parameters in checkpoints)");
     layer_names_.push_back(l->name());
   }
+  skip_edges(model_.layers);  // every stash popped once by a later layer, or a clear error
   // The program, checked before anything is built.
   schedule_ = opt_.custom_schedule
                   ? *opt_.custom_schedule

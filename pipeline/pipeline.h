@@ -51,6 +51,9 @@ struct PipelineOptions {
   // load_schedule_file); validated against K and M at construction.
   std::shared_ptr<const Schedule> custom_schedule;
   std::vector<int64_t> balance;  // explicit layers per cell; overrides balance_by
+  // How skips (layers/skip.h) between cells travel: straight from the
+  // producing cell to the consuming one, or through every cell between.
+  SkipTransport skip_transport = SkipTransport::kDirect;
   BalanceBy balance_by = BalanceBy::kCost;
   int threads_per_stage = 0;     // intra-op threads per stage worker; 0 = cores / K (at least 1)
   uint64_t seed = 0;             // dropout key seed
@@ -150,6 +153,8 @@ class Pipeline {
   void train(bool on);
 
   const Partition& partition() const { return partition_; }
+  // Per cell: the skips that leave or reach it, and how (Note [Skips]).
+  const std::vector<SkipRoutes>& skip_routes() const { return skip_routes_; }
   bool distributed() const { return opt_.world != nullptr; }
   RankInfo rank_info() const { return info_; }
   // The training program every step follows, and its dry run (ticks, peak
@@ -203,6 +208,7 @@ class Pipeline {
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   std::vector<std::vector<std::string>> tied_names_;
   std::vector<CellInfo> cells_;
+  std::vector<SkipRoutes> skip_routes_;    // per cell (Note [Skips])
   std::vector<int64_t> cell_param_bytes_;  // unique parameter bytes per cell
   std::vector<std::string> layer_names_;
   std::unique_ptr<Watchdog> watchdog_;

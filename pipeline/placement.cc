@@ -97,13 +97,21 @@ void Pipeline::build_ranks() {
 
   std::vector<std::vector<TiedWeight>> ties =
       place_cells(model_.layers, partition_, local, stage_devices_);
+  // Note [Skips]: which cells each skip connects, from the whole model's list.
+  std::vector<int> cell_of_layer(model_.layers.size());
+  for (int s = 0; s < k; ++s)
+    for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i)
+      cell_of_layer[static_cast<size_t>(i)] = s;
+  skip_routes_ =
+      gpipe::skip_routes(skip_edges(model_.layers), cell_of_layer, k, opt_.skip_transport);
   std::vector<std::unique_ptr<Stage>> stages;
   for (int s : local) {
     const Device dev = stage_devices_[s];
     LayerList cell(model_.layers.begin() + partition_.begin(s),
                    model_.layers.begin() + partition_.end(s));
     stages.push_back(std::make_unique<Stage>(s, std::move(cell), partition_.begin(s), dev,
-                                             s == k - 1 ? model_.loss : nullptr));
+                                             s == k - 1 ? model_.loss : nullptr,
+                                             skip_routes_[static_cast<size_t>(s)]));
   }
   if (opt_.world) {
     // Only this rank's cell stays; the other layers (and their weights) go.

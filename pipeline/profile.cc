@@ -70,12 +70,17 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
   GPIPE_CHECK(reps >= 1, "profile_layers: reps must be >= 1, got ", reps);
   std::vector<LayerProfile> out;
   Bundle x = sample;
+  // What earlier layers stashed (layers/skip.h), as fresh leaves. A popped
+  // skip's gradient is not timed as an input gradient (it is computed by
+  // the layer's backward all the same); a stash adds no time of its own.
+  SkipStore skips;
   for (const auto& layer : layers) {
     LayerProfile p;
     p.forward_seconds = p.backward_input_seconds = p.backward_weight_seconds = 1e300;
     for (auto& prm : layer->parameters())
       p.parameter_bytes += static_cast<int64_t>(prm.tensor->nbytes());
     Bundle next;
+    SkipStore after;
     // Run 0 warms up (and creates the parameters' gradients, so the timed
     // runs accumulate into them, as every micro-batch but a step's first does).
     for (int rep = 0; rep <= reps; ++rep) {
@@ -83,6 +88,8 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
       Bundle leaves;
       std::vector<Tensor> inputs;
       const Device dev = make_leaves(x, leaves, inputs);
+      after = skips.detached();
+      SkipScope scope(&after);
       const int64_t before = live_activations(dev), scratch = live_workspace(dev);
       allocator_for(dev).reset_peak();
       evict_caches(dev);
@@ -144,6 +151,7 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
     layer->discard_step();
     out.push_back(p);
     x = next;
+    skips = after.detached();
   }
   return out;
 }

@@ -34,23 +34,52 @@ class ScopedEvent {
 }  // namespace
 
 Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device,
-             std::shared_ptr<Loss> loss)
+             std::shared_ptr<Loss> loss, SkipRoutes routes)
     : index_(index),
       layers_(std::move(layers)),
       first_layer_(first_layer),
       device_(device),
-      loss_(std::move(loss)) {}
+      loss_(std::move(loss)),
+      routes_(std::move(routes)) {
+  for (const auto& l : layers_) differentiable_ = differentiable_ || !l->parameters().empty();
+}
 
-Bundle Stage::run(int m, const Bundle& x, const StepContext& ctx) {
-  Bundle h = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
-    RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step),
-                  static_cast<uint64_t>(m + ctx.micro_batch_offset),
-                  static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
-    DecodeScope decode(ctx.decode, first_layer_ + static_cast<int64_t>(i), m);
-    h = layers_[i]->forward(h);
+Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
+                  const StepContext& ctx, std::map<int, Bundle>* skips_out) {
+  // Note [Skips]: what arrives is put in the store the layers pop from;
+  // what is left in it after the last layer leaves for later cells.
+  const size_t routed = routes_.in_bundle.size();
+  GPIPE_ASSERT(x.size() >= routed, "stage ", index_, ": a message of ", x.size(),
+               " tensors cannot carry its ", routed, " routed skips");
+  const size_t n = x.size() - routed;
+  SkipStore store;
+  const std::string who = detail::concat("stage ", index_);
+  for (size_t i = 0; i < routed; ++i) store.stash(routes_.in_bundle[i], x[n + i], who);
+  for (const auto& [peer, names] : routes_.from) {
+    auto it = skips_in.find(peer);
+    GPIPE_ASSERT(it != skips_in.end() && it->second.size() == names.size(), "stage ", index_,
+                 ": micro-batch ", m, "'s skips from stage ", peer, " are missing");
+    for (size_t i = 0; i < names.size(); ++i) store.stash(names[i], it->second[i], who);
   }
+  Bundle h(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+  {
+    SkipScope scope(&store);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      // Note [Remat RNG]: the key names the work (seed, step, micro-batch, layer).
+      RngScope rng({ctx.seed, static_cast<uint64_t>(ctx.step),
+                    static_cast<uint64_t>(m + ctx.micro_batch_offset),
+                    static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
+      DecodeScope decode(ctx.decode, first_layer_ + static_cast<int64_t>(i), m);
+      h = layers_[i]->forward(h);
+    }
+  }
+  for (const std::string& name : routes_.out_bundle) h.push_back(store.pop(name, who));
+  for (const auto& [peer, names] : routes_.to) {
+    Bundle& out = (*skips_out)[peer];
+    for (const std::string& name : names) out.push_back(store.pop(name, who));
+  }
+  GPIPE_ASSERT(store.empty(), "stage ", index_, ": skip '", store.held().begin()->first,
+               "' was neither popped here nor routed to a later cell");
   return h;
 }
 
@@ -65,42 +94,60 @@ Stage::Saved& Stage::saved(int m, const char* action) {
   return it->second;
 }
 
-Message Stage::forward(int m, const Message& in, bool keep_graph, const StepContext& ctx,
-                       Tracer* tracer) {
+namespace {
+// Fresh leaves for a stage's inputs: detached, asking for a gradient where the sender wants one.
+Bundle make_leaves(const Message& in, std::vector<bool>& wants_grad) {
+  wants_grad = in.requires_grad;
+  wants_grad.resize(in.tensors.size(), false);
+  Bundle leaves;
+  for (size_t i = 0; i < in.tensors.size(); ++i) {
+    Tensor x = in.tensors[i].defined() ? in.tensors[i].detach() : in.tensors[i];
+    if (wants_grad[i] && grad_mode_enabled()) x.set_requires_grad(true);
+    leaves.push_back(x);
+  }
+  return leaves;
+}
+}  // namespace
+
+StageMessage Stage::forward(int m, const StageMessage& in, bool keep_graph, const StepContext& ctx,
+                            Tracer* tracer) {
   ScopedEvent ev(tracer, index_, "F" + std::to_string(m), "forward", m, ctx.step);
   Saved s;
   s.graph = keep_graph && grad_mode_enabled();
-  s.input_requires = in.requires_grad;
-  s.input_requires.resize(in.tensors.size(), false);
-  for (size_t i = 0; i < in.tensors.size(); ++i) {
-    Tensor x = in.tensors[i].defined() ? in.tensors[i].detach() : in.tensors[i];
-    if (s.input_requires[i] && grad_mode_enabled()) x.set_requires_grad(true);
-    s.leaves.push_back(x);
-  }
+  s.leaves = make_leaves(in.main, s.input_requires);
+  for (const auto& [peer, msg] : in.skips)
+    s.skip_leaves[peer] = make_leaves(msg, s.skip_requires[peer]);
   Bundle out;
+  std::map<int, Bundle> skips_out;
   {
     std::optional<NoGradGuard> no_grad;
     if (!keep_graph) no_grad.emplace();
-    out = run(m, s.leaves, ctx);
+    out = run(m, s.leaves, s.skip_leaves, ctx, &skips_out);
   }
-  Message msg;
-  if (loss_ || s.graph) s.outputs = out;
-  if (!loss_) {
-    msg.tensors = out;
-    // Whether a float output needs a gradient is only known from a graph,
-    // which a rematerialised forward does not build; so every float output of
-    // a cell that has parameters or differentiable inputs asks for one, in
-    // both modes alike (Note [Boundary gradients]). Unused ones come back undefined.
-    bool differentiable = false;
-    for (const auto& l : layers_) differentiable = differentiable || !l->parameters().empty();
-    for (bool r : s.input_requires) differentiable = differentiable || r;
-    for (const Tensor& t : out)
+  // Whether a float output needs a gradient is only known from a graph,
+  // which a rematerialised forward does not build; so every float output of
+  // a cell that has parameters or differentiable inputs asks for one, in
+  // both modes alike (Note [Boundary gradients]). Unused ones come back undefined.
+  bool differentiable = differentiable_;
+  for (bool r : s.input_requires) differentiable = differentiable || r;
+  for (const auto& [peer, req] : s.skip_requires)
+    for (bool r : req) differentiable = differentiable || r;
+  auto message = [&](const Bundle& tensors) {
+    Message msg;
+    msg.tensors = tensors;
+    for (const Tensor& t : tensors)
       msg.requires_grad.push_back(differentiable && t.defined() && is_floating(t.dtype()));
-  }
+    return msg;
+  };
+  StageMessage result;
+  if (loss_ || s.graph) s.outputs = out;
+  if (s.graph) s.skip_outputs = skips_out;
+  if (!loss_) result.main = message(out);
+  for (const auto& [peer, tensors] : skips_out) result.skips[peer] = message(tensors);
   // A forward-only program (no grad mode) keeps nothing on the stages before
   // the last: no R or B will come for it.
   if (loss_ || grad_mode_enabled()) saved_[m] = std::move(s);
-  return msg;
+  return result;
 }
 
 double Stage::loss(int m, const Bundle& targets, const StepContext& ctx) {
@@ -125,7 +172,8 @@ void Stage::recompute(int m, const StepContext& ctx, Tracer* tracer) {
   Saved& s = saved(m, "recompute");
   ScopedEvent ev(tracer, index_, "R" + std::to_string(m), "recompute", m, ctx.step);
   RecomputationScope recomputing;
-  s.outputs = run(m, s.leaves, ctx);
+  s.skip_outputs.clear();
+  s.outputs = run(m, s.leaves, s.skip_leaves, ctx, &s.skip_outputs);
   s.graph = true;
   if (loss_) {
     s.root = scaled_loss(s.outputs, s.targets, ctx);
@@ -133,36 +181,54 @@ void Stage::recompute(int m, const StepContext& ctx, Tracer* tracer) {
   }
 }
 
-void Stage::take_roots(Saved& s, int m, const Message& grads, std::vector<Tensor>& roots,
+void Stage::take_roots(Saved& s, int m, const StageMessage& grads, std::vector<Tensor>& roots,
                        std::vector<Tensor>& root_grads) {
   GPIPE_ASSERT(s.graph, "stage ", index_, ": backward of micro-batch ", m,
                " without its graph (no recompute ran)");
   GPIPE_ASSERT(!s.weights, "stage ", index_, ": a second backward of micro-batch ", m);
+  auto add = [&](const Bundle& outputs, const Message& g, const char* what) {
+    GPIPE_ASSERT(g.tensors.size() == outputs.size(), "stage ", index_, ": got ", g.tensors.size(),
+                 " gradients for ", outputs.size(), " ", what);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (!g.tensors[i].defined() || !outputs[i].requires_grad()) continue;
+      roots.push_back(outputs[i]);
+      root_grads.push_back(g.tensors[i]);
+    }
+  };
   if (loss_) {
     if (s.root.defined() && s.root.requires_grad()) roots.push_back(s.root);
   } else {
-    GPIPE_ASSERT(grads.tensors.size() == s.outputs.size(), "stage ", index_, ": got ",
-                 grads.tensors.size(), " gradients for ", s.outputs.size(), " outputs");
-    for (size_t i = 0; i < s.outputs.size(); ++i) {
-      if (!grads.tensors[i].defined() || !s.outputs[i].requires_grad()) continue;
-      roots.push_back(s.outputs[i]);
-      root_grads.push_back(grads.tensors[i]);
-    }
+    add(s.outputs, grads.main, "outputs");
+  }
+  for (const auto& [peer, outputs] : s.skip_outputs) {
+    auto it = grads.skips.find(peer);
+    GPIPE_ASSERT(it != grads.skips.end(), "stage ", index_, ": micro-batch ", m,
+                 "'s skip gradients from stage ", peer, " are missing");
+    add(outputs, it->second, "skips");
   }
   s.outputs.clear();
+  s.skip_outputs.clear();
   s.root = Tensor();
 }
 
-Message Stage::input_gradients(const Saved& s) const {
-  Message out;
-  for (size_t i = 0; i < s.leaves.size(); ++i) {
-    out.tensors.push_back(s.input_requires[i] ? s.leaves[i].grad() : Tensor());
-    out.requires_grad.push_back(false);
-  }
+StageMessage Stage::input_gradients(const Saved& s) const {
+  auto grads = [](const Bundle& leaves, const std::vector<bool>& wants_grad) {
+    Message out;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      out.tensors.push_back(wants_grad[i] ? leaves[i].grad() : Tensor());
+      out.requires_grad.push_back(false);
+    }
+    return out;
+  };
+  StageMessage out;
+  out.main = grads(s.leaves, s.input_requires);
+  for (const auto& [peer, leaves] : s.skip_leaves)
+    out.skips[peer] = grads(leaves, s.skip_requires.at(peer));
   return out;
 }
 
-Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
+StageMessage Stage::backward(int m, const StageMessage& grads, const StepContext& ctx,
+                             Tracer* tracer) {
   Saved s = std::move(saved(m, "backward"));
   saved_.erase(m);
   ScopedEvent ev(tracer, index_, "B" + std::to_string(m), "backward", m, ctx.step);
@@ -172,7 +238,8 @@ Message Stage::backward(int m, const Message& grads, const StepContext& ctx, Tra
   return input_gradients(s);
 }
 
-Message Stage::backward_input(int m, const Message& grads, const StepContext& ctx, Tracer* tracer) {
+StageMessage Stage::backward_input(int m, const StageMessage& grads, const StepContext& ctx,
+                                   Tracer* tracer) {
   Saved& s = saved(m, "input backward");
   ScopedEvent ev(tracer, index_, "I" + std::to_string(m), "backward-input", m, ctx.step);
   std::vector<Tensor> roots, root_grads;
@@ -180,13 +247,20 @@ Message Stage::backward_input(int m, const Message& grads, const StepContext& ct
   std::vector<Tensor> inputs;
   for (size_t i = 0; i < s.leaves.size(); ++i)
     if (s.input_requires[i]) inputs.push_back(s.leaves[i]);
+  for (const auto& [peer, leaves] : s.skip_leaves)
+    for (size_t i = 0; i < leaves.size(); ++i)
+      if (s.skip_requires[peer][i]) inputs.push_back(leaves[i]);
   s.weights = roots.empty() ? WeightGradients() : gpipe::backward_input(roots, root_grads, inputs);
-  Message out = input_gradients(s);
+  StageMessage out = input_gradients(s);
   // Nothing after I needs the inputs (R comes before it): drop them and
   // their gradients now rather than at W (the message owns what it sends).
   for (Tensor& leaf : s.leaves)
     if (leaf.defined()) leaf.zero_grad();
+  for (auto& [peer, leaves] : s.skip_leaves)
+    for (Tensor& leaf : leaves)
+      if (leaf.defined()) leaf.zero_grad();
   s.leaves.clear();
+  s.skip_leaves.clear();
   s.targets.clear();
   return out;
 }

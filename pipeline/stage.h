@@ -14,6 +14,7 @@
 #include "core/autograd.h"
 #include "layers/decode.h"
 #include "layers/loss.h"
+#include "layers/skip.h"
 #include "runtime/mailbox.h"
 #include "runtime/trace.h"
 
@@ -27,22 +28,35 @@ struct StepContext {
   DecodeSession* decode = nullptr;  // incremental decoding state (layers/decode.h), prediction only
 };
 
+// Messages to or from the cells a skip connects this one with directly
+// (Note [Skips]), by peer cell.
+using SkipMessages = std::map<int, Message>;
+
+// What a stage takes or gives at one end: the message of its neighbour
+// (activations from the previous cell, or gradients from the next) and those
+// of the cells its direct skips connect it with.
+struct StageMessage {
+  Message main;
+  SkipMessages skips;
+};
+
 class Stage {
  public:
-  Stage(int index, LayerList layers, int64_t first_layer, Device device,
-        std::shared_ptr<Loss> loss);
+  Stage(int index, LayerList layers, int64_t first_layer, Device device, std::shared_ptr<Loss> loss,
+        SkipRoutes routes = {});
 
   int index() const { return index_; }
   Device device() const { return device_; }
   const LayerList& layers() const { return layers_; }
   bool is_last() const { return loss_ != nullptr; }
+  const SkipRoutes& routes() const { return routes_; }
 
   // F: micro-batch m's forward from `in`; keeps the graph when keep_graph
   // (otherwise only the inputs stay, for R). Returns the message for the
   // next stage; the last stage keeps its outputs instead (for L, or for
   // take_outputs in a forward-only program).
-  Message forward(int m, const Message& in, bool keep_graph, const StepContext& ctx,
-                  Tracer* tracer);
+  StageMessage forward(int m, const StageMessage& in, bool keep_graph, const StepContext& ctx,
+                       Tracer* tracer);
   // L (last stage): the loss of micro-batch m's outputs against `targets`,
   // times ctx.loss_scale; returns its value, also kept (loss_value).
   double loss(int m, const Bundle& targets, const StepContext& ctx);
@@ -51,10 +65,11 @@ class Stage {
   void recompute(int m, const StepContext& ctx, Tracer* tracer);
   // B: micro-batch m's backward from the gradients of its outputs (the last
   // stage starts from its loss); returns the gradients for the previous stage.
-  Message backward(int m, const Message& grads, const StepContext& ctx, Tracer* tracer);
+  StageMessage backward(int m, const StageMessage& grads, const StepContext& ctx, Tracer* tracer);
   // I: the input-gradient half of B (Note [Split backward]): returns the
   // gradients for the previous stage and keeps the weight-gradient half.
-  Message backward_input(int m, const Message& grads, const StepContext& ctx, Tracer* tracer);
+  StageMessage backward_input(int m, const StageMessage& grads, const StepContext& ctx,
+                              Tracer* tracer);
   // W: the weight-gradient half, after I; accumulates into the parameters'
   // grad() and frees micro-batch m's saved state.
   void backward_weight(int m, const StepContext& ctx, Tracer* tracer);
@@ -65,13 +80,19 @@ class Stage {
   size_t live_micro_batches() const { return saved_.size(); }
 
  private:
-  Bundle run(int m, const Bundle& x, const StepContext& ctx);
+  // Runs the layers on the bundle part of `x` with the skips it receives;
+  // returns the activation message's tensors and fills the direct skips'.
+  Bundle run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in, const StepContext& ctx,
+             std::map<int, Bundle>* skips_out);
   Tensor scaled_loss(const Bundle& outputs, const Bundle& targets, const StepContext& ctx);
 
   struct Saved {
-    Bundle leaves;                     // the stage's inputs as autograd leaves
-    std::vector<bool> input_requires;  // which of them the previous stage wants gradients for
-    Bundle outputs;                    // with their graph when `graph`
+    Bundle leaves;                      // the stage's inputs as autograd leaves
+    std::vector<bool> input_requires;   // which of them the previous stage wants gradients for
+    std::map<int, Bundle> skip_leaves;  // direct skips received, by producer cell
+    std::map<int, std::vector<bool>> skip_requires;
+    Bundle outputs;                      // with their graph when `graph`
+    std::map<int, Bundle> skip_outputs;  // direct skips sent, by consumer cell
     bool graph = false;
     Bundle targets;                          // last stage, for recomputation
     Tensor root;                             // last stage: the scaled loss, with its graph
@@ -79,9 +100,9 @@ class Stage {
   };
   // The roots and their gradients of micro-batch m's backward; drops the
   // outputs and root (the graph lives on through the roots).
-  void take_roots(Saved& s, int m, const Message& grads, std::vector<Tensor>& roots,
+  void take_roots(Saved& s, int m, const StageMessage& grads, std::vector<Tensor>& roots,
                   std::vector<Tensor>& root_grads);
-  Message input_gradients(const Saved& s) const;
+  StageMessage input_gradients(const Saved& s) const;
   Saved& saved(int m, const char* action);
 
   int index_;
@@ -89,6 +110,8 @@ class Stage {
   int64_t first_layer_;
   Device device_;
   std::shared_ptr<Loss> loss_;
+  SkipRoutes routes_;
+  bool differentiable_ = false;  // has parameters (Note [Boundary gradients])
   std::map<int, Saved> saved_;
   std::map<int, double> losses_;
 };
