@@ -105,8 +105,8 @@ std::vector<SkipEdge> skip_edges(const LayerList& layers) {
 SkipTransport parse_skip_transport(const std::string& name) {
   if (name == "direct") return SkipTransport::kDirect;
   if (name == "through-cells") return SkipTransport::kThroughCells;
-  throw Error(detail::concat("unknown skip transport '", name,
-                             "' (expected direct or through-cells)"));
+  throw Error(
+      detail::concat("unknown skip transport '", name, "' (expected direct or through-cells)"));
 }
 
 const char* to_string(SkipTransport t) {

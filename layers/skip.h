@@ -115,7 +115,9 @@ struct SkipRoutes {
   // Routed: the names carried after the bundle in the activation message
   // received from the previous cell / sent to the next.
   std::vector<std::string> in_bundle, out_bundle;
-  bool empty() const { return from.empty() && to.empty() && in_bundle.empty() && out_bundle.empty(); }
+  bool empty() const {
+    return from.empty() && to.empty() && in_bundle.empty() && out_bundle.empty();
+  }
 };
 
 // How skips between cells travel: kDirect sends each from its producing cell

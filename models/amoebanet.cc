@@ -28,7 +28,9 @@ enum class OpKind {
   kAvgPool3x3,
   kMaxPool3x3,
   kMaxPool2x2,
-  kNone
+  kNone,
+  kSep3x3x2,     // AmoebaNet-B: (ReLU, separable 3x3, BN) twice
+  kDilSep5x5x2,  // AmoebaNet-B: (ReLU, separable 5x5 dilated 2, BN) twice
 };
 
 struct Gene {
@@ -43,7 +45,25 @@ struct Genotype {
   std::vector<int> concat;         // states concatenated into the cell's output
 };
 
-const Genotype& genotype(bool reduction) {
+const Genotype& genotype_b(bool reduction) {
+  using enum OpKind;
+  static const Genotype normal{{{{{1, kConv1x1}, {1, kMaxPool3x3}},
+                                 {{1, kNone}, {0, kSep3x3x2}},
+                                 {{1, kConv1x1}, {0, kSep3x3x2}},
+                                 {{2, kConv1x1}, {2, kNone}},
+                                 {{1, kAvgPool3x3}, {5, kConv1x1}}}},
+                               {0, 3, 4, 6}};
+  static const Genotype reduce{{{{{0, kMaxPool2x2}, {0, kMaxPool3x3}},
+                                 {{2, kNone}, {1, kConv3x3}},
+                                 {{2, kDilSep5x5x2}, {2, kMaxPool3x3}},
+                                 {{3, kNone}, {1, kSep3x3x2}},
+                                 {{4, kAvgPool3x3}, {3, kConv1x1}}}},
+                               {5, 6}};
+  return reduction ? reduce : normal;
+}
+
+const Genotype& genotype(bool reduction, AmoebaNetGenotype which = AmoebaNetGenotype::kD) {
+  if (which == AmoebaNetGenotype::kB) return genotype_b(reduction);
   using enum OpKind;
   static const Genotype normal{{{{{1, kConv1x1}, {1, kMaxPool3x3}},
                                  {{1, kNone}, {0, kConv1x7_7x1}},
@@ -68,6 +88,8 @@ int64_t op_stride(bool reduction, const Gene& g) { return reduction && g.input <
 struct CellPlan {
   int64_t c_pp, c_p, c;  // channels of prev_prev, of prev, of each state
   bool reduction, reduction_prev;
+  AmoebaNetGenotype genotype;
+  const Genotype& genes() const { return gpipe::models::genotype(reduction, genotype); }
 };
 
 struct NetPlan {
@@ -77,22 +99,22 @@ struct NetPlan {
 };
 
 NetPlan plan_cells(const AmoebaNetConfig& c) {
-  GPIPE_CHECK(c.num_normal_cells >= 0, "amoebanet_d: num_normal_cells (N) must be >= 0, got ",
+  GPIPE_CHECK(c.num_normal_cells >= 0, "amoebanet: num_normal_cells (N) must be >= 0, got ",
               c.num_normal_cells);
   GPIPE_CHECK(c.filters >= 8,
-              "amoebanet_d: filters (F) must be >= 8 (the narrowest op has F / 8 channels), got ",
+              "amoebanet: filters (F) must be >= 8 (the narrowest op has F / 8 channels), got ",
               c.filters);
-  GPIPE_CHECK(c.in_channels >= 1, "amoebanet_d: in_channels must be >= 1, got ", c.in_channels);
-  GPIPE_CHECK(c.num_classes >= 1, "amoebanet_d: num_classes must be >= 1, got ", c.num_classes);
+  GPIPE_CHECK(c.in_channels >= 1, "amoebanet: in_channels must be >= 1, got ", c.in_channels);
+  GPIPE_CHECK(c.num_classes >= 1, "amoebanet: num_classes must be >= 1, got ", c.num_classes);
   NetPlan p;
   p.stem_channels = c.filters / 4;
   int64_t ch = p.stem_channels, c_pp = ch, c_p = ch;
   bool reduction_prev = false;
   auto add = [&](bool reduction) {
     if (reduction) ch *= 2;
-    p.cells.push_back({c_pp, c_p, ch, reduction, reduction_prev});
+    p.cells.push_back({c_pp, c_p, ch, reduction, reduction_prev, c.genotype});
     c_pp = c_p;
-    c_p = ch * static_cast<int64_t>(genotype(reduction).concat.size());
+    c_p = ch * static_cast<int64_t>(genotype(reduction, c.genotype).concat.size());
     reduction_prev = reduction;
   };
   auto add_normal = [&] {
@@ -127,6 +149,10 @@ int64_t op_params(OpKind op, int64_t ch, int64_t stride) {
       return rcb_params(ch, q, 1) + 2 * rcb_params(q, q, 7) + rcb_params(q, ch, 1);
     case OpKind::kNone:
       return stride == 1 ? 0 : factorized_reduce_params(ch, ch);
+    case OpKind::kSep3x3x2:
+      return 2 * (ch * 9 + ch * ch + 2 * ch);
+    case OpKind::kDilSep5x5x2:
+      return 2 * (ch * 25 + ch * ch + 2 * ch);
     default:
       return 0;  // pooling
   }
@@ -138,7 +164,7 @@ int64_t cell_params(const CellPlan& p) {
     n += factorized_reduce_params(p.c_pp, p.c);
   else if (p.c_pp != p.c)
     n += rcb_params(p.c_pp, p.c, 1);
-  for (const NodeGenes& g : genotype(p.reduction).nodes)
+  for (const NodeGenes& g : p.genes().nodes)
     n += op_params(g.a.op, p.c, op_stride(p.reduction, g.a)) +
          op_params(g.b.op, p.c, op_stride(p.reduction, g.b));
   return n;
@@ -201,6 +227,57 @@ class ReluConvBn final : public UnaryLayer {
 
  private:
   std::vector<std::unique_ptr<Conv2d>> convs_;
+  std::vector<std::unique_ptr<BatchNorm>> bns_;
+};
+
+// (ReLU -> depthwise kxk (stride s on the first, dilation d) -> pointwise
+// 1x1 -> BatchNorm), twice: sublayers dw1, pw1, bn1, dw2, pw2, bn2.
+class SeparableStack final : public UnaryLayer {
+ public:
+  SeparableStack(std::string name, int64_t ch, int64_t k, int64_t s, int64_t d, SeedSequence& seeds)
+      : UnaryLayer(std::move(name)) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string n = std::to_string(i + 1);
+      const int64_t stride = i == 0 ? s : 1, pad = d * (k - 1) / 2;
+      dw_.push_back(std::make_unique<Conv2d>("dw" + n, ch, ch, std::array<int64_t, 2>{k, k},
+                                             seeds.next(),
+                                             ops::Conv2dOptions{.stride = {stride, stride},
+                                                                .padding = {pad, pad},
+                                                                .dilation = {d, d},
+                                                                .groups = ch}));
+      pw_.push_back(
+          std::make_unique<Conv2d>("pw" + n, ch, ch, std::array<int64_t, 2>{1, 1}, seeds.next()));
+      bns_.push_back(std::make_unique<BatchNorm>("bn" + n, ch));
+      register_sublayer("dw" + n, dw_.back().get());
+      register_sublayer("pw" + n, pw_.back().get());
+      register_sublayer("bn" + n, bns_.back().get());
+    }
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x;
+    for (size_t i = 0; i < dw_.size(); ++i) y = (*bns_[i])((*pw_[i])((*dw_[i])(ops::relu(y))));
+    return y;
+  }
+  TensorSpec output_spec(const TensorSpec& in) const override {
+    TensorSpec s = in;
+    for (size_t i = 0; i < dw_.size(); ++i)
+      s = bns_[i]->output_spec(pw_[i]->output_spec(dw_[i]->output_spec(s)));
+    return s;
+  }
+  double cost(const BundleSpec& in) const override {
+    if (in.empty()) return 0;
+    TensorSpec s = in[0];
+    double flops = 0;
+    for (size_t i = 0; i < dw_.size(); ++i) {
+      flops += dw_[i]->cost({s});
+      s = dw_[i]->output_spec(s);
+      flops += pw_[i]->cost({s}) + bns_[i]->cost({s});
+    }
+    return flops;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Conv2d>> dw_, pw_;
   std::vector<std::unique_ptr<BatchNorm>> bns_;
 };
 
@@ -297,6 +374,10 @@ std::unique_ptr<UnaryLayer> make_op(std::string name, OpKind op, int64_t ch, int
     case OpKind::kNone:
       if (s == 1) return std::make_unique<Identity>(std::move(name));
       return std::make_unique<FactorizedReduce>(std::move(name), ch, ch, seeds);
+    case OpKind::kSep3x3x2:
+      return std::make_unique<SeparableStack>(std::move(name), ch, 3, s, 1, seeds);
+    case OpKind::kDilSep5x5x2:
+      return std::make_unique<SeparableStack>(std::move(name), ch, 5, s, 2, seeds);
   }
   GPIPE_ASSERT(false, "unknown AmoebaNet op");
   return nullptr;
@@ -389,7 +470,7 @@ class Stem final : public Layer {
 class Cell final : public Layer {
  public:
   Cell(int64_t index, const CellPlan& p, bool maxpool_quirk, SeedSequence& seeds)
-      : Layer("cell_" + std::to_string(index)), plan_(p), genes_(genotype(p.reduction)) {
+      : Layer("cell_" + std::to_string(index)), plan_(p), genes_(p.genes()) {
     pre0_ = rcb_1x1("preprocess0", p.c_p, p.c, seeds);
     register_sublayer("preprocess0", pre0_.get());
     if (p.reduction_prev)
@@ -516,7 +597,19 @@ int64_t amoebanet_parameter_count(const AmoebaNetConfig& c) {
 
 int64_t amoebanet_layer_count(const AmoebaNetConfig& c) { return 3 * c.num_normal_cells + 6; }
 
-Model amoebanet_d(const AmoebaNetConfig& c) {
+Model amoebanet_d(const AmoebaNetConfig& config) {
+  AmoebaNetConfig c = config;
+  c.genotype = AmoebaNetGenotype::kD;
+  return amoebanet(c);
+}
+
+Model amoebanet_b(const AmoebaNetConfig& config) {
+  AmoebaNetConfig c = config;
+  c.genotype = AmoebaNetGenotype::kB;
+  return amoebanet(c);
+}
+
+Model amoebanet(const AmoebaNetConfig& c) {
   const NetPlan p = plan_cells(c);
   SeedSequence seeds(c.seed);
   Model m;

@@ -83,7 +83,10 @@
 
 namespace gpipe::models {
 
+enum class AmoebaNetGenotype { kD, kB };
+
 struct AmoebaNetConfig {
+  AmoebaNetGenotype genotype = AmoebaNetGenotype::kD;  // what amoebanet() builds
   int64_t num_normal_cells = 2;  // N: normal cells after each of the 3 reductions (>= 0)
   int64_t filters = 32;          // F: the stem has F / 4 channels (>= 8)
   int64_t in_channels = 3;       // 3 for RGB (W5), 1 for Fashion-MNIST
@@ -103,5 +106,8 @@ int64_t amoebanet_layer_count(const AmoebaNetConfig& c);
 // Stem, 3N + 4 cells and the classifier (see above), with CrossEntropyLoss.
 // Throws gpipe::Error for N < 0, F < 8, in_channels < 1 or num_classes < 1.
 Model amoebanet_d(const AmoebaNetConfig& c);
+// The same with AmoebaNet-B's genotype (above); amoebanet() builds c.genotype.
+Model amoebanet_b(const AmoebaNetConfig& c);
+Model amoebanet(const AmoebaNetConfig& c);
 
 }  // namespace gpipe::models

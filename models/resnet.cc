@@ -57,9 +57,7 @@ struct ConvBn {
         bn(prefix + bn_name, out) {}
   Tensor operator()(const Tensor& x) { return bn(conv(x)); }
   TensorSpec spec(const TensorSpec& s) const { return bn.output_spec(conv.output_spec(s)); }
-  double cost(const TensorSpec& s) const {
-    return conv.cost({s}) + bn.cost({conv.output_spec(s)});
-  }
+  double cost(const TensorSpec& s) const { return conv.cost({s}) + bn.cost({conv.output_spec(s)}); }
 };
 
 class Part : public Layer {
@@ -105,7 +103,9 @@ class Stem final : public Part {
   double cost(const BundleSpec& in) const override { return unit_.cost(in[0]); }
 
  private:
-  static ops::Pool2dOptions pool() { return {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}; }
+  static ops::Pool2dOptions pool() {
+    return {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  }
   int64_t in_;
   bool small_;
   ConvBn unit_;
@@ -117,7 +117,7 @@ class BottleneckPart final : public Part {
  public:
   enum Which { kA = 1, kB = 2, kC = 4, kAll = 7 };
   BottleneckPart(const BlockShape& b, Which parts, uint64_t seed)
-      : Part(parts == kAll  ? b.name
+      : Part(parts == kAll ? b.name
              : parts == kA ? b.name + "_a"
              : parts == kB ? b.name + "_b"
                            : b.name + "_c"),
@@ -198,9 +198,7 @@ class BottleneckPart final : public Part {
   }
 
  private:
-  int64_t in_channels() const {
-    return parts_ & kA ? shape_.in : shape_.planes;
-  }
+  int64_t in_channels() const { return parts_ & kA ? shape_.in : shape_.planes; }
   BlockShape shape_;
   Which parts_;
   std::optional<ConvBn> a_, b_, c_, down_;

@@ -87,7 +87,6 @@ class ConvStack {
   std::vector<std::unique_ptr<BatchNorm>> bns_;
 };
 
-
 TensorSpec expect_image(const Layer& l, const BundleSpec& in, int64_t channels, int64_t multiple) {
   l.expect_inputs(in, 1);
   const TensorSpec& s = in[0];

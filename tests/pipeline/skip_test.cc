@@ -21,13 +21,22 @@ using Catch::Contains;
 namespace {
 
 models::UNetConfig tiny_unet() {
-  return {.depth = 3, .base_channels = 4, .convs_per_block = 1, .in_channels = 1,
-          .num_classes = 2, .seed = 3};
+  return {.depth = 3,
+          .base_channels = 4,
+          .convs_per_block = 1,
+          .in_channels = 1,
+          .num_classes = 2,
+          .seed = 3};
 }
 
 models::ResNetConfig tiny_resnet() {
-  return {.depth = 50, .width = 2, .in_channels = 1, .num_classes = 3, .small_input = true,
-          .split_blocks = true, .seed = 5};
+  return {.depth = 50,
+          .width = 2,
+          .in_channels = 1,
+          .num_classes = 3,
+          .small_input = true,
+          .split_blocks = true,
+          .seed = 5};
 }
 
 Batch unet_batch(int64_t n) {
@@ -55,8 +64,8 @@ Result reference(Model m, const Batch& batch, int micro) {
   Result r;
   const double terms = m.loss->count(batch.targets);
   for (const Batch& mb : split_micro_batches(batch, micro)) {
-    Tensor l = ops::mul_scalar(m.loss->sum(run_layers(m.layers, mb.inputs), mb.targets),
-                               1.0 / terms);
+    Tensor l =
+        ops::mul_scalar(m.loss->sum(run_layers(m.layers, mb.inputs), mb.targets), 1.0 / terms);
     r.loss += l.item();
     l.backward();
   }
@@ -159,8 +168,7 @@ TEST_CASE("skips: U-Net's long skips across 1, 2 and 3 cells match single-device
   // The same skips carried through every cell between.
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kZBH1})
     for (RematMode remat : {RematMode::kNever, RematMode::kAlways})
-      check_against(ref, make, batch, micro,
-                    {k4, kind, remat, 1, SkipTransport::kThroughCells});
+      check_against(ref, make, batch, micro, {k4, kind, remat, 1, SkipTransport::kThroughCells});
 }
 
 TEST_CASE("skips: a ResNet cut inside its blocks matches single-device training") {
@@ -190,8 +198,11 @@ TEST_CASE("skips: a skip from cell 0 to cell 3 crosses one link once each way") 
   const int micro = 2;
   auto bytes = [&](SkipTransport t) {
     Pipeline pipe(models::unet(tiny_unet()),
-                  {.cells = 4, .micro_batches = micro, .balance = {2, 2, 2, 2},
-                   .skip_transport = t, .threads_per_stage = 1},
+                  {.cells = 4,
+                   .micro_batches = micro,
+                   .balance = {2, 2, 2, 2},
+                   .skip_transport = t,
+                   .threads_per_stage = 1},
                   batch);
     pipe.train_step(batch);
     std::map<std::string, int64_t> out;
@@ -209,7 +220,8 @@ TEST_CASE("skips: a skip from cell 0 to cell 3 crosses one link once each way") 
     REQUIRE(hits == 1);
     return total;
   };
-  // Direct: cells 0 -> 3 carry level 0 once, 0 -> 2 level 1, 1 -> 2 level 2; each gradient back once.
+  // Direct: cells 0 -> 3 carry level 0 once, 0 -> 2 level 1, 1 -> 2 level 2; each gradient back
+  // once.
   CHECK(find(direct, "skips of stage 0 (rank 0) to stage 3") == level0);
   CHECK(find(direct, "skip gradients of stage 3 (rank 3) to stage 0") == level0);
   CHECK(find(direct, "skips of stage 0 (rank 0) to stage 2") == level1);
@@ -276,7 +288,8 @@ std::string pipeline_error(Model m) {
 }
 }  // namespace
 
-TEST_CASE("skips: bad stash and pop declarations are refused at partition time naming both layers") {
+TEST_CASE(
+    "skips: bad stash and pop declarations are refused at partition time naming both layers") {
   auto L = [](std::string name, std::vector<std::string> st, std::vector<std::string> po,
               std::string ns = "") {
     return std::make_shared<SkipLayer>(std::move(name), std::move(st), std::move(po), ns);
