@@ -116,7 +116,7 @@ class Stem final : public Part {
 class BottleneckPart final : public Part {
  public:
   enum Which { kA = 1, kB = 2, kC = 4, kAll = 7 };
-  BottleneckPart(const BlockShape& b, Which parts, uint64_t seed)
+  BottleneckPart(const BlockShape& b, Which parts, bool zero_init, uint64_t seed)
       : Part(parts == kAll ? b.name
              : parts == kA ? b.name + "_a"
              : parts == kB ? b.name + "_b"
@@ -134,6 +134,7 @@ class BottleneckPart final : public Part {
     }
     if (parts & kC) {
       c_.emplace(p, "conv3", "bn3", b.planes, 4 * b.planes, 1, 1, seed + 3);
+      if (zero_init) c_->bn.gamma = make_parameter(Tensor::zeros(Shape{4 * b.planes}));
       add("conv3", "bn3", *c_);
       if (b.project()) {
         down_.emplace(p, "downsample_conv", "downsample_bn", b.in, 4 * b.planes, 1, b.stride,
@@ -256,9 +257,10 @@ Model resnet(const ResNetConfig& c) {
   for (const BlockShape& b : block_shapes(c)) {
     if (c.split_blocks) {
       for (auto part : {BottleneckPart::kA, BottleneckPart::kB, BottleneckPart::kC})
-        m.layers.push_back(std::make_shared<BottleneckPart>(b, part, seed));
+        m.layers.push_back(std::make_shared<BottleneckPart>(b, part, c.zero_init_residual, seed));
     } else {
-      m.layers.push_back(std::make_shared<BottleneckPart>(b, BottleneckPart::kAll, seed));
+      m.layers.push_back(
+          std::make_shared<BottleneckPart>(b, BottleneckPart::kAll, c.zero_init_residual, seed));
     }
     seed += 10;
   }

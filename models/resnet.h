@@ -39,6 +39,11 @@ struct ResNetConfig {
   int64_t num_classes = 10;
   bool small_input = false;   // 3x3 stride-1 stem without pooling (32x32 images)
   bool split_blocks = false;  // three layers per block, the shortcut a skip
+  // Each block's last BatchNorm starts with gamma = 0, so every block starts
+  // as its shortcut (Goyal et al. 2017, "Accurate, Large Minibatch SGD";
+  // torchvision's zero_init_residual): deep ResNets then train from the
+  // first step without their activations growing block by block.
+  bool zero_init_residual = true;
   uint64_t seed = 0;
 };
 

@@ -43,10 +43,12 @@ Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
     return {{Tensor::from_vector(src, Shape{n, len}), Tensor::from_vector(tin, Shape{n, len})},
             {Tensor::from_vector(tout, Shape{n, len})}};
   }
-  std::vector<int64_t> labels(n);
-  for (auto& l : labels) l = next(10);
   const int64_t s = c.image_size;
-  return {{Tensor::randn(Shape{n, 1, s, s}, 5)}, {Tensor::from_vector(labels, Shape{n})}};
+  const bool pixels = c.model == "unet";  // a class per pixel
+  std::vector<int64_t> labels(pixels ? n * s * s : n);
+  for (auto& l : labels) l = next(pixels ? 2 : 10);
+  return {{Tensor::randn(Shape{n, 1, s, s}, 5)},
+          {Tensor::from_vector(labels, pixels ? Shape{n, s, s} : Shape{n})}};
 }
 
 struct Flags {
@@ -91,7 +93,9 @@ void set_link(const std::string& link, ModelCosts& costs) {
 }
 
 int plan(const Flags& f, const std::vector<std::string>& extra) {
-  if (f.model.empty()) throw train::UsageError("--model: required (transformer | amoebanet)");
+  if (f.model.empty())
+    throw train::UsageError(
+        "--model: required (transformer, amoebanet, amoebanet-b, resnet or unet)");
   std::vector<std::string> args = extra;
   args.push_back("--model=" + f.model);
   if (f.batch > 0) args.push_back("--batch=" + std::to_string(f.batch));
@@ -121,10 +125,9 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     model = models::transformer(tc);
     if (f.devices > 1) other = models::transformer(tc);
   } else {
-    const models::AmoebaNetConfig ac = train::amoebanet_config(c);
-    params = models::amoebanet_parameter_count(ac);
-    model = models::amoebanet_d(ac);
-    if (f.devices > 1) other = models::amoebanet_d(ac);
+    params = train::parameter_count(c);
+    model = train::make_model(c);
+    if (f.devices > 1) other = train::make_model(c);
   }
   GPIPE_CHECK(static_cast<int64_t>(model.layers.size()) >= f.devices, "--devices: K = ", f.devices,
               " devices but the ", c.model, " has ", model.layers.size(),
@@ -178,7 +181,7 @@ int main(int argc, char** argv) {
   bool validate = false, paper = false;
   gpipe::bench::PlanValidateOptions vo;
   gpipe::bench::PaperPlanOptions po;
-  app.add_option("--model", f.model, "transformer | amoebanet");
+  app.add_option("--model", f.model, "transformer | amoebanet | amoebanet-b | resnet | unet");
   app.add_option("--devices", f.devices, "K: devices (one cell each; interleaved and zb-v: v)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--memory", f.memory, "memory per device, e.g. 16GB, 512MiB (default: no limit)");

@@ -25,8 +25,12 @@ TEST_CASE("zoo: ResNet parameter counts equal the built models' and torchvision'
     for (bool split : {false, true})
       for (bool small : {false, true}) {
         INFO("ResNet-" << depth << " split " << split << " small " << small);
-        const ResNetConfig c{.depth = depth, .width = 4, .in_channels = 3, .num_classes = 7,
-                             .small_input = small, .split_blocks = split};
+        const ResNetConfig c{.depth = depth,
+                             .width = 4,
+                             .in_channels = 3,
+                             .num_classes = 7,
+                             .small_input = small,
+                             .split_blocks = split};
         const Model m = resnet(c);
         CHECK(static_cast<int64_t>(m.layers.size()) == resnet_layer_count(c));
         CHECK(built_parameters(m) == resnet_parameter_count(c));
@@ -41,8 +45,13 @@ TEST_CASE("zoo: ResNet parameter counts equal the built models' and torchvision'
 }
 
 TEST_CASE("zoo: a split ResNet block computes what the whole block computes") {
-  const ResNetConfig whole{.depth = 50, .width = 2, .in_channels = 1, .num_classes = 3,
-                           .small_input = true, .seed = 9};
+  const ResNetConfig whole{.depth = 50,
+                           .width = 2,
+                           .in_channels = 1,
+                           .num_classes = 3,
+                           .small_input = true,
+                           .zero_init_residual = false,
+                           .seed = 9};
   ResNetConfig split = whole;
   split.split_blocks = true;
   const Tensor x = Tensor::randn(Shape{2, 1, 8, 8}, 4);
@@ -62,8 +71,11 @@ TEST_CASE("zoo: U-Net's parameter count, shapes and skips") {
   for (int64_t depth : {1, 3, 5})
     for (int64_t convs : {1, 2, 5}) {
       INFO("depth " << depth << " convs " << convs);
-      const UNetConfig c{.depth = depth, .base_channels = 4, .convs_per_block = convs,
-                         .in_channels = 1, .num_classes = 2};
+      const UNetConfig c{.depth = depth,
+                         .base_channels = 4,
+                         .convs_per_block = convs,
+                         .in_channels = 1,
+                         .num_classes = 2};
       const Model m = unet(c);
       CHECK(static_cast<int64_t>(m.layers.size()) == unet_layer_count(c));
       CHECK(built_parameters(m) == unet_parameter_count(c));
@@ -75,8 +87,8 @@ TEST_CASE("zoo: U-Net's parameter count, shapes and skips") {
     }
   // U-Net(5, 64) with 5 convs per block, torchgpipe's benchmark size: by hand,
   // sum over blocks of 9 in mid + 9 (n-2) mid^2 + 9 mid out + 2 (n-1) mid + 2 out.
-  const UNetConfig paper{.depth = 5, .base_channels = 64, .convs_per_block = 5,
-                         .in_channels = 3, .num_classes = 1};
+  const UNetConfig paper{
+      .depth = 5, .base_channels = 64, .convs_per_block = 5, .in_channels = 3, .num_classes = 1};
   int64_t by_hand = 0;
   auto stack = [&](int64_t in, int64_t mid, int64_t out) {
     by_hand += 9 * in * mid + 9 * 3 * mid * mid + 9 * mid * out + 2 * 4 * mid + 2 * out;
@@ -98,8 +110,11 @@ TEST_CASE("zoo: U-Net's parameter count, shapes and skips") {
 TEST_CASE("zoo: AmoebaNet-B's parameter count equals the built model's") {
   for (int64_t n : {0, 1, 2}) {
     INFO("N " << n);
-    const AmoebaNetConfig c{.genotype = AmoebaNetGenotype::kB, .num_normal_cells = n,
-                            .filters = 16, .in_channels = 1, .num_classes = 10};
+    const AmoebaNetConfig c{.genotype = AmoebaNetGenotype::kB,
+                            .num_normal_cells = n,
+                            .filters = 16,
+                            .in_channels = 1,
+                            .num_classes = 10};
     const Model m = amoebanet_b(c);
     CHECK(built_parameters(m) == amoebanet_parameter_count(c));
     CHECK(static_cast<int64_t>(m.layers.size()) == amoebanet_layer_count(c));
@@ -124,6 +139,5 @@ TEST_CASE("zoo: AmoebaNet-B's parameter count equals the built model's") {
                                                           .num_classes = 1000}));
   };
   const double paper = 557.0 / (542.0 * (512.0 / 544.0) * (512.0 / 544.0));
-  CHECK(count(AmoebaNetGenotype::kB) / count(AmoebaNetGenotype::kD) ==
-        Approx(paper).epsilon(0.02));
+  CHECK(count(AmoebaNetGenotype::kB) / count(AmoebaNetGenotype::kD) == Approx(paper).epsilon(0.02));
 }

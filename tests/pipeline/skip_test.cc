@@ -36,6 +36,7 @@ models::ResNetConfig tiny_resnet() {
           .num_classes = 3,
           .small_input = true,
           .split_blocks = true,
+          .zero_init_residual = false,
           .seed = 5};
 }
 

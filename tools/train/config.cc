@@ -14,6 +14,7 @@
 
 #include "core/device.h"
 #include "models/amoebanet.h"
+#include "models/resnet.h"
 #include "models/transformer.h"
 #include "optim/schedule.h"
 #include "pipeline/partition.h"
@@ -32,7 +33,7 @@ constexpr int64_t kDefaultEpochsAmoebaNet = 2;
 std::string defaults_table() {
   return detail::concat(
       "Per-model defaults (S = total steps):\n"
-      "                  transformer                  amoebanet\n"
+      "                  transformer                  amoebanet, amoebanet-b, resnet, unet\n"
       "  --optimizer     adam                         sgd (Nesterov)\n"
       "  --lr            2e-3                         0.05\n"
       "  --lr-schedule   cosine:total=S,warmup=S/10   cosine:total=S,warmup=S/50\n"
@@ -77,6 +78,10 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 }  // namespace
 
+bool image_model(const std::string& model) {
+  return model == "amoebanet" || model == "amoebanet-b" || model == "resnet" || model == "unet";
+}
+
 namespace {
 // The model's depth flag set to `depth` (--layers or --normal-cells); a preset fixes L.
 int64_t layer_count_at_depth(const TrainConfig& c, int64_t depth) {
@@ -95,10 +100,20 @@ int64_t model_layer_count(const TrainConfig& c) {
   if (c.model == "transformer")
     return layer_count_at_depth(
         c, c.preset.empty() ? c.layers : models::transformer_preset(c.preset).layers);
+  if (c.model == "resnet") {
+    models::ResNetConfig r;
+    r.split_blocks = c.split_blocks;
+    r.depth = c.resnet_depth == 101 || c.resnet_depth == 152 ? c.resnet_depth : 50;
+    return models::resnet_layer_count(r);
+  }
+  if (c.model == "unet") return 2 * std::max<int64_t>(c.unet_depth, 1) + 2;
   return layer_count_at_depth(c, c.normal_cells);
 }
 
 static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
+  if (c.model == "resnet")
+    return "--split-blocks gives three layers per block; --resnet-depth=101 or 152 more blocks";
+  if (c.model == "unet") return "--unet-depth=B gives 2B+2 layers";
   if (c.model == "transformer" && !c.preset.empty())
     return detail::concat(
         "the preset fixes L; a deeper preset, or explicit sizes with --layers=L (5L+3 layers) "
@@ -112,7 +127,7 @@ static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
                                       " or more for K=", k);
 }
 
-int64_t default_batch(const std::string& model) { return model == "amoebanet" ? 128 : 32; }
+int64_t default_batch(const std::string& model) { return image_model(model) ? 128 : 32; }
 
 static void validate_model(const TrainConfig& c) {
   if (c.model == "transformer") {
@@ -135,6 +150,16 @@ static void validate_model(const TrainConfig& c) {
           "--filters: expected F >= 8 and a multiple of 8, got ", c.filters);
     usage(c.image_size >= 32 && c.image_size % 32 == 0,
           "--image-size: expected 32 or a multiple of 32, got ", c.image_size);
+    usage(c.resnet_depth == 50 || c.resnet_depth == 101 || c.resnet_depth == 152,
+          "--resnet-depth: expected 50, 101 or 152, got ", c.resnet_depth);
+    usage(c.resnet_width >= 1, "--resnet-width: expected >= 1, got ", c.resnet_width);
+    usage(c.unet_depth >= 1 &&
+              (c.image_size % (int64_t{1} << std::min<int64_t>(c.unet_depth, 30))) == 0,
+          "--unet-depth: expected B >= 1 with --image-size (", c.image_size,
+          ") a multiple of 2^B, got ", c.unet_depth);
+    usage(c.unet_channels >= 2 && c.unet_channels % 2 == 0,
+          "--unet-channels: expected an even C >= 2, got ", c.unet_channels);
+    usage(c.unet_convs >= 1, "--unet-convs: expected >= 1, got ", c.unet_convs);
   }
 }
 
@@ -216,7 +241,7 @@ static void validate_optimisation(const TrainConfig& c) {
               c.optimizer == "rmsprop",
           "--optimizer: expected adam, adamw, sgd or rmsprop, got '", c.optimizer, "'");
   const std::string opt =
-      !c.optimizer.empty() ? c.optimizer : (c.model == "amoebanet" ? "sgd" : "adam");
+      !c.optimizer.empty() ? c.optimizer : (image_model(c.model) ? "sgd" : "adam");
   usage(!c.momentum || opt == "sgd" || opt == "rmsprop",
         "--momentum: applies to --optimizer=sgd or rmsprop, not ", opt);
   usage(!c.lr || (*c.lr > 0 && std::isfinite(*c.lr)), "--lr: expected a positive rate, got ",
@@ -258,9 +283,11 @@ Schedule schedule_program(const TrainConfig& c) {
 }
 
 void validate(const TrainConfig& c) {
-  usage(!c.model.empty(), "--model is required: --model=transformer or --model=amoebanet");
-  usage(c.model == "transformer" || c.model == "amoebanet",
-        "--model: expected transformer or amoebanet, got '", c.model, "'");
+  usage(!c.model.empty(),
+        "--model is required: --model=transformer, amoebanet, amoebanet-b, resnet or unet");
+  usage(c.model == "transformer" || image_model(c.model),
+        "--model: expected transformer, amoebanet, amoebanet-b, resnet or unet, got '", c.model,
+        "'");
   if (c.print_params) {
     if (!c.preset.empty()) check_flag("--preset", [&] { models::transformer_preset(c.preset); });
     return;
@@ -281,7 +308,7 @@ void validate(const TrainConfig& c) {
 }
 
 TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch) {
-  const bool amoeba = c.model == "amoebanet";
+  const bool amoeba = image_model(c.model);
   if (c.batch == 0) c.batch = default_batch(c.model);
   if (c.steps == 0 && c.epochs == 0) {  // the default training budget
     if (amoeba)
@@ -321,9 +348,9 @@ struct Given {
 };
 
 void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
-  app.add_option("--model", c.model, "transformer | amoebanet")
-      ->check(CLI::IsMember({"transformer", "amoebanet"}));  // required: checked in validate(),
-                                                             // after CLI11 has named unknown flags
+  // Required: checked in validate(), after CLI11 has named unknown flags.
+  app.add_option("--model", c.model, "transformer | amoebanet | amoebanet-b | resnet | unet")
+      ->check(CLI::IsMember({"transformer", "amoebanet", "amoebanet-b", "resnet", "unet"}));
   app.add_flag("--print-params", c.print_params,
                "print the parameter count (from the formula, nothing allocated) and exit");
   g.preset = app.add_option("--preset", c.preset,
@@ -353,11 +380,22 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--filters", c.filters, "amoebanet: F (the stem has F/4 channels; multiple of 8)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--resnet-depth", c.resnet_depth, "resnet: 50, 101 or 152")->capture_default_str();
+  app.add_option("--resnet-width", c.resnet_width,
+                 "resnet: W, the stem's channels (group g has W 2^g planes; torchvision: 64)")
+      ->capture_default_str();
+  app.add_flag("--split-blocks", c.split_blocks,
+               "resnet: three layers per block, the shortcut a skip (cuts inside blocks)");
+  app.add_option("--unet-depth", c.unet_depth, "unet: B, encoder levels")->capture_default_str();
+  app.add_option("--unet-channels", c.unet_channels, "unet: C, level 0's channels (even)")
+      ->capture_default_str();
+  app.add_option("--unet-convs", c.unet_convs, "unet: conv units per block (torchgpipe: 5)")
+      ->capture_default_str();
 }
 
 void add_data_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--data-dir", c.data_dir,
-                 "locale dir (transformer) or Fashion-MNIST dir (amoebanet)");
+                 "locale dir (transformer) or Fashion-MNIST dir (the image models)");
   app.add_option("--languages", c.languages,
                  "transformer: source languages (default fr,de,es,it,nl,pl,pt,ru,sv,uk)")
       ->delimiter(',');
@@ -368,9 +406,9 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--train-limit", c.train_limit, "train on N training examples only (0 = all)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--augment", c.augment,
-               "amoebanet: random flips and +-2 pixel shifts (a function of seed and step)");
+               "image models: random flips and +-2 pixel shifts (a function of seed and step)");
   app.add_option("--image-size", c.image_size,
-                 "amoebanet: 32 (28x28 zero-padded) or a multiple of 32 (then upsampled)")
+                 "image models: 32 (28x28 zero-padded) or a multiple of 32 (then upsampled)")
       ->capture_default_str();
 }
 
@@ -472,6 +510,11 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
           ->check(CLI::IsMember({"cost", "time", "memory", "plan"}));
   g.planned.push_back(g.balance);
   g.planned.push_back(g.balance_by);
+  app.add_option("--skips", c.skips,
+                 "direct | through-cells: skips between cells (U-Net, split ResNet) go straight "
+                 "from the producing cell to the consuming one, or through every cell between")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"direct", "through-cells"}));
   g.plan = app.add_option("--plan", c.plan,
                           "auto: the planner picks M, the schedule, each cell's remat and the "
                           "cuts for --K, --batch and --memory (gpipe_plan prints the choices)")
@@ -509,11 +552,23 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
       "--preset",  "--layers",          "--ffn",        "--heads",       "--dim",
       "--dropout", "--label-smoothing", "--logit-clip", "--scaled-init", "--languages",
       "--max-len", "--eval-sentences",  "--samples"};
-  const std::vector<std::string> amoebanet_only = {"--normal-cells", "--filters", "--augment",
-                                                   "--image-size"};
-  for (const auto& f : transformer ? amoebanet_only : transformer_only)
-    usage(app.count(f) == 0, f, ": applies to --model=", transformer ? "amoebanet" : "transformer",
-          " only, not --model=", c.model);
+  struct Only {
+    std::vector<std::string> flags;
+    std::vector<std::string> models;
+  };
+  const std::vector<Only> only = {
+      {transformer_only, {"transformer"}},
+      {{"--augment", "--image-size"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
+      {{"--normal-cells", "--filters"}, {"amoebanet", "amoebanet-b"}},
+      {{"--resnet-depth", "--resnet-width", "--split-blocks"}, {"resnet"}},
+      {{"--unet-depth", "--unet-channels", "--unet-convs"}, {"unet"}}};
+  for (const Only& o : only) {
+    if (std::find(o.models.begin(), o.models.end(), c.model) != o.models.end()) continue;
+    std::string names;
+    for (const auto& m : o.models) names += (names.empty() ? "" : ", ") + m;
+    for (const auto& f : o.flags)
+      usage(app.count(f) == 0, f, ": applies to --model=", names, " only, not --model=", c.model);
+  }
   for (const CLI::Option* o : g.sizes)
     usage(g.preset->count() == 0 || o->count() == 0, "--preset and ", o->get_name(),
           ": the preset fixes L, H, A and dim; give one or the other");

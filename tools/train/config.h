@@ -45,7 +45,9 @@ struct HelpRequested {
 
 struct TrainConfig {
   // ---- model ----
-  std::string model;  // "transformer" | "amoebanet" (required)
+  // "transformer" | "amoebanet" (AmoebaNet-D) | "amoebanet-b" | "resnet" |
+  // "unet" (required); every model but the transformer trains on Fashion-MNIST.
+  std::string model;
   bool print_params = false;
   bool print_schedule = false;
   std::string schedule_svg;  // with or as --print-schedule: the planned program's picture (unit
@@ -58,9 +60,15 @@ struct TrainConfig {
   double label_smoothing = 0.1;
   double logit_clip = 0.0;
   bool scaled_init = false;
-  // AmoebaNet-D (N, F).
+  // AmoebaNet-D / -B (N, F).
   int64_t normal_cells = 1;
   int64_t filters = 32;
+  // ResNet-50/101/152 with W-wide stem (32x32 inputs: a 3x3 stride-1 stem);
+  // split_blocks: three layers per block, the shortcut a skip.
+  int64_t resnet_depth = 50, resnet_width = 16;
+  bool split_blocks = false;
+  // U-Net(B, C), units per block; trained on the foreground mask of each image.
+  int64_t unet_depth = 4, unet_channels = 16, unet_convs = 2;
 
   // ---- data ----
   std::string data_dir;  // "" = /usr/share/locale or /usr/share/datasets/fashion-mnist
@@ -105,6 +113,7 @@ struct TrainConfig {
   std::string remat = "except_last";
   std::string balance;              // "4,4,3,3" (overrides balance_by)
   std::string balance_by = "cost";  // cost | time | memory | plan (the planner's cuts)
+  std::string skips = "direct";     // direct | through-cells: how skips between cells travel
   // --plan=auto: the planner (pipeline/plan.h) chooses M, the schedule, each
   // cell's remat mode and the cuts for --K devices, --batch and --memory.
   std::string plan;
@@ -145,8 +154,10 @@ Schedule schedule_program(const TrainConfig& c);
 // batches per epoch when steps come from epochs.
 TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch);
 
-// The model's default --batch (32 transformer, 128 amoebanet).
+// The model's default --batch (32 transformer, 128 the image models).
 int64_t default_batch(const std::string& model);
+// True for the models that train on Fashion-MNIST (all but the transformer).
+bool image_model(const std::string& model);
 
 // Layers in the model's flat list (the most cells K can have).
 int64_t model_layer_count(const TrainConfig& c);

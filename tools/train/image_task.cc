@@ -1,12 +1,9 @@
-// AmoebaNet-D on Fashion-MNIST. Pixels are scaled to [0, 1] / std (the
-// training set's pixel standard deviation; no mean subtraction, see the
-// constructor), then padded from 28x28 to 32x32 with zeros (black, like the
-// background): AmoebaNet's reductions need sides that halve evenly (see
-// models/amoebanet.h).
-// With --augment each training image is mirrored left-right with
-// probability 1/2 and shifted by up to 2 pixels each way on the canvas (a
-// random 32x32 crop of the image padded by 4), the draws a function of
-// (seed, step, row in batch).
+// The image models (AmoebaNet-D/-B, ResNet, U-Net) on Fashion-MNIST. Pixels are scaled to [0, 1] /
+// std (the training set's pixel standard deviation; no mean subtraction, see the constructor), then
+// padded from 28x28 to 32x32 with zeros (black, like the background): AmoebaNet's reductions need
+// sides that halve evenly (see models/amoebanet.h). With --augment each training image is mirrored
+// left-right with probability 1/2 and shifted by up to 2 pixels each way on the canvas (a random
+// 32x32 crop of the image padded by 4), the draws a function of (seed, step, row in batch).
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -35,9 +32,10 @@ class ImageTask final : public Task {
     if (c.train_limit > 0) train_opt.limit = c.train_limit;
     FashionMnistOptions test_opt = train_opt;
     test_opt.limit = -1;
-    // Training data: only the part this process's stage consumes.
-    train_opt.images = c.train_inputs;
-    train_opt.labels = c.train_targets;
+    // Training data: only the part this process's stage consumes (U-Net's
+    // targets are made from the images).
+    train_opt.images = c.train_inputs || c.model == "unet";
+    train_opt.labels = c.train_targets && c.model != "unet";
     train_ = load_fashion_mnist(dir_, /*train=*/true, train_opt);
     test_ = load_fashion_mnist(dir_, /*train=*/false, test_opt);
     rows_ = std::make_unique<StepRows>(train_.size(), c.batch, data_seed(c));
@@ -50,12 +48,13 @@ class ImageTask final : public Task {
        << (c_.image_size != kSide
                ? detail::concat(", upsampled to ", c_.image_size, "x", c_.image_size)
                : "")
-       << (c_.augment ? ", random flips and shifts" : "") << "; " << rows_->batches_per_epoch()
-       << " batches of " << c_.batch << " per epoch";
+       << (c_.augment ? ", random flips and shifts" : "")
+       << (segmentation() ? "; targets: per-pixel foreground masks (intensity >= 0.5)" : "") << "; "
+       << rows_->batches_per_epoch() << " batches of " << c_.batch << " per epoch";
     return os.str();
   }
 
-  Model make_model() const override { return models::amoebanet_d(amoebanet_config(c_)); }
+  Model make_model() const override { return train::make_model(c_); }
   int64_t train_size() const override { return train_.size(); }
   bool counts_tokens() const override { return false; }
 
@@ -71,6 +70,13 @@ class ImageTask final : public Task {
                     static_cast<int64_t>((coin >> 16) % 5)};
       }
     Batch b;
+    if (segmentation()) {
+      // The targets are made from the placed images: both ends need them.
+      const Tensor x = padded(gather_rows(train_.images, rows), place);
+      if (c_.train_inputs) b.inputs = {x};
+      if (c_.train_targets) b.targets = {foreground(x)};
+      return b;
+    }
     if (train_.images.defined()) b.inputs = {padded(gather_rows(train_.images, rows), place)};
     if (train_.labels.defined()) b.targets = {gather_rows(train_.labels, rows)};
     return b;
@@ -82,6 +88,7 @@ class ImageTask final : public Task {
     CrossEntropyLoss loss;
     EvalResult r;
     AccuracyCount acc;
+    int64_t inter = 0, uni = 0;  // foreground pixels predicted and labelled / either
     double sum = 0;
     const int64_t n = test_.size();
     const int64_t limit = c_.eval_batches > 0 ? std::min(n, c_.eval_batches * c_.batch) : n;
@@ -91,7 +98,7 @@ class ImageTask final : public Task {
       for (int64_t i = first; i < std::min(limit, first + chunk); ++i) rows.push_back(i);
       MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
       const Tensor x = padded(gather_rows(test_.images, rows), std::vector<Placement>(rows.size()));
-      const Tensor y = gather_rows(test_.labels, rows);
+      const Tensor y = segmentation() ? foreground(x) : gather_rows(test_.labels, rows);
       const Bundle out = pipe.predict(
           {x}, {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows.size()))});
       const Tensor labels = y.to(out[0].device());
@@ -99,8 +106,12 @@ class ImageTask final : public Task {
       const AccuracyCount a = count_correct(out[0], labels);
       acc.correct += a.correct;
       acc.total += a.total;
+      if (segmentation()) count_overlap(out[0], labels, inter, uni);
     }
-    r.examples = acc.total;
+    if (segmentation())
+      r.iou = uni > 0 ? static_cast<double>(inter) / static_cast<double>(uni) : 1.0;
+    // The loss is a mean over its terms (pixels for U-Net); examples are images.
+    r.examples = limit;
     r.loss = acc.total > 0 ? sum / static_cast<double>(acc.total) : 0.0;
     r.accuracy = acc.value();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -108,10 +119,9 @@ class ImageTask final : public Task {
   }
 
   std::map<std::string, std::string> metadata() const override {
-    return {
-        {"train.data", detail::concat("fashion-mnist train_limit=", c_.train_limit,
-                                      " augment=", c_.augment, " image_size=", c_.image_size)},
-        {"train.model_config", detail::concat("amoebanet N=", c_.normal_cells, " F=", c_.filters)}};
+    return {{"train.data", detail::concat("fashion-mnist train_limit=", c_.train_limit,
+                                          " augment=", c_.augment, " image_size=", c_.image_size)},
+            {"train.model_config", model_title(c_)}};
   }
 
  private:
@@ -146,6 +156,34 @@ class ImageTask final : public Task {
           std::memcpy(out_row + r * out_side, out_row, sizeof(float) * side * scale);
       }
     return out;
+  }
+
+  bool segmentation() const { return c_.model == "unet"; }
+
+  // Per-pixel labels [B, S, S] (int64): 1 where the image's raw intensity
+  // is at least kForeground (the canvas holds intensity / std), else 0.
+  static Tensor foreground(const Tensor& canvas) {
+    const Tensor x = canvas.contiguous();
+    const float* v = x.data<float>();
+    const int64_t b = x.size(0), h = x.size(2), w = x.size(3);
+    Tensor out = Tensor::zeros(Shape{b, h, w}, DType::kInt64);
+    int64_t* dst = out.data<int64_t>();
+    const float threshold = static_cast<float>(kForeground / kFashionMnistStd);
+    for (int64_t i = 0; i < b * h * w; ++i) dst[i] = v[i] >= threshold ? 1 : 0;
+    return out;
+  }
+  static constexpr double kForeground = 0.5;
+
+  // Adds the foreground pixels both predicted and labelled, and either.
+  static void count_overlap(const Tensor& logits, const Tensor& labels, int64_t& inter,
+                            int64_t& uni) {
+    const std::vector<float> z = logits.to_vector<float>();
+    const std::vector<int64_t> y = labels.to_vector<int64_t>();
+    for (size_t i = 0; i < y.size(); ++i) {
+      const bool predicted = z[2 * i + 1] > z[2 * i], labelled = y[i] == 1;
+      inter += predicted && labelled;
+      uni += predicted || labelled;
+    }
   }
 
   TrainConfig c_;

@@ -98,6 +98,8 @@ models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vo
 
 models::AmoebaNetConfig amoebanet_config(const TrainConfig& c) {
   models::AmoebaNetConfig a;
+  a.genotype =
+      c.model == "amoebanet-b" ? models::AmoebaNetGenotype::kB : models::AmoebaNetGenotype::kD;
   a.num_normal_cells = c.normal_cells;
   a.filters = c.filters;
   a.in_channels = 1;
@@ -106,8 +108,62 @@ models::AmoebaNetConfig amoebanet_config(const TrainConfig& c) {
   return a;
 }
 
+models::ResNetConfig resnet_config(const TrainConfig& c) {
+  models::ResNetConfig r;
+  r.depth = c.resnet_depth;
+  r.width = c.resnet_width;
+  r.in_channels = 1;
+  r.num_classes = 10;
+  r.small_input = c.image_size == 32;
+  r.split_blocks = c.split_blocks;
+  r.seed = weight_seed(c);
+  return r;
+}
+
+models::UNetConfig unet_config(const TrainConfig& c) {
+  models::UNetConfig u;
+  u.depth = c.unet_depth;
+  u.base_channels = c.unet_channels;
+  u.convs_per_block = c.unet_convs;
+  u.in_channels = 1;
+  u.num_classes = 2;
+  u.seed = weight_seed(c);
+  return u;
+}
+
+Model make_model(const TrainConfig& c) {
+  if (c.model == "transformer") return models::transformer(transformer_config(c));
+  if (c.model == "resnet") return models::resnet(resnet_config(c));
+  if (c.model == "unet") return models::unet(unet_config(c));
+  return models::amoebanet(amoebanet_config(c));
+}
+
+int64_t parameter_count(const TrainConfig& c) {
+  if (c.model == "transformer") return models::transformer_parameter_count(transformer_config(c));
+  if (c.model == "resnet") return models::resnet_parameter_count(resnet_config(c));
+  if (c.model == "unet") return models::unet_parameter_count(unet_config(c));
+  return models::amoebanet_parameter_count(amoebanet_config(c));
+}
+
+std::string model_title(const TrainConfig& c) {
+  if (c.model == "resnet") {
+    const models::ResNetConfig r = resnet_config(c);
+    return detail::concat("ResNet-", r.depth, " (W=", r.width,
+                          r.small_input ? ", 3x3 stem" : ", 7x7 stem",
+                          r.split_blocks ? ", blocks split in 3 layers" : "", ")");
+  }
+  if (c.model == "unet") {
+    const models::UNetConfig u = unet_config(c);
+    return detail::concat("U-Net(B=", u.depth, ", C=", u.base_channels, ", ", u.convs_per_block,
+                          " convs per block)");
+  }
+  const models::AmoebaNetConfig a = amoebanet_config(c);
+  return detail::concat("AmoebaNet-", c.model == "amoebanet-b" ? "B" : "D",
+                        "(N=", a.num_normal_cells, ", F=", a.filters, ")");
+}
+
 std::unique_ptr<Task> make_task(const TrainConfig& c) {
-  return c.model == "amoebanet" ? make_image_task(c) : make_translation_task(c);
+  return image_model(c.model) ? make_image_task(c) : make_translation_task(c);
 }
 
 }  // namespace gpipe::train

@@ -1,8 +1,12 @@
 // A training task: a data set, the model that fits it, how its batches are
 // made and how it is evaluated. Two tasks exist:
 //
-//   amoebanet    Fashion-MNIST, 28x28 padded to 32x32, normalised;
+//   amoebanet, amoebanet-b, resnet
+//                Fashion-MNIST, 28x28 padded to 32x32, normalised;
 //                evaluation = test loss and accuracy.
+//   unet         the same images; the target is each pixel's class,
+//                foreground (raw intensity >= 0.5) or background;
+//                evaluation = per-pixel loss, pixel accuracy and foreground IoU.
 //   transformer  iso-codes many-to-English translation, byte tokens;
 //                evaluation = held-out loss, token accuracy, and corpus chrF
 //                of greedy translations of a fixed sample of test sources.
@@ -24,7 +28,9 @@
 #include "core/bundle.h"
 #include "layers/loss.h"
 #include "models/amoebanet.h"
+#include "models/resnet.h"
 #include "models/transformer.h"
+#include "models/unet.h"
 #include "pipeline/pipeline.h"
 #include "tools/train/config.h"
 
@@ -37,7 +43,8 @@ struct SampleTranslation {
 struct EvalResult {
   double loss = 0;                         // mean held-out loss (no label smoothing)
   int64_t examples = 0;                    // test examples the loss covers
-  std::optional<double> accuracy;          // amoebanet: top-1 accuracy in [0, 1]
+  std::optional<double> accuracy;          // image models: top-1 (unet: pixel) accuracy in [0, 1]
+  std::optional<double> iou;               // unet: foreground intersection over union
   std::optional<double> token_accuracy;    // transformer: teacher-forced next-byte accuracy
   std::optional<double> chrf;              // transformer: corpus chrF in [0, 100] of greedy outputs
   int64_t sentences = 0;                   // transformer: sentences decoded for chrF
@@ -127,7 +134,14 @@ class EvalMode {
 // paper's 32k when `paper_vocab` and a preset is given), its max_len covers
 // --max-len plus the language tag / BOS / EOS.
 models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vocab = false);
-models::AmoebaNetConfig amoebanet_config(const TrainConfig& c);
+models::AmoebaNetConfig amoebanet_config(const TrainConfig& c);  // D, or B for amoebanet-b
+models::ResNetConfig resnet_config(const TrainConfig& c);
+models::UNetConfig unet_config(const TrainConfig& c);
+// The model --model names, built from its config (weights from --seed).
+Model make_model(const TrainConfig& c);
+int64_t parameter_count(const TrainConfig& c);  // from the formula, nothing allocated
+// "ResNet-50 (W=16, 3x3 stem)", "U-Net(B=4, C=16, 2 convs per block)", "AmoebaNet-D(N=1, F=32)"
+std::string model_title(const TrainConfig& c);
 // c.languages, or the default ten.
 std::vector<std::string> languages_of(const TrainConfig& c);
 

@@ -102,6 +102,7 @@ PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communica
   if (const char* fault = std::getenv("GPIPE_FAULT")) o.fault_hook = fault_hook_from_spec(fault);
   if (!c.balance.empty()) o.balance = parse_balance(c.balance);
   if (c.balance_by != "plan") o.balance_by = parse_balance_by(c.balance_by);  // plan: apply_plan
+  o.skip_transport = parse_skip_transport(c.skips);
   o.threads_per_stage = c.threads;
   o.seed = dropout_seed(c);
   o.check_finite = true;  // a non-finite loss fails the step cleanly; train() skips it
@@ -130,10 +131,7 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
   return m;
 }
 
-int64_t model_parameter_count(const TrainConfig& c) {
-  return c.model == "transformer" ? models::transformer_parameter_count(transformer_config(c))
-                                  : models::amoebanet_parameter_count(amoebanet_config(c));
-}
+int64_t model_parameter_count(const TrainConfig& c) { return parameter_count(c); }
 
 // The program in its text form (loadable with --schedule=file:PATH), then
 // the dry run as comments.
@@ -185,10 +183,9 @@ int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
           << with_commas(ours) << ")\n";
     }
   } else {
-    const models::AmoebaNetConfig a = amoebanet_config(c);
-    count = models::amoebanet_parameter_count(a);
-    log << "AmoebaNet-D(N=" << a.num_normal_cells << ", F=" << a.filters << "), " << a.in_channels
-        << " input channel, " << a.num_classes << " classes: " << with_commas(count)
+    count = parameter_count(c);
+    log << model_title(c) << ", 1 input channel, "
+        << (c.model == "unet" ? "2 classes per pixel" : "10 classes") << ": " << with_commas(count)
         << " parameters\n";
   }
   return count;
@@ -526,7 +523,10 @@ class Trainer {
     std::ostringstream os;
     os << std::fixed << "eval at step " << step << ": held-out loss " << std::setprecision(4)
        << r.loss << " (" << r.examples << " examples)";
-    if (r.accuracy) os << ", accuracy " << std::setprecision(2) << 100 * *r.accuracy << "%";
+    if (r.accuracy)
+      os << (r.iou ? ", pixel accuracy " : ", accuracy ") << std::setprecision(2)
+         << 100 * *r.accuracy << "%";
+    if (r.iou) os << ", foreground IoU " << std::setprecision(3) << *r.iou;
     if (r.token_accuracy)
       os << ", token accuracy " << std::setprecision(2) << 100 * *r.token_accuracy << "%";
     if (r.chrf)
@@ -543,6 +543,7 @@ class Trainer {
     JsonLine line;
     line.add("type", "eval").add("step", step).add("loss", r.loss).add("examples", r.examples);
     if (r.accuracy) line.add("accuracy", *r.accuracy);
+    if (r.iou) line.add("iou", *r.iou);
     if (r.token_accuracy) line.add("token_accuracy", *r.token_accuracy);
     if (r.chrf) line.add("chrf", *r.chrf).add("sentences", r.sentences);
     line.add("seconds", r.seconds);
