@@ -3,8 +3,9 @@
 # interleaved 1F1B with 2 devices x 2 cells; ZB-V's V of 4 cells on 2 devices) and data-parallel replicas (K=2 R=2,
 # K=1 R=2) against the single-process run of the same K, R x M and N: the
 # same losses for 3 steps and the same parameters (and optimizer state)
-# after them. Transformer (dropout on, tied embeddings across cells) and
-# AmoebaNet (BatchNorm statistics summed across replicas). SGD, because
+# after them. Transformer (dropout on, tied embeddings across cells),
+# AmoebaNet (BatchNorm statistics summed across replicas), and U-Net and a
+# split ResNet whose skips cross processes. SGD, because
 # Adam turns the rounding noise of gradients that are zero in exact
 # arithmetic (attention key biases) into lr-sized steps.
 # --threads=1 everywhere: the intra-op split changes the rounding of
@@ -50,4 +51,15 @@ check a_k2_zb 2 "--K=2 --M=2 --schedule=zb-h1 --remat=always" "--K=2 --M=2" "$A"
 check a_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved --remat=except_last" "--K=2 --M=2" "$A"
 check a_k2_zbv 4 "--K=2 --M=2 --schedule=zb-v --remat=never" "--K=2 --M=2" "$A"
 check a_k1r2 2 "--K=1 --M=1 --replicas=2" "--K=1 --M=2" "$A"
+# Skips across cells (Note [Skips]): U-Net's long skips as messages of their
+# own between the producing and consuming processes (cells 0 -> 3 crosses 3
+# boundaries), or carried through the processes between; a ResNet cut inside
+# its blocks (block 1's shortcut around a cell of one layer).
+U="--model=unet --threads=1 --unet-depth=3 --unet-channels=4 --unet-convs=1 --batch=8 --steps=3 --lr=0.01 --train-limit=64 --eval-batches=1 --log-every=1"
+R="--model=resnet --split-blocks --resnet-width=2 --threads=1 --batch=8 --steps=3 --lr=0.01 --train-limit=64 --eval-batches=1 --log-every=1"
+check u_k4 4 "--K=4 --M=2 --balance=2,2,2,2" "--K=4 --M=2 --balance=2,2,2,2" "$U"
+check u_k4_zb 4 "--K=4 --M=4 --balance=2,2,2,2 --schedule=zb-h1 --remat=always" "--K=4 --M=4 --balance=2,2,2,2" "$U"
+check u_k3_routed 3 "--K=3 --M=2 --balance=3,2,3 --skips=through-cells --schedule=1f1b" "--K=3 --M=2 --balance=3,2,3" "$U"
+check u_k2r2 4 "--K=2 --M=1 --replicas=2" "--K=2 --M=2" "$U"
+check r_k3 3 "--K=3 --M=2 --balance=5,1,44 --schedule=1f1b --remat=never" "--K=3 --M=2 --balance=5,1,44" "$R"
 echo "all MPI layouts match the single-process runs"

@@ -146,7 +146,32 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
   CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--dropout=0.1"}),
              Contains("--dropout") && Contains("--model=transformer only"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--filters=64"}),
-             Contains("--filters") && Contains("--model=amoebanet only"));
+             Contains("--filters") && Contains("--model=amoebanet, amoebanet-b only"));
+  // The zoo's own flags belong to their models; shared image flags to all image models.
+  CHECK_THAT(
+      usage_error({"--model=unet", "--steps=10", "--filters=64"}),
+      Contains("--filters: applies to --model=amoebanet, amoebanet-b only, not --model=unet"));
+  CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--split-blocks"}),
+             Contains("--split-blocks: applies to --model=resnet only"));
+  CHECK_THAT(usage_error({"--model=resnet", "--steps=10", "--unet-depth=3"}),
+             Contains("--unet-depth: applies to --model=unet only"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--augment"}),
+             Contains("--augment: applies to --model=amoebanet, amoebanet-b, resnet, unet only"));
+  CHECK_THAT(usage_error({"--model=resnet", "--steps=10", "--resnet-depth=34"}),
+             Contains("--resnet-depth: expected 50, 101 or 152, got 34"));
+  CHECK_THAT(usage_error({"--model=unet", "--steps=10", "--unet-depth=6"}),
+             Contains("--unet-depth: expected B >= 1 with --image-size (32) a multiple of 2^B"));
+  CHECK_THAT(usage_error({"--model=unet", "--steps=10", "--unet-channels=5"}),
+             Contains("--unet-channels: expected an even C"));
+  CHECK_THAT(usage_error({"--model=unet", "--steps=10", "--skips=portals"}),
+             Contains("--skips") && Contains("direct"));
+  CHECK_THAT(usage_error({"--model=resnet", "--steps=10", "--K=40"}),
+             Contains("--split-blocks gives three layers per block"));
+  CHECK_THAT(usage_error({"--model=unet", "--steps=10", "--K=11"}),
+             Contains("--unet-depth=B gives 2B+2 layers"));
+  CHECK(parse_train_flags({"--model=resnet", "--steps=1", "--split-blocks", "--K=40"}).partitions ==
+        40);
+  CHECK(parse_train_flags({"--model=amoebanet-b", "--steps=1"}).optimizer.empty());
   CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--filters=12"}),
              Contains("--filters") && Contains("multiple of 8"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--save-every=5"}),

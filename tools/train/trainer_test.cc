@@ -310,3 +310,35 @@ TEST_CASE(
       train::train(parse_train_flags(with(base, {"--plan=auto", "--memory=10kB"})), small),
       Contains("below one device's share of the parameters"));
 }
+
+TEST_CASE("gpipe_train: U-Net segments Fashion-MNIST foregrounds through a pipeline of skips") {
+  // 4 cells: the level-0 skip crosses 3 boundaries, level 1 two, level 2 one.
+  std::ostringstream log;
+  const TrainSummary s = train::train(
+      parse_train_flags({"--model=unet", "--unet-depth=3", "--unet-channels=8", "--unet-convs=1",
+                         "--K=4", "--M=4", "--balance=2,2,2,2", "--batch=32", "--steps=30",
+                         "--train-limit=960", "--eval-batches=4", "--threads=1", "--log-every=10"}),
+      log);
+  INFO(log.str());
+  REQUIRE(s.final_eval.has_value());
+  REQUIRE(s.final_eval->iou.has_value());
+  CHECK(s.final_eval->examples == 128);
+  // A constant prediction scores the larger class's share of pixels and an
+  // IoU of 0 or the foreground share (at most 28^2 / 32^2 of a canvas, far
+  // less in practice); these need the model to find the object's outline.
+  CHECK(*s.final_eval->accuracy > 0.8);
+  CHECK(*s.final_eval->iou > 0.6);
+  CHECK_THAT(log.str(), Contains("pixel accuracy") && Contains("foreground IoU"));
+}
+
+TEST_CASE("gpipe_train: a ResNet cut inside its blocks learns Fashion-MNIST above chance") {
+  std::ostringstream log;
+  const TrainSummary s = train::train(
+      parse_train_flags({"--model=resnet", "--split-blocks", "--resnet-width=4", "--K=3", "--M=4",
+                         "--batch=32", "--steps=40", "--train-limit=1280", "--eval-batches=8",
+                         "--threads=1", "--log-every=20", "--lr=0.1"}),
+      log);
+  INFO(log.str());
+  REQUIRE(s.final_eval.has_value());
+  CHECK(*s.final_eval->accuracy > 0.3);  // chance: 0.1
+}
