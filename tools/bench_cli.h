@@ -15,7 +15,7 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   CLI::App* c =
       app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
   c->group("");  // hidden from --help
-  c->add_option("--workload", o.workload, "transformer | amoebanet");
+  c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet");
   c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
   c->add_option("--batch", o.batch, "N");
   c->add_option("--threads", o.threads, "intra-op threads per stage");
@@ -33,6 +33,10 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->add_option("--trace", o.trace_path,
                 "Chrome trace of the timed steps (measured bubble in the JSON)");
   c->add_option("--replicas", o.replicas, "R (under mpirun: K x R ranks)");
+  c->add_option("--width", o.width, "unet: C; resnet: W");
+  c->add_option("--convs", o.convs, "unet: conv units per block");
+  c->add_flag("--split-blocks", o.split_blocks, "resnet: three layers per block");
+  c->add_option("--skips", o.skips, "direct | through-cells");
   return c;
 }
 

@@ -16,7 +16,9 @@
 
 #include "core/parallel.h"
 #include "models/amoebanet.h"
+#include "models/resnet.h"
 #include "models/transformer.h"
+#include "models/unet.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
@@ -100,9 +102,34 @@ MeasuredWorkload measure_workload(const MeasureOptions& o) {
     w.expected_params = models::amoebanet_parameter_count(c);
     w.model = models::amoebanet_d(c);
     w.batch = image_batch(o.batch, 7);
+  } else if (o.workload == "unet") {
+    models::UNetConfig c;
+    c.depth = o.layers;
+    c.base_channels = o.width;
+    c.convs_per_block = o.convs;
+    c.in_channels = 3;
+    c.num_classes = 2;
+    w.expected_params = models::unet_parameter_count(c);
+    w.model = models::unet(c);
+    w.batch = image_batch(o.batch, 7);
+    std::vector<int64_t> mask(o.batch * 32 * 32);  // a class per pixel
+    for (size_t i = 0; i < mask.size(); ++i)
+      mask[i] = static_cast<int64_t>((i * 2654435761u) >> 7) & 1;
+    w.batch.targets = {Tensor::from_vector(mask, Shape{o.batch, 32, 32})};
+  } else if (o.workload == "resnet") {
+    models::ResNetConfig c;
+    c.depth = o.layers;
+    c.width = o.width;
+    c.in_channels = 3;
+    c.num_classes = 10;
+    c.small_input = true;
+    c.split_blocks = o.split_blocks;
+    w.expected_params = models::resnet_parameter_count(c);
+    w.model = models::resnet(c);
+    w.batch = image_batch(o.batch, 7);
   } else {
-    throw Error(
-        detail::concat("measure: unknown workload '", o.workload, "' (transformer | amoebanet)"));
+    throw Error(detail::concat("measure: unknown workload '", o.workload,
+                               "' (transformer | amoebanet | unet | resnet)"));
   }
   return w;
 }
@@ -215,6 +242,7 @@ int run_measure(const MeasureOptions& o) {
   po.trace = !o.trace_path.empty();
   po.world = world;
   po.replicas = o.replicas;
+  po.skip_transport = parse_skip_transport(o.skips);
   // Boundary shapes of one micro-batch (to predict the bytes sent), before the model moves in.
   std::vector<BundleSpec> specs;
   const int64_t micro = std::min<int64_t>(o.micro_batches * o.replicas, o.batch);
@@ -341,6 +369,9 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (!o.trace_path.empty()) cmd += " --trace " + o.trace_path;
   if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";
   if (o.replicas > 1) cmd += " --replicas " + std::to_string(o.replicas);
+  if (o.workload == "unet" || o.workload == "resnet")
+    cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
+           " --skips " + o.skips + (o.split_blocks ? " --split-blocks" : "");
   return run_json(cmd);
 }
 

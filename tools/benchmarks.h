@@ -65,11 +65,11 @@ int run_kernels(const KernelsBenchOptions& opt);
 
 struct MeasureOptions {
   std::string workload =
-      "transformer";               // transformer (Adam 1e-4) | amoebanet (SGD 0.01, momentum 0.9)
-  int64_t layers = 3;              // transformer: encoder (= decoder) layers; amoebanet: N
-  int64_t batch = 32;              // N
-  int threads = 1;                 // intra-op threads per stage
-  int partitions = 1;              // K
+      "transformer";   // transformer (Adam 1e-4) | amoebanet, unet, resnet (SGD 0.01, momentum 0.9)
+  int64_t layers = 3;  // transformer: encoder (= decoder) layers; amoebanet: N
+  int64_t batch = 32;  // N
+  int threads = 1;     // intra-op threads per stage
+  int partitions = 1;  // K
   int micro_batches = 1;           // M
   std::string remat = "never";     // never | except_last | always
   std::string schedule = "gpipe";  // gpipe | 1f1b | zb-h1 | interleaved
@@ -80,6 +80,10 @@ struct MeasureOptions {
   bool quirk_maxpool = false;  // amoebanet: torchgpipe's AvgPool for max_pool_3x3
   std::string trace_path;      // write a Chrome trace of the timed steps here
   int replicas = 1;            // R (under mpirun: one process per stage and replica)
+  // unet (layers = B): C channels, units per block; resnet (layers = depth): W, blocks split.
+  int64_t width = 64, convs = 5;
+  bool split_blocks = false;
+  std::string skips = "direct";  // direct | through-cells
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -222,6 +226,28 @@ int compare_steps(const StepComparison& c, const TorchSide& torch, const std::ve
 
 // Matmul FLOPs of one training step of the encoder-decoder Transformer
 // (3 x forward, dense attention), as BENCHMARKS.md counts them.
+// gpipe_bench skips: U-Net at K = 2 and 4 with its skips sent directly vs
+// through the cells between (tools/bench_zoo.cc).
+struct SkipsBenchOptions {
+  int64_t depth = 5, channels = 64, convs = 5, batch = 16;
+  int micro_batches = 8;
+  std::vector<int> partitions = {2, 4};
+  int threads = 1, warmup = 1, steps = 3;
+  double max_seconds = 60;
+};
+int run_skips(const SkipsBenchOptions& opt);
+
+// gpipe_bench resnet: ResNet-101 on 32x32 images, K = 2 M = 8 against K = 1
+// (efficiency against 2M/(M+1)) and against PyTorch (benchmarks/resnet_torch.py).
+struct ResNetBenchOptions {
+  int64_t depth = 101, width = 64, batch = 32;
+  int micro_batches = 8;
+  int warmup = 1, steps = 3;
+  double max_seconds = 60;
+  TorchSide torch;
+};
+int run_resnet(const ResNetBenchOptions& opt);
+
 double transformer_step_flops(int64_t layers, int64_t n, int64_t src_len, int64_t tgt_len,
                               int64_t dim, int64_t ffn, int64_t vocab);
 

@@ -180,6 +180,38 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
   return c;
 }
 
+CLI::App* add_skips(CLI::App& app, gpipe::bench::SkipsBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "skips", "U-Net at K=2 and 4: skips sent directly vs through the cells between");
+  c->add_option("--depth", o.depth, "B")->check(CLI::Range(1, 5));
+  c->add_option("--channels", o.channels, "C (even)")->check(CLI::PositiveNumber);
+  c->add_option("--convs", o.convs, "conv units per block")->check(CLI::PositiveNumber);
+  c->add_option("--batch", o.batch, "N")->check(CLI::PositiveNumber);
+  c->add_option("--micro-batches", o.micro_batches, "M")->check(CLI::PositiveNumber);
+  c->add_option("--partitions", o.partitions, "K values")->delimiter(',')->check(CLI::Range(2, 12));
+  c->add_option("--threads", o.threads, "intra-op threads per stage")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
+      ->check(CLI::PositiveNumber);
+  return c;
+}
+
+CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "resnet", "ResNet-101 on 32x32: K=2 M=8 vs K=1 (against 2M/(M+1)) and vs PyTorch");
+  c->add_option("--depth", o.depth, "50, 101 or 152")->check(CLI::IsMember({50, 101, 152}));
+  c->add_option("--width", o.width, "W (torchvision: 64)")->check(CLI::PositiveNumber);
+  c->add_option("--batch", o.batch, "N")->check(CLI::PositiveNumber);
+  c->add_option("--micro-batches", o.micro_batches, "M of the K=2 run")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
+      ->check(CLI::PositiveNumber);
+  add_torch_flags(c, o.torch);
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,8 +229,10 @@ int main(int argc, char** argv) {
   gpipe::bench::AmoebaNetBenchOptions am;
   gpipe::bench::MeasureOptions me;
   gpipe::bench::ProcessesBenchOptions pr;
+  gpipe::bench::SkipsBenchOptions sk;
+  gpipe::bench::ResNetBenchOptions rn;
   gemm.env_note = peak.env_note = kn.env_note = tr.torch.env_note = pl.torch.env_note =
-      rm.torch.env_note = am.torch.env_note = env_note;
+      rm.torch.env_note = am.torch.env_note = rn.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
   CLI::App* pk = add_peak(app, peak);
   CLI::App* kl = add_kernels(app, kn);
@@ -209,6 +243,8 @@ int main(int argc, char** argv) {
   CLI::App* a = add_amoebanet(app, am);
   CLI::App* m = gpipe::bench::add_measure(app, me);
   CLI::App* pc = add_processes(app, pr);
+  CLI::App* skc = add_skips(app, sk);
+  CLI::App* rnc = add_resnet(app, rn);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -226,6 +262,8 @@ int main(int argc, char** argv) {
     if (a->parsed()) return gpipe::bench::run_amoebanet(am);
     if (m->parsed()) return gpipe::bench::run_measure(me);
     if (pc->parsed()) return gpipe::bench::run_processes(pr);
+    if (skc->parsed()) return gpipe::bench::run_skips(sk);
+    if (rnc->parsed()) return gpipe::bench::run_resnet(rn);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpipe_bench: %s\n", e.what());
     return 1;

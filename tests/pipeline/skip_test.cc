@@ -314,6 +314,32 @@ TEST_CASE(
              Contains("layer 'b' pops skip 'two/x' but no earlier layer stashes it"));
 }
 
+TEST_CASE("skips: a skip across cells beside a weight tied across them") {
+  auto make = [] {
+    Model m = skip_model({std::make_shared<SkipLayer>("a", std::vector<std::string>{"x"},
+                                                      std::vector<std::string>{}),
+                          std::make_shared<Linear>("mid", 3, 3, 4),
+                          std::make_shared<SkipLayer>("b", std::vector<std::string>{},
+                                                      std::vector<std::string>{"x"})});
+    // "mid" uses "in"'s weight: a tie between cells 0 and 1.
+    auto* in = dynamic_cast<Linear*>(m.layers[0].get());
+    auto* mid = dynamic_cast<Linear*>(m.layers[2].get());
+    mid->weight = in->weight;
+    return m;
+  };
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 8; ++i) labels.push_back(i % 2);
+  const Batch batch{{Tensor::randn(Shape{8, 3}, 3)},
+                    {Tensor::from_vector<int64_t>(labels, Shape{8})}};
+  const Result ref = reference(make(), batch, 4);
+  REQUIRE(ref.grads.count("in.weight"));
+  REQUIRE(ref.grads.count("mid.weight"));
+  // Layers: in, a | mid | b, out: the skip from cell 0 to cell 2 passes cell 1.
+  for (SkipTransport t : {SkipTransport::kDirect, SkipTransport::kThroughCells})
+    for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::kZBH1})
+      check_against(ref, make, batch, 4, {{2, 1, 2}, kind, RematMode::kAlways, 1, t});
+}
+
 TEST_CASE("skips: a stash popped in its own cell sends nothing; undeclared names are refused") {
   auto L = [](std::string name, std::vector<std::string> st, std::vector<std::string> po) {
     return std::make_shared<SkipLayer>(std::move(name), std::move(st), std::move(po));
