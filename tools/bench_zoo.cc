@@ -134,11 +134,11 @@ int run_resnet(const ResNetBenchOptions& o) {
   std::printf("%-34s %9.3f %9.2f\n", "gpipe K=1 M=1, 2 cores", tb, o.batch / tb);
   if (o.torch.skip) return 0;
   const std::string python = o.torch.python.empty() ? default_torch_python() : o.torch.python;
-  const std::string ref = try_run_json(python_command(
-      python, "resnet_torch.py", 2,
-      detail::concat("--depth ", o.depth, " --width ", o.width, " --batch ", o.batch,
-                     " --threads 2 --warmup ", o.warmup, " --steps ", o.steps,
-                     " --max-seconds ", o.max_seconds)));
+  const std::string ref = try_run_json(
+      python_command(python, "resnet_torch.py", 2,
+                     detail::concat("--depth ", o.depth, " --width ", o.width, " --batch ", o.batch,
+                                    " --threads 2 --warmup ", o.warmup, " --steps ", o.steps,
+                                    " --max-seconds ", o.max_seconds)));
   if (ref.empty()) return 0;
   const double tt = json_number(ref, "median_s");
   GPIPE_CHECK(static_cast<int64_t>(json_number(ref, "params")) == params,
