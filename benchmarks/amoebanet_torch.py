@@ -11,8 +11,6 @@ Prints one JSON object on stdout.
 import argparse
 import json
 import resource
-import statistics
-import time
 
 
 def parse_args():
@@ -34,6 +32,7 @@ ARGS = parse_args()
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from sgd_timing import time_sgd_steps  # noqa: E402
 
 torch.set_num_threads(ARGS.threads)
 torch.set_num_interop_threads(1)
@@ -158,30 +157,11 @@ def main():
     g = torch.Generator().manual_seed(7)
     images = torch.randn(a.batch, 3, a.size, a.size, generator=g)
     labels = torch.randint(0, 10, (a.batch,), generator=g)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    losses = []
-
-    def step():
-        opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-
-    for _ in range(a.warmup):
-        step()
-    times = []
-    start = time.perf_counter()
-    while len(times) < a.steps and (not times or time.perf_counter() - start < a.max_seconds):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
-    print(json.dumps({"median_s": med, "best_s": min(times), "steps": len(times), "params": params,
-                      "images_per_s": a.batch / med, "loss_first": losses[0], "loss_last": losses[-1],
-                      "true_maxpool": a.true_maxpool, "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}), flush=True)
-
+    result = time_sgd_steps(model, images, labels, a.warmup, a.steps, a.max_seconds)
+    result.update({"params": params, "true_maxpool": a.true_maxpool, "torch": torch.__version__,
+                   "threads": torch.get_num_threads(),
+                   "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
+    print(json.dumps(result), flush=True)
 
 if __name__ == "__main__":
     main()

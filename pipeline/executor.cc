@@ -247,23 +247,16 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           wait_state(detail::concat("waiting for ", grad_in_->name(), ", micro-batch ", m));
           received_[m] = grad_in_->receive(m, timeout);
           break;
-        case ActionKind::kBackward: {
-          wait_state(detail::concat("running the backward of micro-batch ", m, " in stage ", s));
-          StageMessage g;
-          if (!stage_->is_last()) g.main = take(received_, m);
-          receive_skips(stage_->routes().to, m, "the skip gradients", g.skips);
-          StageMessage gin = stage_->backward(m, g, ctx, tracer);
-          send_skips(gin.skips, m, "send SB", ctx.step);
-          if (s > 0) to_send_[m] = std::move(gin.main);
-          break;
-        }
+        case ActionKind::kBackward:
         case ActionKind::kBackwardInput: {
-          wait_state(
-              detail::concat("running the input backward of micro-batch ", m, " in stage ", s));
+          const bool split = a.kind == ActionKind::kBackwardInput;
+          wait_state(detail::concat("running the ", split ? "input " : "",
+                                    "backward of micro-batch ", m, " in stage ", s));
           StageMessage g;
           if (!stage_->is_last()) g.main = take(received_, m);
           receive_skips(stage_->routes().to, m, "the skip gradients", g.skips);
-          StageMessage gin = stage_->backward_input(m, g, ctx, tracer);
+          StageMessage gin = split ? stage_->backward_input(m, g, ctx, tracer)
+                                   : stage_->backward(m, g, ctx, tracer);
           send_skips(gin.skips, m, "send SB", ctx.step);
           if (s > 0) to_send_[m] = std::move(gin.main);
           break;
