@@ -465,6 +465,9 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--final-eval,!--no-final-eval", c.final_eval,
                "evaluate on the test split at the end (default on)");
   app.add_option("--metrics", c.metrics, "JSON-lines file: one record per step and per evaluation");
+  app.add_option("--plot", c.plot,
+                 "at the end, draw this run's loss, learning rate, throughput per step and "
+                 "evaluation metrics into this SVG file");
   app.add_option("--log-every", c.log_every, "progress line every N steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

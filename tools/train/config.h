@@ -102,6 +102,7 @@ struct TrainConfig {
   int64_t save_every = 0;  // 0 = only at the end
   std::string resume;      // checkpoint to continue from
   std::string metrics;     // JSON-lines file ("" = none)
+  std::string plot;        // SVG of this run's loss, lr, throughput and evaluations ("" = none)
   int64_t log_every = 10;
 
   // ---- pipeline ----

@@ -32,6 +32,7 @@
 #include "pipeline/simulate.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/planning.h"
+#include "tools/train/plot.h"
 
 namespace gpipe::train {
 namespace {
@@ -257,6 +258,10 @@ class Trainer {
     summary_.ideal_bubble_formula = bubble.text;
     if (!c_.metrics.empty() && root())
       metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
+    if (!c_.plot.empty() && root()) {  // found out now, not after the run
+      std::ofstream probe(c_.plot, std::ios::app);
+      GPIPE_CHECK(probe.good(), "--plot: cannot write '", c_.plot, "'");
+    }
   }
 
   TrainSummary run() {
@@ -474,6 +479,9 @@ class Trainer {
     for (size_t i = 0; i < peaks.size(); ++i)
       window_peaks_[i] = std::max(window_peaks_[i], peaks[i]);
     last_lr_ = lr;
+    plot_loss_.points.emplace_back(step, r.loss);
+    plot_lr_.points.emplace_back(step, lr);
+    plot_rate_.points.emplace_back(step, r.examples / std::max(secs, 1e-9));
     if (!metrics_.enabled()) return;
     JsonLine line;
     line.add("type", "train").add("step", step).add("loss", r.loss).add("lr", lr);
@@ -548,6 +556,15 @@ class Trainer {
     if (r.chrf) line.add("chrf", *r.chrf).add("sentences", r.sentences);
     line.add("seconds", r.seconds);
     metrics_.write(line);
+    plot_eval_loss_.points.emplace_back(step, r.loss);
+    const std::optional<double> metric = r.chrf       ? r.chrf
+                                         : r.iou      ? r.iou
+                                         : r.accuracy ? std::optional<double>(100 * *r.accuracy)
+                                                      : std::nullopt;
+    if (metric) plot_metric_.points.emplace_back(step, *metric);
+    plot_metric_.name = r.chrf  ? "held-out chrF"
+                        : r.iou ? "held-out foreground IoU"
+                                : "test accuracy (%)";
     if (final) summary_.final_eval = r;
   }
 
@@ -597,6 +614,19 @@ class Trainer {
            << (world_ ? " (and one per other rank)" : "") << "\n";
     }
     if (c_.final_eval) evaluate(step, /*final=*/true);
+    if (!c_.plot.empty() && root()) write_plot();
+  }
+
+  void write_plot() {
+    plot_rate_.name = "examples per second (each step)";
+    const std::string svg = metrics_svg(
+        detail::concat("gpipe_train --model=", c_.model, ": steps ", summary_.first_step + 1, "..",
+                       summary_.last_step, ", K=", c_.partitions, ", M=", c_.micro_batches),
+        {plot_loss_, plot_lr_, plot_rate_, plot_eval_loss_, plot_metric_});
+    std::ofstream out(c_.plot);
+    out << svg;
+    GPIPE_CHECK(out.good(), "--plot: cannot write '", c_.plot, "'");
+    log_ << "wrote the run's plot to " << c_.plot << "\n";
   }
 
   NullBuffer null_buffer_;
@@ -609,6 +639,9 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> opt_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   MetricsLog metrics_;
+  // --plot: this run's series (a resumed run draws its own steps only).
+  PlotSeries plot_loss_{"training loss"}, plot_lr_{"learning rate"}, plot_rate_,
+      plot_eval_loss_{"held-out loss", {}, true}, plot_metric_{"held-out metric", {}, true};
   TrainSummary summary_;
   double bubble_sum_ = 0, examples_ = 0, tokens_ = 0, window_bubble_ = 0;
   int64_t bubble_count_ = 0;

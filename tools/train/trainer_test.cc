@@ -342,3 +342,64 @@ TEST_CASE("gpipe_train: a ResNet cut inside its blocks learns Fashion-MNIST abov
   REQUIRE(s.final_eval.has_value());
   CHECK(*s.final_eval->accuracy > 0.3);  // chance: 0.1
 }
+
+namespace {
+// "" if `doc` is well-formed as far as tags go (every element closed in
+// order, attributes quoted), else what is wrong.
+std::string tag_problem(const std::string& doc) {
+  std::vector<std::string> open;
+  for (size_t i = doc.find('<'); i != std::string::npos; i = doc.find('<', i + 1)) {
+    const size_t end = doc.find('>', i);
+    if (end == std::string::npos) return "unterminated tag at " + std::to_string(i);
+    std::string tag = doc.substr(i + 1, end - i - 1);
+    if (std::count(tag.begin(), tag.end(), '"') % 2 != 0) return "unbalanced quotes in <" + tag;
+    if (tag.empty()) return "empty tag";
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (open.empty() || open.back() != name) return "</" + name + "> closes nothing open";
+      open.pop_back();
+    } else if (tag.back() != '/') {
+      open.push_back(tag.substr(0, tag.find(' ')));
+    }
+  }
+  return open.empty() ? "" : "<" + open.back() + "> never closed";
+}
+
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("gpipe_train --plot draws the run's series as well-formed SVG") {
+  const std::string path = temp_path("run.svg");
+  std::ostringstream log;
+  train::train(parse_train_flags(with(tiny_amoebanet(), {"--steps=6", "--eval-every=3",
+                                                         "--plot=" + path, "--lr=0.02"})),
+               log);
+  std::ifstream in(path);
+  std::stringstream doc;
+  doc << in.rdbuf();
+  const std::string svg = doc.str();
+  INFO(svg);
+  CHECK(tag_problem(svg) == "");
+  CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+  for (const char* series : {"training loss", "learning rate", "examples per second (each step)",
+                             "held-out loss", "test accuracy (%)"})
+    CHECK(count_of(svg, std::string("data-series=\"") + series + "\"") == 1);
+  // Each training series is one line through the 6 steps; the evaluations
+  // (steps 3 and 6, the final one) are marked points.
+  const size_t loss_at = svg.find("data-series=\"training loss\"");
+  const size_t poly = svg.find("points=\"", loss_at) + 8;
+  const std::string points = svg.substr(poly, svg.find('"', poly) - poly);
+  CHECK(count_of(points, ",") == 6);
+  CHECK(count_of(svg, "<circle") == 2 * 2);  // held-out loss and accuracy at steps 3 and 6
+  CHECK_THAT(log.str(), Contains("wrote the run's plot to " + path));
+  // A path that cannot be written is an error naming the flag, before training.
+  CHECK_THROWS_WITH(
+      train::train(parse_train_flags(
+                       with(tiny_amoebanet(), {"--steps=1", "--plot=/nonexistent/dir/run.svg"})),
+                   log),
+      Contains("--plot: cannot write '/nonexistent/dir/run.svg'"));
+}
