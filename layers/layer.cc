@@ -204,7 +204,8 @@ Bundle run_layers(const LayerList& layers, const Bundle& in) {
   Bundle x = in;
   for (const auto& l : layers) x = l->forward(x);
   GPIPE_CHECK(store.empty(), "run_layers: skip '", store.held().begin()->first,
-              "' was stashed and never popped");
+              "' was stashed and never popped (a layer declares a pop its forward skipped, or "
+              "the list ends before the popping layer)");
   return x;
 }
 

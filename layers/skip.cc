@@ -24,8 +24,8 @@ void SkipStore::stash(const std::string& name, Tensor t, const std::string& laye
 Tensor SkipStore::pop(const std::string& name, const std::string& layer) {
   auto it = held_.find(name);
   GPIPE_CHECK(it != held_.end(), "layer '", layer, "' pops skip '", name,
-              "' but nothing stashed it in this run (is the stashing layer in the list, and "
-              "before this one?)");
+              "' but nothing stashed it in this run (the layer declaring its stash did not "
+              "stash it, or does not come before this one)");
   Tensor t = std::move(it->second);
   held_.erase(it);
   return t;

@@ -69,7 +69,10 @@ StageExecutor::~StageExecutor() {
   grad_in_.reset();
   grad_out_.reset();
   turns_.clear();
-  skip_links_.clear();
+  skips_out_.clear();
+  skip_grads_in_.clear();
+  skips_in_.clear();
+  skip_grads_out_.clear();
 }
 
 void StageExecutor::connect(std::shared_ptr<Communicator> world) {
@@ -97,7 +100,8 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
                           ")");
   };
   // Channel 2 carries predictions (pipeline/inference.cc); 3 the device turns.
-  enum Channel { kActivations = 0, kGradients = 1, kTurns = 3, kSkips = 4 };
+  enum Channel { kActivations = 0, kGradients = 1, kTurns = 3, kSkips = 4, kSkipGradients = 5 };
+  static_assert(kSkipGradients < kTransportChannels);
   if (s > 0) act_in_ = pipe_->transport(s - 1, kActivations, mine, name("activations", s - 1, s));
   if (s + 1 < k)
     act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
@@ -108,30 +112,33 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
     GPIPE_CHECK(o >= 0 && o < k && o != s, "stage ", s, ": bad device peer ", o);
     turns_[o] = pipe_->transport(o, kTurns, mine, name("device turns", s, o));
   }
-  // Note [Skips]: one link per pair of cells a direct skip connects.
+  // Note [Skips]: two links per pair of cells a direct skip connects.
   const SkipRoutes& routes = stage_->routes();
-  for (const auto& [peer, names] : routes.to)
-    skip_links_[peer] = pipe_->transport(peer, kSkips, mine, name("skips", s, peer));
-  for (const auto& [peer, names] : routes.from)
-    skip_links_[peer] = pipe_->transport(peer, kSkips, mine, name("skip gradients", s, peer));
-}
-
-void StageExecutor::receive_skips(const std::map<int, std::vector<std::string>>& peers, int m,
-                                  const char* what, SkipMessages& into) {
-  const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
-  for (const auto& [peer, names] : peers) {
-    Transport& link = *skip_links_.at(peer);
-    wait_state(detail::concat("waiting for ", what, " of micro-batch ", m, " from stage ", peer,
-                              " (", link.name(), ")"));
-    into[peer] = link.receive(m, timeout);
+  for (const auto& [c, names] : routes.to) {
+    skips_out_[c] = pipe_->transport(c, kSkips, mine, name("skips", s, c));
+    skip_grads_in_[c] = pipe_->transport(c, kSkipGradients, mine, name("skip gradients", c, s));
+  }
+  for (const auto& [p, names] : routes.from) {
+    skips_in_[p] = pipe_->transport(p, kSkips, mine, name("skips", p, s));
+    skip_grads_out_[p] = pipe_->transport(p, kSkipGradients, mine, name("skip gradients", s, p));
   }
 }
 
-void StageExecutor::send_skips(SkipMessages& msgs, int m, const char* what, int64_t step) {
+void StageExecutor::receive_skips(std::map<int, std::unique_ptr<Transport>>& links, int m,
+                                  const char* what, SkipMessages& into) {
+  const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
+  for (auto& [peer, link] : links) {
+    wait_state(detail::concat("waiting for ", link->name(), ", micro-batch ", m, " (", what, ")"));
+    into[peer] = link->receive(m, timeout);
+  }
+}
+
+void StageExecutor::send_skips(std::map<int, std::unique_ptr<Transport>>& links, SkipMessages& msgs,
+                               int m, const char* what, int64_t step) {
   Tracer* tracer = opt_.tracer;
   for (auto& [peer, msg] : msgs) {
     const double t0 = tracer->now_us();
-    skip_links_.at(peer)->send(m, std::move(msg));
+    links.at(peer)->send(m, std::move(msg));
     tracer->add({detail::concat(what, m, ">", peer), "transfer", opt_.info.stage, t0,
                  tracer->now_us() - t0, m, static_cast<int>(step)});
   }
@@ -217,19 +224,19 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           received_[m] = act_in_->receive(m, timeout);
           break;
         case ActionKind::kForward: {
+          StageMessage in;
+          receive_skips(skips_in_, m, "skips", in.skips);
           wait_state(detail::concat("running the forward of micro-batch ", m, " in stage ", s));
           if (opt_.fault_hook && *opt_.fault_hook)
             (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, m, "forward"});
-          StageMessage in;
           if (s == 0) {
             in.main.tensors = micro[m].inputs;
             in.main.requires_grad.assign(in.main.tensors.size(), false);
           } else {
             in.main = take(received_, m);
           }
-          receive_skips(stage_->routes().from, m, "the skips", in.skips);
           StageMessage out = stage_->forward(m, in, training && !recomputed.count(m), ctx, tracer);
-          send_skips(out.skips, m, "send S", ctx.step);
+          send_skips(skips_out_, out.skips, m, "send S", ctx.step);
           if (!stage_->is_last()) to_send_[m] = std::move(out.main);
           break;
         }
@@ -250,14 +257,14 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
         case ActionKind::kBackward:
         case ActionKind::kBackwardInput: {
           const bool split = a.kind == ActionKind::kBackwardInput;
+          StageMessage g;
+          receive_skips(skip_grads_in_, m, "skip gradients", g.skips);
           wait_state(detail::concat("running the ", split ? "input " : "",
                                     "backward of micro-batch ", m, " in stage ", s));
-          StageMessage g;
           if (!stage_->is_last()) g.main = take(received_, m);
-          receive_skips(stage_->routes().to, m, "the skip gradients", g.skips);
           StageMessage gin = split ? stage_->backward_input(m, g, ctx, tracer)
                                    : stage_->backward(m, g, ctx, tracer);
-          send_skips(gin.skips, m, "send SB", ctx.step);
+          send_skips(skip_grads_out_, gin.skips, m, "send SB", ctx.step);
           if (s > 0) to_send_[m] = std::move(gin.main);
           break;
         }
@@ -296,7 +303,8 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
     if (act_out_) act_out_->flush(timeout);
     if (grad_out_) grad_out_->flush(timeout);
     for (auto& [peer, link] : turns_) link->flush(timeout);
-    for (auto& [peer, link] : skip_links_) link->flush(timeout);
+    for (auto* links : {&skips_out_, &skip_grads_out_})
+      for (auto& [peer, link] : *links) link->flush(timeout);
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
@@ -406,7 +414,8 @@ std::vector<Transport*> StageExecutor::links() const {
   for (Transport* t : {act_in_.get(), act_out_.get(), grad_in_.get(), grad_out_.get()})
     if (t) out.push_back(t);
   for (const auto& [peer, t] : turns_) out.push_back(t.get());
-  for (const auto& [peer, t] : skip_links_) out.push_back(t.get());
+  for (const auto* links : {&skips_out_, &skip_grads_in_, &skips_in_, &skip_grads_out_})
+    for (const auto& [peer, t] : *links) out.push_back(t.get());
   return out;
 }
 
@@ -428,7 +437,8 @@ std::vector<std::pair<std::string, int64_t>> StageExecutor::bytes_sent() const {
   std::vector<std::pair<std::string, int64_t>> out;
   for (const Transport* t : {act_out_.get(), grad_out_.get()})
     if (t) out.emplace_back(t->name(), t->bytes_sent());
-  for (const auto& [peer, t] : skip_links_) out.emplace_back(t->name(), t->bytes_sent());
+  for (const auto* links : {&skips_out_, &skip_grads_out_})
+    for (const auto& [peer, t] : *links) out.emplace_back(t->name(), t->bytes_sent());
   return out;
 }
 

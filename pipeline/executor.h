@@ -136,14 +136,17 @@ class StageExecutor {
   std::shared_ptr<Communicator> world_, pipe_, replicas_;
   std::unique_ptr<Transport> act_in_, act_out_, grad_in_, grad_out_;
   std::map<int, std::unique_ptr<Transport>> turns_;  // other cell of this device -> link
-  // Note [Skips]: a link to every cell a direct skip connects this one with;
-  // skips go out on it and their gradients come back on it.
-  std::map<int, std::unique_ptr<Transport>> skip_links_;
+  // Note [Skips]: by peer cell, the links of direct skips: skips out to
+  // consumers and their gradients back in, skips in from producers and
+  // their gradients back out (two channels, so a GPU stream never holds a
+  // send behind a receive of the other direction).
+  std::map<int, std::unique_ptr<Transport>> skips_out_, skip_grads_in_, skips_in_, skip_grads_out_;
   // Messages between an action and the one that uses them, by micro-batch.
   std::map<int, Message> received_, to_send_;
-  void receive_skips(const std::map<int, std::vector<std::string>>& peers, int m, const char* what,
+  void receive_skips(std::map<int, std::unique_ptr<Transport>>& links, int m, const char* what,
                      SkipMessages& into);
-  void send_skips(SkipMessages& msgs, int m, const char* what, int64_t step);
+  void send_skips(std::map<int, std::unique_ptr<Transport>>& links, SkipMessages& msgs, int m,
+                  const char* what, int64_t step);
 };
 
 }  // namespace gpipe

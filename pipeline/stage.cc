@@ -73,13 +73,32 @@ Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
       h = layers_[i]->forward(h);
     }
   }
-  for (const std::string& name : routes_.out_bundle) h.push_back(store.pop(name, who));
+  // A layer that declared a stash or pop but skipped it in this forward.
+  auto declared_by = [&](const std::string& name, bool stash) {
+    for (const auto& l : layers_)
+      for (const std::string& n : stash ? l->stashes() : l->pops())
+        if (n == name) return l->name();
+    return std::string("?");
+  };
+  auto take = [&](const std::string& name) {
+    GPIPE_CHECK(store.held().count(name), "layer '", declared_by(name, true),
+                "' declares a stash of skip '", name, "' but its forward did not stash it");
+    return store.pop(name, who);
+  };
+  for (const std::string& name : routes_.out_bundle) h.push_back(take(name));
   for (const auto& [peer, names] : routes_.to) {
     Bundle& out = (*skips_out)[peer];
-    for (const std::string& name : names) out.push_back(store.pop(name, who));
+    for (const std::string& name : names) out.push_back(take(name));
   }
-  GPIPE_ASSERT(store.empty(), "stage ", index_, ": skip '", store.held().begin()->first,
-               "' was neither popped here nor routed to a later cell");
+  if (!store.empty()) {
+    const std::string& name = store.held().begin()->first;
+    const std::string popper = declared_by(name, false);
+    throw Error(popper != "?" ? detail::concat("layer '", popper, "' declares a pop of skip '",
+                                               name, "' but its forward did not pop it")
+                              : detail::concat("layer '", declared_by(name, true),
+                                               "' declares a stash of skip '", name,
+                                               "' but its forward did not stash it"));
+  }
   return h;
 }
 

@@ -25,6 +25,10 @@ namespace gpipe {
 
 enum class ReduceOp { kSum, kMin, kMax };
 
+// The pipeline's channels (StageExecutor::connect): 0 activations, 1
+// gradients, 2 predictions, 3 device turns, 4 skips, 5 skip gradients.
+inline constexpr int kTransportChannels = 6;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -46,9 +50,11 @@ class Communicator {
   virtual void barrier(const char* what) = 0;
   // Members with the same color form a new communicator, ordered by key.
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
-  // A one-directional link between this member and `peer` for `channel`
-  // (links on different channels never see each other's messages); tensors
-  // arrive on `device`. Both ends create one with the same channel.
+  // A link between this member and `peer` for `channel` in [0,
+  // kTransportChannels) (links on different channels never see each other's
+  // messages); tensors arrive on `device`. Both ends create one with the same
+  // channel. The pipeline sends one way on each (GPU links queue a channel's
+  // sends and receives on one stream).
   virtual std::unique_ptr<Transport> transport(int peer, int channel, Device device,
                                                std::string name) = 0;
   // Ends the whole job (every rank) with `code`; does not return.

@@ -452,7 +452,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  static constexpr int kChannels = 5;  // see StageExecutor::connect
+  static constexpr int kChannels = kTransportChannels;
   static constexpr int64_t kBlockingReduceBytes = 1 << 20;
   MPI_Comm comm_;
   bool owned_;

@@ -301,8 +301,7 @@ class NcclTransport final : public Transport {
 
 class NcclCommunicator final : public Communicator {
  public:
-  static constexpr int kChannels =
-      4;  // activations, gradients, predictions, device turns (pipeline's channel numbers)
+  static constexpr int kChannels = kTransportChannels;  // the pipeline's (runtime/communicator.h)
 
   NcclCommunicator(std::shared_ptr<Communicator> base, Device device)
       : base_(std::move(base)), device_(device) {

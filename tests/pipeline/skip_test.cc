@@ -352,6 +352,36 @@ TEST_CASE("skips: a stash popped in its own cell sends nothing; undeclared names
   pipe.train_step(b);
   for (const auto& [name, bytes] : pipe.bytes_sent()) CHECK_FALSE(Contains("skip").match(name));
 
+  // Declared but not done: the error names the layer, in any cell.
+  class Lazy final : public UnaryLayer {
+   public:
+    Lazy(std::string name, bool stash) : UnaryLayer(std::move(name)), stash_(stash) {
+      if (stash)
+        declare_stash("x");
+      else
+        declare_pop("x");
+    }
+    Tensor forward(const Tensor& x) override { return x; }  // forgets its skip
+    TensorSpec output_spec(const TensorSpec& in) const override {
+      if (stash_) stash_spec("x", in);  // only the forward forgets
+      return in;
+    }
+
+   private:
+    bool stash_;
+  };
+  {
+    Pipeline lazy_stash(skip_model({std::make_shared<Lazy>("a", true), L("b", {}, {"x"})}),
+                        {.cells = 2, .micro_batches = 2, .balance = {2, 2}}, b);
+    CHECK_THROWS_WITH(lazy_stash.train_step(b),
+                      Contains("layer 'a' declares a stash of skip '/x' but its forward did not "
+                               "stash it"));
+    Pipeline lazy_pop(skip_model({L("a", {"x"}, {}), std::make_shared<Lazy>("b", false)}),
+                      {.cells = 2, .micro_batches = 2, .balance = {2, 2}}, b);
+    CHECK_THROWS_WITH(lazy_pop.train_step(b),
+                      Contains("layer 'b' declares a pop of skip '/x' but its forward did not "
+                               "pop it"));
+  }
   // Stashing a name the constructor did not declare.
   class Sneaky final : public UnaryLayer {
    public:

@@ -34,7 +34,7 @@ class ImageTask final : public Task {
     test_opt.limit = -1;
     // Training data: only the part this process's stage consumes (U-Net's
     // targets are made from the images).
-    train_opt.images = c.train_inputs || c.model == "unet";
+    train_opt.images = c.train_inputs || (c.model == "unet" && c.train_targets);
     train_opt.labels = c.train_targets && c.model != "unet";
     train_ = load_fashion_mnist(dir_, /*train=*/true, train_opt);
     test_ = load_fashion_mnist(dir_, /*train=*/false, test_opt);
@@ -72,6 +72,7 @@ class ImageTask final : public Task {
     Batch b;
     if (segmentation()) {
       // The targets are made from the placed images: both ends need them.
+      if (!train_.images.defined()) return b;  // a stage in between: neither
       const Tensor x = padded(gather_rows(train_.images, rows), place);
       if (c_.train_inputs) b.inputs = {x};
       if (c_.train_targets) b.targets = {foreground(x)};
