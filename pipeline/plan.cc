@@ -52,6 +52,8 @@ ModelProfile blend(const ModelProfile& a, const ModelProfile& b, double t, int64
     p.layers.push_back(blend(a.layers[i], b.layers[i], t));
   p.loss = blend(a.loss, b.loss, t);
   p.input_bytes = blend(a.input_bytes, b.input_bytes, t);
+  for (size_t i = 0; i < a.skip_bytes.size(); ++i)
+    p.skip_bytes.push_back(blend(a.skip_bytes[i], b.skip_bytes[i], t));
   return p;
 }
 
@@ -135,12 +137,24 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
       buffers += static_cast<int64_t>(b.tensor->nbytes());
     c.layer_buffer_bytes.push_back(buffers);
   }
+  c.skips = skip_edges(model.layers);
   for (int64_t r : rows) {
     const Batch piece = split_micro_batches(batch, (n + r - 1) / r)[0];
     ModelProfile p;
     p.rows = batch_size(piece);
     p.input_bytes = bundle_bytes(piece.inputs);
     p.layers = profile_layers(model.layers, piece.inputs, reps);
+    {
+      // Each skip's tensor, from the specs (a spec store keeps every stash).
+      SkipSpecStore stashed;
+      SkipSpecScope scope(&stashed);
+      BundleSpec spec = spec_of(piece.inputs);
+      for (const auto& layer : model.layers) spec = layer->output_spec(spec);
+      for (const SkipEdge& e : c.skips) {
+        const TensorSpec t = stashed.pop(e.name, "the planner");
+        p.skip_bytes.push_back(t.shape.numel() * static_cast<int64_t>(dtype_size(t.dtype)));
+      }
+    }
     Bundle out;
     {
       NoGradGuard no_grad;
@@ -322,11 +336,22 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
   const int cells = ch.cells();
   CostModel cm;
   const double slow = program.device_count() > 1 ? costs.concurrency_factor : 1.0;
+  // Note [Skips]: a cell keeps the skips it receives like its input.
+  std::vector<int64_t> received(cells, 0);
+  auto cell_of = [&](int64_t layer) {
+    return static_cast<int>(std::upper_bound(ch.bounds.begin(), ch.bounds.end(), layer) -
+                            ch.bounds.begin()) -
+           1;
+  };
+  for (size_t i = 0; i < costs.skips.size() && i < p.skip_bytes.size(); ++i) {
+    const int from = cell_of(costs.skips[i].stash_layer), to = cell_of(costs.skips[i].pop_layer);
+    if (from != to) received[to] += p.skip_bytes[i];
+  }
   for (int c = 0; c < cells; ++c) {
     const int64_t b = ch.bounds[c], end = ch.bounds[c + 1];
-    cm.stages.push_back(cell_costs(p.layers, b, end,
-                                   b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes,
-                                   c == cells - 1 ? &p.loss : nullptr));
+    cm.stages.push_back(cell_costs(
+        p.layers, b, end, (b == 0 ? p.input_bytes : p.layers[b - 1].output_bytes) + received[c],
+        c == cells - 1 ? &p.loss : nullptr));
     StageCosts& sc = cm.stages.back();
     sc.gradient_bytes = static_cast<double>(costs.parameter_bytes(b, end));
     for (double* t : {&sc.forward, &sc.backward, &sc.recompute, &sc.loss, &sc.backward_input,

@@ -36,10 +36,14 @@ struct ModelProfile {
   std::vector<LayerProfile> layers;
   LayerProfile loss;        // the loss on the last cell (profile_loss)
   int64_t input_bytes = 0;  // one micro-batch's inputs: the first cell's input
+  // One micro-batch's tensor of each skip (ModelCosts::skips' order): what a
+  // consuming cell keeps from its F to its backward when the skip crosses cells.
+  std::vector<int64_t> skip_bytes;
 };
 
 struct ModelCosts {
   std::vector<ModelProfile> profiles;  // by rows, ascending, at least one
+  std::vector<SkipEdge> skips;         // the model's skips (layers/skip.h)
   std::vector<int64_t> tensor_bytes;   // each distinct trainable tensor
   std::vector<std::vector<int>>
       layer_tensors;                        // per layer: its tensors (indices into tensor_bytes)
