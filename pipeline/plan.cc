@@ -80,7 +80,7 @@ ModelProfile ModelCosts::at(int64_t rows) const {
   for (const ModelProfile& p : profiles)
     if (p.rows == rows) return p;
   if (profiles.size() == 1) {
-    const ModelProfile zero{0, std::vector<LayerProfile>(profiles[0].layers.size()), {}, 0};
+    const ModelProfile zero{0, std::vector<LayerProfile>(profiles[0].layers.size()), {}, 0, {}};
     ModelProfile p = blend(zero, profiles[0], static_cast<double>(rows) / profiles[0].rows, rows);
     for (size_t i = 0; i < p.layers.size(); ++i)
       p.layers[i].parameter_bytes = profiles[0].layers[i].parameter_bytes;

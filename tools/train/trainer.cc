@@ -640,8 +640,9 @@ class Trainer {
   std::unique_ptr<optim::LrSchedule> schedule_;
   MetricsLog metrics_;
   // --plot: this run's series (a resumed run draws its own steps only).
-  PlotSeries plot_loss_{"training loss"}, plot_lr_{"learning rate"}, plot_rate_,
-      plot_eval_loss_{"held-out loss", {}, true}, plot_metric_{"held-out metric", {}, true};
+  PlotSeries plot_loss_{"training loss", {}, false}, plot_lr_{"learning rate", {}, false},
+      plot_rate_, plot_eval_loss_{"held-out loss", {}, true},
+      plot_metric_{"held-out metric", {}, true};
   TrainSummary summary_;
   double bubble_sum_ = 0, examples_ = 0, tokens_ = 0, window_bubble_ = 0;
   int64_t bubble_count_ = 0;
