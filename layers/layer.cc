@@ -124,19 +124,21 @@ void Layer::register_sublayer(std::string name, Layer* layer) {
   sublayers_.emplace_back(std::move(name), layer);
 }
 
+void Layer::skip_names(bool stash, std::vector<std::string>& out) const {
+  for (const std::string& n : stash ? stash_names_ : pop_names_)
+    out.push_back(skip_full_name(skip_ns_, n));
+  for (const auto& [name, l] : sublayers_) l->skip_names(stash, out);
+}
+
 std::vector<std::string> Layer::stashes() const {
   std::vector<std::string> out;
-  for (const std::string& n : stash_names_) out.push_back(skip_full_name(skip_ns_, n));
-  for (const auto& [name, l] : sublayers_)
-    for (std::string& n : l->stashes()) out.push_back(std::move(n));
+  skip_names(true, out);
   return out;
 }
 
 std::vector<std::string> Layer::pops() const {
   std::vector<std::string> out;
-  for (const std::string& n : pop_names_) out.push_back(skip_full_name(skip_ns_, n));
-  for (const auto& [name, l] : sublayers_)
-    for (std::string& n : l->pops()) out.push_back(std::move(n));
+  skip_names(false, out);
   return out;
 }
 
@@ -209,10 +211,10 @@ Bundle run_layers(const LayerList& layers, const Bundle& in) {
   return x;
 }
 
-BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in,
-                       std::vector<BundleSpec>* each) {
-  SkipSpecStore store;
-  SkipSpecScope scope(&store);
+BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in, std::vector<BundleSpec>* each,
+                       SkipSpecStore* stashed) {
+  SkipSpecStore own;
+  SkipSpecScope scope(stashed ? stashed : &own);
   BundleSpec s = in;
   for (const auto& l : layers) {
     if (each) each->push_back(s);

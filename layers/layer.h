@@ -105,6 +105,7 @@ class Layer {
 
  private:
   void collect(std::vector<NamedTensor>& out, const std::string& prefix, bool params);
+  void skip_names(bool stash, std::vector<std::string>& out) const;  // own, then sublayers
 
   std::string name_;
   bool training_ = true;
@@ -136,9 +137,10 @@ std::vector<std::vector<std::string>> tied_parameter_names(const LayerList& laye
 
 // Runs layers in order (no pipeline): the single-device reference.
 Bundle run_layers(const LayerList& layers, const Bundle& in);
-// Output spec of a whole list, validating each step.
+// Output spec of a whole list, validating each step. `stashed`, if given,
+// is the skip store the walk uses, and ends holding every stash's spec.
 BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in,
-                       std::vector<BundleSpec>* each = nullptr);
+                       std::vector<BundleSpec>* each = nullptr, SkipSpecStore* stashed = nullptr);
 
 // Makes a parameter: `t` under MemoryCategory::kParameter, requires_grad.
 Tensor make_parameter(const Tensor& t);

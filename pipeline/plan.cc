@@ -144,16 +144,12 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
     p.rows = batch_size(piece);
     p.input_bytes = bundle_bytes(piece.inputs);
     p.layers = profile_layers(model.layers, piece.inputs, reps);
-    {
-      // Each skip's tensor, from the specs (a spec store keeps every stash).
-      SkipSpecStore stashed;
-      SkipSpecScope scope(&stashed);
-      BundleSpec spec = spec_of(piece.inputs);
-      for (const auto& layer : model.layers) spec = layer->output_spec(spec);
-      for (const SkipEdge& e : c.skips) {
-        const TensorSpec t = stashed.pop(e.name, "the planner");
-        p.skip_bytes.push_back(t.shape.numel() * static_cast<int64_t>(dtype_size(t.dtype)));
-      }
+    // Each skip's tensor, from the specs (a spec store keeps every stash).
+    SkipSpecStore stashed;
+    infer_specs(model.layers, spec_of(piece.inputs), nullptr, &stashed);
+    for (const SkipEdge& e : c.skips) {
+      const TensorSpec t = stashed.pop(e.name, "the planner");
+      p.skip_bytes.push_back(t.shape.numel() * static_cast<int64_t>(dtype_size(t.dtype)));
     }
     Bundle out;
     {

@@ -16,6 +16,7 @@
 #include "models/amoebanet.h"
 #include "models/resnet.h"
 #include "models/transformer.h"
+#include "models/unet.h"
 #include "optim/schedule.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
@@ -100,13 +101,10 @@ int64_t model_layer_count(const TrainConfig& c) {
   if (c.model == "transformer")
     return layer_count_at_depth(
         c, c.preset.empty() ? c.layers : models::transformer_preset(c.preset).layers);
-  if (c.model == "resnet") {
-    models::ResNetConfig r;
-    r.split_blocks = c.split_blocks;
-    r.depth = c.resnet_depth == 101 || c.resnet_depth == 152 ? c.resnet_depth : 50;
-    return models::resnet_layer_count(r);
-  }
-  if (c.model == "unet") return 2 * std::max<int64_t>(c.unet_depth, 1) + 2;
+  // validate_model has checked the sizes by the time validate_pipeline asks.
+  if (c.model == "resnet")
+    return models::resnet_layer_count({.depth = c.resnet_depth, .split_blocks = c.split_blocks});
+  if (c.model == "unet") return models::unet_layer_count({.depth = c.unet_depth});
   return layer_count_at_depth(c, c.normal_cells);
 }
 

@@ -132,8 +132,6 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
   return m;
 }
 
-int64_t model_parameter_count(const TrainConfig& c) { return parameter_count(c); }
-
 // The program in its text form (loadable with --schedule=file:PATH), then
 // the dry run as comments.
 void print_schedule(const TrainConfig& c, std::ostream& log) {
@@ -247,7 +245,7 @@ class Trainer {
     PipelineOptions po = pipeline_options(c_, world_);
     if (!c_.plan.empty() || c_.balance_by == "plan") apply_plan(po);
     pipe_ = std::make_unique<Pipeline>(task_->make_model(), po, task_->batch_at(0));
-    summary_.parameters = model_parameter_count(c_);
+    summary_.parameters = parameter_count(c_);
     log_ << pipe_->describe() << setup_line() << "\n";
     opt_ = make_optimizer(c_, pipe_->parameters());
     schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
