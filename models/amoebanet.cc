@@ -107,7 +107,9 @@ NetPlan plan_cells(const AmoebaNetConfig& c) {
   GPIPE_CHECK(c.in_channels >= 1, "amoebanet: in_channels must be >= 1, got ", c.in_channels);
   GPIPE_CHECK(c.num_classes >= 1, "amoebanet: num_classes must be >= 1, got ", c.num_classes);
   NetPlan p;
-  p.stem_channels = c.filters / 4;
+  // The normal cells have C = F, 2F, 4F in both layouts: the paper's reaches
+  // F through two stem reduction cells from a stem of F / 4 channels.
+  p.stem_channels = c.small_input ? c.filters : c.filters / 4;
   int64_t ch = p.stem_channels, c_pp = ch, c_p = ch;
   bool reduction_prev = false;
   auto add = [&](bool reduction) {
@@ -120,8 +122,10 @@ NetPlan plan_cells(const AmoebaNetConfig& c) {
   auto add_normal = [&] {
     for (int64_t i = 0; i < c.num_normal_cells; ++i) add(false);
   };
-  add(true);  // the two stem reduction cells
-  add(true);
+  if (!c.small_input) {
+    add(true);  // the two stem reduction cells
+    add(true);
+  }
   add_normal();
   add(true);
   add_normal();
@@ -421,14 +425,17 @@ void expect_nchw(const std::string& who, const char* what, const TensorSpec& s, 
               "': expected ", what, " [N, ", channels, ", H, W] float, got ", s.dtype, s.shape);
 }
 
-// ReLU -> Conv2d(in -> c, 3x3, stride 2, pad 1) -> BatchNorm; (x) -> (s, s).
+// ReLU -> Conv2d(in -> c, 3x3, stride 2 (1 with small_input), pad 1) -> BatchNorm;
+// (x) -> (s, s).
 class Stem final : public Layer {
  public:
   Stem(const AmoebaNetConfig& c, int64_t channels, SeedSequence& seeds)
       : Layer("stem"),
         in_channels_(c.in_channels),
+        small_input_(c.small_input),
         conv_("conv", c.in_channels, channels, {3, 3}, seeds.next(),
-              ops::Conv2dOptions{.stride = {2, 2}, .padding = {1, 1}}),
+              ops::Conv2dOptions{.stride = {c.small_input ? 1 : 2, c.small_input ? 1 : 2},
+                                 .padding = {1, 1}}),
         bn_("bn", channels) {
     register_sublayer("conv", &conv_);
     register_sublayer("bn", &bn_);
@@ -453,7 +460,12 @@ class Stem final : public Layer {
     expect_inputs(in, 1);
     expect_nchw(name(), "images", in[0], in_channels_);
     const int64_t h = in[0].shape[2], w = in[0].shape[3];
-    GPIPE_CHECK(ceil_half(h) % 16 == 0 && ceil_half(w) % 16 == 0, "layer '", name(),
+    GPIPE_CHECK(!small_input_ || (h % 4 == 0 && w % 4 == 0 && h > 0 && w > 0), "layer '", name(),
+                "': input size ", h, "x", w,
+                " does not fit the two reduction cells of the small-input layout (H and W must be "
+                "multiples of 4, e.g. 28x28 or 32x32), got ",
+                in[0].shape);
+    GPIPE_CHECK(small_input_ || ceil_half(h) % 16 == 0 && ceil_half(w) % 16 == 0, "layer '", name(),
                 "': input size ", h, "x", w,
                 " does not fit the four reduction cells (ceil(H/2) and ceil(W/2) must be multiples "
                 "of 16, e.g. "
@@ -462,6 +474,7 @@ class Stem final : public Layer {
   }
 
   int64_t in_channels_;
+  bool small_input_;
   Conv2d conv_;
   BatchNorm bn_;
 };
@@ -595,7 +608,9 @@ int64_t amoebanet_parameter_count(const AmoebaNetConfig& c) {
   return n + p.out_channels * c.num_classes + c.num_classes;
 }
 
-int64_t amoebanet_layer_count(const AmoebaNetConfig& c) { return 3 * c.num_normal_cells + 6; }
+int64_t amoebanet_layer_count(const AmoebaNetConfig& c) {
+  return 3 * c.num_normal_cells + (c.small_input ? 4 : 6);
+}
 
 Model amoebanet_d(const AmoebaNetConfig& config) {
   AmoebaNetConfig c = config;

@@ -59,7 +59,7 @@
 //                       shift drops the first row and column and zero-pads one
 //                       row and column at the bottom/right.
 // Stem: ReLU (on the raw input) -> Conv2d(in_channels -> c, 3x3, stride 2,
-// pad 1) -> BatchNorm.
+// pad 1) -> BatchNorm (small_input: F channels, stride 1; see the config).
 //
 // Parameter names: "stem.conv.weight", "cell_3.preprocess0.conv1.weight",
 // "cell_3.node_2.op_a.conv1.weight", "cell_3.node_3.op_b.bn4.gamma",
@@ -91,6 +91,14 @@ struct AmoebaNetConfig {
   int64_t filters = 32;          // F: the stem has F / 4 channels (>= 8)
   int64_t in_channels = 3;       // 3 for RGB (W5), 1 for Fashion-MNIST
   int64_t num_classes = 10;
+  // false (default): the paper's ImageNet layout above. true: the layout for
+  // 28-32 px images (the CIFAR models of NASNet and AmoebaNet): the stem is
+  // Conv2d(in_channels -> F, 3x3, stride 1, pad 1) -> BatchNorm and there are
+  // no stem reduction cells, so the normal cells run at the input's full,
+  // half and quarter size (32, 16, 8 for 32x32 images) with C = F, 2F, 4F
+  // channels, instead of at 4, 2 and 1. 3N + 4 layers; H and W must be
+  // multiples of 4 (28x28 and 32x32 fit).
+  bool small_input = false;
   // true: max_pool_3x3 is AvgPool2d(3, s, 1, count_include_pad = false), as in
   // torchgpipe's benchmark code; false (default): real max pooling.
   bool torchgpipe_maxpool_quirk = false;
@@ -100,7 +108,8 @@ struct AmoebaNetConfig {
 // Exact parameter count from the config alone, without allocating.
 int64_t amoebanet_parameter_count(const AmoebaNetConfig& c);
 
-// Layers in amoebanet_d(c)'s flat list, 3N + 6: the most cells K can have.
+// Layers in amoebanet_d(c)'s flat list, 3N + 6 (3N + 4 with small_input): the
+// most cells K can have.
 int64_t amoebanet_layer_count(const AmoebaNetConfig& c);
 
 // Stem, 3N + 4 cells and the classifier (see above), with CrossEntropyLoss.

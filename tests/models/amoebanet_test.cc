@@ -218,6 +218,45 @@ TEST_CASE("amoebanet: every parameter gets a gradient") {
     }
 }
 
+TEST_CASE("amoebanet: the small-input layout keeps 28-32 px images large in the cells") {
+  for (auto genotype : {models::AmoebaNetGenotype::kD, models::AmoebaNetGenotype::kB}) {
+    models::AmoebaNetConfig c = tiny();
+    c.genotype = genotype;
+    c.small_input = true;
+    INFO((genotype == models::AmoebaNetGenotype::kD ? "D" : "B"));
+    Model m = models::amoebanet(c);
+    CHECK(static_cast<int64_t>(m.layers.size()) == 3 * c.num_normal_cells + 4);
+    CHECK(static_cast<int64_t>(m.layers.size()) == models::amoebanet_layer_count(c));
+    CHECK(count(unique_params(m)) == models::amoebanet_parameter_count(c));
+    // The paper's layout of the same N, F has the same normal cells and two more cells.
+    models::AmoebaNetConfig paper = c;
+    paper.small_input = false;
+    CHECK(models::amoebanet_layer_count(paper) == models::amoebanet_layer_count(c) + 2);
+    for (int64_t side : {28, 32}) {
+      INFO(side << "x" << side);
+      std::vector<BundleSpec> each;
+      const BundleSpec out = infer_specs(m.layers, {{Shape{2, 1, side, side}}}, &each);
+      CHECK(out[0].shape == Shape{2, 10});
+      CHECK(each[1][0].shape == Shape{2, c.filters, side, side});  // the stem: stride 1, F channels
+      CHECK(each[2][0].shape[1] == 4 * c.filters);                 // a normal cell: 4C, C = F
+      CHECK(each[2][0].shape[2] == side);
+      CHECK(each[m.layers.size() - 1][0].shape[2] == side / 4);  // after the two reductions
+      const Bundle y = run_layers(m.layers, {images(2, 1, side, 5)});
+      CHECK(y[0].shape() == Shape{2, 10});
+    }
+    CHECK_THROWS_WITH(run_layers(m.layers, {images(2, 1, 30, 1)}),
+                      Contains("layer 'stem'") && Contains("multiples of 4"));
+    // Learns: every parameter gets a gradient.
+    Tensor loss = m.loss->mean(run_layers(m.layers, {images(2, 1, 28, 2)}), {labels(2, 10)});
+    loss.backward();
+    for (auto& l : m.layers)
+      for (auto& p : l->parameters()) {
+        INFO(l->name() << "." << p.name);
+        REQUIRE(p.tensor->grad().defined());
+      }
+  }
+}
+
 TEST_CASE("amoebanet: overfits a tiny batch with plain SGD") {
   Model m = models::amoebanet_d(tiny());
   const std::vector<Tensor> params = unique_params(m);

@@ -83,6 +83,10 @@ bool image_model(const std::string& model) {
   return model == "amoebanet" || model == "amoebanet-b" || model == "resnet" || model == "unet";
 }
 
+double label_smoothing_of(const TrainConfig& c) {
+  return c.label_smoothing.value_or(image_model(c.model) ? 0.0 : 0.1);
+}
+
 namespace {
 // The model's depth flag set to `depth` (--layers or --normal-cells); a preset fixes L.
 int64_t layer_count_at_depth(const TrainConfig& c, int64_t depth) {
@@ -93,6 +97,7 @@ int64_t layer_count_at_depth(const TrainConfig& c, int64_t depth) {
   }
   models::AmoebaNetConfig a;
   a.num_normal_cells = depth;
+  a.small_input = c.stem == "small";
   return models::amoebanet_layer_count(a);
 }
 }  // namespace
@@ -121,13 +126,15 @@ static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
   while (layer_count_at_depth(c, depth) < k) ++depth;
   return transformer ? detail::concat("--layers=L gives 5L+3 layers: --layers=", depth,
                                       " or more for K=", k)
-                     : detail::concat("--normal-cells=N gives 3N+6 layers: --normal-cells=", depth,
-                                      " or more for K=", k);
+                     : detail::concat("--normal-cells=N gives 3N+", layer_count_at_depth(c, 0),
+                                      " layers: --normal-cells=", depth, " or more for K=", k);
 }
 
 int64_t default_batch(const std::string& model) { return image_model(model) ? 128 : 32; }
 
 static void validate_model(const TrainConfig& c) {
+  usage(label_smoothing_of(c) >= 0 && label_smoothing_of(c) < 1,
+        "--label-smoothing: expected a value in [0, 1), got ", label_smoothing_of(c));
   if (c.model == "transformer") {
     if (!c.preset.empty()) check_flag("--preset", [&] { models::transformer_preset(c.preset); });
     usage(c.layers >= 1, "--layers: expected >= 1, got ", c.layers);
@@ -137,22 +144,26 @@ static void validate_model(const TrainConfig& c) {
           "), got ", c.dim);
     usage(c.dropout >= 0 && c.dropout < 1, "--dropout: expected a value in [0, 1), got ",
           c.dropout);
-    usage(c.label_smoothing >= 0 && c.label_smoothing < 1,
-          "--label-smoothing: expected a value in [0, 1), got ", c.label_smoothing);
     usage(c.logit_clip >= 0, "--logit-clip: expected >= 0 (0 = off), got ", c.logit_clip);
     usage(c.max_len >= 4 && c.max_len <= 512, "--max-len: expected 4..512 bytes, got ", c.max_len);
     usage(c.eval_sentences >= 0, "--eval-sentences: expected >= 0, got ", c.eval_sentences);
   } else {
     usage(c.normal_cells >= 0, "--normal-cells: expected N >= 0, got ", c.normal_cells);
+    usage(c.stem == "paper" || c.stem == "small", "--stem: expected paper or small, got '", c.stem,
+          "'");
     usage(c.filters >= 8 && c.filters % 8 == 0,
           "--filters: expected F >= 8 and a multiple of 8, got ", c.filters);
-    usage(c.image_size >= 32 && c.image_size % 32 == 0,
-          "--image-size: expected 32 or a multiple of 32, got ", c.image_size);
+    usage(c.image_size == 28 || (c.image_size >= 32 && c.image_size % 32 == 0),
+          "--image-size: expected 28, 32 or a multiple of 32, got ", c.image_size);
+    usage(c.image_size != 28 || c.stem == "small",
+          "--image-size=28: only AmoebaNet's small-input layout (--stem=small) takes 28x28 "
+          "images; the others take 32 (padded) or a multiple of 32");
     usage(c.resnet_depth == 50 || c.resnet_depth == 101 || c.resnet_depth == 152,
           "--resnet-depth: expected 50, 101 or 152, got ", c.resnet_depth);
     usage(c.resnet_width >= 1, "--resnet-width: expected >= 1, got ", c.resnet_width);
-    usage(c.unet_depth >= 1 &&
-              (c.image_size % (int64_t{1} << std::min<int64_t>(c.unet_depth, 30))) == 0,
+    usage(c.model != "unet" ||
+              (c.unet_depth >= 1 &&
+               (c.image_size % (int64_t{1} << std::min<int64_t>(c.unet_depth, 30))) == 0),
           "--unet-depth: expected B >= 1 with --image-size (", c.image_size,
           ") a multiple of 2^B, got ", c.unet_depth);
     usage(c.unet_channels >= 2 && c.unet_channels % 2 == 0,
@@ -321,6 +332,7 @@ TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch) {
   if (c.optimizer.empty()) c.optimizer = amoeba ? "sgd" : "adam";
   if (!c.lr) c.lr = amoeba ? 0.05 : 2e-3;
   if (!c.weight_decay) c.weight_decay = amoeba ? 5e-4 : 0.0;
+  c.label_smoothing = label_smoothing_of(c);
   if (!c.momentum && (c.optimizer == "sgd" || c.optimizer == "rmsprop")) c.momentum = 0.9;
   if (c.lr_schedule.empty()) {
     const int64_t warmup = std::max<int64_t>(1, c.steps / (amoeba ? 50 : 10));
@@ -334,8 +346,9 @@ namespace {
 
 // Flags whose "given or not" matters after parsing, and optional values.
 struct Given {
-  double lr = 0, weight_decay = 0, momentum = 0;
+  double lr = 0, weight_decay = 0, momentum = 0, label_smoothing = 0;
   CLI::Option *lr_opt = nullptr, *wd_opt = nullptr, *momentum_opt = nullptr;
+  CLI::Option* label_smoothing_opt = nullptr;
   CLI::Option* preset = nullptr;
   std::vector<CLI::Option*> sizes;  // --layers --ffn --heads --dim
   CLI::Option *balance = nullptr, *balance_by = nullptr;
@@ -364,9 +377,10 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--dropout", c.dropout, "transformer: dropout rate")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
-  app.add_option("--label-smoothing", c.label_smoothing, "transformer: label smoothing")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
+  g.label_smoothing_opt =
+      app.add_option("--label-smoothing", g.label_smoothing,
+                     "cross-entropy label smoothing (default 0.1 transformer, 0 image models)")
+          ->check(CLI::Range(0.0, 0.99));
   app.add_option("--logit-clip", c.logit_clip, "transformer: soft-clip logits to (-c, c); 0 = off")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -378,6 +392,11 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--filters", c.filters, "amoebanet: F (the stem has F/4 channels; multiple of 8)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--stem", c.stem,
+                 "amoebanet: paper (ImageNet layout: stride-2 stem, two stem reduction cells) | "
+                 "small (for 28-32 px images: stride-1 stem, cells at 32, 16, 8 px)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"paper", "small"}));
   app.add_option("--resnet-depth", c.resnet_depth, "resnet: 50, 101 or 152")->capture_default_str();
   app.add_option("--resnet-width", c.resnet_width,
                  "resnet: W, the stem's channels (group g has W 2^g planes; torchvision: 64)")
@@ -406,7 +425,8 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--augment", c.augment,
                "image models: random flips and +-2 pixel shifts (a function of seed and step)");
   app.add_option("--image-size", c.image_size,
-                 "image models: 32 (28x28 zero-padded) or a multiple of 32 (then upsampled)")
+                 "image models: 32 (28x28 zero-padded), a multiple of 32 (then upsampled), or "
+                 "28 (as they are; --stem=small only)")
       ->capture_default_str();
 }
 
@@ -548,11 +568,10 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
 void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& g) {
   if (c.model.empty())
     return;  // validate() says --model is required, before any model-specific check
-  const bool transformer = c.model == "transformer";
   const std::vector<std::string> transformer_only = {
-      "--preset",  "--layers",          "--ffn",        "--heads",       "--dim",
-      "--dropout", "--label-smoothing", "--logit-clip", "--scaled-init", "--languages",
-      "--max-len", "--eval-sentences",  "--samples"};
+      "--preset",         "--layers",     "--ffn",         "--heads",     "--dim",
+      "--dropout",        "--logit-clip", "--scaled-init", "--languages", "--max-len",
+      "--eval-sentences", "--samples"};
   struct Only {
     std::vector<std::string> flags;
     std::vector<std::string> models;
@@ -560,7 +579,7 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
   const std::vector<Only> only = {
       {transformer_only, {"transformer"}},
       {{"--augment", "--image-size"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
-      {{"--normal-cells", "--filters"}, {"amoebanet", "amoebanet-b"}},
+      {{"--normal-cells", "--filters", "--stem"}, {"amoebanet", "amoebanet-b"}},
       {{"--resnet-depth", "--resnet-width", "--split-blocks"}, {"resnet"}},
       {{"--unet-depth", "--unet-channels", "--unet-convs"}, {"unet"}}};
   for (const Only& o : only) {
@@ -617,6 +636,7 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   }
   if (g.lr_opt->count()) c.lr = g.lr;
   if (g.wd_opt->count()) c.weight_decay = g.weight_decay;
+  if (g.label_smoothing_opt->count()) c.label_smoothing = g.label_smoothing;
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
   // ZB-V holds two cells on each device (a V): --virtual=2 is implied.

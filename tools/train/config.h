@@ -57,12 +57,15 @@ struct TrainConfig {
   std::string preset;
   int64_t layers = 6, ffn = 512, heads = 4, dim = 128;
   double dropout = 0.1;
-  double label_smoothing = 0.1;
+  // Cross-entropy label smoothing; unset = the model's default (0.1 for the
+  // transformer, 0 for the image models): label_smoothing_of().
+  std::optional<double> label_smoothing;
   double logit_clip = 0.0;
   bool scaled_init = false;
   // AmoebaNet-D / -B (N, F).
   int64_t normal_cells = 1;
   int64_t filters = 32;
+  std::string stem = "paper";  // "small": AmoebaNetConfig::small_input (28-32 px images)
   // ResNet-50/101/152 with W-wide stem (32x32 inputs: a 3x3 stride-1 stem);
   // split_blocks: three layers per block, the shortcut a skip.
   int64_t resnet_depth = 50, resnet_width = 16;
@@ -159,6 +162,9 @@ TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch);
 int64_t default_batch(const std::string& model);
 // True for the models that train on Fashion-MNIST (all but the transformer).
 bool image_model(const std::string& model);
+
+// --label-smoothing, or the model's default when it was not given.
+double label_smoothing_of(const TrainConfig& c);
 
 // Layers in the model's flat list (the most cells K can have).
 int64_t model_layer_count(const TrainConfig& c);

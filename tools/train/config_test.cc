@@ -52,6 +52,32 @@ TEST_CASE("gpipe_train flags: a good command line parses") {
   CHECK(a.momentum.value_or(0) == 0.9);
 }
 
+TEST_CASE("gpipe_train flags: label smoothing and the small-input stem") {
+  // Label smoothing: 0.1 for the transformer, off for the image models, unless given.
+  CHECK(resolve_defaults(parse_train_flags({"--model=transformer"}), 100).label_smoothing == 0.1);
+  CHECK(resolve_defaults(parse_train_flags({"--model=amoebanet"}), 100).label_smoothing == 0.0);
+  CHECK(resolve_defaults(parse_train_flags({"--model=resnet", "--label-smoothing=0.05"}), 100)
+            .label_smoothing == 0.05);
+  CHECK_THAT(usage_error({"--model=amoebanet", "--label-smoothing=1.5"}),
+             Contains("--label-smoothing"));
+
+  // --stem=small: the cells of the small-input layout (3N + 4 layers) bound K.
+  const TrainConfig s = parse_train_flags({"--model=amoebanet", "--stem=small", "--K=4"});
+  CHECK(s.stem == "small");
+  CHECK(model_layer_count(s) == 7);
+  CHECK_THAT(usage_error({"--model=amoebanet", "--stem=small", "--K=8", "--normal-cells=1"}),
+             Contains("7 layers") && Contains("3N+4") && Contains("--normal-cells=2 or more"));
+  CHECK_THAT(usage_error({"--model=amoebanet", "--stem=tiny"}), Contains("--stem"));
+  CHECK(parse_train_flags({"--model=amoebanet", "--stem=small", "--image-size=28"}).image_size ==
+        28);
+  CHECK_THAT(usage_error({"--model=amoebanet", "--image-size=28"}),
+             Contains("--image-size=28: only AmoebaNet's small-input layout (--stem=small)"));
+  CHECK_THAT(usage_error({"--model=resnet", "--image-size=30"}),
+             Contains("--image-size: expected 28, 32 or a multiple of 32, got 30"));
+  CHECK_THAT(usage_error({"--model=resnet", "--stem=small"}),
+             Contains("--stem: applies to --model=amoebanet, amoebanet-b only"));
+}
+
 TEST_CASE("gpipe_train flags: the design card's commands run as typed, with a default budget") {
   for (const char* model : {"--model=transformer", "--model=amoebanet"}) {
     INFO(model);

@@ -1,9 +1,11 @@
 // The image models (AmoebaNet-D/-B, ResNet, U-Net) on Fashion-MNIST. Pixels are scaled to [0, 1] /
 // std (the training set's pixel standard deviation; no mean subtraction, see the constructor), then
 // padded from 28x28 to 32x32 with zeros (black, like the background): AmoebaNet's reductions need
-// sides that halve evenly (see models/amoebanet.h). With --augment each training image is mirrored
-// left-right with probability 1/2 and shifted by up to 2 pixels each way on the canvas (a random
-// 32x32 crop of the image padded by 4), the draws a function of (seed, step, row in batch).
+// sides that halve evenly (see models/amoebanet.h). --image-size=28 (AmoebaNet's small-input stem)
+// keeps the images at 28x28. With --augment each training image is mirrored left-right with
+// probability 1/2 and shifted by up to 2 pixels each way on the canvas (a random crop of the image
+// padded by 2 more than the canvas; pixels shifted past a 28x28 canvas's edge are dropped), the
+// draws a function of (seed, step, row in batch).
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -17,7 +19,9 @@
 namespace gpipe::train {
 namespace {
 
-constexpr int64_t kSide = 32;
+constexpr int64_t kSide = 28;    // Fashion-MNIST's images
+constexpr int64_t kCanvas = 32;  // what they are padded to, unless --image-size=28
+constexpr int64_t kShift = 2;    // --augment: the most pixels an image moves each way
 
 class ImageTask final : public Task {
  public:
@@ -44,8 +48,9 @@ class ImageTask final : public Task {
   std::string describe() const override {
     std::ostringstream os;
     os << "Fashion-MNIST from " << dir_ << ": " << train_.size() << " training, " << test_.size()
-       << " test images, scaled by 1/std, zero-padded 28x28 -> 32x32"
-       << (c_.image_size != kSide
+       << " test images, scaled by 1/std"
+       << (canvas() == kSide ? ", 28x28" : ", zero-padded 28x28 -> 32x32")
+       << (c_.image_size > kCanvas
                ? detail::concat(", upsampled to ", c_.image_size, "x", c_.image_size)
                : "")
        << (c_.augment ? ", random flips and shifts" : "")
@@ -66,8 +71,9 @@ class ImageTask final : public Task {
       for (size_t i = 0; i < rows.size(); ++i) {
         const uint64_t coin =
             mix_key(mix_key(data_seed(c_) ^ 0xf11b, static_cast<uint64_t>(step)), i);
-        place[i] = {static_cast<bool>(coin & 1), static_cast<int64_t>((coin >> 8) % 5),
-                    static_cast<int64_t>((coin >> 16) % 5)};
+        place[i] = {static_cast<bool>(coin & 1),
+                    static_cast<int64_t>((coin >> 8) % (2 * kShift + 1)) - kShift,
+                    static_cast<int64_t>((coin >> 16) % (2 * kShift + 1)) - kShift};
       }
     Batch b;
     if (segmentation()) {
@@ -126,35 +132,42 @@ class ImageTask final : public Task {
   }
 
  private:
-  // Where an image goes on the 32x32 canvas: offsets of its top-left corner
-  // (2, 2 = centred) and whether it is mirrored left-right.
+  // How an image is placed on the canvas: moved down and right by (dy, dx)
+  // pixels from the centre, and whether it is mirrored left-right.
   struct Placement {
     bool flip = false;
-    int64_t top = 2, left = 2;
+    int64_t dy = 0, dx = 0;
   };
 
-  // [B, 1, 28, 28] -> [B, 1, S, S], S = --image-size: placed on a zero 32x32
-  // canvas, then each pixel repeated S/32 times in both directions
-  // (nearest-neighbour upsampling).
+  // 28 (--image-size=28) or 32: the side of the zero canvas the images go on.
+  int64_t canvas() const { return c_.image_size == kSide ? kSide : kCanvas; }
+
+  // [B, 1, 28, 28] -> [B, 1, S, S], S = --image-size: placed on a zero
+  // canvas (28x28 or 32x32), then, for S > 32, each pixel repeated S/32 times
+  // in both directions (nearest-neighbour upsampling).
   Tensor padded(const Tensor& images, const std::vector<Placement>& place) const {
-    const int64_t b = images.size(0), side = images.size(2);
-    const int64_t scale = c_.image_size / kSide, out_side = kSide * scale;
-    GPIPE_ASSERT(side + 4 == kSide);
+    const int64_t b = images.size(0), side = images.size(2), canvas_side = canvas();
+    const int64_t scale = c_.image_size / canvas_side, out_side = canvas_side * scale;
+    const int64_t margin = (canvas_side - side) / 2;  // of a centred image
+    GPIPE_ASSERT(side == kSide && c_.image_size % canvas_side == 0);
     Tensor out = Tensor::zeros(Shape{b, 1, out_side, out_side});
     const Tensor in = images.contiguous();
     const float* src = in.data<float>();
     float* dst = out.data<float>();
     for (int64_t i = 0; i < b; ++i)
       for (int64_t y = 0; y < side; ++y) {
+        const int64_t cy = y + margin + place[i].dy;  // the canvas row
+        if (cy < 0 || cy >= canvas_side) continue;
         const float* in_row = src + (i * side + y) * side;
-        float* out_row =
-            dst + (i * out_side + (y + place[i].top) * scale) * out_side + place[i].left * scale;
+        float* out_row = dst + (i * out_side + cy * scale) * out_side;
         for (int64_t x = 0; x < side; ++x) {
+          const int64_t cx = x + margin + place[i].dx;
+          if (cx < 0 || cx >= canvas_side) continue;
           const float v = in_row[place[i].flip ? side - 1 - x : x];
-          for (int64_t r = 0; r < scale; ++r) out_row[x * scale + r] = v;
+          for (int64_t r = 0; r < scale; ++r) out_row[cx * scale + r] = v;
         }
         for (int64_t r = 1; r < scale; ++r)
-          std::memcpy(out_row + r * out_side, out_row, sizeof(float) * side * scale);
+          std::memcpy(out_row + r * out_side, out_row, sizeof(float) * out_side);
       }
     return out;
   }

@@ -89,7 +89,7 @@ models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vo
   t.pad_id = ByteTokenizer::kPad;
   t.max_len = c.max_len + 1;  // language tag + source bytes; BOS + target bytes
   t.dropout = c.dropout;
-  t.label_smoothing = c.label_smoothing;
+  t.label_smoothing = label_smoothing_of(c);
   t.logit_clip = c.logit_clip;
   t.scaled_init = c.scaled_init;
   t.seed = weight_seed(c);
@@ -104,6 +104,7 @@ models::AmoebaNetConfig amoebanet_config(const TrainConfig& c) {
   a.filters = c.filters;
   a.in_channels = 1;
   a.num_classes = 10;
+  a.small_input = c.stem == "small";
   a.seed = weight_seed(c);
   return a;
 }
@@ -131,11 +132,21 @@ models::UNetConfig unet_config(const TrainConfig& c) {
   return u;
 }
 
-Model make_model(const TrainConfig& c) {
-  if (c.model == "transformer") return models::transformer(transformer_config(c));
+namespace {
+Model make_image_model(const TrainConfig& c) {
   if (c.model == "resnet") return models::resnet(resnet_config(c));
   if (c.model == "unet") return models::unet(unet_config(c));
   return models::amoebanet(amoebanet_config(c));
+}
+}  // namespace
+
+Model make_model(const TrainConfig& c) {
+  if (c.model == "transformer") return models::transformer(transformer_config(c));
+  Model m = make_image_model(c);
+  // The zoo's image models end in a plain CrossEntropyLoss.
+  if (const double eps = label_smoothing_of(c); eps > 0)
+    m.loss = std::make_shared<CrossEntropyLoss>(CrossEntropyLossOptions{.label_smoothing = eps});
+  return m;
 }
 
 int64_t parameter_count(const TrainConfig& c) {
@@ -159,7 +170,8 @@ std::string model_title(const TrainConfig& c) {
   }
   const models::AmoebaNetConfig a = amoebanet_config(c);
   return detail::concat("AmoebaNet-", c.model == "amoebanet-b" ? "B" : "D",
-                        "(N=", a.num_normal_cells, ", F=", a.filters, ")");
+                        "(N=", a.num_normal_cells, ", F=", a.filters, ")",
+                        a.small_input ? " with the small-input stem" : "");
 }
 
 std::unique_ptr<Task> make_task(const TrainConfig& c) {

@@ -331,6 +331,23 @@ TEST_CASE("gpipe_train: U-Net segments Fashion-MNIST foregrounds through a pipel
   CHECK_THAT(log.str(), Contains("pixel accuracy") && Contains("foreground IoU"));
 }
 
+TEST_CASE(
+    "gpipe_train: AmoebaNet with the small-input stem, label smoothing and augmentation learns "
+    "Fashion-MNIST through a pipeline") {
+  std::ostringstream log;
+  const TrainSummary s = train::train(
+      parse_train_flags({"--model=amoebanet", "--stem=small", "--filters=8", "--normal-cells=1",
+                         "--K=2", "--M=4", "--batch=32", "--steps=40", "--train-limit=1280",
+                         "--eval-batches=8", "--threads=1", "--log-every=20", "--lr=0.1",
+                         "--label-smoothing=0.1", "--augment", "--image-size=28"}),
+      log);
+  INFO(log.str());
+  REQUIRE(s.final_eval.has_value());
+  CHECK_THAT(log.str(), Contains("AmoebaNet-D(N=1, F=8) with the small-input stem") &&
+                            Contains("28x28, random flips and shifts"));
+  CHECK(*s.final_eval->accuracy > 0.5);  // chance: 0.1
+}
+
 TEST_CASE("gpipe_train: a ResNet cut inside its blocks learns Fashion-MNIST above chance") {
   std::ostringstream log;
   const TrainSummary s = train::train(
