@@ -10,6 +10,7 @@ the largest difference of each run from the first one, and writes the
 accuracies as one SVG chart, a line per run. Standard library only.
 """
 import argparse
+import html
 import json
 import math
 import sys
@@ -31,7 +32,8 @@ def read_evals(path):
             if row.get("type") == "eval" and row.get("accuracy") is not None:
                 evals[int(row["step"])] = (float(row["accuracy"]), row.get("loss"))
     if not evals:
-        sys.exit(f"{path}: no evaluation with an accuracy (run gpipe_train with --eval-every)")
+        sys.exit(f"{path}: no evaluation with an accuracy (an image model's --metrics file, "
+                 "from a run with --eval-every)")
     return evals
 
 
@@ -40,7 +42,7 @@ def svg_chart(runs, steps_per_epoch, title):
     xs = [s for _, ev in runs for s in ev]
     ys = [100 * a for _, ev in runs for a, _ in ev.values()]
     x_scale = steps_per_epoch or 1
-    x_max = max(xs) / x_scale
+    x_max = max(max(xs) / x_scale, 1e-9)
     y_lo = math.floor(min(ys)) if len(ys) > 1 else 0
     y_hi = math.ceil(max(ys)) if max(ys) > y_lo else y_lo + 1
 
@@ -53,7 +55,7 @@ def svg_chart(runs, steps_per_epoch, title):
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
            f'viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">',
            f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{title}</text>']
+           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{html.escape(title)}</text>']
     step = 1 if y_hi - y_lo <= 10 else 2 if y_hi - y_lo <= 20 else 5
     for y in range(y_lo, y_hi + 1, step):
         out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{w - right}" y2="{py(y):.1f}" '
@@ -76,7 +78,7 @@ def svg_chart(runs, steps_per_epoch, title):
         for s, (a, _) in sorted(ev.items()):
             out.append(f'<circle cx="{px(s / x_scale):.1f}" cy="{py(100 * a):.1f}" r="3" '
                        f'fill="{colour}"/>')
-        out.append(f'<text x="{left + 12}" y="{top + 18 + 16 * i}" fill="{colour}">{label}</text>')
+        out.append(f'<text x="{left + 12}" y="{top + 18 + 16 * i}" fill="{colour}">{html.escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -90,7 +92,7 @@ def main():
     a = ap.parse_args()
     runs = []
     for spec in a.runs:
-        label, sep, path = spec.rpartition("=")
+        label, sep, path = spec.rpartition("=")  # labels may hold '=', paths may not
         if not sep or not label:
             sys.exit(f"'{spec}': expected LABEL=METRICS.jsonl")
         runs.append((label, read_evals(path)))

@@ -465,8 +465,8 @@ class Stem final : public Layer {
                 " does not fit the two reduction cells of the small-input layout (H and W must be "
                 "multiples of 4, e.g. 28x28 or 32x32), got ",
                 in[0].shape);
-    GPIPE_CHECK(small_input_ || ceil_half(h) % 16 == 0 && ceil_half(w) % 16 == 0, "layer '", name(),
-                "': input size ", h, "x", w,
+    GPIPE_CHECK(small_input_ || (ceil_half(h) % 16 == 0 && ceil_half(w) % 16 == 0), "layer '",
+                name(), "': input size ", h, "x", w,
                 " does not fit the four reduction cells (ceil(H/2) and ceil(W/2) must be multiples "
                 "of 16, e.g. "
                 "32x32 or 224x224; pad 28x28 images to 32x32), got ",

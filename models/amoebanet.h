@@ -8,7 +8,8 @@
 // followed by CrossEntropyLoss on labels [B] (int32/int64). The second element
 // a cell returns is its own input `prev`, which becomes the next cell's
 // prev_prev. The cells are, in order (C = channels per cell state):
-//   cell_0, cell_1          stem reduction cells     C = 2c, 4c   (c = F / 4)
+//   cell_0, cell_1          stem reduction cells     C = 2c, 4c   (c = F / 4;
+//                           none with small_input, where cell_0 is the first normal cell)
 //   cell_2 .. cell_{N+1}    N normal cells           C = 4c
 //   cell_{N+2}              reduction cell           C = 8c
 //   next N                  normal cells             C = 8c
@@ -68,7 +69,8 @@
 // RCBs from 1. Every BatchNorm is a registered sublayer, so Layer::finish_step()
 // on each layer of the list folds all running statistics once per step.
 //
-// Input size: the four reduction cells need even sizes, so ceil(H/2) and
+// Input size (the paper's layout; small_input: H and W multiples of 4, see
+// AmoebaNetConfig): the four reduction cells need even sizes, so ceil(H/2) and
 // ceil(W/2) must be multiples of 16 (32x32, 64x64, 224x224, ...). The stem
 // throws gpipe::Error naming itself for other sizes: pad 28x28 Fashion-MNIST
 // images to 32x32. Every layer throws gpipe::Error naming itself for a bundle
@@ -88,7 +90,7 @@ enum class AmoebaNetGenotype { kD, kB };
 struct AmoebaNetConfig {
   AmoebaNetGenotype genotype = AmoebaNetGenotype::kD;  // what amoebanet() builds
   int64_t num_normal_cells = 2;  // N: normal cells after each of the 3 reductions (>= 0)
-  int64_t filters = 32;          // F: the stem has F / 4 channels (>= 8)
+  int64_t filters = 32;          // F: the stem has F / 4 channels (F with small_input; >= 8)
   int64_t in_channels = 3;       // 3 for RGB (W5), 1 for Fashion-MNIST
   int64_t num_classes = 10;
   // false (default): the paper's ImageNet layout above. true: the layout for
@@ -112,7 +114,8 @@ int64_t amoebanet_parameter_count(const AmoebaNetConfig& c);
 // most cells K can have.
 int64_t amoebanet_layer_count(const AmoebaNetConfig& c);
 
-// Stem, 3N + 4 cells and the classifier (see above), with CrossEntropyLoss.
+// Stem, 3N + 4 cells (3N + 2 with small_input) and the classifier (see
+// above), with CrossEntropyLoss.
 // Throws gpipe::Error for N < 0, F < 8, in_channels < 1 or num_classes < 1.
 Model amoebanet_d(const AmoebaNetConfig& c);
 // The same with AmoebaNet-B's genotype (above); amoebanet() builds c.genotype.

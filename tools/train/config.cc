@@ -389,7 +389,8 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--normal-cells", c.normal_cells, "amoebanet: N, normal cells per stage")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--filters", c.filters, "amoebanet: F (the stem has F/4 channels; multiple of 8)")
+  app.add_option("--filters", c.filters,
+                 "amoebanet: F (the stem has F/4 channels, F with --stem=small; multiple of 8)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--stem", c.stem,

@@ -79,7 +79,7 @@ struct TrainConfig {
   int64_t max_len = 32;                // transformer: longest source / target string in bytes
   int64_t train_limit = 0;             // > 0: train on the first N training examples only (tests)
   bool augment = false;                // amoebanet: random flips and +-2 pixel shifts
-  int64_t image_size = 32;             // amoebanet: 32 (padded) or 64, 96, ... (then upsampled)
+  int64_t image_size = 32;  // 32 (padded), 64, 96, ... (then upsampled), 28 (--stem=small only)
 
   // ---- optimisation ----
   int64_t batch = 0;  // N; 0 = model default

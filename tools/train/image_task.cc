@@ -55,7 +55,8 @@ class ImageTask final : public Task {
                : "")
        << (c_.augment ? ", random flips and shifts" : "")
        << (segmentation() ? "; targets: per-pixel foreground masks (intensity >= 0.5)" : "") << "; "
-       << rows_->batches_per_epoch() << " batches of " << c_.batch << " per epoch";
+       << model_title(c_) << "; " << rows_->batches_per_epoch() << " batches of " << c_.batch
+       << " per epoch";
     return os.str();
   }
 
@@ -126,8 +127,12 @@ class ImageTask final : public Task {
   }
 
   std::map<std::string, std::string> metadata() const override {
-    return {{"train.data", detail::concat("fashion-mnist train_limit=", c_.train_limit,
-                                          " augment=", c_.augment, " image_size=", c_.image_size)},
+    return {{"train.data",
+             detail::concat("fashion-mnist train_limit=", c_.train_limit, " augment=", c_.augment,
+                            " image_size=", c_.image_size,
+                            label_smoothing_of(c_) > 0
+                                ? detail::concat(" label_smoothing=", label_smoothing_of(c_))
+                                : "")},
             {"train.model_config", model_title(c_)}};
   }
 

@@ -392,6 +392,7 @@ class Trainer {
     if (c_.weight_decay.value_or(0) > 0) os << ", weight decay " << *c_.weight_decay;
     if (c_.momentum) os << ", momentum " << *c_.momentum;
     if (c_.clip_norm > 0) os << ", clip norm " << c_.clip_norm;
+    if (label_smoothing_of(c_) > 0) os << ", label smoothing " << label_smoothing_of(c_);
     os << "; batch " << c_.batch << ", " << c_.steps << " steps";
     return os.str();
   }

@@ -343,8 +343,9 @@ TEST_CASE(
       log);
   INFO(log.str());
   REQUIRE(s.final_eval.has_value());
-  CHECK_THAT(log.str(), Contains("AmoebaNet-D(N=1, F=8) with the small-input stem") &&
-                            Contains("28x28, random flips and shifts"));
+  CHECK_THAT(log.str(), Contains("; AmoebaNet-D(N=1, F=8) with the small-input stem;") &&
+                            Contains("28x28, random flips and shifts") &&
+                            Contains("label smoothing 0.1"));
   CHECK(*s.final_eval->accuracy > 0.5);  // chance: 0.1
 }
 
