@@ -295,7 +295,8 @@ class Trainer {
       summary_.last_step = step;
       if (step % c_.log_every == 0 || step == c_.steps) log_progress(step);
       if (c_.save_every > 0 && step % c_.save_every == 0 && step < c_.steps) save(step);
-      if (c_.eval_every > 0 && step % c_.eval_every == 0 && step < c_.steps)
+      // The last step's evaluation is the final one, unless --no-final-eval.
+      if (c_.eval_every > 0 && step % c_.eval_every == 0 && (step < c_.steps || !c_.final_eval))
         evaluate(step, /*final=*/false);
     }
     finish(step);

@@ -390,6 +390,16 @@ size_t count_of(const std::string& s, const std::string& what) {
 }
 }  // namespace
 
+TEST_CASE("gpipe_train --no-final-eval keeps the --eval-every evaluation at the last step") {
+  std::ostringstream log;
+  const TrainSummary s = train::train(
+      parse_train_flags(with(tiny_amoebanet(), {"--steps=4", "--eval-every=2", "--no-final-eval"})),
+      log);
+  INFO(log.str());
+  CHECK_FALSE(s.final_eval.has_value());
+  CHECK_THAT(log.str(), Contains("eval at step 2:") && Contains("eval at step 4:"));
+}
+
 TEST_CASE("gpipe_train --plot draws the run's series as well-formed SVG") {
   const std::string path = temp_path("run.svg");
   std::ostringstream log;
