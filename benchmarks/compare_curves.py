@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Side by side: the evaluations of several gpipe_train runs (their --metrics files).
+"""Side by side: the evaluations of several training runs (their --metrics files).
 
     benchmarks/compare_curves.py --svg=OUT.svg --steps-per-epoch=468 \
         "K=2, M=4"=k2.jsonl "K=1, M=1"=k1.jsonl
+    benchmarks/compare_curves.py --metric=chrf --svg=OUT.svg gpipe=g.jsonl PyTorch=t.jsonl
 
 Prints a Markdown table with one row per evaluation (the step, the epoch when
---steps-per-epoch is given, each run's test accuracy and held-out loss), then
-the largest difference of each run from the first one, and writes the
-accuracies as one SVG chart, a line per run. Standard library only.
+--steps-per-epoch is given, each run's metric and held-out loss), then the
+largest difference of each run from the first one, and writes the metric as
+one SVG chart, a line per run. The metric is the image models' test accuracy
+(--metric=accuracy, in %) or the translation task's chrF (--metric=chrf);
+benchmarks/translation_torch.py writes the same records. Standard library only.
 """
 import argparse
 import html
@@ -16,9 +19,13 @@ import math
 import sys
 
 COLOURS = ["#1f6fb4", "#d9541e", "#2a9d3a", "#8c3fa8"]
+# metric: (record key, scale to the printed unit, axis name, column name, its name in a sentence)
+METRICS = {"accuracy": ("accuracy", 100.0, "test accuracy (%)", "accuracy (%)", "accuracy"),
+           "chrf": ("chrf", 1.0, "held-out chrF", "chrF", "chrF")}
 
 
-def read_evals(path):
+def read_evals(path, metric):
+    key, scale = METRICS[metric][:2]
     evals = {}
     with open(path) as f:
         for number, line in enumerate(f, 1):
@@ -29,18 +36,19 @@ def read_evals(path):
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{number}: not a JSON line ({e})")
-            if row.get("type") == "eval" and row.get("accuracy") is not None:
-                evals[int(row["step"])] = (float(row["accuracy"]), row.get("loss"))
+            if row.get("type") == "eval" and row.get(key) is not None:
+                evals[int(row["step"])] = (scale * float(row[key]), row.get("loss"))
     if not evals:
-        sys.exit(f"{path}: no evaluation with an accuracy (an image model's --metrics file, "
-                 "from a run with --eval-every)")
+        what = ("an accuracy (an image model's --metrics file" if metric == "accuracy"
+                else "a chrF (a transformer's --metrics file")
+        sys.exit(f"{path}: no evaluation with {what}, from a run with --eval-every)")
     return evals
 
 
-def svg_chart(runs, steps_per_epoch, title):
+def svg_chart(runs, steps_per_epoch, title, axis):
     w, h, left, right, top, bottom = 720, 400, 70, 20, 40, 50
     xs = [s for _, ev in runs for s in ev]
-    ys = [100 * a for _, ev in runs for a, _ in ev.values()]
+    ys = [a for _, ev in runs for a, _ in ev.values()]
     x_scale = steps_per_epoch or 1
     x_max = max(max(xs) / x_scale, 1e-9)
     y_lo = math.floor(min(ys)) if len(ys) > 1 else 0
@@ -67,16 +75,16 @@ def svg_chart(runs, steps_per_epoch, title):
     out.append(f'<text x="{(left + w - right) / 2}" y="{h - 12}" text-anchor="middle">'
                f'{"epoch" if steps_per_epoch else "step"}</text>')
     out.append(f'<text x="16" y="{(top + h - bottom) / 2}" text-anchor="middle" '
-               f'transform="rotate(-90 16 {(top + h - bottom) / 2})">test accuracy (%)</text>')
+               f'transform="rotate(-90 16 {(top + h - bottom) / 2})">{html.escape(axis)}</text>')
     for i, (label, ev) in enumerate(runs):
         colour = COLOURS[i % len(COLOURS)]
         dash = ' stroke-dasharray="6 4"' if i else ""
-        points = " ".join(f"{px(s / x_scale):.1f},{py(100 * a):.1f}"
+        points = " ".join(f"{px(s / x_scale):.1f},{py(a):.1f}"
                           for s, (a, _) in sorted(ev.items()))
         out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" '
                    f'stroke-width="2"{dash}/>')
         for s, (a, _) in sorted(ev.items()):
-            out.append(f'<circle cx="{px(s / x_scale):.1f}" cy="{py(100 * a):.1f}" r="3" '
+            out.append(f'<circle cx="{px(s / x_scale):.1f}" cy="{py(a):.1f}" r="3" '
                        f'fill="{colour}"/>')
         out.append(f'<text x="{left + 12}" y="{top + 18 + 16 * i}" fill="{colour}">{html.escape(label)}</text>')
     out.append("</svg>")
@@ -86,27 +94,31 @@ def svg_chart(runs, steps_per_epoch, title):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", metavar="LABEL=METRICS.jsonl")
-    ap.add_argument("--svg", help="write the accuracy chart here")
+    ap.add_argument("--svg", help="write the chart here")
+    ap.add_argument("--metric", choices=sorted(METRICS), default="accuracy")
     ap.add_argument("--steps-per-epoch", type=int, default=0)
-    ap.add_argument("--title", default="Fashion-MNIST test accuracy")
+    ap.add_argument("--title", help="the chart's title (default: from --metric)")
     a = ap.parse_args()
+    axis, column, name = METRICS[a.metric][2:]
+    title = a.title or ("Fashion-MNIST test accuracy" if a.metric == "accuracy"
+                        else "held-out chrF (iso-codes, greedy)")
     runs = []
     for spec in a.runs:
         label, sep, path = spec.rpartition("=")  # labels may hold '=', paths may not
         if not sep or not label:
             sys.exit(f"'{spec}': expected LABEL=METRICS.jsonl")
-        runs.append((label, read_evals(path)))
+        runs.append((label, read_evals(path, a.metric)))
     steps = sorted({s for _, ev in runs for s in ev})
     head = ["step"] + (["epoch"] if a.steps_per_epoch else [])
     for label, _ in runs:
-        head += [f"{label} accuracy (%)", f"{label} loss"]
+        head += [f"{label} {column}", f"{label} loss"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for s in steps:
         row = [str(s)] + ([f"{s / a.steps_per_epoch:g}"] if a.steps_per_epoch else [])
         for _, ev in runs:
             acc, loss = ev.get(s, (None, None))
-            row += [f"{100 * acc:.2f}" if acc is not None else "-",
+            row += [f"{acc:.2f}" if acc is not None else "-",
                     f"{loss:.4f}" if loss is not None else "-"]
         print("| " + " | ".join(row) + " |")
     base_label, base = runs[0]
@@ -116,11 +128,11 @@ def main():
             print(f"{label}: no evaluation at the steps of {base_label}")
             continue
         diff = max(abs(ev[s][0] - base[s][0]) for s in common)
-        print(f"{label} vs {base_label}: largest accuracy difference {100 * diff:.2f} points "
+        print(f"{label} vs {base_label}: largest {name} difference {diff:.2f} points "
               f"over {len(common)} evaluations")
     if a.svg:
         with open(a.svg, "w") as f:
-            f.write(svg_chart(runs, a.steps_per_epoch, a.title))
+            f.write(svg_chart(runs, a.steps_per_epoch, title, axis))
         print(f"wrote {a.svg}")
 
 

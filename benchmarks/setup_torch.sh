@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the PyTorch reference for gpipe_bench's transformer / pipeline /
-# remat / amoebanet subcommands (shared/BENCHMARKS.md: the newest PyTorch from
+# remat / amoebanet subcommands and benchmarks/translation_torch.py (sacreBLEU's
+# chrF checks gpipe's) (shared/BENCHMARKS.md: the newest PyTorch from
 # PyPI, in a virtual environment outside the repository; never in CI).
 #
 #   benchmarks/setup_torch.sh            # -> /root/.cache/gpipe-bench-venv (or $GPIPE_BENCH_VENV)
@@ -27,7 +28,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$python" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --upgrade pip
-"$venv/bin/python" -m pip install --upgrade torch numpy
+"$venv/bin/python" -m pip install --upgrade torch numpy sacrebleu
 "$venv/bin/python" - <<'PY'
 import torch
 print("torch", torch.__version__, "| BLAS/threading:", torch.__config__.parallel_info().splitlines()[0:3])

@@ -262,6 +262,14 @@ static void validate_optimisation(const TrainConfig& c) {
   if (!c.lr_schedule.empty())
     check_flag("--lr-schedule", [&] { optim::parse_lr_schedule(c.lr_schedule, 1.0); });
   usage(c.threads >= 0, "--threads: expected >= 0 (0 = cores / K), got ", c.threads);
+  if (!c.export_data.empty()) {
+    usage(c.model == "transformer",
+          "--export-data: writes the translation task's data; --model=", c.model,
+          " has no PyTorch reference that reads it (use --model=transformer)");
+    usage(c.resume.empty(),
+          "--export-data: exports a run from its start (its initial weights); drop --resume");
+    usage(c.replicas == 1, "--export-data: runs in one process; drop --replicas");
+  }
 }
 
 Schedule schedule_program(const TrainConfig& c) {
@@ -487,6 +495,10 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--plot", c.plot,
                  "at the end, draw this run's loss, learning rate, throughput per step and "
                  "evaluation metrics into this SVG file");
+  app.add_option("--export-data", c.export_data,
+                 "transformer: write this run's data (training pairs, each step's rows, the "
+                 "evaluated test pairs), its settings and its initial weights into this directory "
+                 "for benchmarks/translation_torch.py, then exit without training");
   app.add_option("--log-every", c.log_every, "progress line every N steps")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

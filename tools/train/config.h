@@ -106,6 +106,9 @@ struct TrainConfig {
   std::string resume;      // checkpoint to continue from
   std::string metrics;     // JSON-lines file ("" = none)
   std::string plot;        // SVG of this run's loss, lr, throughput and evaluations ("" = none)
+  // transformer: write the run's data, settings and initial weights to this
+  // directory (for benchmarks/translation_torch.py) and exit without training.
+  std::string export_data;
   int64_t log_every = 10;
 
   // ---- pipeline ----

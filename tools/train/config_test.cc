@@ -78,6 +78,17 @@ TEST_CASE("gpipe_train flags: label smoothing and the small-input stem") {
              Contains("--stem: applies to --model=amoebanet, amoebanet-b only"));
 }
 
+TEST_CASE("gpipe_train flags: --export-data is the translation task's, from a run's start") {
+  CHECK(parse_train_flags({"--model=transformer", "--export-data=/tmp/x"}).export_data == "/tmp/x");
+  CHECK_THAT(usage_error({"--model=amoebanet", "--export-data=/tmp/x"}),
+             Contains("--export-data") && Contains("--model=amoebanet") &&
+                 Contains("--model=transformer"));
+  CHECK_THAT(usage_error({"--model=transformer", "--export-data=/tmp/x", "--resume=a.ckpt"}),
+             Contains("--export-data") && Contains("drop --resume"));
+  CHECK_THAT(usage_error({"--model=transformer", "--export-data=/tmp/x", "--replicas=2"}),
+             Contains("--export-data: runs in one process"));
+}
+
 TEST_CASE("gpipe_train flags: the design card's commands run as typed, with a default budget") {
   for (const char* model : {"--model=transformer", "--model=amoebanet"}) {
     INFO(model);

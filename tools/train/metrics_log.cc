@@ -69,6 +69,12 @@ JsonLine& JsonLine::add(std::string_view k, const std::vector<double>& values) {
   return *this;
 }
 
+JsonLine& JsonLine::add_json(std::string_view k, std::string_view json) {
+  key(k);
+  body_ += json;
+  return *this;
+}
+
 MetricsLog::MetricsLog(const std::string& path, bool append)
     : out_(path, append ? std::ios::app : std::ios::trunc) {
   GPIPE_CHECK(out_.is_open(), "--metrics: cannot open '", path, "' for writing");

@@ -26,6 +26,8 @@ class JsonLine {
     return add(key, std::string_view(value));
   }
   JsonLine& add(std::string_view key, const std::vector<double>& values);
+  // `json` must already be valid JSON (a nested object or array).
+  JsonLine& add_json(std::string_view key, std::string_view json);
   std::string str() const { return "{" + body_ + "}"; }
 
  private:

@@ -63,6 +63,10 @@ uint64_t data_seed(const TrainConfig& c) { return mix_key(c.seed, 0xda7a); }
 uint64_t dropout_seed(const TrainConfig& c) { return mix_key(c.seed, 0xd209); }
 uint64_t weight_seed(const TrainConfig& c) { return mix_key(c.seed, 0x3e1); }
 
+void Task::export_data(Pipeline&, const std::string&, int64_t, const std::string&) const {
+  throw Error("--export-data: only the translation task (--model=transformer) exports its data");
+}
+
 void require_directory(const std::string& dir, const char* flag) {
   struct stat st {};
   GPIPE_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), flag, ": directory '", dir,

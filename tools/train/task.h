@@ -93,6 +93,15 @@ class Task {
   virtual bool counts_tokens() const = 0;
   // Checkpoint metadata: what the model and the data order depend on.
   virtual std::map<std::string, std::string> metadata() const = 0;
+  // --export-data: writes `dir`/data.json, everything a reference
+  // implementation needs to train on exactly this run's data: the pairs,
+  // each of `steps` steps' rows, the evaluated test rows, the tokenizer's
+  // layout, the model's settings, `settings` (a JSON object from the trainer:
+  // optimizer, schedule) and the eval-mode loss of step 0's batch under
+  // `pipe`'s initial weights (a check for the reference). Only the
+  // translation task has one; the others throw gpipe::Error.
+  virtual void export_data(Pipeline& pipe, const std::string& settings, int64_t steps,
+                           const std::string& dir) const;
 };
 
 // Loads the data `c` names (throws gpipe::Error naming a missing directory

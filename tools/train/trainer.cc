@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <memory>
@@ -263,6 +264,10 @@ class Trainer {
   }
 
   TrainSummary run() {
+    if (!c_.export_data.empty()) {
+      export_data();
+      return summary_;
+    }
     int64_t step = pipe_->steps_done();
     if (step >= c_.steps)
       log_ << "already at step " << step << " of " << c_.steps << ": nothing to train\n";
@@ -556,6 +561,14 @@ class Trainer {
     if (r.chrf) line.add("chrf", *r.chrf).add("sentences", r.sentences);
     line.add("seconds", r.seconds);
     metrics_.write(line);
+    // The final evaluation's translations, every one, for scoring elsewhere.
+    if (final)
+      for (const SampleTranslation& s : r.samples) {
+        JsonLine t;
+        t.add("type", "translation").add("step", step).add("language", s.language);
+        t.add("source", s.source).add("reference", s.reference).add("hypothesis", s.hypothesis);
+        metrics_.write(t);
+      }
     plot_eval_loss_.points.emplace_back(step, r.loss);
     const std::optional<double> metric = r.chrf       ? r.chrf
                                          : r.iou      ? r.iou
@@ -566,6 +579,26 @@ class Trainer {
                         : r.iou ? "held-out foreground IoU"
                                 : "test accuracy (%)";
     if (final) summary_.final_eval = r;
+  }
+
+  // --export-data: the task's data and settings, the initial weights as a
+  // checkpoint at step 0; no step is taken.
+  void export_data() {
+    if (world_) throw UsageError("--export-data: runs in one process (start it without mpirun)");
+    JsonLine settings;
+    settings.add("optimizer", opt_->name());
+    JsonLine hyper;
+    for (const auto& [k, v] : opt_->hyper_params()) hyper.add(k, v);
+    settings.add_json("hyper_params", hyper.str());
+    settings.add("lr", *c_.lr).add("lr_schedule", schedule_->str());
+    settings.add("clip_norm", c_.clip_norm).add("seed", static_cast<int64_t>(c_.seed));
+    settings.add("partitions", c_.partitions).add("micro_batches", c_.micro_batches);
+    task_->export_data(*pipe_, settings.str(), c_.steps, c_.export_data);
+    const std::string weights =
+        (std::filesystem::path(c_.export_data) / "init.safetensors").string();
+    optim::save_checkpoint(weights, pipe_->named_state(), *opt_, 0, run_metadata(c_, *task_));
+    log_ << "exported the data of " << c_.steps << " steps and the initial weights to "
+         << c_.export_data << " (data.json, init.safetensors)\n";
   }
 
   void save(int64_t step) {

@@ -13,7 +13,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "optim/checkpoint.h"
 #include "tools/train/config.h"
+#include "tools/train/metrics_log.h"
+#include "tools/train/task.h"
 
 using namespace gpipe;
 using namespace gpipe::train;
@@ -116,7 +119,7 @@ TEST_CASE("gpipe_train: a tiny transformer on a slice of iso-codes learns and wr
   std::ifstream in(metrics);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  REQUIRE(lines.size() == 4);  // 3 steps + the final evaluation
+  REQUIRE(lines.size() == 8);  // 3 steps, the final evaluation, its 4 translations
   for (int i = 0; i < 3; ++i) {
     INFO(lines[i]);
     for (const char* key :
@@ -127,6 +130,81 @@ TEST_CASE("gpipe_train: a tiny transformer on a slice of iso-codes learns and wr
   CHECK_THAT(lines[0], Contains("\"step\":1,"));
   CHECK_THAT(lines[3],
              Contains("\"type\":\"eval\"") && Contains("\"chrf\":") && Contains("\"loss\":"));
+  // Every translation of the final evaluation, as decoded, for scoring elsewhere.
+  for (int i = 0; i < 4; ++i) {
+    const SampleTranslation& t = s.final_eval->samples[i];
+    INFO(lines[4 + i]);
+    CHECK_THAT(lines[4 + i], Contains("{\"type\":\"translation\",\"step\":3,") &&
+                                 Contains("\"language\":" + json_string(t.language)) &&
+                                 Contains("\"source\":" + json_string(t.source)) &&
+                                 Contains("\"reference\":" + json_string(t.reference)) &&
+                                 Contains("\"hypothesis\":" + json_string(t.hypothesis)));
+  }
+}
+
+TEST_CASE(
+    "gpipe_train --export-data writes the run's batches and initial weights, trains nothing") {
+  const std::string dir = temp_path("export");
+  const std::vector<std::string> base = with(tiny_transformer(0.1), {"--steps=5"});
+  const std::vector<std::string> flags = with(base, {"--seed=7"});
+  std::ostringstream log;
+  const TrainSummary s =
+      train::train(parse_train_flags(with(flags, {"--export-data=" + dir})), log);
+  INFO(log.str());
+  CHECK(s.losses.empty());
+  CHECK(!s.final_eval.has_value());
+  CHECK_THAT(log.str(), Contains("exported the data of 5 steps and the initial weights to " + dir));
+
+  std::ifstream in(dir + "/data.json");
+  REQUIRE(in.good());
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(json.rfind("{\"format\":\"gpipe-translation-export/1\"", 0) == 0);
+  CHECK_THAT(json, Contains("\"languages\":[\"fr\",\"de\"]") && Contains("\"batch\":16,") &&
+                       Contains("\"steps\":5,") && Contains("\"max_src_len\":17,") &&
+                       Contains("\"dim\":32,") && Contains("\"lr_schedule\":\"cosine:") &&
+                       Contains("\"optimizer\":\"Adam\""));
+  // Step 0's tokens are the batch this run would train on first.
+  const TrainConfig c = parse_train_flags(flags);
+  const std::unique_ptr<Task> task = make_task(c);
+  const Batch first = task->batch_at(0);
+  auto ints = [](const Tensor& t) {
+    std::string out;
+    for (int64_t v : t.to_vector<int64_t>()) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(v);
+    }
+    return "[" + out + "]";
+  };
+  CHECK_THAT(json, Contains("\"src\":" + ints(first.inputs[0])) &&
+                       Contains("\"tgt_in\":" + ints(first.inputs[1])) &&
+                       Contains("\"tgt_out\":" + ints(first.targets[0])));
+  // One row list per step, 16 rows each; the 4 decoded test rows (--eval-sentences).
+  const size_t at = json.find("\"step_rows\":[");
+  REQUIRE(at != std::string::npos);
+  const std::string rows = json.substr(at);
+  CHECK(std::count(rows.begin(), rows.end(), '\n') == 5 + 1);
+  CHECK(std::count(rows.begin(), rows.end(), ',') == 5 * 15 + 4);
+  const size_t d = json.find("\"decode_rows\":[");
+  REQUIRE(d != std::string::npos);
+  const std::string decode = json.substr(d, json.find(']', d) - d);
+  CHECK(std::count(decode.begin(), decode.end(), ',') == 3);
+
+  // The weights are the run's initial ones: a model of another seed loads them
+  // and then equals a freshly built model of this seed, tensor for tensor.
+  Model mine = task->make_model();
+  Model other = make_task(parse_train_flags(with(base, {"--seed=8"})))->make_model();
+  const std::vector<NamedTensor> want = named_state(mine.layers), got = named_state(other.layers);
+  REQUIRE(want.size() == got.size());
+  CHECK(want[0].tensor->to_vector<float>() != got[0].tensor->to_vector<float>());
+  int64_t step = -1;
+  optim::load_checkpoint(dir + "/init.safetensors", got, nullptr, &step,
+                         {.aliases = {{"src_embed.shared_embedding", "tgt_embed.shared_embedding",
+                                       "output.shared_embedding"}}});
+  CHECK(step == 0);
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO(want[i].name);
+    CHECK(want[i].tensor->to_vector<float>() == got[i].tensor->to_vector<float>());
+  }
 }
 
 TEST_CASE(

@@ -10,6 +10,8 @@
 // length-bucketed (StepRows), which roughly halves the padding.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "core/allocator.h"
@@ -18,6 +20,7 @@
 #include "data/translation.h"
 #include "data/translation_batch.h"
 #include "tools/train/decode.h"
+#include "tools/train/metrics_log.h"
 #include "tools/train/task.h"
 
 namespace gpipe::train {
@@ -33,6 +36,26 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 int64_t pair_length(const TranslationPair& p) {
   return static_cast<int64_t>(std::max(p.source.size(), p.target.size()));
+}
+
+std::string json_ints(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(v[i]);
+  }
+  return out + "]";
+}
+
+// [[language, source, target], ...]
+std::string json_pairs(const std::vector<TranslationPair>& pairs) {
+  std::string out = "[";
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    out += i ? ",\n[" : "\n[";
+    out += json_string(pairs[i].language) + "," + json_string(pairs[i].source) + "," +
+           json_string(pairs[i].target) + "]";
+  }
+  return out + "]";
 }
 
 class TranslationTask final : public Task {
@@ -149,6 +172,77 @@ class TranslationTask final : public Task {
     if (sentences > 0) r.chrf = chrf.score();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
+  }
+
+  void export_data(Pipeline& pipe, const std::string& settings, int64_t steps,
+                   const std::string& dir) const override {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    GPIPE_CHECK(!ec, "--export-data: cannot create directory '", dir, "': ", ec.message());
+    const models::TransformerConfig t = transformer_config(c_);
+    JsonLine model;
+    model.add("layers", t.layers).add("ffn", t.ffn).add("heads", t.heads).add("dim", t.dim);
+    model.add("vocab", t.vocab).add("pad_id", t.pad_id).add("max_len", t.max_len);
+    model.add("dropout", t.dropout).add("label_smoothing", t.label_smoothing);
+    model.add("logit_clip", t.logit_clip).add("scaled_init", t.scaled_init);
+    GPIPE_CHECK(t.activation == Activation::kRelu,
+                "--export-data: the reference knows the ReLU feed-forward only");
+    model.add("activation", "relu");
+    JsonLine tokens;
+    tokens.add("pad", ByteTokenizer::kPad).add("bos", ByteTokenizer::kBos);
+    tokens.add("eos", ByteTokenizer::kEos).add("unk", ByteTokenizer::kUnk);
+    tokens.add("first_tag", ByteTokenizer::kNumSpecial);
+    tokens.add("first_byte", tokenizer_->byte_id(0)).add("vocab", tokenizer_->vocab_size());
+    std::string languages = "[";
+    for (size_t i = 0; i < corpus_.languages.size(); ++i) {
+      if (i) languages += ',';
+      languages += json_string(corpus_.languages[i]);
+    }
+    languages += "]";
+    // The check: step 0's batch in eval mode (no dropout) under the initial weights.
+    const std::vector<int64_t> rows0 = rows_->rows(0);
+    const TranslationBatch b0 =
+        make_translation_batch(corpus_.train, rows0, *tokenizer_, batch_opt_);
+    double check_loss = 0;
+    {
+      EvalMode eval(pipe);
+      const Bundle out = pipe.predict(
+          {b0.src, b0.tgt_in},
+          {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows0.size()))});
+      CrossEntropyLoss loss(CrossEntropyLossOptions{.ignore_index = ByteTokenizer::kPad});
+      const Tensor labels = b0.tgt_out.to(out[0].device());
+      check_loss = loss.sum(out, {labels}).item() / loss.count({labels});
+    }
+    JsonLine check;
+    check.add_json("src", json_ints(b0.src.to_vector<int64_t>()));
+    check.add_json("tgt_in", json_ints(b0.tgt_in.to_vector<int64_t>()));
+    check.add_json("tgt_out", json_ints(b0.tgt_out.to_vector<int64_t>()));
+    check.add_json("shape", json_ints({b0.src.size(0), b0.src.size(1), b0.tgt_in.size(1)}));
+    check.add("eval_loss", check_loss);
+    std::string step_rows = "[";
+    for (int64_t s = 0; s < steps; ++s) {
+      step_rows += s ? ",\n" : "\n";
+      step_rows += json_ints(rows_->rows(s));
+    }
+    step_rows += "]";
+    JsonLine all;
+    all.add("format", "gpipe-translation-export/1");
+    all.add("describe", describe());
+    all.add_json("languages", languages).add_json("tokens", tokens.str());
+    all.add("max_src_len", batch_opt_.max_src_len).add("max_tgt_len", batch_opt_.max_tgt_len);
+    all.add("batch", c_.batch).add("steps", steps).add("eval_chunk", kEvalChunkBatches * c_.batch);
+    all.add_json("model", model.str()).add_json("settings", settings);
+    all.add_json("check", check.str());
+    all.add_json("eval_rows", json_ints(eval_order_));
+    all.add_json("decode_rows", json_ints(decode_order_));
+    all.add_json("test", json_pairs(corpus_.test));
+    all.add_json("train", json_pairs(corpus_.train));
+    all.add_json("step_rows", step_rows);
+    const std::string path = (std::filesystem::path(dir) / "data.json").string();
+    std::ofstream f(path, std::ios::trunc);
+    f << all.str() << "\n";
+    f.close();
+    GPIPE_CHECK(f.good(), "--export-data: cannot write '", path, "'");
   }
 
   std::map<std::string, std::string> metadata() const override {
