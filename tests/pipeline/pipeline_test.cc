@@ -600,14 +600,18 @@ TEST_CASE("pipeline: trace, bubble and memory report") {
 }
 
 TEST_CASE(
-    "pipeline: AmoebaNet-D gradients equal single-device ones (BatchNorm as a fixed affine map)") {
+    "pipeline: AmoebaNet-D and -B gradients equal single-device ones (BatchNorm as a fixed affine "
+    "map)") {
   // With BatchNorm in eval mode (running statistics) the network has no
   // cross-example coupling, so any (K, M) must give the full-batch gradients.
   models::AmoebaNetConfig cfg{
       .num_normal_cells = 1, .filters = 8, .in_channels = 1, .num_classes = 5, .seed = 2};
   const Batch batch{{Tensor::randn(Shape{7, 1, 32, 32}, 21)},
                     {Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1}, Shape{7})}};
-  Model ref = models::amoebanet_d(cfg);
+  auto build = GENERATE(as<Model (*)(const models::AmoebaNetConfig&)>{}, models::amoebanet_d,
+                        models::amoebanet_b);
+  INFO((build == &models::amoebanet_d ? "AmoebaNet-D" : "AmoebaNet-B"));
+  Model ref = build(cfg);
   for (auto& l : ref.layers) l->eval();
   Tensor loss = ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets);
   loss.backward();
@@ -616,8 +620,7 @@ TEST_CASE(
     if (p.tensor->requires_grad()) want[p.name] = p.tensor->grad().to_vector<float>();
   for (auto [k, m] : {std::pair{2, 3}, std::pair{3, 7}, std::pair{4, 2}}) {
     INFO("K=" << k << " M=" << m);
-    Pipeline pipe(models::amoebanet_d(cfg),
-                  {.cells = k, .micro_batches = m, .threads_per_stage = 1}, batch);
+    Pipeline pipe(build(cfg), {.cells = k, .micro_batches = m, .threads_per_stage = 1}, batch);
     pipe.train(false);
     const StepResult r = pipe.train_step(batch);
     CHECK(r.loss == Approx(loss.item()).epsilon(1e-5));
