@@ -123,17 +123,20 @@ def compare(a):
     if common:
         lr_diff = max(abs(gt[s]["lr"] - tt[s]["lr"]) for s in common)
         print(f"\nlearning rate: largest difference {lr_diff:.3g} over {len(common)} steps")
-        rel = [abs(gt[s]["loss"] - tt[s]["loss"]) / abs(gt[s]["loss"]) for s in common]
+        rel = [abs(gt[s]["loss"] - tt[s]["loss"]) / abs(gt[s]["loss"]) for s in common
+               if gt[s]["loss"] is not None and tt[s]["loss"] is not None and gt[s]["loss"] != 0]
         print(f"training loss: largest relative difference {max(rel[:10]):.2e} over the first "
               f"{min(10, len(rel))} steps, {max(rel):.2e} over all")
         print(f"\n| steps | gpipe mean train loss | PyTorch mean train loss |\n|---|---|---|")
         for lo in range(common[0], common[-1] + 1, a.window):
-            ss = [s for s in common if lo <= s < lo + a.window]
+            ss = [s for s in common if lo <= s < lo + a.window
+                  and gt[s]["loss"] is not None and tt[s]["loss"] is not None]
             if ss:
                 gm = sum(gt[s]["loss"] for s in ss) / len(ss)
                 tm = sum(tt[s]["loss"] for s in ss) / len(ss)
                 print(f"| {ss[0]}-{ss[-1]} | {gm:.4f} | {tm:.4f} |")
     gtr = read_jsonl(a.gpipe_translations) if a.gpipe_translations else g
+    scored = {}
     for label, rows, evals in (("gpipe", gtr, ge), ("PyTorch", t, te)):
         tr = by_type(rows, "translation")
         if not tr:
@@ -142,13 +145,19 @@ def compare(a):
         step = max(r["step"] for r in tr)
         tr = [r for r in tr if r["step"] == step]
         score = corpus_chrf([r["hypothesis"] for r in tr], [r["reference"] for r in tr])
-        own = evals.get(step, {}).get("chrf")
+        ev = evals.get(step, {})
         if label == "gpipe" and a.gpipe_translations:
-            own = {r["step"]: r for r in by_type(gtr, "eval")}.get(step, {}).get("chrf")
+            ev = {r["step"]: r for r in by_type(gtr, "eval")}.get(step, {})
+        own = ev.get("chrf_all") if ev.get("sentences_all") == len(tr) else ev.get("chrf")
         exact = sum(r["hypothesis"] == r["reference"] for r in tr)
+        scored[label] = {(r["language"], r["source"], r["reference"]) for r in tr}
         print(f"\n{label} at step {step}: sacreBLEU chrF {score:.2f} over {len(tr)} sentences "
               f"(the run reported {own if own is None else round(own, 2)}); "
               f"exact matches {exact} ({100 * exact / len(tr):.1f}%)")
+    if len(scored) == 2 and scored["gpipe"] != scored["PyTorch"]:
+        print("\nwarning: the two final translation sets are different test pairs "
+              f"({len(scored['gpipe'])} and {len(scored['PyTorch'])}; {len(scored['gpipe'] & scored['PyTorch'])} "
+              "in common): the two sacreBLEU figures are not side by side (see --gpipe-translations)")
 
 
 # ---------------------------------------------------------------- train
@@ -358,7 +367,8 @@ class Data:
     def __init__(self, export):
         self.x = export
         tok = export["tokens"]
-        self.pad, self.bos, self.eos = tok["pad"], tok["bos"], tok["eos"]
+        self.pad, self.bos, self.eos, self.unk = tok["pad"], tok["bos"], tok["eos"], tok["unk"]
+        self.languages = export["languages"]
         self.first_tag, self.first_byte = tok["first_tag"], tok["first_byte"]
         self.lang = {l: i for i, l in enumerate(export["languages"])}
         self.train, self.test = export["train"], export["test"]
@@ -450,8 +460,21 @@ def greedy(model, src, max_len, data):
 
 
 def detok(ids, data):
-    return bytes(i - data.first_byte for i in ids if data.first_byte <= i < data.first_byte + 256).decode(
-        "utf-8", errors="replace")
+    """ByteTokenizer::decode (data/tokenizer.cc), then the text as gpipe's chrF sees it:
+    invalid UTF-8 bytes as surrogate escapes, one character each."""
+    out = bytearray()
+    for i in ids:
+        if i == data.eos:
+            break
+        if i in (data.pad, data.bos):
+            continue
+        if i == data.unk:
+            out += "\ufffd".encode()
+        elif data.first_tag <= i < data.first_byte:
+            out += f"<{data.languages[i - data.first_tag]}>".encode()
+        else:
+            out.append(i - data.first_byte)
+    return out.decode("utf-8", errors="surrogateescape")
 
 
 @torch.no_grad()
@@ -480,7 +503,9 @@ def evaluate(model, data, export, decode_rows, scored):
             samples.append({"language": lang, "source": source, "reference": target, "hypothesis": hyps[-1]})
     model.train()
     r = {"loss": total / max(terms, 1), "examples": len(rows), "token_accuracy": correct / max(terms, 1),
-         "chrf": corpus_chrf(hyps[:scored], refs[:scored]) if scored else None, "sentences": scored}
+         "chrf": corpus_chrf(hyps[:scored], refs[:scored]) if scored else None}
+    if scored:
+        r["sentences"] = scored
     if len(hyps) > scored:
         r.update({"chrf_all": corpus_chrf(hyps, refs), "sentences_all": len(hyps)})
     r["seconds"] = time.perf_counter() - t0
@@ -492,6 +517,8 @@ def check_step0(model, data, export):
     rows = export["step_rows"][0]
     src, tin, tout = data.batch(data.train, rows)
     b, s, t = chk["shape"]
+    if chk.get("eval_loss") is None:
+        fail("the export's step-0 loss is not finite: gpipe's initial model gives no usable check")
     if (tuple(src.shape), tuple(tin.shape)) != ((b, s), (b, t)):
         fail(f"step 0's batch is {tuple(src.shape)} / {tuple(tin.shape)}; gpipe's was {(b, s)} / {(b, t)}")
     for name, mine in (("src", src), ("tgt_in", tin), ("tgt_out", tout)):
@@ -557,9 +584,10 @@ def train(a):
         r, samples = evaluate(model, data, export, rows, len(export["decode_rows"]))
         write({"type": "eval", "step": step, **r})
         more = (f"; chrF {r['chrf_all']:.2f} over all {r['sentences_all']} decoded" if "chrf_all" in r else "")
+        chrf = (f", chrF {r['chrf']:.2f} ({r['sentences']} greedy translations{more})"
+                if r["chrf"] is not None else "")
         print(f"eval at step {step}: held-out loss {r['loss']:.4f} ({r['examples']} examples), token accuracy "
-              f"{100 * r['token_accuracy']:.2f}%, chrF {r['chrf']:.2f} ({r['sentences']} greedy translations"
-              f"{more})  [{r['seconds']:.0f}s]", flush=True)
+              f"{100 * r['token_accuracy']:.2f}%{chrf}  [{r['seconds']:.0f}s]", flush=True)
         if final:
             for s in samples:
                 write({"type": "translation", "step": step, **s})

@@ -14,10 +14,7 @@
 #include "core/error.h"
 
 namespace gpipe {
-namespace {
 
-// UTF-8 to code points; an invalid byte b becomes U+DC00 + b (Python's
-// "surrogateescape"), so it is still one character.
 std::u32string decode_utf8(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
@@ -49,6 +46,8 @@ std::u32string decode_utf8(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 // Python's str.isspace() set, which sacreBLEU's re.sub(r'\s+', '') removes.
 bool is_space(char32_t c) {

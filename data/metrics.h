@@ -12,6 +12,12 @@
 
 namespace gpipe {
 
+// UTF-8 to Unicode code points. An invalid byte b (a bad lead or
+// continuation byte, a truncated, overlong or surrogate sequence, a value
+// past U+10FFFF) becomes U+DC00 + b, as Python's "surrogateescape" does, so
+// it is one character and distinct from every valid one.
+std::u32string decode_utf8(std::string_view s);
+
 // chrF (Popović 2015) with sacreBLEU's defaults: character n-grams of orders
 // 1..6 over Unicode code points of the UTF-8 text, whitespace removed,
 // beta = 2. Corpus level: n-gram counts are summed over all sentences, then

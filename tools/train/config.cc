@@ -269,6 +269,13 @@ static void validate_optimisation(const TrainConfig& c) {
     usage(c.resume.empty(),
           "--export-data: exports a run from its start (its initial weights); drop --resume");
     usage(c.replicas == 1, "--export-data: runs in one process; drop --replicas");
+    // It trains nothing: an output flag of the training run would only be emptied.
+    for (const auto& [flag, value] : {std::pair{"--metrics", &c.metrics},
+                                      {"--save", &c.save},
+                                      {"--plot", &c.plot},
+                                      {"--trace", &c.trace}})
+      usage(value->empty(), "--export-data: trains nothing, so it writes no ", flag, " file (drop ",
+            flag, "; the same command without --export-data is the run)");
   }
 }
 

@@ -87,6 +87,11 @@ TEST_CASE("gpipe_train flags: --export-data is the translation task's, from a ru
              Contains("--export-data") && Contains("drop --resume"));
   CHECK_THAT(usage_error({"--model=transformer", "--export-data=/tmp/x", "--replicas=2"}),
              Contains("--export-data: runs in one process"));
+  // It trains nothing: the training run's output files are not touched.
+  CHECK_THAT(usage_error({"--model=transformer", "--export-data=/tmp/x", "--metrics=m.jsonl"}),
+             Contains("--export-data: trains nothing, so it writes no --metrics file"));
+  CHECK_THAT(usage_error({"--model=transformer", "--export-data=/tmp/x", "--save=c.safetensors"}),
+             Contains("drop --save"));
 }
 
 TEST_CASE("gpipe_train flags: the design card's commands run as typed, with a default budget") {

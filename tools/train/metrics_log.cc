@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "data/metrics.h"
 
 namespace gpipe::train {
 
@@ -17,16 +18,30 @@ std::string json_number(double v) {
 
 std::string json_string(std::string_view s) {
   std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
+  char esc[8];
+  for (char32_t cp : decode_utf8(s)) {
+    if (cp == '"' || cp == '\\') {
       out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\u%04x", ch);
+      out += static_cast<char>(cp);
+    } else if (cp < 0x20 || (cp >= 0xdc80 && cp <= 0xdcff)) {
+      // Control characters, and invalid UTF-8 bytes as Python's surrogateescape
+      // reads them back (decode_utf8 never yields a surrogate for valid text).
+      std::snprintf(esc, sizeof(esc), "\\u%04x", static_cast<unsigned>(cp));
       out += esc;
+    } else if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xc0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xe0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
     } else {
-      out += static_cast<char>(ch);
+      out += static_cast<char>(0xf0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+      out += static_cast<char>(0x80 | (cp & 0x3f));
     }
   }
   return out + "\"";
@@ -64,7 +79,10 @@ JsonLine& JsonLine::add(std::string_view k, std::string_view value) {
 JsonLine& JsonLine::add(std::string_view k, const std::vector<double>& values) {
   key(k);
   body_ += "[";
-  for (size_t i = 0; i < values.size(); ++i) body_ += (i ? "," : "") + json_number(values[i]);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) body_ += ',';
+    body_ += json_number(values[i]);
+  }
   body_ += "]";
   return *this;
 }

@@ -37,6 +37,10 @@ class JsonLine {
 
 // Shortest text that reads back as exactly `v` ("null" if not finite).
 std::string json_number(double v);
+// A JSON string literal of `s`: quotes, backslashes and control characters
+// escaped; valid UTF-8 as it is; each invalid byte b as "\udcXX", which
+// Python's json reads back as the "surrogateescape" character of b (the
+// character gpipe's chrF counts for it, data/metrics.h).
 std::string json_string(std::string_view s);
 
 class MetricsLog {

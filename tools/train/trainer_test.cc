@@ -142,6 +142,20 @@ TEST_CASE("gpipe_train: a tiny transformer on a slice of iso-codes learns and wr
   }
 }
 
+TEST_CASE("gpipe_train's JSON strings: escapes, UTF-8 kept, invalid bytes as surrogate escapes") {
+  CHECK(json_string("plain") == "\"plain\"");
+  CHECK(json_string("a\"b\\c") == "\"a\\\"b\\\\c\"");
+  CHECK(json_string("tab\tnl\n\x01") == "\"tab\\u0009nl\\u000a\\u0001\"");
+  CHECK(json_string("Ústí, Київ, 𝔘") == "\"Ústí, Київ, 𝔘\"");  // valid UTF-8 unchanged
+  // Invalid bytes (what a byte-level model can emit): one escape each, as
+  // Python's json + surrogateescape read them back.
+  CHECK(json_string("\xff") == "\"\\udcff\"");
+  CHECK(json_string("ok\xc3") == "\"ok\\udcc3\"");                    // truncated 2-byte sequence
+  CHECK(json_string("\xe2\x82x") == "\"\\udce2\\udc82x\"");           // truncated 3-byte sequence
+  CHECK(json_string("\xc0\xaf") == "\"\\udcc0\\udcaf\"");             // overlong '/'
+  CHECK(json_string("\xed\xa0\x80") == "\"\\udced\\udca0\\udc80\"");  // a surrogate
+}
+
 TEST_CASE(
     "gpipe_train --export-data writes the run's batches and initial weights, trains nothing") {
   const std::string dir = temp_path("export");
