@@ -3,6 +3,7 @@
 #include "ops/reduce.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "ops/common.h"
 #include "ops/elementwise.h"
@@ -108,6 +109,34 @@ Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
   Tensor idx = Tensor::empty(out.shape(), DType::kInt64, x.device());
   reduce_max(x.device(), detail::dense(x), v.outer, v.n, v.inner, out, idx);
   return idx;
+}
+
+double sum_of_squares(const std::vector<Tensor>& tensors, const char* what) {
+  NoGradGuard no_grad;
+  std::vector<double> sums(tensors.size(), 0.0);
+  // Per device: the positions of its tensors, reduced into one float64 vector there.
+  std::vector<std::pair<Device, std::vector<size_t>>> by_device;  // in order of appearance
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (!t.defined() || t.numel() == 0) continue;
+    GPIPE_CHECK(is_floating(t.dtype()), what, ": tensor ", i, " has dtype ", t.dtype(),
+                "; expected float32 or float64");
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& d) { return d.first == t.device(); });
+    if (it == by_device.end()) it = by_device.insert(by_device.end(), {t.device(), {}});
+    it->second.push_back(i);
+  }
+  for (const auto& [device, positions] : by_device) {
+    Tensor out =
+        Tensor::zeros(Shape{static_cast<int64_t>(positions.size())}, DType::kFloat64, device);
+    for (size_t k = 0; k < positions.size(); ++k)
+      sum_squares_into(device, tensors[positions[k]].contiguous(), out, static_cast<int64_t>(k));
+    const std::vector<double> host = out.to_vector<double>();
+    for (size_t k = 0; k < positions.size(); ++k) sums[positions[k]] = host[k];
+  }
+  double total = 0.0;
+  for (double s : sums) total += s;
+  return total;
 }
 
 }  // namespace gpipe::ops

@@ -16,4 +16,12 @@ GPIPE_DECLARE_KERNEL(reduce_max, void(const Tensor& x, int64_t outer, int64_t n,
 GPIPE_DECLARE_KERNEL(reduce_max_backward, void(const Tensor& g, const Tensor& argmax, int64_t outer,
                                                int64_t n, int64_t inner, Tensor& gx));
 
+// out[index] = the sum of x^2 over x's elements (x contiguous, float32 or
+// float64; out a float64 vector on x's device), accumulated in double: each
+// block of kSquaresBlock elements on its own, the blocks' sums then added in
+// block order, so the value is the same whatever the threads or the launch.
+// The gradient norm of a step (ops::sum_of_squares), on the gradients' device.
+inline constexpr int64_t kSquaresBlock = int64_t{1} << 15;
+GPIPE_DECLARE_KERNEL(sum_squares_into, void(const Tensor& x, Tensor& out, int64_t index));
+
 }  // namespace gpipe::ops

@@ -3,8 +3,10 @@
 //
 // All functions read each parameter's grad() (undefined gradients count as
 // absent), visit a tensor shared by several entries (tied weights) once, and
-// accept parameters spread over several CPU devices (cpu:i). float32 and
-// float64 gradients; anything else throws gpipe::Error naming the parameter.
+// accept parameters spread over several devices: each gradient is reduced
+// and scaled on its own device (ops::sum_of_squares, ops::mul_scalar), one
+// copy of the per-tensor sums comes back per device. float32 and float64
+// gradients; anything else throws gpipe::Error naming the parameter.
 #pragma once
 
 #include <vector>

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#include "core/parallel.h"
 #include "core/tensor.h"
+#include "ops/reduce_kernels.h"
 
 namespace gpipe::optim {
 namespace {
@@ -63,6 +65,32 @@ TEST_CASE("The norm is exact in float64 for large float32 gradients, whatever th
   const int64_t n = 300001;
   Tensor p = with_grad(std::vector<double>(n, 0.5));
   CHECK(grad_norm({{"p", &p}}) == std::sqrt(0.25 * n));
+}
+
+TEST_CASE("The norm is the same bits at any thread count, the blocks added in order") {
+  // Values whose squares do not add associatively in double, over many blocks.
+  std::vector<double> v(5 * ops::kSquaresBlock + 17);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * static_cast<double>(i)) * 1e3;
+  Tensor p = with_grad(v, DType::kFloat64);
+  Tensor q = with_grad({1e-8, 3.0}, DType::kFloat32, Device{DeviceType::kCPU, 1});
+  const std::vector<NamedTensor> ps{{"p", &p}, {"q", &q}};
+  double want = 0;  // the documented order: block by block, blocks in order, tensors in order
+  for (size_t b = 0; b < v.size(); b += ops::kSquaresBlock) {
+    double block = 0;
+    for (size_t i = b; i < std::min(v.size(), b + ops::kSquaresBlock); ++i) block += v[i] * v[i];
+    want += block;
+  }
+  want += static_cast<double>(1e-8f) * static_cast<double>(1e-8f) + 9.0;
+  std::vector<double> got;
+  const int before = intra_op_threads();
+  for (int threads : {1, 2, 3}) {
+    set_default_intra_op_threads(threads);
+    got.push_back(grad_norm(ps));
+  }
+  set_default_intra_op_threads(before);
+  CHECK(got[0] == std::sqrt(want));
+  CHECK(got[1] == got[0]);
+  CHECK(got[2] == got[0]);
 }
 
 TEST_CASE("clip_grad_norm rejects a bad max_norm") {

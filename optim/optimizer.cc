@@ -35,9 +35,11 @@ Optimizer::Optimizer(std::string name, std::vector<NamedTensor> params, double l
     if (!seen.insert(id).second) continue;
     GPIPE_CHECK(is_floating(t.dtype()), name_, ": parameter '", p.name, "' has dtype ", t.dtype(),
                 "; optimizers update float32 or float64 tensors");
-    GPIPE_CHECK(t.device().is_cpu(), name_, ": parameter '", p.name, "' is on ", t.device(),
-                "; optimizers run on CPU devices (cpu:i) only");
-    Slot slot{p.name, p.tensor, id, Tensor::zeros(Shape{}, DType::kInt64, t.device()), {}};
+    // The update runs on the parameter's device (its kernel slot, Note
+    // [Multi-tensor updates]). The step count is read on the host every step:
+    // beside a CPU parameter, in host memory for an accelerator's.
+    const Device counter = t.device().is_cpu() ? t.device() : kCpu;
+    Slot slot{p.name, p.tensor, id, Tensor::zeros(Shape{}, DType::kInt64, counter), {}};
     slots_.push_back(std::move(slot));
   }
 }

@@ -71,8 +71,10 @@ class Optimizer {
   // `name` is the optimizer's display name, used in every error message.
   // `params` may repeat one tensor under several names (tied weights): it is
   // kept once, under the first name. Every tensor must be defined, float32 or
-  // float64, on a CPU device (cpu:i); two different tensors may not share a
-  // name. Throws gpipe::Error naming the optimizer otherwise.
+  // float64, on any device with the optimizer's kernel (its state lives there
+  // too; CUDA's kernels are compile-checked, no GPU has run them); two
+  // different tensors may not share a name. Throws gpipe::Error naming the
+  // optimizer otherwise.
   Optimizer(std::string name, std::vector<NamedTensor> params, double lr);
 
   // Adds a zero-initialised state buffer shaped like each parameter, named

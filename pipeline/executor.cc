@@ -9,6 +9,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "ops/reduce.h"
 #include "pipeline/gradients.h"
 
 namespace gpipe {
@@ -389,12 +390,14 @@ double StageExecutor::grad_norm() {
   std::unordered_set<TensorImpl*> skip;  // tied copies after the first cell's
   for (const TiedWeight& t : ties_)
     if (t.local && t.stages.front() != opt_.info.stage) skip.insert(t.local->impl_ptr().get());
-  double sq = 0;
+  std::vector<Tensor> grads;
   if (opt_.info.replica == 0)  // replicas hold identical gradients after the step
     for (auto& p : named_parameters(stage_->layers())) {
       const Tensor g = p.tensor->grad();
-      if (g.defined() && !skip.count(p.tensor->impl_ptr().get())) sq += sum_of_squares(g);
+      if (g.defined() && !skip.count(p.tensor->impl_ptr().get())) grads.push_back(g);
     }
+  // On the stage's device, one copy of the per-tensor sums back (ops/reduce.h).
+  double sq = ops::sum_of_squares(grads, "grad_norm");
   world_->allreduce(&sq, 1, ReduceOp::kSum, "summing the gradient norm");
   return std::sqrt(sq);
 }

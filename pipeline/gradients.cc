@@ -35,19 +35,4 @@ void allreduce_gradients(Communicator& comm, const std::vector<GradSlot>& slots,
   }
 }
 
-double sum_of_squares(const Tensor& g) {
-  const Tensor c = (g.device().is_cpu() ? g : g.to(kCpu)).contiguous();
-  double s = 0;
-  if (c.dtype() == DType::kFloat32) {
-    const float* p = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
-  } else if (c.dtype() == DType::kFloat64) {
-    const double* p = c.data<double>();
-    for (int64_t i = 0; i < c.numel(); ++i) s += p[i] * p[i];
-  } else {
-    throw Error(detail::concat("grad_norm: gradients of dtype ", c.dtype(), " are not supported"));
-  }
-  return s;
-}
-
 }  // namespace gpipe

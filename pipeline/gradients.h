@@ -30,7 +30,4 @@ struct GradSlot {
 void allreduce_gradients(Communicator& comm, const std::vector<GradSlot>& slots, Device device,
                          const char* what);
 
-// Sum of squares of a float32 / float64 gradient, in float64.
-double sum_of_squares(const Tensor& g);
-
 }  // namespace gpipe

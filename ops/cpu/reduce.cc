@@ -90,8 +90,31 @@ void max_backward_cpu(const Tensor& g, const Tensor& argmax, int64_t outer, int6
   });
 }
 
+void sum_squares_cpu(const Tensor& x, Tensor& out, int64_t index) {
+  const int64_t n = x.numel(), blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+  dispatch_floating(x.dtype(), "sum_of_squares", [&](auto z) {
+    using T = decltype(z);
+    const T* __restrict p = x.data<T>();
+    parallel_for(0, blocks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) {
+        double acc = 0.0;
+        for (int64_t i = b * kSquaresBlock, end = std::min(n, i + kSquaresBlock); i < end; ++i) {
+          const double v = static_cast<double>(p[i]);
+          acc += v * v;
+        }
+        partial[static_cast<size_t>(b)] = acc;
+      }
+    });
+  });
+  double total = 0.0;
+  for (double v : partial) total += v;
+  out.data<double>()[index] = total;
+}
+
 }  // namespace
 
+GPIPE_ISA_KERNEL(sum_squares_into, sum_squares_cpu);
 GPIPE_ISA_KERNEL(reduce_sum, sum_cpu);
 GPIPE_ISA_KERNEL(reduce_max, max_cpu);
 GPIPE_ISA_KERNEL(reduce_max_backward, max_backward_cpu);

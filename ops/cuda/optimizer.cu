@@ -1,8 +1,8 @@
 // The optimizers' element loops on CUDA (ops/optimizer_kernels.h): the same
 // per-element arithmetic as ops/cpu/optimizer.cc, one thread per element of
 // [lo, hi). The scalars are rounded to the dtype on the host, as the CPU
-// kernel rounds them. Compile-checked; the optimizers do not yet accept CUDA
-// parameters (optim/optimizer.cc).
+// kernel rounds them. optim/ calls them for CUDA parameters; compile-checked,
+// no GPU has run them yet.
 #include <cmath>
 
 #include "ops/cuda/common.cuh"

@@ -210,8 +210,51 @@ void max_backward_cuda(const Tensor& g, const Tensor& argmax, int64_t outer, int
   GPIPE_CUDA_CHECK_LAUNCH();
 }
 
+// sum_squares_into, pass 1: block task b sums the squares of block b's
+// elements [b * kSquaresBlock, ...) in double (the CPU's blocks).
+template <class T>
+__global__ void squares_block_kernel(const T* x, int64_t n, int64_t blocks, double* partial) {
+  __shared__ double shared[32];
+  for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {  // uniform per block
+    const int64_t lo = b * kSquaresBlock, hi = min(n, lo + kSquaresBlock);
+    double acc = 0;
+    for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+      const double v = static_cast<double>(x[k]);
+      acc += v * v;
+    }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partial[b] = acc;
+  }
+}
+
+// Pass 2: one thread adds the blocks' sums in block order, as the CPU does.
+__global__ void squares_finish_kernel(const double* partial, int64_t blocks, double* out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double acc = 0;
+  for (int64_t b = 0; b < blocks; ++b) acc += partial[b];
+  *out = acc;
+}
+
+void sum_squares_cuda(const Tensor& x, Tensor& out, int64_t index) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  KernelScope scope(out.device());
+  const int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
+  Tensor partial = workspace(blocks, DType::kFloat64, out.device());
+  dispatch_floating(x.dtype(), "sum_of_squares", [&](auto z) {
+    using T = decltype(z);
+    squares_block_kernel<T><<<blocks_for(blocks, 1), kThreads, 0, scope.stream()>>>(
+        x.data<T>(), n, blocks, partial.data<double>());
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+  squares_finish_kernel<<<1, 1, 0, scope.stream()>>>(partial.data<double>(), blocks,
+                                                     out.data<double>() + index);
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
+GPIPE_REGISTER_KERNEL(sum_squares_into, DeviceType::kCUDA, sum_squares_cuda);
 GPIPE_REGISTER_KERNEL(reduce_sum, DeviceType::kCUDA, sum_cuda);
 GPIPE_REGISTER_KERNEL(reduce_max, DeviceType::kCUDA, max_cuda);
 GPIPE_REGISTER_KERNEL(reduce_max_backward, DeviceType::kCUDA, max_backward_cuda);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/reduce.h"
+#include "ops/reduce_kernels.h"
 #include "tests/ops/op_table.h"
 
 namespace gpipe::testing {
@@ -105,6 +106,30 @@ GPIPE_OP_CASES({
                 CHECK(idx.at({j}) == at);
               }
             },
+    },
+    // The gradient norm's reduction: a tensor of several kSquaresBlock blocks
+    // (the last one partial), a small one, a matrix and an empty one.
+    OpCase{
+        .name = "sum_of_squares/blocks (no gradient: a norm, not an op)",
+        .covers = {"sum_squares_into"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2 * ops::kSquaresBlock + 5}, 91), rand64(Shape{7}, 92),
+                        rand64(Shape{3, 4}, 93), rand64(Shape{0}, 94)};
+            },
+        .fn =
+            [](const In& in) {
+              return In{
+                  Tensor::from_vector(std::vector<double>{ops::sum_of_squares(in)}, Shape{1})};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              double want = 0;
+              for (const Tensor& t : in)
+                for (double v : t.to_vector<double>()) want += v * v;
+              CHECK(std::abs(out[0].to_vector<double>()[0] - want) <= 1e-12 * want);
+            },
+        .check_grad = false,
     },
 });
 

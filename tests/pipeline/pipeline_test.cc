@@ -21,6 +21,7 @@
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "ops/ops.h"
+#include "optim/clip.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/profile.h"
 #include "pipeline/simulate.h"
@@ -629,6 +630,28 @@ TEST_CASE(
       CHECK(max_rel_diff(p.tensor->grad().to_vector<float>(), want.at(p.name)) < 1e-4);
     }
   }
+}
+
+TEST_CASE("pipeline: the gradient norm and clipping equal optim's on the single-device gradients") {
+  const Batch batch = token_batch(6, 9);
+  Model ref = models::transformer(tiny());
+  ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets).backward();
+  const std::vector<NamedTensor> ref_params = named_parameters(ref.layers);
+  const double want = optim::grad_norm(ref_params);  // the tied table once
+  REQUIRE(want > 0);
+  for (int k : {1, 2, 3}) {
+    INFO("K=" << k);
+    Pipeline pipe(models::transformer(tiny()),
+                  {.cells = k, .micro_batches = 2, .threads_per_stage = 1}, batch);
+    pipe.train_step(batch);
+    CHECK(pipe.grad_norm() == Approx(want).epsilon(1e-6));  // tied copies counted once
+    // Clipping to half the norm scales every gradient by the same factor as optim's.
+    CHECK(pipe.clip_grad_norm(want / 2) == Approx(want).epsilon(1e-6));
+    CHECK(pipe.grad_norm() == Approx(want / 2 * want / (want + 1e-6)).epsilon(1e-6));
+  }
+  CHECK(optim::clip_grad_norm(ref_params, want / 2) == want);
+  // Both scale by max_norm / (norm + 1e-6) (float32 gradients: rounded per element).
+  CHECK(optim::grad_norm(ref_params) == Approx(want / 2 * want / (want + 1e-6)).epsilon(1e-6));
 }
 
 TEST_CASE("pipeline: evaluate and predict agree with single-device forward and keep the mode") {
