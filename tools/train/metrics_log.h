@@ -3,6 +3,8 @@
 //
 //   {"type":"train","step":12,"loss":3.41,"lr":0.001,"examples_per_s":180.2,...}
 //   {"type":"eval","step":200,"loss":1.92,"chrf":41.3,...}
+//   {"type":"translation","step":200,"language":"fr","source":...,"reference":...,
+//    "hypothesis":...}   (the transformer's final evaluation: every sentence it decoded)
 //
 // Doubles are written in their shortest exact form; NaN and infinities as null.
 #pragma once
