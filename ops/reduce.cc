@@ -118,9 +118,10 @@ double sum_of_squares(const std::vector<Tensor>& tensors, const char* what) {
   std::vector<std::pair<Device, std::vector<size_t>>> by_device;  // in order of appearance
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    if (!t.defined() || t.numel() == 0) continue;
+    if (!t.defined()) continue;
     GPIPE_CHECK(is_floating(t.dtype()), what, ": tensor ", i, " has dtype ", t.dtype(),
                 "; expected float32 or float64");
+    if (t.numel() == 0) continue;
     auto it = std::find_if(by_device.begin(), by_device.end(),
                            [&](const auto& d) { return d.first == t.device(); });
     if (it == by_device.end()) it = by_device.insert(by_device.end(), {t.device(), {}});

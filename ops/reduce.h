@@ -19,8 +19,10 @@ Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
 // autograd): the gradient norm's reduction. Each tensor is reduced on its
 // own device (the sum_squares_into kernel, blocks in a fixed order), the
 // per-tensor sums come back in one copy per device and are added on the host
-// in the order given, so the result is reproducible bit for bit. Undefined
-// tensors count 0; non-floating ones throw gpipe::Error naming `what` and the
+// in the order given, so on a given device the result is reproducible bit
+// for bit whatever the threads (a CUDA device adds within a block in another
+// order than the CPU: equal to round-off, not to the bit). Undefined tensors
+// count 0; non-floating ones throw gpipe::Error naming `what` and the
 // tensor's position.
 double sum_of_squares(const std::vector<Tensor>& tensors, const char* what = "sum_of_squares");
 

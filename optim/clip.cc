@@ -53,11 +53,22 @@ double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm) {
   return norm;
 }
 
+namespace {
+
+// Off the CPU: x * 0 is 0 for a finite element and NaN for NaN or +-inf, so
+// the device's sum of squares of the products is 0 exactly when every element
+// of every tensor is finite (and cannot overflow). One copy back per device.
+bool all_finite_on_devices(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> zeros;
+  for (const Tensor& t : ts) zeros.push_back(ops::mul_scalar(t, 0.0));
+  return ops::sum_of_squares(zeros, "all_finite") == 0.0;
+}
+
+}  // namespace
+
 bool all_finite(const Tensor& t) {
   NoGradGuard no_grad;
-  // Off the CPU, through the device's sum of squares: finite iff every element
-  // is (for float32; a float64 element beyond 1e154 also reads as overflow).
-  if (!t.device().is_cpu()) return std::isfinite(ops::sum_of_squares({t}, "all_finite"));
+  if (!t.device().is_cpu()) return all_finite_on_devices({t});
   const Tensor c = t.contiguous();
   return dispatch_floating(c.dtype(), "all_finite", [&](auto zero) {
     using T = decltype(zero);
@@ -70,9 +81,15 @@ bool all_finite(const Tensor& t) {
 }
 
 bool all_finite(const std::vector<NamedTensor>& params) {
-  for (const Tensor& g : unique_grads(params, "all_finite"))
-    if (!all_finite(g)) return false;
-  return true;
+  NoGradGuard no_grad;
+  std::vector<Tensor> on_devices;
+  for (const Tensor& g : unique_grads(params, "all_finite")) {
+    if (!g.device().is_cpu())
+      on_devices.push_back(g);
+    else if (!all_finite(g))
+      return false;
+  }
+  return on_devices.empty() || all_finite_on_devices(on_devices);
 }
 
 }  // namespace gpipe::optim

@@ -27,7 +27,8 @@ double grad_norm(const std::vector<NamedTensor>& params);
 // skip the step. Throws gpipe::Error unless max_norm > 0 and finite.
 double clip_grad_norm(const std::vector<NamedTensor>& params, double max_norm);
 
-// True if no element of `t` (float32/float64) is NaN or infinite.
+// True if no element of `t` (float32/float64) is NaN or infinite. Off the
+// CPU through the device's reduction of t * 0 (one copy back per device).
 bool all_finite(const Tensor& t);
 // True if every defined gradient of `params` is finite.
 bool all_finite(const std::vector<NamedTensor>& params);

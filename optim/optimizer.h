@@ -59,8 +59,9 @@ class Optimizer {
   std::vector<NamedTensor> parameters() const;
   // Every state tensor, named "<param>.<state>": "<param>.step" (an int64
   // scalar counting this parameter's updates, like PyTorch's per-parameter
-  // step) then the optimizer's buffers ("<param>.exp_avg", ...), on the
-  // parameter's device. The pointers stay valid for the optimizer's lifetime
+  // step; beside a CPU parameter, in host memory for an accelerator's) then
+  // the optimizer's buffers ("<param>.exp_avg", ...), on the parameter's
+  // device. The pointers stay valid for the optimizer's lifetime
   // and may be written through (load_checkpoint does).
   std::vector<NamedTensor> state() const;
   // Hyper-parameters as text ("lr" -> "0.001"), for checkpoint metadata.
@@ -71,10 +72,11 @@ class Optimizer {
   // `name` is the optimizer's display name, used in every error message.
   // `params` may repeat one tensor under several names (tied weights): it is
   // kept once, under the first name. Every tensor must be defined, float32 or
-  // float64, on any device with the optimizer's kernel (its state lives there
-  // too; CUDA's kernels are compile-checked, no GPU has run them); two
-  // different tensors may not share a name. Throws gpipe::Error naming the
-  // optimizer otherwise.
+  // float64, on any device (its state lives there too); two different
+  // tensors may not share a name. Throws gpipe::Error naming the optimizer
+  // otherwise. A device without the optimizer's kernel fails at step() with
+  // the kernel slot's error (CUDA has them: compile-checked, no GPU has run
+  // them).
   Optimizer(std::string name, std::vector<NamedTensor> params, double lr);
 
   // Adds a zero-initialised state buffer shaped like each parameter, named
@@ -120,7 +122,7 @@ class Optimizer {
     std::string name;
     Tensor* param;
     TensorImpl* identity;  // the TensorImpl the state was made for
-    Tensor step;           // int64 scalar on the parameter's device
+    Tensor step;           // int64 scalar: the parameter's CPU device, else the host
     std::vector<Tensor> buffers;
   };
 

@@ -92,7 +92,7 @@ void max_backward_cpu(const Tensor& g, const Tensor& argmax, int64_t outer, int6
 
 void sum_squares_cpu(const Tensor& x, Tensor& out, int64_t index) {
   const int64_t n = x.numel(), blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
-  std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
+  vector<double> partial(static_cast<size_t>(blocks), 0.0);  // the prelude's, not std's
   dispatch_floating(x.dtype(), "sum_of_squares", [&](auto z) {
     using T = decltype(z);
     const T* __restrict p = x.data<T>();

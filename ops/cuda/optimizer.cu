@@ -1,5 +1,6 @@
 // The optimizers' element loops on CUDA (ops/optimizer_kernels.h): the same
-// per-element arithmetic as ops/cpu/optimizer.cc, one thread per element of
+// per-element formulas as ops/cpu/optimizer.cc (nvcc may fuse a multiply and
+// an add the CPU build keeps apart: equal to round-off), one thread per element of
 // [lo, hi). The scalars are rounded to the dtype on the host, as the CPU
 // kernel rounds them. optim/ calls them for CUDA parameters; compile-checked,
 // no GPU has run them yet.

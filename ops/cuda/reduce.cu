@@ -237,8 +237,12 @@ __global__ void squares_finish_kernel(const double* partial, int64_t blocks, dou
 
 void sum_squares_cuda(const Tensor& x, Tensor& out, int64_t index) {
   const int64_t n = x.numel();
-  if (n == 0) return;
   KernelScope scope(out.device());
+  if (n == 0) {  // out[index] = 0, as the slot promises
+    GPIPE_CUDA_CHECK(
+        cudaMemsetAsync(out.data<double>() + index, 0, sizeof(double), scope.stream()));
+    return;
+  }
   const int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
   Tensor partial = workspace(blocks, DType::kFloat64, out.device());
   dispatch_floating(x.dtype(), "sum_of_squares", [&](auto z) {
