@@ -86,13 +86,16 @@ def corpus_chrf(hypotheses, references):
 
 def read_jsonl(path):
     rows = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    fail(f"{path}:{number}: not a JSON line ({e})")
+    try:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        fail(f"{path}:{number}: not a JSON line ({e})")
+    except OSError as e:
+        fail(f"cannot read the metrics file {path}: {e.strerror}")
     return rows
 
 
@@ -176,15 +179,22 @@ torch.set_num_interop_threads(1)
 
 def read_safetensors(path):
     dtypes = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "I32": torch.int32}
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    out = {}
-    for name, info in header.items():
-        lo, hi = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[lo:hi]), dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            data = f.read()
+        header.pop("__metadata__", None)
+        out = {}
+        for name, info in header.items():
+            lo, hi = info["data_offsets"]
+            if hi > len(data):
+                raise ValueError(f"tensor {name} ends at byte {hi} of {len(data)}: the file is truncated")
+            out[name] = torch.frombuffer(bytearray(data[lo:hi]), dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    except OSError as e:
+        fail(f"cannot read the initial weights {path}: {e.strerror} (gpipe_train --export-data writes them)")
+    except (struct.error, ValueError, KeyError, RuntimeError) as e:
+        fail(f"{path} is not a whole gpipe checkpoint ({e})")
     return out
 
 
