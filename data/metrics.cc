@@ -1,7 +1,8 @@
 // chrF and accuracy.
 //
 // chrF follows sacreBLEU's CHRF (2.x, eps_smoothing off): per-order
-// statistics are summed over the corpus; an order contributes to the average
+// statistics are summed over the corpus (a sentence's hypothesis n-grams of
+// an order count only if its reference has some); an order contributes to the average
 // precision and recall only when both the hypotheses and the references have
 // n-grams of that order (so a 3-character corpus is not punished for having
 // no 6-grams); F_beta = (1 + b^2) P R / (b^2 P + R). Characters are code
@@ -86,8 +87,14 @@ void ChrfAccumulator::add(std::string_view hypothesis, std::string_view referenc
     const size_t n = static_cast<size_t>(k) + 1;
     const NgramCounts h = count_ngrams(hyp, n);
     const NgramCounts r = count_ngrams(ref, n);
-    hyp_[k] += hyp.size() >= n ? static_cast<int64_t>(hyp.size() - n + 1) : 0;
-    ref_[k] += ref.size() >= n ? static_cast<int64_t>(ref.size() - n + 1) : 0;
+    // sacreBLEU counts a sentence's hypothesis n-grams of an order only when
+    // its reference has n-grams of that order (a 4-character reference adds
+    // no 5- or 6-grams to either side, so a longer hypothesis is not charged
+    // for them).
+    if (ref.size() >= n) {
+      hyp_[k] += hyp.size() >= n ? static_cast<int64_t>(hyp.size() - n + 1) : 0;
+      ref_[k] += static_cast<int64_t>(ref.size() - n + 1);
+    }
     for (const auto& [gram, count] : h)
       if (auto it = r.find(gram); it != r.end()) match_[k] += std::min(count, it->second);
   }

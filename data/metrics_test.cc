@@ -41,6 +41,18 @@ TEST_CASE("chrF: corpus level sums statistics before scoring", "[data][metrics]"
   CHECK_THROWS_WITH(chrf({"a"}, {}), Contains("1 hypotheses but 0 references"));
 }
 
+TEST_CASE("chrF: a sentence's hypothesis n-grams count only where its reference has some",
+          "[data][metrics]") {
+  // hyps {"abcd", "xyz"}, refs {"abcd", "xy"}: "xy" has no 3- or 4-grams, so
+  // "xyz"'s one 3-gram is not counted (sacreBLEU's rule):
+  //   n=1: P = 6/7, R = 1; n=2: P = 4/5, R = 1; n=3, n=4: P = R = 1 (from "abcd" only)
+  //   P = (6/7 + 4/5 + 1 + 1) / 4 = 32/35 -> F2 = 5 P / (4 P + 1) = 160/163
+  // sacreBLEU 2.6.0's CHRF().corpus_score gives 98.159509202454.
+  CHECK(chrf({"abcd", "xyz"}, {"abcd", "xy"}) == Approx(16000.0 / 163.0));
+  // Short iso-codes names: sacreBLEU gives 83.8235294117647.
+  CHECK(chrf({"Siwi languages", "Tetum"}, {"Siwi", "Tetum"}) == Approx(83.8235294117647));
+}
+
 TEST_CASE("chrF: characters are code points, not bytes", "[data][metrics]") {
   // hyp "éa" vs ref "ea": n=1 match {a}: P = R = 1/2; n=2: 0 -> P = R = 1/4.
   CHECK(sentence_chrf("éa", "ea") == Approx(25.0));
