@@ -199,25 +199,24 @@ class TranslationTask final : public Task {
       languages += json_string(corpus_.languages[i]);
     }
     languages += "]";
-    // The check: step 0's batch in eval mode (no dropout) under the initial weights.
-    const std::vector<int64_t> rows0 = rows_->rows(0);
-    const TranslationBatch b0 =
-        make_translation_batch(corpus_.train, rows0, *tokenizer_, batch_opt_);
+    // The check: step 0's batch (the one training starts with) in eval mode,
+    // no dropout, under the initial weights.
+    const Batch b0 = batch_at(0);
+    const Tensor &src = b0.inputs[0], &tgt_in = b0.inputs[1], &tgt_out = b0.targets[0];
     double check_loss = 0;
     {
       EvalMode eval(pipe);
-      const Bundle out = pipe.predict(
-          {b0.src, b0.tgt_in},
-          {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows0.size()))});
+      const Bundle out =
+          pipe.predict(b0.inputs, {.micro_batches = eval_micro_batches(c_, src.size(0))});
       CrossEntropyLoss loss(CrossEntropyLossOptions{.ignore_index = ByteTokenizer::kPad});
-      const Tensor labels = b0.tgt_out.to(out[0].device());
+      const Tensor labels = tgt_out.to(out[0].device());
       check_loss = loss.sum(out, {labels}).item() / loss.count({labels});
     }
     JsonLine check;
-    check.add_json("src", json_ints(b0.src.to_vector<int64_t>()));
-    check.add_json("tgt_in", json_ints(b0.tgt_in.to_vector<int64_t>()));
-    check.add_json("tgt_out", json_ints(b0.tgt_out.to_vector<int64_t>()));
-    check.add_json("shape", json_ints({b0.src.size(0), b0.src.size(1), b0.tgt_in.size(1)}));
+    check.add_json("src", json_ints(src.to_vector<int64_t>()));
+    check.add_json("tgt_in", json_ints(tgt_in.to_vector<int64_t>()));
+    check.add_json("tgt_out", json_ints(tgt_out.to_vector<int64_t>()));
+    check.add_json("shape", json_ints({src.size(0), src.size(1), tgt_in.size(1)}));
     check.add("eval_loss", check_loss);
     std::string step_rows = "[";
     for (int64_t s = 0; s < steps; ++s) {
