@@ -1,9 +1,10 @@
 """numpy and torch.mm sides of `gpipe_bench gemm`: W1 of shared/BENCHMARKS.md.
 
-Usage: gemm_numpy.py SIZES MIN_SECONDS [numpy|torch THREADS]
+Usage: gemm_numpy.py SIZES MIN_SECONDS [numpy|torch|torch-bf16 THREADS]
 Prints one JSON object per size: {"n", "best_s", "median_s", "gflops", "check"}.
 numpy: run with the thread count already fixed through OPENBLAS_NUM_THREADS.
 torch: torch.mm(A, B, out=C) with torch.set_num_threads(THREADS).
+torch-bf16: the same on bfloat16 A, B and C (PyTorch's bfloat16 matmul).
 """
 import json
 import sys
@@ -27,7 +28,7 @@ def main():
     sizes = [int(s) for s in sys.argv[1].split(",")]
     min_seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
     lib = sys.argv[3] if len(sys.argv) > 3 else "numpy"
-    if lib == "torch":
+    if lib.startswith("torch"):
         import torch
         torch.set_num_threads(int(sys.argv[4]))
         torch.set_num_interop_threads(1)
@@ -36,16 +37,24 @@ def main():
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
         c = np.empty((n, n), dtype=np.float32)
-        if lib == "torch":
+        if lib in ("torch", "torch-bf16"):
             ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
-            def call():
-                torch.mm(ta, tb, out=tc)
+            if lib == "torch-bf16":
+                ta, tb = ta.bfloat16(), tb.bfloat16()
+                t16 = torch.empty((n, n), dtype=torch.bfloat16)
+                a, b = ta.float().numpy(), tb.float().numpy()  # the values multiplied
+                def call():
+                    torch.mm(ta, tb, out=t16)
+                    tc.copy_(t16) if len(times) == 0 else None
+            else:
+                def call():
+                    torch.mm(ta, tb, out=tc)
         else:
             def call():
                 np.matmul(a, b, out=c)
+        times = []
         for _ in range(2):
             call()
-        times = []
         start = time.perf_counter()
         while len(times) < 50 and (len(times) < 5 or time.perf_counter() - start < min_seconds):
             t0 = time.perf_counter()

@@ -78,8 +78,20 @@ void add_into(T* dst, const T* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// 16-bit gradients add in float32 and round once.
+template <class T, class Load, class Store>
+void add_into_half(T* dst, const T* src, int64_t n, Load load, Store store) {
+  for (int64_t i = 0; i < n; ++i) dst[i].bits = store(load(dst[i].bits) + load(src[i].bits));
+}
+
 void cpu_accumulate_into(Tensor& dst, const Tensor& src) {
   Tensor s = src.contiguous();
+  if (dst.dtype() == DType::kBFloat16)
+    return add_into_half(dst.data<bfloat16>(), s.data<bfloat16>(), dst.numel(), bf16_bits_to_float,
+                         float_to_bf16_bits);
+  if (dst.dtype() == DType::kFloat16)
+    return add_into_half(dst.data<float16>(), s.data<float16>(), dst.numel(), f16_bits_to_float,
+                         float_to_f16_bits);
   dispatch_floating(dst.dtype(), "gradient accumulation", [&](auto z) {
     using T = decltype(z);
     add_into(dst.data<T>(), s.data<T>(), dst.numel());
@@ -292,7 +304,7 @@ std::vector<Tensor> Node::apply_some(const std::vector<Tensor>& grad_outputs,
 }
 
 bool accumulates_in_place(const Tensor& t) {
-  return t.defined() && t.requires_grad() && !t.grad_fn() && is_floating(t.dtype());
+  return t.defined() && t.requires_grad() && !t.grad_fn() && is_float_like(t.dtype());
 }
 
 void record_accumulate_into(const char* name, const Tensor& leaf, Tensor& output,
@@ -316,7 +328,7 @@ std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& i
   std::vector<Tensor*> ptrs;
   std::vector<size_t> float_outputs;
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (!outs[i].defined() || !is_floating(outs[i].dtype())) continue;  // ints pass through
+    if (!outs[i].defined() || !is_float_like(outs[i].dtype())) continue;  // ints pass through
     outs[i] =
         outs[i].detach();  // a fresh handle: never re-parent a tensor fn merely passed through
     ptrs.push_back(&outs[i]);

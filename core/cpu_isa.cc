@@ -57,6 +57,12 @@ CpuIsa detect() {
   return CpuIsa::kBaseline;
 }
 
+// AVX512_BF16 (cpuid leaf 7, subleaf 1, eax bit 5) on top of the avx512 level.
+bool detect_bf16_dot() {
+  if (detect() != CpuIsa::kAvx512 || cpuid(0).eax < 7 || cpuid(7, 0).eax < 1) return false;
+  return bit(cpuid(7, 1).eax, 5);
+}
+
 std::string supported_levels() {
   std::string s;
   for (int i = static_cast<int>(detected_cpu_isa()); i >= 0; --i)
@@ -139,8 +145,16 @@ std::string cpu_description() {
     brand = first == std::string::npos ? "" : brand.substr(first, last - first + 1);
   }
   if (brand.empty()) brand = "unknown x86-64 CPU";
-  return brand + "; supports " + supported_levels();
+  return brand + "; supports " + supported_levels() +
+         (detected_bf16_dot() ? " (+avx512_bf16)" : "");
 }
+
+bool detected_bf16_dot() {
+  static const bool detected = detect_bf16_dot();
+  return detected;
+}
+
+bool cpu_bf16_dot() { return cpu_isa() == CpuIsa::kAvx512 && detected_bf16_dot(); }
 
 CpuIsaGuard::CpuIsaGuard(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }
 CpuIsaGuard::~CpuIsaGuard() { g_active = static_cast<int>(prev_); }

@@ -31,6 +31,13 @@ CpuIsa cpu_isa();
 // CPU does not support it.
 void set_cpu_isa(CpuIsa isa);
 
+// AVX512_BF16's bfloat16 dot products (vdpbf16ps): whether the CPU has
+// them, and whether the bfloat16 GEMM uses them now (the active level is
+// avx512 and the CPU has them; a forced lower level converts to float32
+// instead).
+bool detected_bf16_dot();
+bool cpu_bf16_dot();
+
 // "baseline", "avx2", "avx512".
 const char* cpu_isa_name(CpuIsa isa);
 // Inverse of cpu_isa_name; throws gpipe::Error naming the text otherwise.

@@ -1,10 +1,14 @@
 // Element types. float32 trains, float64 makes finite-difference gradient
-// checks exact enough, int32/int64 hold indices; bf16/fp16 are storage-only
-// placeholders for mixed precision (no CPU kernel computes in them yet).
+// checks exact enough, int32/int64 hold indices; bfloat16 and float16 are
+// the 16-bit formats of mixed precision (core/precision.h): ops::cast
+// converts to and from them, matrix products take bfloat16 operands, and
+// layer outputs are stored in them between layers; other kernels compute in
+// float32.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <string_view>
 
@@ -52,6 +56,21 @@ constexpr std::string_view dtype_name(DType t) {
 
 constexpr bool is_floating(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
 constexpr bool is_integral(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+// bfloat16 or float16: the storage formats of mixed precision.
+constexpr bool is_half(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+// Any floating type (what carries a gradient).
+constexpr bool is_float_like(DType t) { return is_floating(t) || is_half(t); }
+
+#include "core/half_convert.inc"
+
+// Element types of 16-bit float tensors (Tensor::data<bfloat16>()): the raw
+// bits; convert with float_to_bf16_bits / bf16_bits_to_float and the f16 pair.
+struct bfloat16 {
+  uint16_t bits;
+};
+struct float16 {
+  uint16_t bits;
+};
 
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
@@ -72,6 +91,14 @@ constexpr DType dtype_of<int32_t>() {
 template <>
 constexpr DType dtype_of<int64_t>() {
   return DType::kInt64;
+}
+template <>
+constexpr DType dtype_of<bfloat16>() {
+  return DType::kBFloat16;
+}
+template <>
+constexpr DType dtype_of<float16>() {
+  return DType::kFloat16;
 }
 
 }  // namespace gpipe

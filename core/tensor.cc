@@ -24,10 +24,31 @@ decltype(auto) dispatch_any(DType dtype, F&& f) {
       return f(int32_t{});
     case DType::kInt64:
       return f(int64_t{});
-    default:
-      break;
+    case DType::kBFloat16:
+      return f(bfloat16{});
+    case DType::kFloat16:
+      return f(float16{});
   }
   throw Error(detail::concat("dtype ", dtype, " has no CPU element access yet"));
+}
+
+// One element converted between any two dtypes; the 16-bit formats go
+// through float32 (rounding to nearest even).
+template <class Dst, class Src>
+Dst convert(Src v) {
+  if constexpr (std::is_same_v<Dst, Src>) {
+    return v;
+  } else if constexpr (std::is_same_v<Src, bfloat16>) {
+    return convert<Dst>(bf16_bits_to_float(v.bits));
+  } else if constexpr (std::is_same_v<Src, float16>) {
+    return convert<Dst>(f16_bits_to_float(v.bits));
+  } else if constexpr (std::is_same_v<Dst, bfloat16>) {
+    return bfloat16{float_to_bf16_bits(static_cast<float>(v))};
+  } else if constexpr (std::is_same_v<Dst, float16>) {
+    return float16{float_to_f16_bits(static_cast<float>(v))};
+  } else {
+    return static_cast<Dst>(v);
+  }
 }
 
 // Visits every element of `shape` in row-major order, calling f(src_off, dst_off).
@@ -69,12 +90,12 @@ void convert_copy(const Tensor& src, Tensor& dst) {
     if constexpr (std::is_same_v<Src, Dst>) {
       std::memcpy(d, s, static_cast<size_t>(n) * sizeof(Src));
     } else {
-      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<Dst>(s[i]);
+      for (int64_t i = 0; i < n; ++i) d[i] = convert<Dst>(s[i]);
     }
     return;
   }
   for_each_offset(src.shape(), src.strides(), src.offset(), dst.strides(), dst.offset(),
-                  [&](int64_t a, int64_t b) { d[b] = static_cast<Dst>(s[a]); });
+                  [&](int64_t a, int64_t b) { d[b] = convert<Dst>(s[a]); });
 }
 
 DeviceCopyFn g_copy[kNumDeviceTypes] = {nullptr, nullptr};
@@ -196,8 +217,7 @@ void* Tensor::raw_data() const {
 double Tensor::item() const {
   GPIPE_CHECK(numel() == 1, "item(): expected a tensor with one element, got shape ", shape());
   Tensor c = device().is_cpu() ? *this : to(kCpu);
-  return dispatch_any(c.dtype(),
-                      [&](auto z) { return static_cast<double>(*c.data<decltype(z)>()); });
+  return dispatch_any(c.dtype(), [&](auto z) { return convert<double>(*c.data<decltype(z)>()); });
 }
 
 double Tensor::at(std::initializer_list<int64_t> index) const {
@@ -205,7 +225,7 @@ double Tensor::at(std::initializer_list<int64_t> index) const {
               device());
   const int64_t off = flat_offset(*this, index);
   return dispatch_any(dtype(), [&](auto z) {
-    return static_cast<double>(static_cast<const decltype(z)*>(storage()->data())[off]);
+    return convert<double>(static_cast<const decltype(z)*>(storage()->data())[off]);
   });
 }
 
@@ -254,7 +274,7 @@ Tensor Tensor::to(DType target) const {
   if (dtype() == target) return *this;
   Tensor out = empty(shape(), target, device());
   out.copy_from(*this);
-  if (is_floating(dtype()) && is_floating(target)) {
+  if (is_float_like(dtype()) && is_float_like(target)) {
     const DType src = dtype();
     record("to_dtype", {*this}, out,
            [src](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0].to(src)}; });
@@ -289,7 +309,7 @@ void Tensor::fill(double value) {
   dispatch_any(dtype(), [&](auto z) {
     using T = decltype(z);
     T* base = static_cast<T*>(storage()->data());
-    const T v = static_cast<T>(value);
+    const T v = convert<T>(value);
     if (is_contiguous()) {
       std::fill(base + offset(), base + offset() + numel(), v);
     } else {
@@ -304,7 +324,7 @@ Tensor& Tensor::set_requires_grad(bool on) {
               "set_requires_grad: only leaf tensors can be marked; this tensor is the "
               "result of '",
               grad_fn() ? "an op" : "", "' (use detach() first)");
-  GPIPE_CHECK(!on || is_floating(dtype()),
+  GPIPE_CHECK(!on || is_float_like(dtype()),
               "set_requires_grad: only float tensors can require "
               "grad, this one is ",
               dtype());

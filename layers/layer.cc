@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "core/precision.h"
 #include "layers/skip.h"
+#include "ops/elementwise.h"
 
 namespace gpipe {
 
@@ -200,11 +202,28 @@ TensorSpec Layer::pop_spec(const std::string& name) const {
   return store->pop(skip_full_name(skip_ns_, name), name_);
 }
 
+Bundle forward_layer(Layer& layer, const Bundle& in) {
+  const Precision p = current_precision();
+  if (p == Precision::kFloat32) return layer.forward(in);
+  Bundle out = layer.forward(to_float32(in));
+  for (Tensor& t : out)
+    if (t.defined() && t.dtype() == DType::kFloat32) t = ops::cast(t, storage_dtype(p));
+  return out;
+}
+
+Bundle to_float32(const Bundle& in) {
+  Bundle out = in;
+  for (Tensor& t : out)
+    if (t.defined() && is_half(t.dtype())) t = ops::cast(t, DType::kFloat32);
+  return out;
+}
+
 Bundle run_layers(const LayerList& layers, const Bundle& in) {
   SkipStore store;
   SkipScope scope(&store);
   Bundle x = in;
-  for (const auto& l : layers) x = l->forward(x);
+  for (const auto& l : layers) x = forward_layer(*l, x);
+  x = to_float32(x);
   GPIPE_CHECK(store.empty(), "run_layers: skip '", store.held().begin()->first,
               "' was stashed and never popped (a layer declares a pop its forward skipped, or "
               "the list ends before the popping layer)");

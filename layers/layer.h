@@ -135,7 +135,17 @@ std::vector<NamedTensor> named_state(const LayerList& layers);
 // "output.shared_embedding"} in the Transformer): LoadCheckpointOptions::aliases.
 std::vector<std::vector<std::string>> tied_parameter_names(const LayerList& layers);
 
-// Runs layers in order (no pipeline): the single-device reference.
+// layer.forward(in) at the thread's precision (Note [Mixed precision] in
+// core/precision.h): under bf16 or fp16 the 16-bit inputs are widened to
+// float32 first and the float32 outputs rounded to 16 bits; at fp32 just
+// layer.forward(in). Everything that runs layers (run_layers, pipeline
+// stages) calls this, so every cut sees the same roundings.
+Bundle forward_layer(Layer& layer, const Bundle& in);
+// The bundle with its bfloat16 / float16 tensors cast to float32.
+Bundle to_float32(const Bundle& in);
+
+// Runs layers in order (no pipeline) at the thread's precision, outputs in
+// float32: the single-device reference.
 Bundle run_layers(const LayerList& layers, const Bundle& in);
 // Output spec of a whole list, validating each step. `stashed`, if given,
 // is the skip store the walk uses, and ends holding every stash's spec.

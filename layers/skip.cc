@@ -35,7 +35,7 @@ SkipStore SkipStore::detached() const {
   SkipStore out;
   for (const auto& [name, t] : held_) {
     Tensor leaf = t.defined() ? t.detach() : t;
-    if (leaf.defined() && is_floating(leaf.dtype())) leaf.set_requires_grad(true);
+    if (leaf.defined() && is_float_like(leaf.dtype())) leaf.set_requires_grad(true);
     out.held_.emplace(name, leaf);
   }
   return out;

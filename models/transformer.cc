@@ -245,7 +245,7 @@ class OutputProjection final : public Layer {
   }
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
-    return {ops::matmul(ln_dec_(in[2]), table, false, true)};
+    return {ops::linear(ln_dec_(in[2]), table)};
   }
   BundleSpec output_spec(const BundleSpec& in) const override {
     expect_inputs(in, 3);

@@ -126,6 +126,20 @@ Tensor unary(UnaryOp op, const Tensor& x, double alpha = 0.0) {
 
 }  // namespace
 
+Tensor cast(const Tensor& x, DType dtype) {
+  GPIPE_CHECK(x.defined(), "cast: the input is an undefined tensor");
+  GPIPE_CHECK(is_float_like(x.dtype()) && is_float_like(dtype), "cast: converts between float32, ",
+              "float64, bfloat16 and float16; got ", x.dtype(), " to ", dtype);
+  if (x.dtype() == dtype) return x;
+  Tensor xd = detail::dense(x);
+  Tensor out = Tensor::empty(x.shape(), dtype, x.device());
+  cast_into(x.device(), xd, out);
+  const DType from = x.dtype();
+  record("cast", {x}, out,
+         [from](const std::vector<Tensor>& g) { return std::vector<Tensor>{cast(g[0], from)}; });
+  return out;
+}
+
 Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kAdd, a, b); }
 Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kSub, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::kMul, a, b); }

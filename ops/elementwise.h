@@ -27,6 +27,12 @@ Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor abs(const Tensor& x);
 
+// x converted to `dtype` (float32, float64, bfloat16 or float16), rounding
+// to nearest even; x itself when it already has that dtype. The gradient is
+// converted back to x's dtype. Mixed precision (core/precision.h) is built
+// from it.
+Tensor cast(const Tensor& x, DType dtype);
+
 // act(z + bias) in one pass over z, bias [n] broadcast over z's last axis (or
 // undefined: act(z)); its backward is one pass too, the bias gradient's
 // column sums included. The epilogue of a linear layer (ops::linear's act).

@@ -33,6 +33,10 @@ GPIPE_DECLARE_KERNEL(unary_elementwise, void(UnaryOp, double alpha, const Tensor
 GPIPE_DECLARE_KERNEL(unary_backward, void(UnaryOp, double alpha, const Tensor& x, const Tensor& y,
                                           const Tensor& gy, Tensor& gx));
 
+// out = x converted to out's dtype (ops::cast): float32, float64, bfloat16
+// and float16 in any direction; both contiguous with equal element counts.
+GPIPE_DECLARE_KERNEL(cast_into, void(const Tensor& x, Tensor& out));
+
 // Fused bias + activation (ops::bias_activation), the epilogue of a linear layer.
 // y = act(z + bias): z and y contiguous [rows, n] (y may be z), bias [n] or
 // undefined (no bias).

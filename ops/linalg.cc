@@ -3,6 +3,7 @@
 // with the four transpose cases written out in Note [Matmul gradients].
 #include "ops/linalg.h"
 
+#include "core/precision.h"
 #include "ops/common.h"
 #include "ops/elementwise.h"
 #include "ops/linalg_kernels.h"
@@ -28,8 +29,15 @@ Tensor grad_b(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool t
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  detail::check_floating("matmul", a, "the first operand");
-  detail::check_floating("matmul", b, "the second operand");
+  // Note [bfloat16 products]: bfloat16 operands give a float32 product
+  // (every product exact, sums in float32). Their gradients are bfloat16,
+  // computed as bfloat16 products of the float32 upstream gradient rounded
+  // to bfloat16, as mixed precision does elsewhere.
+  const bool half = a.defined() && b.defined() && a.dtype() == DType::kBFloat16;
+  if (!half) {
+    detail::check_floating("matmul", a, "the first operand");
+    detail::check_floating("matmul", b, "the second operand");
+  }
   detail::check_same_dtype_device("matmul", {a, b});
   GPIPE_CHECK(a.rank() >= 2 && b.rank() >= 2, "matmul: operands need rank >= 2, got shapes ",
               a.shape(), " and ", b.shape());
@@ -59,35 +67,61 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     s.m *= s.batch;
     s.batch = 1;
   }
-  Tensor out = Tensor::empty(Shape(out_dims), a.dtype(), a.device());
+  Tensor out = Tensor::empty(Shape(out_dims), half ? DType::kFloat32 : a.dtype(), a.device());
   batched_gemm(a.device(), s, detail::dense(a), detail::dense(b), out);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record_split("matmul", {a, b}, out,
-               [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b](
-                   const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
-                 Tensor ga = need_a && wanted[0] ? grad_a(g[0], ad, bd, ta, tb) : Tensor();
+               [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b, half](
+                   const std::vector<Tensor>& grads, const std::vector<bool>& wanted) {
+                 // The operands' dtype: the upstream gradient rounded to it, and the
+                 // (float32) products of a bfloat16 matmul rounded back to it.
+                 const Tensor gin = half ? cast(grads[0], DType::kBFloat16) : grads[0];
+                 auto own = [&](const Tensor& t) {
+                   return half && t.defined() ? cast(t, DType::kBFloat16) : t;
+                 };
+                 Tensor ga = need_a && wanted[0] ? own(grad_a(gin, ad, bd, ta, tb)) : Tensor();
                  Tensor gb;
                  if (need_b && wanted[1]) {
                    if (bd.rank() == 2 && ad.rank() > 2) {
                      // b was shared across a's batch: fold the batch into the product's k.
                      Tensor a2 = reshape(ta ? transpose(ad, -1, -2) : ad,
                                          {-1, ta ? ad.size(-2) : ad.size(-1)});
-                     Tensor g2 = reshape(g[0], {-1, g[0].size(-1)});
+                     Tensor g2 = reshape(gin, {-1, gin.size(-1)});
                      gb = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
                    } else {
-                     gb = grad_b(g[0], ad, bd, ta, tb);
+                     gb = grad_b(gin, ad, bd, ta, tb);
                    }
+                   gb = own(gb);
                  }
                  return std::vector<Tensor>{ga, gb};
                });
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act) {
-  detail::check_rank("linear", weight, 2, "weight [out, in]");
-  GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
-              " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
-              ")");
+namespace {
+// A matrix product's operand at the thread's precision (Note [Mixed
+// precision] in core/precision.h): bfloat16 operands for a bfloat16 product;
+// float16 ones rounded to float16 and widened back (float32 products).
+Tensor product_operand(const Tensor& t) {
+  switch (current_precision()) {
+    case Precision::kBFloat16:
+      return t.dtype() == DType::kFloat32 ? cast(t, DType::kBFloat16) : t;
+    case Precision::kFloat16:
+      return t.dtype() == DType::kFloat32 ? cast(cast(t, DType::kFloat16), DType::kFloat32) : t;
+    case Precision::kFloat32:
+      break;
+  }
+  return t;
+}
+}  // namespace
+
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
+              FusedActivation act) {
+  detail::check_rank("linear", weight_in, 2, "weight [out, in]");
+  GPIPE_CHECK(x_in.rank() >= 1 && x_in.size(-1) == weight_in.size(1), "linear: input ",
+              x_in.shape(), " does not match weight ", weight_in.shape(), " (expected last axis ",
+              weight_in.size(1), ")");
+  const Tensor x = product_operand(x_in), weight = product_operand(weight_in);
   Tensor y = x.rank() == 1
                  ? reshape(matmul(reshape(x, {1, -1}), weight, false, true), {weight.size(0)})
                  : matmul(x, weight, false, true);

@@ -27,7 +27,7 @@ std::vector<double> profile_layers(const LayerList& layers, Bundle x) {
       Bundle leaves;
       for (const Tensor& t : x) {
         Tensor l = t.detach();
-        if (is_floating(l.dtype())) l.set_requires_grad(true);
+        if (is_float_like(l.dtype())) l.set_requires_grad(true);
         leaves.push_back(l);
       }
       const auto t0 = std::chrono::steady_clock::now();

@@ -34,7 +34,8 @@ double Pipeline::evaluate(const Batch& batch, int micro_batches) {
         micro_for(r, batch, n, pieces, /*by_replica=*/true, &rows, &terms);
     const Schedule program =
         make_forward_schedule(k, static_cast<int>(micro.size()), /*with_loss=*/true);
-    const StepContext ctx{opt_.seed, step_, 0, 1.0};
+    StepContext ctx{opt_.seed, step_, 0, 1.0};
+    ctx.precision = opt_.precision;
     const StepTotals t = r.run(program.stages[ri.stage], false, micro, ctx, {});
     double sums[2] = {last ? t.loss : 0.0, last ? terms : 0.0};
     r.world().allreduce(sums, 2, ReduceOp::kSum, "summing the evaluation loss");
@@ -64,7 +65,7 @@ Bundle Pipeline::predict(const Bundle& inputs, const PredictOptions& options) {
         micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
     const Schedule program = make_forward_schedule(k, pieces, /*with_loss=*/false);
     r.run(program.stages[ri.stage], false, micro,
-          StepContext{opt_.seed, step_, 0, 1.0, options.session}, {});
+          StepContext{opt_.seed, step_, 0, 1.0, options.session, opt_.precision}, {});
     Bundle out;
     if (last) {
       std::vector<Bundle> parts;

@@ -350,7 +350,9 @@ StepResult Pipeline::train_step(const Batch& batch) {
     if (last && replicas > 1)
       r.replicas().allreduce(&all_terms, 1, ReduceOp::kSum,
                              "summing the loss terms of all replicas");
-    const StepContext ctx{opt_.seed, step_, ri.replica * m, all_terms > 0 ? 1.0 / all_terms : 0.0};
+    const StepContext ctx{opt_.seed,      step_,
+                          ri.replica * m, all_terms > 0 ? 1.0 / all_terms : 0.0,
+                          nullptr,        opt_.precision};
     const StepTotals t =
         r.run(schedule_.stages[ri.stage], true, micro, ctx, {0, terms, static_cast<double>(rows)});
     if (opt_.check_finite && !std::isfinite(t.loss))

@@ -58,8 +58,12 @@ struct PipelineOptions {
   int threads_per_stage = 0;     // intra-op threads per stage worker; 0 = cores / K (at least 1)
   uint64_t seed = 0;             // dropout key seed
   double timeout_seconds = 600;  // longest a stage waits for a neighbour
-  bool check_finite = true;      // a non-finite loss fails the step
-  bool trace = false;            // record a timeline (see write_trace)
+  // Compute precision of the layers (Note [Mixed precision] in
+  // core/precision.h): activations between layers, and so across cells, in
+  // bfloat16 or float16; parameters, gradients and optimizer state float32.
+  Precision precision = Precision::kFloat32;
+  bool check_finite = true;  // a non-finite loss fails the step
+  bool trace = false;        // record a timeline (see write_trace)
   // A step running longer than this prints what every stage is waiting for
   // (to stderr); 0 = timeout_seconds / 2.
   double watchdog_seconds = 0;

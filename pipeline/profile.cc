@@ -24,7 +24,7 @@ int64_t live_activations(Device d) {
 Device make_leaves(const Bundle& x, Bundle& leaves, std::vector<Tensor>& inputs) {
   for (const Tensor& t : x) {
     Tensor l = t.defined() ? t.detach() : t;
-    if (l.defined() && is_floating(l.dtype())) {
+    if (l.defined() && is_float_like(l.dtype())) {
       l.set_requires_grad(true);
       inputs.push_back(l);
     }
@@ -61,7 +61,7 @@ int64_t peak_workspace(Device d) {
 int64_t bundle_bytes(const Bundle& b, bool floating_only) {
   int64_t n = 0;
   for (const Tensor& t : b)
-    if (t.defined() && (!floating_only || is_floating(t.dtype())))
+    if (t.defined() && (!floating_only || is_float_like(t.dtype())))
       n += static_cast<int64_t>(t.nbytes());
   return n;
 }

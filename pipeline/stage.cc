@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/precision.h"
 #include "core/rng.h"
 #include "ops/elementwise.h"
 
@@ -70,9 +71,11 @@ Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
                     static_cast<uint64_t>(m + ctx.micro_batch_offset),
                     static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
       DecodeScope decode(ctx.decode, first_layer_ + static_cast<int64_t>(i), m);
-      h = layers_[i]->forward(h);
+      PrecisionScope precision(ctx.precision);
+      h = forward_layer(*layers_[i], h);
     }
   }
+  if (is_last()) h = to_float32(h);  // the loss and predictions take float32
   // A layer that declared a stash or pop but skipped it in this forward.
   auto declared_by = [&](const std::string& name, bool stash) {
     for (const auto& l : layers_)
@@ -155,7 +158,7 @@ StageMessage Stage::forward(int m, const StageMessage& in, bool keep_graph, cons
     Message msg;
     msg.tensors = tensors;
     for (const Tensor& t : tensors)
-      msg.requires_grad.push_back(differentiable && t.defined() && is_floating(t.dtype()));
+      msg.requires_grad.push_back(differentiable && t.defined() && is_float_like(t.dtype()));
     return msg;
   };
   StageMessage result;

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/autograd.h"
+#include "core/precision.h"
 #include "layers/decode.h"
 #include "layers/loss.h"
 #include "layers/skip.h"
@@ -26,6 +27,7 @@ struct StepContext {
   int micro_batch_offset = 0;  // replica r's micro-batch m is the job's r * M + m (dropout keys)
   double loss_scale = 1.0;     // 1 / (terms in the whole mini-batch): Note [Micro-batch weighting]
   DecodeSession* decode = nullptr;  // incremental decoding state (layers/decode.h), prediction only
+  Precision precision = Precision::kFloat32;  // the layers' (Note [Mixed precision])
 };
 
 // Messages to or from the cells a skip connects this one with directly

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu_isa.h"
+#include "core/dtype.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemm_packed.h"
@@ -74,7 +75,7 @@ std::vector<double> time_backends(const GemmShape& s, double min_seconds) {
 std::map<int64_t, double> python_gflops(const GemmBenchOptions& opt, int threads,
                                         const std::string& lib) {
   std::map<int64_t, double> np;
-  if (lib == "numpy" ? opt.skip_numpy : opt.skip_torch) return np;
+  if (lib == "numpy" ? opt.skip_numpy : opt.skip_torch) return np;  // "torch" or "torch-bf16"
   const std::string python = lib == "numpy" ? opt.python : default_torch_python();
   std::string sizes;
   for (int64_t n : opt.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(n);
@@ -155,6 +156,67 @@ void run_transformer_shapes(const GemmBenchOptions& opt, const std::map<int, dou
   }
 }
 
+// bfloat16: gpipe's two paths (AVX512_BF16 dot products where the CPU has
+// them; widened to float32 while packing) against its float32 GEMM on the
+// same values and torch.mm on bfloat16 tensors. GF/s count 2mnk as for
+// float32; %peak is against the float32 FMA peak (the dot path's own peak is
+// twice it).
+void run_bf16(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
+  const bool dot = detected_bf16_dot();
+  std::printf(
+      "\n# bfloat16 operands, float32 C: packed_gemm_bf16 (dot: AVX512_BF16%s; convert: widened "
+      "to float32 while packing) vs the float32 packed GEMM on the same values\n",
+      dot ? "" : ", not on this CPU");
+  std::printf("%-16s %6s %6s %6s %7s %11s %11s %11s %6s %11s %9s %9s\n", "gemm", "m", "n", "k",
+              "threads", "fp32 GF/s", "bf16 dot", "bf16 conv", "%peak", "torch bf16", "dot/fp32",
+              "dot/torch");
+  std::vector<GemmShape> shapes;
+  if (!opt.skip_square)
+    for (int64_t n : opt.sizes)
+      shapes.push_back({"square " + std::to_string(n), false, false, n, n, n});
+  if (!opt.skip_transformer)
+    for (const GemmShape& s : transformer_shapes(opt)) shapes.push_back(s);
+  for (int threads : opt.threads) {
+    ThreadPool pool(threads);
+    IntraOpScope scope(&pool);
+    const std::map<int64_t, double> tm =
+        opt.skip_square ? std::map<int64_t, double>{} : python_gflops(opt, threads, "torch-bf16");
+    for (const GemmShape& s : shapes) {
+      const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+      const Tensor a32 = Tensor::randn(Shape{s.m * s.k}, 1),
+                   b32 = Tensor::randn(Shape{s.k * s.n}, 2);
+      const Tensor a16 = a32.to(DType::kBFloat16), b16 = b32.to(DType::kBFloat16);
+      const Tensor af = a16.to(DType::kFloat32), bf = b16.to(DType::kFloat32);
+      Tensor c = Tensor::zeros(Shape{s.m * s.n});
+      const auto* pa = reinterpret_cast<const uint16_t*>(a16.data<bfloat16>());
+      const auto* pb = reinterpret_cast<const uint16_t*>(b16.data<bfloat16>());
+      auto gflops = [&](auto&& fn) {
+        return 2.0 * s.m * s.n * s.k / time_it(fn, 3, opt.shape_min_seconds).best_s / 1e9;
+      };
+      const double f32 = gflops([&] {
+        ops::cpu::packed_sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, af.data<float>(), lda,
+                               bf.data<float>(), ldb, 0.0f, c.data<float>(), s.n, true);
+      });
+      auto bf16 = [&](ops::cpu::Bf16Path path) {
+        return gflops([&] {
+          ops::cpu::packed_gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, pa, lda, pb, ldb, 0.0f,
+                                     c.data<float>(), s.n, true, path);
+        });
+      };
+      const double d = dot ? bf16(ops::cpu::Bf16Path::kDot) : 0.0;
+      const double cv = bf16(ops::cpu::Bf16Path::kConvert);
+      const bool square = s.name.rfind("square", 0) == 0;
+      const double t = square && tm.count(s.m) ? tm.at(s.m) : 0.0;
+      std::printf("%-16s %6ld %6ld %6ld %7d %11.1f %11.1f %11.1f %5.0f%% %11.1f %9.2f %9.2f\n",
+                  s.name.c_str(), static_cast<long>(s.m), static_cast<long>(s.n),
+                  static_cast<long>(s.k), threads, f32, d, cv,
+                  100 * std::max(d, cv) / peak.at(threads), t, d > 0 ? d / f32 : 0.0,
+                  d > 0 && t > 0 ? d / t : 0.0);
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int run_gemm(const GemmBenchOptions& opt) {
@@ -176,6 +238,7 @@ int run_gemm(const GemmBenchOptions& opt) {
   std::printf(" %%peak is against the figure for the row's thread count\n");
   if (!opt.skip_square) run_square(opt, peak);
   if (!opt.skip_transformer) run_transformer_shapes(opt, peak);
+  if (!opt.skip_bf16) run_bf16(opt, peak);
   std::printf("# ops::matmul uses %s by default\n",
               std::string(ops::cpu::gemm_backend_name()).c_str());
   return 0;

@@ -27,6 +27,7 @@ struct GemmBenchOptions {
   bool skip_numpy = false;
   bool skip_torch = false;  // torch.mm column (benchmarks/setup_torch.sh's venv)
   bool skip_square = false, skip_transformer = false;
+  bool skip_bf16 = false;  // the bfloat16 section (gpipe's two paths, torch.mm in bfloat16)
   int64_t tokens = 2048, dim = 1024;  // FFN shapes: tokens x d -> 4d -> d
   int64_t vocab_tokens = 1024,
           vocab_dim = 512;  // output projection shapes (smaller: vocab is wide)

@@ -45,6 +45,8 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
   c->add_flag("--no-torch", o.skip_torch, "skip the torch.mm reference");
   c->add_flag("--no-square", o.skip_square, "skip the square sizes");
   c->add_flag("--no-transformer", o.skip_transformer, "skip the Transformer shapes");
+  c->add_flag("--no-bf16", o.skip_bf16,
+              "skip the bfloat16 section (square and Transformer shapes, torch.mm in bfloat16)");
   c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(CLI::PositiveNumber);
   c->add_option("--dim", o.dim, "FFN shapes: model width d (hidden 4d)")
       ->check(CLI::PositiveNumber);

@@ -150,7 +150,8 @@ std::string compute_description() {
   if (current_backend() == GemmBackend::kPacked)
     gemm += detail::concat(", products under ", kSmallFlops / (1 << 20),
                            " MFLOP or with a side under ", kSmallSide, ": eigen");
-  return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm;
+  return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm +
+         " | bfloat16 GEMM: " + bf16_gemm_name();
 }
 
 template <class T>
@@ -209,6 +210,14 @@ void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, c
     });
   }
 }
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               bool parallel) {
+  packed_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parallel);
+}
+
+std::string bf16_gemm_description() { return bf16_gemm_name(); }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
                           const float*, int64_t, float, float*, int64_t);

@@ -40,4 +40,13 @@ template <class T>
 void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
+// bfloat16 operands (raw bits), float32 C, over the intra-op pool when
+// `parallel` (packed_gemm_bf16 in gemm_packed.h: AVX512_BF16 dot products
+// where the CPU has them, else widened to float32 while packing).
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+               int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               bool parallel);
+// The bfloat16 GEMM path in use: "avx512-bf16" or "bf16-convert-<level>".
+std::string bf16_gemm_description();
+
 }  // namespace gpipe::ops::cpu

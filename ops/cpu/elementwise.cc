@@ -189,6 +189,74 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
 
 }  // namespace
 
+// ---- cast ------------------------------------------------------------------
+
+// Element i of a float-like tensor as float (double stays double for the
+// float64 <-> float32 cases, which never go through float).
+template <class T>
+float load_float(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return bf16_bits_to_float(p[i].bits);
+  else if constexpr (std::is_same_v<T, float16>)
+    return f16_bits_to_float(p[i].bits);
+  else
+    return static_cast<float>(p[i]);
+}
+template <class T>
+void store_float(T* p, int64_t i, float v) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    p[i].bits = float_to_bf16_bits(v);
+  else if constexpr (std::is_same_v<T, float16>)
+    p[i].bits = float_to_f16_bits(v);
+  else
+    p[i] = static_cast<T>(v);
+}
+
+template <class F>
+decltype(auto) dispatch_cast(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    case DType::kBFloat16:
+      return f(bfloat16{});
+    case DType::kFloat16:
+      return f(float16{});
+    default:
+      isa_fail("cast: expected a float32, float64, bfloat16 or float16 tensor");
+  }
+  return f(float{});
+}
+
+void cast_cpu(const Tensor& x, Tensor& out) {
+  const int64_t n = x.numel();
+  dispatch_cast(x.dtype(), [&](auto zx) {
+    using X = decltype(zx);
+    dispatch_cast(out.dtype(), [&](auto zo) {
+      using O = decltype(zo);
+      const X* src = x.data<X>();
+      O* dst = out.data<O>();
+      parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
+        if constexpr (std::is_same_v<X, double> && std::is_same_v<O, double>)
+          std::copy(src + lo, src + hi, dst + lo);
+        else if constexpr (std::is_same_v<X, double> || std::is_same_v<O, double>)
+          for (int64_t i = lo; i < hi; ++i) {
+            // float64 <-> 16-bit goes through float32: round once to float32,
+            // then once more (documented; float64 is for gradient checks).
+            if constexpr (std::is_same_v<X, double>)
+              store_float(dst, i, static_cast<float>(src[i]));
+            else
+              dst[i] = static_cast<double>(load_float(src, i));
+          }
+        else
+          for (int64_t i = lo; i < hi; ++i) store_float(dst, i, load_float(src, i));
+      });
+    });
+  });
+}
+
+GPIPE_ISA_KERNEL(cast_into, cast_cpu);
 GPIPE_ISA_KERNEL(binary_elementwise, binary_cpu);
 GPIPE_ISA_KERNEL(unary_elementwise, unary_cpu);
 GPIPE_ISA_KERNEL(unary_backward, unary_backward_cpu);

@@ -11,6 +11,7 @@ namespace avx2 {
 namespace {
 
 #include "ops/cpu/gemm_pack_avx.inc"
+#include "ops/cpu/gemm_pack_bf16.inc"
 
 constexpr int kMr = 6, kNr = 16;
 
@@ -63,6 +64,8 @@ const KernelSet kAvx2Kernels = {"avx2",
                                 4096,
                                 avx2::kernel_6x16,
                                 avx2::pack_transposed_avx,
-                                avx2::pack_copy_avx};
+                                avx2::pack_copy_avx,
+                                avx2::pack_transposed_bf16,
+                                avx2::pack_copy_bf16};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -12,6 +12,7 @@ namespace avx512 {
 namespace {
 
 #include "ops/cpu/gemm_pack_avx.inc"
+#include "ops/cpu/gemm_pack_bf16.inc"
 
 constexpr int kMr = 14, kNr = 32;
 
@@ -66,6 +67,8 @@ const KernelSet kAvx512Kernels = {"avx512",
                                   4096,
                                   avx512::kernel_14x32,
                                   avx512::pack_transposed_avx,
-                                  avx512::pack_copy_avx};
+                                  avx512::pack_copy_avx,
+                                  avx512::pack_transposed_bf16,
+                                  avx512::pack_copy_bf16};
 
 }  // namespace gpipe::ops::cpu::packed

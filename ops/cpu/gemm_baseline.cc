@@ -10,6 +10,8 @@ namespace gpipe::ops::cpu::packed {
 namespace baseline {
 namespace {
 
+#include "ops/cpu/gemm_pack_bf16.inc"
+
 constexpr int kMr = 4, kNr = 8;
 
 void kernel_4x8(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
@@ -98,6 +100,8 @@ const KernelSet kBaselineKernels = {"baseline",
                                     4096,
                                     baseline::kernel_4x8,
                                     baseline::pack_transposed_sse,
-                                    baseline::pack_copy_sse};
+                                    baseline::pack_copy_sse,
+                                    baseline::pack_transposed_bf16,
+                                    baseline::pack_copy_bf16};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -27,6 +27,11 @@ using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* 
 // r < lanes, and zero for lanes <= r < stride.
 using PackFn = void (*)(const float* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
                         int64_t stride);
+// The same two packings reading bfloat16 (raw bits) and writing float32:
+// how a level without bfloat16 dot products multiplies bfloat16 operands
+// (exactly: every bfloat16 is a float32).
+using PackBf16Fn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
+                            int64_t stride);
 
 // One ISA's micro-kernel, its packing, its register tile (mr x nr) and the cache blocking
 // the driver uses with it: kc (depth of a packed panel; an mr x kc A panel
@@ -38,10 +43,35 @@ struct KernelSet {
   int kc, nc, mc;
   MicroKernel kernel;
   PackFn pack_transposed, pack_copy;
+  PackBf16Fn pack_transposed_bf16, pack_copy_bf16;
 };
 
 extern const KernelSet kAvx512Kernels;
 extern const KernelSet kAvx2Kernels;
 extern const KernelSet kBaselineKernels;
+
+// bfloat16 dot products (AVX512_BF16's vdpbf16ps), which consume k in pairs.
+// Panels hold bfloat16 bits pair-interleaved: element (lane r, depth p) of a
+// panel of `stride` lanes sits at dst[(p / 2) * 2 * stride + 2 * r + p % 2],
+// and kc is padded to even with zeros.
+//
+// C[i, j] = alpha * sum_p a(i, p) b(p, j) + beta * C[i, j] over an even kc,
+// products and sums in float32 (the instruction treats subnormal inputs as
+// zero and rounds each pair's sum; see docs/ARCHITECTURE.md).
+using Bf16MicroKernel = void (*)(int64_t kc, const uint16_t* a, const uint16_t* b, float* c,
+                                 int64_t ldc, float alpha, float beta);
+// pack_rows: element (r, p) at src[r * ld + p]; pack_cols: at src[p * ld + r].
+// Both zero lanes..stride and, for an odd kc, the pad at depth kc.
+using PackPairsFn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc,
+                             uint16_t* dst, int64_t stride);
+struct Bf16DotKernelSet {
+  const char* name;  // "avx512-bf16"
+  int mr, nr;
+  int kc, nc, mc;
+  Bf16MicroKernel kernel;
+  PackPairsFn pack_rows, pack_cols;
+};
+
+extern const Bf16DotKernelSet kAvx512Bf16Kernels;
 
 }  // namespace gpipe::ops::cpu::packed

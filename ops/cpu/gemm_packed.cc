@@ -31,12 +31,19 @@
 #include <thread>
 
 #include "core/cpu_isa.h"
+#include "core/error.h"
 #include "core/parallel.h"
 
 namespace gpipe::ops::cpu {
 namespace {
 
+using packed::Bf16DotKernelSet;
 using packed::KernelSet;
+
+// What the operands hold and how they are multiplied: float32; bfloat16
+// converted to float32 while packing (then the float32 kernels); bfloat16
+// packed in pairs for the dot-product kernel.
+enum class Src { kF32, kBf16Convert, kBf16Dot };
 
 constexpr int64_t kNChunk = 8192;  // columns of op(B) packed at once (B buffer <= kc * kNChunk)
 constexpr double kParallelFlops = 4e6;  // below this a product runs on the caller
@@ -48,14 +55,41 @@ struct Problem {
   bool ta, tb;
   int64_t m, n, k;
   float alpha;
-  const float* a;
+  const void* a;  // float or bfloat16 bits, as src says
   int64_t lda;
-  const float* b;
+  const void* b;
   int64_t ldb;
   float beta;
   float* c;
   int64_t ldc;
   bool ct = false;  // C stored transposed: element (i, j) of this product lives at c[j * ldc + i]
+  Src src = Src::kF32;
+};
+
+// The kernels of one product and their blocking.
+struct Engine {
+  const KernelSet* ks = nullptr;          // float32 and convert paths
+  const Bf16DotKernelSet* dot = nullptr;  // dot path
+  int mr, nr, kc, nc, mc;
+  int64_t esize;  // bytes per packed element
+
+  static Engine of(const KernelSet& k) {
+    return Engine{&k, nullptr, k.mr, k.nr, k.kc, k.nc, k.mc, 4};
+  }
+  static Engine of(const Bf16DotKernelSet& k) {
+    return Engine{nullptr, &k, k.mr, k.nr, k.kc, k.nc, k.mc, 2};
+  }
+  // Packed depth of a kc-deep slice: whole pairs for the dot kernel.
+  int64_t depth(int64_t kc_) const { return dot ? kc_ + (kc_ & 1) : kc_; }
+  void micro(int64_t kc_, const char* pa, const char* pb, float* c, int64_t ldc, float alpha,
+             float beta) const {
+    if (dot)
+      dot->kernel(depth(kc_), reinterpret_cast<const uint16_t*>(pa),
+                  reinterpret_cast<const uint16_t*>(pb), c, ldc, alpha, beta);
+    else
+      ks->kernel(kc_, reinterpret_cast<const float*>(pa), reinterpret_cast<const float*>(pb), c,
+                 ldc, alpha, beta);
+  }
 };
 
 // One (rows, columns, k-slice) block of the product.
@@ -63,8 +97,14 @@ struct Block {
   int64_t i0, rows, j0, cols, p0, kc;
   float beta;  // beta for the first k-slice, 1 afterwards
   int64_t a_panels, b_panels;
-  float* pa;  // a_panels * mr * kc
-  float* pb;  // b_panels * nr * kc
+  char* pa;  // a_panels * mr * depth(kc) packed elements
+  char* pb;  // b_panels * nr * depth(kc)
+  char* a_panel(const Engine& e, int64_t ip) const {
+    return pa + ip * e.mr * e.depth(kc) * e.esize;
+  }
+  char* b_panel(const Engine& e, int64_t jp) const {
+    return pb + jp * e.nr * e.depth(kc) * e.esize;
+  }
 };
 
 class AlignedFloats {
@@ -111,36 +151,64 @@ void zero_lanes(int64_t from, int64_t stride, int64_t kc, float* dst) {
       std::fill(dst + p * stride + from, dst + (p + 1) * stride, 0.0f);
 }
 
+// lanes x kc of a row-major source with row stride ld, as one panel of
+// `stride` lanes: `along` = the panel's lanes run along the source's rows
+// (element (r, p) at src[p * ld + r]), else across them (at src[r * ld + p]).
+void pack_panel(const Problem& P, const Engine& e, const void* src, int64_t ld, bool along,
+                int64_t lanes, int64_t kc, int64_t stride, char* dst) {
+  if (P.src == Src::kBf16Dot) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    auto* d = reinterpret_cast<uint16_t*>(dst);
+    return along ? e.dot->pack_cols(s, ld, lanes, kc, d, stride)
+                 : e.dot->pack_rows(s, ld, lanes, kc, d, stride);
+  }
+  auto* d = reinterpret_cast<float*>(dst);
+  if (P.src == Src::kBf16Convert) {
+    const auto* s = static_cast<const uint16_t*>(src);
+    if (along) return e.ks->pack_copy_bf16(s, ld, lanes, kc, d, stride);
+    e.ks->pack_transposed_bf16(s, ld, lanes, kc, d, stride);
+  } else {
+    const auto* s = static_cast<const float*>(src);
+    if (along) return e.ks->pack_copy(s, ld, lanes, kc, d, stride);
+    e.ks->pack_transposed(s, ld, lanes, kc, d, stride);
+  }
+  zero_lanes(lanes, stride, kc, d);
+}
+
+// The element at (row, col) of a row-major operand of element size `es`.
+const void* at(const void* base, int64_t row, int64_t col, int64_t ld, int64_t es) {
+  return static_cast<const char*>(base) + (row * ld + col) * es;
+}
+int64_t src_size(const Problem& P) { return P.src == Src::kF32 ? 4 : 2; }
+
 // Rows [i0, i0 + mr) of op(A), columns [p0, p0 + kc), as one mr panel.
-void pack_a_panel(const Problem& P, const KernelSet& ks, int64_t i0, int64_t p0, int64_t kc,
-                  float* dst) {
-  const int64_t rows = std::min<int64_t>(ks.mr, P.m - i0);
-  if (P.ta) return ks.pack_copy(P.a + p0 * P.lda + i0, P.lda, rows, kc, dst, ks.mr);
-  ks.pack_transposed(P.a + i0 * P.lda + p0, P.lda, rows, kc, dst, ks.mr);
-  zero_lanes(rows, ks.mr, kc, dst);
+void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc,
+                  char* dst) {
+  const int64_t rows = std::min<int64_t>(e.mr, P.m - i0), es = src_size(P);
+  if (P.ta) return pack_panel(P, e, at(P.a, p0, i0, P.lda, es), P.lda, true, rows, kc, e.mr, dst);
+  pack_panel(P, e, at(P.a, i0, p0, P.lda, es), P.lda, false, rows, kc, e.mr, dst);
 }
 
 // Rows [p0, p0 + kc) of op(B), columns [j0, j0 + nr), as one nr panel.
-void pack_b_panel(const Problem& P, const KernelSet& ks, int64_t j0, int64_t p0, int64_t kc,
-                  float* dst) {
-  const int64_t cols = std::min<int64_t>(ks.nr, P.n - j0);
-  if (!P.tb) return ks.pack_copy(P.b + p0 * P.ldb + j0, P.ldb, cols, kc, dst, ks.nr);
-  ks.pack_transposed(P.b + j0 * P.ldb + p0, P.ldb, cols, kc, dst, ks.nr);
-  zero_lanes(cols, ks.nr, kc, dst);
+void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc,
+                  char* dst) {
+  const int64_t cols = std::min<int64_t>(e.nr, P.n - j0), es = src_size(P);
+  if (!P.tb) return pack_panel(P, e, at(P.b, p0, j0, P.ldb, es), P.ldb, true, cols, kc, e.nr, dst);
+  pack_panel(P, e, at(P.b, j0, p0, P.ldb, es), P.ldb, false, cols, kc, e.nr, dst);
 }
 
 // ---- tiles -----------------------------------------------------------------
 
-void run_tile(const Problem& P, const KernelSet& ks, const Block& blk, int64_t ip, int64_t jp) {
+void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp) {
   const int mr = ks.mr, nr = ks.nr;
-  const float* pa = blk.pa + ip * mr * blk.kc;
-  const float* pb = blk.pb + jp * nr * blk.kc;
+  const char* pa = blk.a_panel(ks, ip);
+  const char* pb = blk.b_panel(ks, jp);
   const int64_t i = blk.i0 + ip * mr, j = blk.j0 + jp * nr;
   const int64_t rows = std::min<int64_t>(mr, blk.i0 + blk.rows - i);
   const int64_t cols = std::min<int64_t>(nr, blk.j0 + blk.cols - j);
   alignas(64) float tile[kMaxTile];
   if (P.ct) {  // Note [Transposed small products]: the tile goes to C through a transpose
-    ks.kernel(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
+    ks.micro(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
     for (int64_t q = 0; q < cols; ++q) {
       float* cq = P.c + (j + q) * P.ldc + i;
       if (blk.beta == 0.0f)
@@ -152,10 +220,10 @@ void run_tile(const Problem& P, const KernelSet& ks, const Block& blk, int64_t i
   }
   float* c = P.c + i * P.ldc + j;
   if (rows == mr && cols == nr) {
-    ks.kernel(blk.kc, pa, pb, c, P.ldc, P.alpha, blk.beta);
+    ks.micro(blk.kc, pa, pb, c, P.ldc, P.alpha, blk.beta);
     return;
   }
-  ks.kernel(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
+  ks.micro(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * P.ldc;
     const float* tr = tile + r * nr;
@@ -180,7 +248,7 @@ void wait_ready(const std::atomic<uint8_t>& state) {
 }
 
 // Rows of C split: A panels [lo, hi) on this task, B panels shared.
-void run_block_split_rows(const Problem& P, const KernelSet& ks, const Block& blk,
+void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
                           std::atomic<uint8_t>* b_state, int64_t lo, int64_t hi) {
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
   for (int64_t jc = 0; jc < blk.b_panels; jc += nc_panels) {
@@ -189,27 +257,26 @@ void run_block_split_rows(const Problem& P, const KernelSet& ks, const Block& bl
       uint8_t expected = 0;
       if (b_state[jp].load(std::memory_order_relaxed) == 0 &&
           b_state[jp].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
-        pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.pb + jp * ks.nr * blk.kc);
+        pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
         b_state[jp].store(2, std::memory_order_release);
       }
     }
     for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
     for (int64_t ip = lo; ip < hi; ++ip) {
-      if (jc == 0)
-        pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.pa + ip * ks.mr * blk.kc);
+      if (jc == 0) pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.a_panel(ks, ip));
       for (int64_t jp = jc; jp < jend; ++jp) run_tile(P, ks, blk, ip, jp);
     }
   }
 }
 
 // Columns of C split: B panels [lo, hi) on this task, A packed beforehand.
-void run_block_split_cols(const Problem& P, const KernelSet& ks, const Block& blk, int64_t lo,
+void run_block_split_cols(const Problem& P, const Engine& ks, const Block& blk, int64_t lo,
                           int64_t hi) {
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
   for (int64_t jc = lo; jc < hi; jc += nc_panels) {
     const int64_t jend = std::min(hi, jc + nc_panels);
     for (int64_t jp = jc; jp < jend; ++jp)
-      pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.pb + jp * ks.nr * blk.kc);
+      pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
     for (int64_t ip = 0; ip < blk.a_panels; ++ip)
       for (int64_t jp = jc; jp < jend; ++jp) run_tile(P, ks, blk, ip, jp);
   }
@@ -220,12 +287,11 @@ double balance(int64_t panels, int threads) {
   return static_cast<double>(panels) / (threads * ceil_div(panels, threads));
 }
 
-void run_block(const Problem& P, const KernelSet& ks, const Block& blk, Workspace& ws,
-               int threads) {
+void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& ws, int threads) {
   if (threads > 1 &&
       balance(blk.a_panels, threads) < std::min(0.9, balance(blk.b_panels, threads))) {
     for (int64_t ip = 0; ip < blk.a_panels; ++ip)
-      pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.pa + ip * ks.mr * blk.kc);
+      pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.a_panel(ks, ip));
     parallel_for(0, blk.b_panels, 1,
                  [&](int64_t lo, int64_t hi) { run_block_split_cols(P, ks, blk, lo, hi); });
     return;
@@ -265,16 +331,16 @@ const KernelSet& kernels_for(CpuIsa isa) {
 
 const KernelSet& packed_kernels() { return kernels_for(cpu_isa()); }
 
-void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                  bool parallel) {
-  Problem P{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+namespace {
+
+void run_product(Problem P, const Engine& ks, bool parallel) {
+  int64_t m = P.m, n = P.n;
+  const int64_t k = P.k;
   if (m <= 0 || n <= 0) return;
-  if (k <= 0 || alpha == 0.0f) {
+  if (k <= 0 || P.alpha == 0.0f) {
     scale_c(P);
     return;
   }
-  const KernelSet& ks = packed_kernels();
   // Note [Transposed small products]. A product with few rows or columns
   // (a convolution's 8 output channels, a 4-column im2col block) fills the
   // mr x nr tiles badly in one orientation. C^T = op(B)^T op(A)^T swaps the
@@ -285,22 +351,26 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
            static_cast<double>(ceil_div(cols, ks.nr) * ks.nr);
   };
   if (padded(n, m) < 0.8 * padded(m, n)) {
-    P = Problem{!tb, !ta, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc, /*ct=*/true};
+    P = Problem{!P.tb, !P.ta, n,      m,   k,     P.alpha,     P.b,  P.ldb,
+                P.a,   P.lda, P.beta, P.c, P.ldc, /*ct=*/true, P.src};
     m = P.m;
     n = P.n;
   }
   const int threads = parallel && 2.0 * m * n * k >= kParallelFlops ? intra_op_threads() : 1;
 
-  // Even splits: no thin last block.
-  const int64_t k_slices = ceil_div(k, ks.kc), kc_max = ceil_div(k, k_slices);
+  // Even splits: no thin last block; the dot kernel's slices are whole pairs
+  // but for the last.
+  const int64_t k_slices = ceil_div(k, ks.kc);
+  const int64_t kc_max = ks.depth(ceil_div(k, k_slices));
   const int64_t m_blocks = ceil_div(m, ks.mc),
                 mc_max = ceil_div(ceil_div(m, m_blocks), ks.mr) * ks.mr;
   const int64_t n_chunks = ceil_div(n, kNChunk),
                 nc_max = ceil_div(ceil_div(n, n_chunks), ks.nr) * ks.nr;
 
   static thread_local Workspace ws;
-  float* pa = ws.a.get(mc_max * kc_max);
-  float* pb = ws.b.get(nc_max * kc_max);
+  const int64_t per_float = 4 / ks.esize;  // packed elements per float of buffer
+  char* pa = reinterpret_cast<char*>(ws.a.get(ceil_div(mc_max * kc_max, per_float)));
+  char* pb = reinterpret_cast<char*>(ws.b.get(ceil_div(nc_max * kc_max, per_float)));
   for (int64_t i0 = 0; i0 < m; i0 += mc_max) {
     for (int64_t j0 = 0; j0 < n; j0 += nc_max) {
       for (int64_t p0 = 0; p0 < k; p0 += kc_max) {
@@ -311,7 +381,7 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
         blk.cols = std::min(nc_max, n - j0);
         blk.p0 = p0;
         blk.kc = std::min(kc_max, k - p0);
-        blk.beta = p0 == 0 ? beta : 1.0f;
+        blk.beta = p0 == 0 ? P.beta : 1.0f;
         blk.a_panels = ceil_div(blk.rows, ks.mr);
         blk.b_panels = ceil_div(blk.cols, ks.nr);
         blk.pa = pa;
@@ -320,6 +390,38 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
       }
     }
   }
+}
+
+}  // namespace
+
+void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  bool parallel) {
+  run_product(Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc},
+              Engine::of(packed_kernels()), parallel);
+}
+
+void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc, bool parallel, Bf16Path path) {
+  if (path == Bf16Path::kAuto) path = bf16_path();
+  if (path == Bf16Path::kDot) {
+    GPIPE_CHECK(detected_bf16_dot(),
+                "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
+    run_product(Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false, Src::kBf16Dot},
+                Engine::of(packed::kAvx512Bf16Kernels), parallel);
+    return;
+  }
+  run_product(
+      Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false, Src::kBf16Convert},
+      Engine::of(packed_kernels()), parallel);
+}
+
+Bf16Path bf16_path() { return cpu_bf16_dot() ? Bf16Path::kDot : Bf16Path::kConvert; }
+
+std::string bf16_gemm_name() {
+  return bf16_path() == Bf16Path::kDot ? std::string(packed::kAvx512Bf16Kernels.name)
+                                       : std::string("bf16-convert-") + packed_kernels().name;
 }
 
 }  // namespace gpipe::ops::cpu

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "ops/cpu/gemm_kernels.h"
 
@@ -22,5 +23,21 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 
 // The kernel set packed_sgemm uses now (tile sizes for tests, name for logs).
 const packed::KernelSet& packed_kernels();
+
+// The same contract for bfloat16 operands (raw bits) into a float32 C, every
+// product exact in float32 and accumulated in float32. Two paths:
+//   kDot      AVX512_BF16 dot products (vdpbf16ps): twice the float32 rate;
+//   kConvert  operands widened to float32 while packing, then the active
+//             level's float32 kernel (every CPU).
+// kAuto takes bf16_path(): kDot when the CPU has AVX512_BF16 and the active
+// level is avx512 (GPIPE_CPU_ISA=avx2 or lower converts). Asking for kDot
+// on a CPU without it throws gpipe::Error.
+enum class Bf16Path { kAuto, kDot, kConvert };
+void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc, bool parallel, Bf16Path path = Bf16Path::kAuto);
+Bf16Path bf16_path();
+// "avx512-bf16" or "bf16-convert-<level>", for logs.
+std::string bf16_gemm_name();
 
 }  // namespace gpipe::ops::cpu

@@ -207,6 +207,7 @@ struct CrossEntropyBackwardCheck {
 GPIPE_CPU_ISA_SLOT(attention_forward)
 GPIPE_CPU_ISA_SLOT(attention_backward)
 GPIPE_CPU_ISA_SLOT(batch_norm_stats)
+GPIPE_CPU_ISA_SLOT(cast_into)
 GPIPE_CPU_ISA_SLOT(batch_norm_forward)
 GPIPE_CPU_ISA_SLOT(batch_norm_backward)
 GPIPE_CPU_ISA_SLOT(batch_norm_update_running_stats)

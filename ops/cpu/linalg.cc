@@ -8,7 +8,26 @@
 namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
+// bfloat16 operands, float32 result (Note [Mixed precision] in core/precision.h).
+void batched_gemm_bf16(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  const auto* pa = reinterpret_cast<const uint16_t*>(a.data<bfloat16>());
+  const auto* pb = reinterpret_cast<const uint16_t*>(b.data<bfloat16>());
+  float* pc = c.data<float>();
+  const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  const int64_t sa = s.m * s.k, sb = s.b_shared ? 0 : s.k * s.n, sc = s.m * s.n;
+  if (s.batch == 1) {
+    cpu::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, pa, lda, pb, ldb, 0.0f, pc, s.n, true);
+    return;
+  }
+  parallel_for(0, s.batch, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      cpu::gemm_bf16(s.ta, s.tb, s.m, s.n, s.k, 1.0f, pa + i * sa, lda, pb + i * sb, ldb, 0.0f,
+                     pc + i * sc, s.n, false);
+  });
+}
+
 void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  if (a.dtype() == DType::kBFloat16) return batched_gemm_bf16(s, a, b, c);
   dispatch_floating(a.dtype(), "matmul", [&](auto z) {
     using T = decltype(z);
     const T* pa = a.data<T>();

@@ -138,6 +138,57 @@ GPIPE_OP_CASES({
               for (size_t i = 0; i < x.size(); ++i) CHECK(y[i] == std::abs(x[i]));
             },
     },
+    // The float32 round trip differentiates as the identity (the gradient is
+    // cast back); eps is large against float32's rounding of the input.
+    OpCase{
+        .name = "cast/float32 round trip",
+        .covers = {"cast_into"},
+        .make_inputs =
+            [] {
+              return std::vector<Tensor>{rand64(Shape{3, 7}, 13, -4, 4)};
+            },
+        .fn =
+            [](const std::vector<Tensor>& in) {
+              return std::vector<Tensor>{
+                  ops::cast(ops::cast(in[0], DType::kFloat32), in[0].dtype())};
+            },
+        .check_forward =
+            [](const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+              const auto x = in[0].to_vector<double>(), y = out[0].to_vector<double>();
+              for (size_t i = 0; i < x.size(); ++i)
+                CHECK(y[i] == static_cast<double>(static_cast<float>(x[i])));
+            },
+        .eps = 1e-3,
+        .tolerance = 1e-4,
+    },
+    // Rounding to bfloat16 / float16 is a step function (finite differences
+    // see zero); the forward against the scalar conversions, no gradient check.
+    OpCase{
+        .name = "cast/bfloat16 and float16 (no gradient check)",
+        .covers = {"cast_into"},
+        .make_inputs =
+            [] {
+              return std::vector<Tensor>{rand64(Shape{5, 9}, 14, -300, 300)};
+            },
+        .fn =
+            [](const std::vector<Tensor>& in) {
+              const DType d = in[0].dtype();
+              return std::vector<Tensor>{ops::cast(ops::cast(in[0], DType::kBFloat16), d),
+                                         ops::cast(ops::cast(in[0], DType::kFloat16), d)};
+            },
+        .check_forward =
+            [](const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+              const auto x = in[0].to_vector<double>();
+              const auto b = out[0].to_vector<double>(), h = out[1].to_vector<double>();
+              for (size_t i = 0; i < x.size(); ++i) {
+                const float f = static_cast<float>(x[i]);
+                CHECK(b[i] == bf16_bits_to_float(float_to_bf16_bits(f)));
+                CHECK(h[i] == f16_bits_to_float(float_to_f16_bits(f)));
+              }
+            },
+        .check_grad = false,
+        .tolerance32 = 1e-2,  // x rounded to float32 first can round to a neighbour
+    },
 });
 
 }  // namespace

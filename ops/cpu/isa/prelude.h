@@ -81,15 +81,27 @@ inline T gelu_grad(T x) {
   return cdf + x * pdf;
 }
 
+// 16-bit float elements (raw bits) and their conversions, this level's own copy.
+struct bfloat16 {
+  uint16_t bits;
+};
+struct float16 {
+  uint16_t bits;
+};
+#include "core/half_convert.inc"
+
 template <class T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
   if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
   if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
   if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
+  if constexpr (std::is_same_v<T, bfloat16>) return DType::kBFloat16;
+  if constexpr (std::is_same_v<T, float16>) return DType::kFloat16;
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                    std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>,
-                "CPU kernels read float32, float64, int32 or int64 tensors");
+                    std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+                    std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>,
+                "CPU kernels read float32, float64, int32, int64, bfloat16 or float16 tensors");
   return DType::kFloat32;
 }
 

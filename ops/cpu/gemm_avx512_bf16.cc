@@ -1,0 +1,149 @@
+// AVX512_BF16 micro-kernel: a 14 x 32 tile of C in 28 zmm accumulators, as
+// the float32 AVX-512 kernel, but each vdpbf16ps consumes two steps of k
+// (a pair of bfloat16 per 32-bit lane), so one instruction does the work of
+// two FMAs. Built with AVX512_BF16 flags and called only when the CPU has
+// them (core/cpu_isa.h cpu_bf16_dot); see Note [GEMM ISA files] in
+// gemm_kernels.h.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/cpu/gemm_kernels.h"
+
+namespace gpipe::ops::cpu::packed {
+namespace avx512_bf16 {
+namespace {
+
+constexpr int kMr = 14, kNr = 32;
+
+inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+
+void kernel_14x32(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
+                  float alpha, float beta) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 14
+  for (int i = 0; i < kMr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < kc; p += 2) {
+    const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32));
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, a + 2 * i, 4);
+      const __m512bh ai = as_bh(_mm512_set1_epi32(pair));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+    }
+    a += 2 * kMr;
+    b += 2 * kNr;
+  }
+  const __m512 va = _mm512_set1_ps(alpha);
+  if (beta == 0.0f) {
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc[i][0]));
+      _mm512_storeu_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc[i][1]));
+    }
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      float* ci = c + i * ldc;
+      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
+      _mm512_storeu_ps(ci + 16,
+                       _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
+    }
+  }
+}
+
+// Element (r, p) at src[r * ld + p]: each pair is adjacent in the source, so
+// the panel is a transpose of 32-bit words (8 x 8 blocks through registers).
+void pack_rows(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint16_t* dst,
+               int64_t stride) {
+  const int64_t pairs = kc / 2;
+  int64_t r = 0;
+  for (; r + 8 <= lanes; r += 8) {
+    int64_t q = 0;
+    for (; q + 8 <= pairs; q += 8) {
+      __m256i v[8];
+      for (int i = 0; i < 8; ++i)
+        v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (r + i) * ld + 2 * q));
+      // 8 x 8 transpose of 32-bit words.
+      __m256i t[8], u[8];
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int o = 4 * h;
+        u[o + 0] = _mm256_unpacklo_epi64(t[o + 0], t[o + 2]);
+        u[o + 1] = _mm256_unpackhi_epi64(t[o + 0], t[o + 2]);
+        u[o + 2] = _mm256_unpacklo_epi64(t[o + 1], t[o + 3]);
+        u[o + 3] = _mm256_unpackhi_epi64(t[o + 1], t[o + 3]);
+      }
+      for (int j = 0; j < 4; ++j) {
+        v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+      }
+      for (int j = 0; j < 8; ++j)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (q + j) * 2 * stride + 2 * r), v[j]);
+    }
+    for (; q < pairs; ++q)
+      for (int i = 0; i < 8; ++i) std::memcpy(dst + q * 2 * stride + 2 * (r + i), src + (r + i) * ld + 2 * q, 4);
+  }
+  for (; r < lanes; ++r)
+    for (int64_t q = 0; q < pairs; ++q) std::memcpy(dst + q * 2 * stride + 2 * r, src + r * ld + 2 * q, 4);
+  if (kc % 2) {  // the last pair: (src[r, kc - 1], 0)
+    uint16_t* d = dst + pairs * 2 * stride;
+    for (int64_t i = 0; i < lanes; ++i) {
+      d[2 * i] = src[i * ld + kc - 1];
+      d[2 * i + 1] = 0;
+    }
+  }
+  const int64_t padded = (kc + 1) / 2;
+  for (int64_t q = 0; q < padded && lanes < stride; ++q)
+    std::memset(dst + q * 2 * stride + 2 * lanes, 0, 4 * (stride - lanes));
+}
+
+// Element (r, p) at src[p * ld + r]: interleave rows p and p + 1.
+void pack_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint16_t* dst,
+               int64_t stride) {
+  for (int64_t p = 0; p < kc; p += 2) {
+    const uint16_t* s0 = src + p * ld;
+    const uint16_t* s1 = p + 1 < kc ? s0 + ld : nullptr;
+    uint16_t* d = dst + p * stride;  // (p / 2) * 2 * stride
+    int64_t r = 0;
+    if (s1) {
+      for (; r + 16 <= lanes; r += 16) {
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + r));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1 + r));
+        const __m256i lo = _mm256_unpacklo_epi16(x0, x1), hi = _mm256_unpackhi_epi16(x0, x1);
+        // unpack works within 128-bit lanes: reorder to lanes 0-3, 4-7, 8-11, 12-15.
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 2 * r),
+                            _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 2 * r + 16),
+                            _mm256_permute2x128_si256(lo, hi, 0x31));
+      }
+    }
+    for (; r < lanes; ++r) {
+      d[2 * r] = s0[r];
+      d[2 * r + 1] = s1 ? s1[r] : 0;
+    }
+    if (lanes < stride) std::memset(d + 2 * lanes, 0, 4 * (stride - lanes));
+  }
+}
+
+}  // namespace
+}  // namespace avx512_bf16
+
+const Bf16DotKernelSet kAvx512Bf16Kernels = {"avx512-bf16",          avx512_bf16::kMr,
+                                             avx512_bf16::kNr,       512,
+                                             512,                    4096,
+                                             avx512_bf16::kernel_14x32, avx512_bf16::pack_rows,
+                                             avx512_bf16::pack_cols};
+
+}  // namespace gpipe::ops::cpu::packed

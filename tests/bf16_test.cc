@@ -1,0 +1,323 @@
+// bfloat16 / float16: the conversions (core/dtype.h), ops::cast at every ISA
+// level, the bfloat16 GEMM's two paths (AVX512_BF16 dot products where the
+// CPU has them, float32 after conversion everywhere) against float32 products
+// of the same values, and matmul on bfloat16 operands with its gradients.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/cpu_isa.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/precision.h"
+#include "core/tensor.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_packed.h"
+#include "ops/ops.h"
+
+using namespace gpipe;
+using Catch::Contains;
+
+namespace {
+
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+std::vector<CpuIsa> supported_levels() {
+  std::vector<CpuIsa> levels;
+  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
+    levels.push_back(static_cast<CpuIsa>(i));
+  return levels;
+}
+
+// Round to nearest even by exact arithmetic in double: the reference for both formats.
+double round_to(double x, int mantissa_bits, int min_exp, double max_finite) {
+  if (std::isnan(x) || std::isinf(x) || x == 0) return x;
+  int e;
+  std::frexp(x, &e);  // x = f * 2^e, 0.5 <= |f| < 1
+  e = std::max(e - 1, min_exp);
+  const double ulp = std::ldexp(1.0, e - mantissa_bits);
+  const double r = std::nearbyint(x / ulp) * ulp;  // default rounding: to nearest even
+  if (std::abs(r) > max_finite) return std::copysign(INFINITY, x);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 conversion rounds to nearest even and keeps NaN and infinities") {
+  CHECK(float_to_bf16_bits(1.0f) == 0x3f80);
+  CHECK(float_to_bf16_bits(-2.0f) == 0xc000);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one (1).
+  CHECK(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);
+  CHECK(float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);
+  CHECK(float_to_bf16_bits(INFINITY) == 0x7f80);
+  CHECK(float_to_bf16_bits(-INFINITY) == 0xff80);
+  CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
+  // A NaN whose payload lies only in the low half stays a NaN (not infinity).
+  CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(bits_float(0x7f800001u)))));
+  CHECK(float_to_bf16_bits(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up past max
+
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 200000; ++i) {
+    const float f = bits_float(any(rng));
+    if (std::isnan(f)) continue;
+    const double want = round_to(f, 7, -126, 3.3895313892515355e38);
+    const float got = bf16_bits_to_float(float_to_bf16_bits(f));
+    if (want != static_cast<double>(got)) FAIL("bfloat16 of " << f << ": " << got << " vs " << want);
+  }
+  for (uint32_t b = 0; b < 65536; ++b) {  // every bfloat16 survives the round trip
+    const float f = bf16_bits_to_float(static_cast<uint16_t>(b));
+    if (!std::isnan(f)) REQUIRE(float_to_bf16_bits(f) == b);
+  }
+}
+
+TEST_CASE("float16 conversion rounds to nearest even, with subnormals and overflow") {
+  CHECK(float_to_f16_bits(1.0f) == 0x3c00);
+  CHECK(float_to_f16_bits(65504.0f) == 0x7bff);
+  CHECK(float_to_f16_bits(65519.0f) == 0x7bff);
+  CHECK(float_to_f16_bits(65520.0f) == 0x7c00);  // halfway to 65536: rounds to infinity
+  CHECK(float_to_f16_bits(std::ldexp(1.0f, -24)) == 0x0001);
+  CHECK(float_to_f16_bits(std::ldexp(1.0f, -25)) == 0x0000);      // tie: to even (zero)
+  CHECK(float_to_f16_bits(3 * std::ldexp(1.0f, -25)) == 0x0002);  // tie: to even (2)
+  CHECK(float_to_f16_bits(-0.0f) == 0x8000);
+  CHECK(std::isnan(f16_bits_to_float(float_to_f16_bits(std::nanf("")))));
+  std::mt19937 rng(6);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 200000; ++i) {
+    const float f = bits_float(any(rng) & 0xbfffffffu);  // exponents up to 2^1: float16's range
+    const double want = round_to(f, 10, -14, 65504.0);
+    const float got = f16_bits_to_float(float_to_f16_bits(f));
+    if (want != static_cast<double>(got)) FAIL("float16 of " << f << ": " << got << " vs " << want);
+  }
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = f16_bits_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) REQUIRE(float_to_f16_bits(f) == h);
+  }
+}
+
+TEST_CASE("cast converts at every ISA level exactly as the scalar conversions do") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> v(70000);  // past the kernel's parallel grain
+  for (float& x : v) x = normal(rng);
+  v[0] = INFINITY;
+  v[1] = std::nanf("");
+  v[2] = 1e6f;  // float16 overflow
+  v[3] = 1e-7f;  // float16 subnormal
+  const Tensor x = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    INFO(cpu_isa_name(isa));
+    const Tensor b = ops::cast(x, DType::kBFloat16), h = ops::cast(x, DType::kFloat16);
+    REQUIRE(b.dtype() == DType::kBFloat16);
+    REQUIRE(h.dtype() == DType::kFloat16);
+    const std::vector<float> bb = ops::cast(b, DType::kFloat32).to_vector<float>();
+    const std::vector<float> hh = ops::cast(h, DType::kFloat32).to_vector<float>();
+    const bfloat16* bp = b.data<bfloat16>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      REQUIRE(bp[i].bits == float_to_bf16_bits(v[i]));
+      REQUIRE(float_bits(bb[i]) == float_bits(bf16_bits_to_float(float_to_bf16_bits(v[i]))));
+      REQUIRE(float_bits(hh[i]) == float_bits(f16_bits_to_float(float_to_f16_bits(v[i]))));
+    }
+    // float64 goes through float32; Tensor::to agrees with cast.
+    const Tensor d = ops::cast(ops::cast(x, DType::kFloat64), DType::kBFloat16);
+    CHECK(std::memcmp(d.data<bfloat16>(), bp, v.size() * 2) == 0);
+    CHECK(std::memcmp(x.to(DType::kBFloat16).data<bfloat16>(), bp, v.size() * 2) == 0);
+  }
+  CHECK(ops::cast(x, DType::kFloat32).impl_ptr() == x.impl_ptr());  // same dtype: no copy
+  CHECK_THROWS_WITH(ops::cast(Tensor::from_vector<int64_t>({1, 2}, {2}), DType::kBFloat16),
+                    Contains("cast: converts between float32, float64, bfloat16 and float16"));
+}
+
+TEST_CASE("cast's gradient is the upstream gradient in the input's dtype") {
+  Tensor x = Tensor::from_vector<float>({1.0f, -2.5f, 3.0f + 1.0f / 256}, {3});
+  x.set_requires_grad(true);
+  Tensor b = ops::cast(x, DType::kBFloat16);
+  CHECK(b.requires_grad());
+  Tensor y = ops::sum(ops::mul(ops::cast(b, DType::kFloat32),
+                               Tensor::from_vector<float>({1.0f / 3, 2.0f, -1.0f}, {3})));
+  y.backward();
+  const std::vector<float> g = x.grad().to_vector<float>();
+  // 1/3 went through a bfloat16 gradient: rounded to bfloat16.
+  CHECK(g[0] == bf16_bits_to_float(float_to_bf16_bits(1.0f / 3)));
+  CHECK(g[1] == 2.0f);
+  CHECK(g[2] == -1.0f);
+  CHECK(x.grad().dtype() == DType::kFloat32);
+}
+
+namespace {
+
+struct Bf16Case {
+  bool ta, tb;
+  int64_t m, n, k, pad;
+  float beta;
+  bool parallel;
+};
+
+// C = op(A) op(B) (+ beta C) on bfloat16 operands through `path`, against
+// the float32 packed GEMM of the same (widened) values: the convert path must
+// equal it bit for bit, the dot path within float32 round-off of the sums.
+void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
+  const int64_t a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
+  const int64_t b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
+  const int64_t lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> a(a_rows * lda), b(b_rows * ldb);
+  std::vector<float> af(a.size()), bf(b.size()), c0(g.m * ldc);
+  for (size_t i = 0; i < a.size(); ++i) af[i] = bf16_bits_to_float(a[i] = float_to_bf16_bits(normal(rng)));
+  for (size_t i = 0; i < b.size(); ++i) bf[i] = bf16_bits_to_float(b[i] = float_to_bf16_bits(normal(rng)));
+  for (float& x : c0) x = normal(rng);
+  std::vector<float> c = c0, ref = c0;
+  ops::cpu::packed_gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta,
+                             c.data(), ldc, g.parallel, path);
+  ops::cpu::packed_sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, af.data(), lda, bf.data(), ldb, g.beta,
+                         ref.data(), ldc, g.parallel);
+  double worst = 0;
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = c[i * ldc + j], want = ref[i * ldc + j];
+      if (j >= g.n) {  // the padding of C is never written
+        REQUIRE(float_bits(got) == float_bits(c0[i * ldc + j]));
+        continue;
+      }
+      if (path == ops::cpu::Bf16Path::kConvert) {
+        if (float_bits(got) != float_bits(want))
+          FAIL("convert path differs from float32 at (" << i << ", " << j << "): " << got << " vs "
+                                                        << want);
+        continue;
+      }
+      double mag = std::abs(g.beta * c0[i * ldc + j]);
+      for (int64_t p = 0; p < g.k; ++p) {
+        const float x = g.ta ? af[p * lda + i] : af[i * lda + p];
+        const float y = g.tb ? bf[j * ldb + p] : bf[p * ldb + j];
+        mag += std::abs(static_cast<double>(x) * y);
+      }
+      worst = std::max(worst, std::abs(static_cast<double>(got) - want) / (mag + 1e-30));
+    }
+  }
+  INFO("worst relative error " << worst);
+  CHECK(worst <= 2e-6);
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values") {
+  std::mt19937 rng(11);
+  std::vector<ops::cpu::Bf16Path> paths = {ops::cpu::Bf16Path::kConvert};
+  if (detected_bf16_dot()) paths.push_back(ops::cpu::Bf16Path::kDot);
+  // Around the tiles (14 x 32, 6 x 16, 4 x 8), the k-slices (256, 512), odd k
+  // (the dot kernel's pairs), odd row strides.
+  const std::vector<std::array<int64_t, 3>> sizes = {
+      {1, 1, 1},    {3, 5, 7},      {14, 32, 2},   {15, 33, 3},  {29, 65, 511},
+      {64, 64, 64}, {100, 37, 513}, {7, 200, 1025}, {130, 70, 300}};
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    for (auto path : paths) {
+      for (const auto& s : sizes)
+        for (int t = 0; t < 4; ++t)
+          for (int64_t pad : {0, 3}) {
+            const Bf16Case g{(t & 1) != 0, (t & 2) != 0, s[0], s[1], s[2], pad, pad ? 0.5f : 0.0f,
+                             s[0] * s[1] * s[2] > 100000};
+            INFO(cpu_isa_name(isa) << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert")
+                                   << " ta=" << g.ta << " tb=" << g.tb << " m=" << g.m
+                                   << " n=" << g.n << " k=" << g.k << " pad=" << pad);
+            check_bf16(g, path, rng);
+          }
+    }
+  }
+}
+
+TEST_CASE("bfloat16 GEMM: the dot path is refused on a CPU without AVX512_BF16, and chosen per level") {
+  if (!detected_bf16_dot()) {
+    uint16_t one = 0x3f80;
+    float c = 0;
+    CHECK_THROWS_WITH(ops::cpu::packed_gemm_bf16(false, false, 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f,
+                                                 &c, 1, false, ops::cpu::Bf16Path::kDot),
+                      Contains("needs AVX512_BF16"));
+    CHECK(ops::cpu::bf16_path() == ops::cpu::Bf16Path::kConvert);
+    return;
+  }
+  CHECK(ops::cpu::bf16_path() == (cpu_isa() == CpuIsa::kAvx512 ? ops::cpu::Bf16Path::kDot
+                                                                : ops::cpu::Bf16Path::kConvert));
+  CpuIsaGuard guard(CpuIsa::kAvx2);
+  CHECK(ops::cpu::bf16_path() == ops::cpu::Bf16Path::kConvert);
+  CHECK(ops::cpu::bf16_gemm_name() == "bf16-convert-avx2");
+}
+
+TEST_CASE("matmul on bfloat16 operands: float32 product, bfloat16 gradients") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  auto rand = [&](std::vector<int64_t> shape) {
+    std::vector<float> v(Shape(shape).numel());
+    for (float& x : v) x = normal(rng);
+    return Tensor::from_vector(v, Shape(shape));
+  };
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const Tensor a32 = rand(ta ? std::vector<int64_t>{2, 40, 30} : std::vector<int64_t>{2, 30, 40});
+    const Tensor b32 = rand(tb ? std::vector<int64_t>{20, 40} : std::vector<int64_t>{40, 20});
+    Tensor a = ops::cast(a32, DType::kBFloat16).detach(), b = ops::cast(b32, DType::kBFloat16).detach();
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    const Tensor y = ops::matmul(a, b, ta, tb);
+    REQUIRE(y.dtype() == DType::kFloat32);
+    // The float32 reference on the same values.
+    Tensor af = ops::cast(a.detach(), DType::kFloat32), bf = ops::cast(b.detach(), DType::kFloat32);
+    af.set_requires_grad(true);
+    bf.set_requires_grad(true);
+    const Tensor yf = ops::matmul(af, bf, ta, tb);
+    const std::vector<float> yv = y.to_vector<float>(), yfv = yf.to_vector<float>();
+    for (size_t i = 0; i < yv.size(); ++i) REQUIRE(yv[i] == Approx(yfv[i]).margin(1e-4));
+    const Tensor w = rand({2, 30, 20});
+    ops::sum(ops::mul(y, w)).backward();
+    // The float32 reference with the upstream gradient rounded to bfloat16, as
+    // the bfloat16 backward rounds it.
+    const Tensor w16 = ops::cast(ops::cast(w, DType::kBFloat16), DType::kFloat32);
+    ops::sum(ops::mul(yf, w16)).backward();
+    REQUIRE(a.grad().dtype() == DType::kBFloat16);
+    REQUIRE(b.grad().dtype() == DType::kBFloat16);
+    const std::vector<float> ga = ops::cast(a.grad(), DType::kFloat32).to_vector<float>();
+    const std::vector<float> gb = ops::cast(b.grad(), DType::kFloat32).to_vector<float>();
+    const std::vector<float> gaf = af.grad().to_vector<float>(), gbf = bf.grad().to_vector<float>();
+    for (size_t i = 0; i < ga.size(); ++i) REQUIRE(ga[i] == Approx(gaf[i]).epsilon(1e-2).margin(1e-2));
+    for (size_t i = 0; i < gb.size(); ++i) REQUIRE(gb[i] == Approx(gbf[i]).epsilon(1e-2).margin(1e-2));
+  }
+  const Tensor f = Tensor::zeros({2, 2}, DType::kFloat32);
+  CHECK_THROWS_WITH(ops::matmul(ops::cast(f, DType::kBFloat16), f),
+                    Contains("input 1 has dtype float32 but input 0 has bfloat16"));
+}
+
+TEST_CASE("linear under bfloat16 precision multiplies bfloat16 operands") {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  std::vector<float> xv(8 * 16), wv(12 * 16);
+  for (float& v : xv) v = normal(rng);
+  for (float& v : wv) v = normal(rng);
+  Tensor x = Tensor::from_vector(xv, {8, 16}), w = Tensor::from_vector(wv, {12, 16});
+  w.set_requires_grad(true);
+  Tensor y16;
+  {
+    PrecisionScope scope(Precision::kBFloat16);
+    y16 = ops::linear(x, w);
+  }
+  const Tensor ref = ops::matmul(ops::cast(x, DType::kBFloat16),
+                                 ops::cast(w.detach(), DType::kBFloat16), false, true);
+  CHECK(y16.dtype() == DType::kFloat32);
+  CHECK(y16.to_vector<float>() == ref.to_vector<float>());
+  const Tensor y32 = ops::linear(x, w);  // float32 outside the scope
+  CHECK(y32.to_vector<float>() != y16.to_vector<float>());
+  ops::sum(y16).backward();
+  CHECK(w.grad().dtype() == DType::kFloat32);  // master weights keep float32 gradients
+}
