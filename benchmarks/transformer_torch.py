@@ -32,6 +32,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--max-seconds", type=float, default=30.0)
+    p.add_argument("--autocast", default="none", choices=["none", "bf16"],
+                   help="step/seq: forward and loss under torch.autocast('cpu', bfloat16)")
     return p.parse_args()
 
 
@@ -216,8 +218,9 @@ def seq_step_fn(model, opt, src, tgt_in, labels, micro):
         opt.zero_grad(set_to_none=False)
         total = 0.0
         for s, ti, lb in zip(srcs, tins, labs):
-            logits = model(s, ti)
-            loss = F.cross_entropy(logits.reshape(-1, VOCAB), lb.reshape(-1)) / micro
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ARGS.autocast == "bf16"):
+                logits = model(s, ti)
+                loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), lb.reshape(-1)) / micro
             loss.backward()
             total += loss.item()
         opt.step()
@@ -338,7 +341,8 @@ def main():
         layers, n = a.layers or 8, a.batch or 64
         r = run_memory(layers, n, a.micro_batches, a.remat, 1 if a.warmup is None else a.warmup,
                        2 if a.steps is None else a.steps)
-    r.update({"torch": torch.__version__, "threads": torch.get_num_threads(), "mode": a.mode})
+    r.update({"torch": torch.__version__, "threads": torch.get_num_threads(), "mode": a.mode,
+              "autocast": a.autocast})
     print(json.dumps(r), flush=True)
 
 

@@ -351,7 +351,7 @@ StepResult Pipeline::train_step(const Batch& batch) {
       r.replicas().allreduce(&all_terms, 1, ReduceOp::kSum,
                              "summing the loss terms of all replicas");
     const StepContext ctx{opt_.seed,      step_,
-                          ri.replica * m, all_terms > 0 ? 1.0 / all_terms : 0.0,
+                          ri.replica * m, all_terms > 0 ? loss_scale_ / all_terms : 0.0,
                           nullptr,        opt_.precision};
     const StepTotals t =
         r.run(schedule_.stages[ri.stage], true, micro, ctx, {0, terms, static_cast<double>(rows)});
@@ -366,7 +366,7 @@ StepResult Pipeline::train_step(const Batch& batch) {
   for (auto& r : ranks_) r->stage().clear();
   ++step_;
   StepResult res;
-  res.loss = totals.front().loss;
+  res.loss = totals.front().loss / loss_scale_;
   res.loss_terms = totals.front().terms;
   res.examples = static_cast<int64_t>(totals.front().examples);
   res.seconds = seconds_since(t0);
@@ -402,6 +402,12 @@ double Pipeline::grad_norm() {
   std::vector<double> norms(ranks_.size());
   on_ranks([&](StageExecutor& r) { norms[r.row()] = r.grad_norm(); });
   return norms.front();
+}
+
+void Pipeline::set_loss_scale(double s) {
+  GPIPE_CHECK(std::isfinite(s) && s > 0, "set_loss_scale: expected a positive finite scale, got ",
+              s);
+  loss_scale_ = s;
 }
 
 void Pipeline::scale_grads(double factor) {

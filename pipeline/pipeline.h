@@ -150,6 +150,12 @@ class Pipeline {
   double grad_norm();
   // Multiplies every gradient of this process by `factor`.
   void scale_grads(double factor);
+  // Loss scaling (optim/loss_scaler.h): train_step differentiates S times
+  // the loss, so every gradient comes out S times larger, while the loss it
+  // reports stays unscaled. Divide the gradients by S (scale_grads(1 / S))
+  // before clipping and the update. 1 by default.
+  void set_loss_scale(double s);
+  double loss_scale() const { return loss_scale_; }
   // grad_norm(), then if it is finite and above max_norm scales every
   // gradient by max_norm / (norm + 1e-6) (as optim::clip_grad_norm).
   double clip_grad_norm(double max_norm);
@@ -221,6 +227,7 @@ class Pipeline {
   DryRun dry_run_;
   Tracer tracer_;
   int64_t step_ = 0;
+  double loss_scale_ = 1.0;
 };
 
 }  // namespace gpipe

@@ -75,7 +75,8 @@ TEST_CASE("bfloat16 conversion rounds to nearest even and keeps NaN and infiniti
     if (std::isnan(f)) continue;
     const double want = round_to(f, 7, -126, 3.3895313892515355e38);
     const float got = bf16_bits_to_float(float_to_bf16_bits(f));
-    if (want != static_cast<double>(got)) FAIL("bfloat16 of " << f << ": " << got << " vs " << want);
+    if (want != static_cast<double>(got))
+      FAIL("bfloat16 of " << f << ": " << got << " vs " << want);
   }
   for (uint32_t b = 0; b < 65536; ++b) {  // every bfloat16 survives the round trip
     const float f = bf16_bits_to_float(static_cast<uint16_t>(b));
@@ -114,7 +115,7 @@ TEST_CASE("cast converts at every ISA level exactly as the scalar conversions do
   for (float& x : v) x = normal(rng);
   v[0] = INFINITY;
   v[1] = std::nanf("");
-  v[2] = 1e6f;  // float16 overflow
+  v[2] = 1e6f;   // float16 overflow
   v[3] = 1e-7f;  // float16 subnormal
   const Tensor x = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
   for (CpuIsa isa : supported_levels()) {
@@ -176,8 +177,10 @@ void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
   std::normal_distribution<float> normal;
   std::vector<uint16_t> a(a_rows * lda), b(b_rows * ldb);
   std::vector<float> af(a.size()), bf(b.size()), c0(g.m * ldc);
-  for (size_t i = 0; i < a.size(); ++i) af[i] = bf16_bits_to_float(a[i] = float_to_bf16_bits(normal(rng)));
-  for (size_t i = 0; i < b.size(); ++i) bf[i] = bf16_bits_to_float(b[i] = float_to_bf16_bits(normal(rng)));
+  for (size_t i = 0; i < a.size(); ++i)
+    af[i] = bf16_bits_to_float(a[i] = float_to_bf16_bits(normal(rng)));
+  for (size_t i = 0; i < b.size(); ++i)
+    bf[i] = bf16_bits_to_float(b[i] = float_to_bf16_bits(normal(rng)));
   for (float& x : c0) x = normal(rng);
   std::vector<float> c = c0, ref = c0;
   ops::cpu::packed_gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta,
@@ -220,7 +223,7 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
   // Around the tiles (14 x 32, 6 x 16, 4 x 8), the k-slices (256, 512), odd k
   // (the dot kernel's pairs), odd row strides.
   const std::vector<std::array<int64_t, 3>> sizes = {
-      {1, 1, 1},    {3, 5, 7},      {14, 32, 2},   {15, 33, 3},  {29, 65, 511},
+      {1, 1, 1},    {3, 5, 7},      {14, 32, 2},    {15, 33, 3},   {29, 65, 511},
       {64, 64, 64}, {100, 37, 513}, {7, 200, 1025}, {130, 70, 300}};
   for (CpuIsa isa : supported_levels()) {
     CpuIsaGuard guard(isa);
@@ -228,7 +231,13 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
       for (const auto& s : sizes)
         for (int t = 0; t < 4; ++t)
           for (int64_t pad : {0, 3}) {
-            const Bf16Case g{(t & 1) != 0, (t & 2) != 0, s[0], s[1], s[2], pad, pad ? 0.5f : 0.0f,
+            const Bf16Case g{(t & 1) != 0,
+                             (t & 2) != 0,
+                             s[0],
+                             s[1],
+                             s[2],
+                             pad,
+                             pad ? 0.5f : 0.0f,
                              s[0] * s[1] * s[2] > 100000};
             INFO(cpu_isa_name(isa) << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert")
                                    << " ta=" << g.ta << " tb=" << g.tb << " m=" << g.m
@@ -239,18 +248,19 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
   }
 }
 
-TEST_CASE("bfloat16 GEMM: the dot path is refused on a CPU without AVX512_BF16, and chosen per level") {
+TEST_CASE(
+    "bfloat16 GEMM: the dot path is refused on a CPU without AVX512_BF16, and chosen per level") {
   if (!detected_bf16_dot()) {
     uint16_t one = 0x3f80;
     float c = 0;
-    CHECK_THROWS_WITH(ops::cpu::packed_gemm_bf16(false, false, 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f,
-                                                 &c, 1, false, ops::cpu::Bf16Path::kDot),
+    CHECK_THROWS_WITH(ops::cpu::packed_gemm_bf16(false, false, 1, 1, 1, 1.0f, &one, 1, &one, 1,
+                                                 0.0f, &c, 1, false, ops::cpu::Bf16Path::kDot),
                       Contains("needs AVX512_BF16"));
     CHECK(ops::cpu::bf16_path() == ops::cpu::Bf16Path::kConvert);
     return;
   }
-  CHECK(ops::cpu::bf16_path() == (cpu_isa() == CpuIsa::kAvx512 ? ops::cpu::Bf16Path::kDot
-                                                                : ops::cpu::Bf16Path::kConvert));
+  CHECK(ops::cpu::bf16_path() ==
+        (cpu_isa() == CpuIsa::kAvx512 ? ops::cpu::Bf16Path::kDot : ops::cpu::Bf16Path::kConvert));
   CpuIsaGuard guard(CpuIsa::kAvx2);
   CHECK(ops::cpu::bf16_path() == ops::cpu::Bf16Path::kConvert);
   CHECK(ops::cpu::bf16_gemm_name() == "bf16-convert-avx2");
@@ -268,7 +278,8 @@ TEST_CASE("matmul on bfloat16 operands: float32 product, bfloat16 gradients") {
     const bool ta = t & 1, tb = t & 2;
     const Tensor a32 = rand(ta ? std::vector<int64_t>{2, 40, 30} : std::vector<int64_t>{2, 30, 40});
     const Tensor b32 = rand(tb ? std::vector<int64_t>{20, 40} : std::vector<int64_t>{40, 20});
-    Tensor a = ops::cast(a32, DType::kBFloat16).detach(), b = ops::cast(b32, DType::kBFloat16).detach();
+    Tensor a = ops::cast(a32, DType::kBFloat16).detach(),
+           b = ops::cast(b32, DType::kBFloat16).detach();
     a.set_requires_grad(true);
     b.set_requires_grad(true);
     const Tensor y = ops::matmul(a, b, ta, tb);
@@ -291,8 +302,10 @@ TEST_CASE("matmul on bfloat16 operands: float32 product, bfloat16 gradients") {
     const std::vector<float> ga = ops::cast(a.grad(), DType::kFloat32).to_vector<float>();
     const std::vector<float> gb = ops::cast(b.grad(), DType::kFloat32).to_vector<float>();
     const std::vector<float> gaf = af.grad().to_vector<float>(), gbf = bf.grad().to_vector<float>();
-    for (size_t i = 0; i < ga.size(); ++i) REQUIRE(ga[i] == Approx(gaf[i]).epsilon(1e-2).margin(1e-2));
-    for (size_t i = 0; i < gb.size(); ++i) REQUIRE(gb[i] == Approx(gbf[i]).epsilon(1e-2).margin(1e-2));
+    for (size_t i = 0; i < ga.size(); ++i)
+      REQUIRE(ga[i] == Approx(gaf[i]).epsilon(1e-2).margin(1e-2));
+    for (size_t i = 0; i < gb.size(); ++i)
+      REQUIRE(gb[i] == Approx(gbf[i]).epsilon(1e-2).margin(1e-2));
   }
   const Tensor f = Tensor::zeros({2, 2}, DType::kFloat32);
   CHECK_THROWS_WITH(ops::matmul(ops::cast(f, DType::kBFloat16), f),

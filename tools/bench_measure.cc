@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "models/amoebanet.h"
 #include "models/resnet.h"
 #include "models/transformer.h"
@@ -243,6 +244,7 @@ int run_measure(const MeasureOptions& o) {
   po.world = world;
   po.replicas = o.replicas;
   po.skip_transport = parse_skip_transport(o.skips);
+  po.precision = parse_precision(o.precision);
   // Boundary shapes of one micro-batch (to predict the bytes sent), before the model moves in.
   std::vector<BundleSpec> specs;
   const int64_t micro = std::min<int64_t>(o.micro_batches * o.replicas, o.batch);
@@ -369,6 +371,7 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (!o.trace_path.empty()) cmd += " --trace " + o.trace_path;
   if (o.quirk_maxpool) cmd += " --torchgpipe-maxpool";
   if (o.replicas > 1) cmd += " --replicas " + std::to_string(o.replicas);
+  if (o.precision != "fp32") cmd += " --precision " + o.precision;
   if (o.workload == "unet" || o.workload == "resnet")
     cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
            " --skips " + o.skips + (o.split_blocks ? " --split-blocks" : "");

@@ -18,8 +18,21 @@ int run_transformer(const TransformerBenchOptions& opt) {
       "32;\n"
       "# Adam(lr=1e-4); median of %d steps after %d warm-up (%.0f s max); %.1f GFLOP/step; %s\n",
       opt.steps, opt.warmup, opt.max_seconds, gflop, opt.torch.env_note.c_str());
-  StepComparison c{"W2", "tok", {}, 1024, 7627776, "transformer_torch.py", "step", "", "%10.1f"};
+  GPIPE_CHECK(opt.precision == "fp32" || opt.precision == "bf16",
+              "transformer: --precision is fp32 or bf16 (PyTorch's CPU autocast), got '",
+              opt.precision, "'");
+  const bool bf16 = opt.precision == "bf16";
+  if (bf16)
+    std::printf(
+        "# bfloat16: gpipe --precision=bf16 (bfloat16 products and layer outputs, float32 "
+        "master weights) vs PyTorch torch.autocast(\"cpu\", bfloat16)\n");
+  StepComparison c{"W2",    "tok",
+                   {},      1024,
+                   7627776, "transformer_torch.py",
+                   "step",  bf16 ? " --autocast bf16" : "",
+                   "%10.1f"};
   c.model.workload = "transformer";
+  c.model.precision = opt.precision;
   c.model.layers = 3;
   c.model.batch = 32;
   return compare_steps(c, opt.torch, opt.threads, opt.warmup, opt.steps, opt.max_seconds, gflop);

@@ -84,7 +84,8 @@ struct MeasureOptions {
   // unet (layers = B): C channels, units per block; resnet (layers = depth): W, blocks split.
   int64_t width = 64, convs = 5;
   bool split_blocks = false;
-  std::string skips = "direct";  // direct | through-cells
+  std::string skips = "direct";    // direct | through-cells
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (PipelineOptions::precision)
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -108,6 +109,8 @@ struct TorchSide {
 struct TransformerBenchOptions {
   TorchSide torch;
   std::vector<int> threads{1, 2};
+  // bf16: gpipe at --precision=bf16 against PyTorch under torch.autocast("cpu", bfloat16).
+  std::string precision = "fp32";
   int warmup = 3, steps = 20;
   double max_seconds = 30;
 };

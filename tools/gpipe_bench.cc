@@ -93,6 +93,9 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
   c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
       ->check(CLI::PositiveNumber);
+  c->add_option("--precision", o.precision,
+                "fp32 | bf16 (gpipe's bf16 against PyTorch's CPU autocast)")
+      ->capture_default_str();
   add_torch_flags(c, o.torch);
   return c;
 }

@@ -93,10 +93,12 @@ void pack_rows(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint1
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (q + j) * 2 * stride + 2 * r), v[j]);
     }
     for (; q < pairs; ++q)
-      for (int i = 0; i < 8; ++i) std::memcpy(dst + q * 2 * stride + 2 * (r + i), src + (r + i) * ld + 2 * q, 4);
+      for (int i = 0; i < 8; ++i)
+        std::memcpy(dst + q * 2 * stride + 2 * (r + i), src + (r + i) * ld + 2 * q, 4);
   }
   for (; r < lanes; ++r)
-    for (int64_t q = 0; q < pairs; ++q) std::memcpy(dst + q * 2 * stride + 2 * r, src + r * ld + 2 * q, 4);
+    for (int64_t q = 0; q < pairs; ++q)
+      std::memcpy(dst + q * 2 * stride + 2 * r, src + r * ld + 2 * q, 4);
   if (kc % 2) {  // the last pair: (src[r, kc - 1], 0)
     uint16_t* d = dst + pairs * 2 * stride;
     for (int64_t i = 0; i < lanes; ++i) {
@@ -140,10 +142,14 @@ void pack_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint1
 }  // namespace
 }  // namespace avx512_bf16
 
-const Bf16DotKernelSet kAvx512Bf16Kernels = {"avx512-bf16",          avx512_bf16::kMr,
-                                             avx512_bf16::kNr,       512,
-                                             512,                    4096,
-                                             avx512_bf16::kernel_14x32, avx512_bf16::pack_rows,
+const Bf16DotKernelSet kAvx512Bf16Kernels = {"avx512-bf16",
+                                             avx512_bf16::kMr,
+                                             avx512_bf16::kNr,
+                                             512,
+                                             512,
+                                             4096,
+                                             avx512_bf16::kernel_14x32,
+                                             avx512_bf16::pack_rows,
                                              avx512_bf16::pack_cols};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/autograd.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "layers/conv.h"
 #include "models/amoebanet.h"
@@ -792,5 +793,84 @@ TEST_CASE(
       // layer's forward are not modelled).
       CHECK(std::abs(predicted / measured - 1.0) <= 0.10);
     }
+  }
+}
+
+namespace {
+
+struct PrecisionRun {
+  double loss = 0;
+  std::map<std::string, std::vector<float>> grads;
+  int64_t bytes = 0;  // sent across cell boundaries
+};
+
+PrecisionRun run_at(Precision p, int k, int m, RematMode remat, const Batch& batch) {
+  Pipeline pipe(
+      models::transformer(tiny()),
+      {.cells = k, .micro_batches = m, .remat = remat, .threads_per_stage = 1, .precision = p},
+      batch);
+  PrecisionRun r;
+  r.loss = pipe.train_step(batch).loss;
+  for (const NamedTensor& t : pipe.named_state())
+    if (t.tensor->requires_grad()) {
+      REQUIRE(t.tensor->grad().dtype() == DType::kFloat32);  // master gradients stay float32
+      r.grads[t.name] = t.tensor->grad().to_vector<float>();
+    }
+  for (const auto& [link, bytes] : pipe.bytes_sent()) r.bytes += bytes;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: in bfloat16 and float16, pipelined gradients equal single-device ones") {
+  const Batch batch = token_batch(8, 5);
+  for (Precision p : {Precision::kBFloat16, Precision::kFloat16}) {
+    INFO("precision " << precision_name(p));
+    // Single device, whole batch, at the same precision: run_layers rounds at
+    // the same layer boundaries a pipeline does.
+    Model model = models::transformer(tiny());
+    Tensor loss;
+    {
+      PrecisionScope scope(p);
+      loss = model.loss->mean(run_layers(model.layers, batch.inputs), batch.targets);
+    }
+    const PrecisionRun one = run_at(p, 1, 1, RematMode::kNever, batch);
+    CHECK(one.loss == loss.item());  // the same operations: the same loss, bit for bit
+    // The same micro-batches on 1 and on K cells: equal to float32 round-off
+    // (the tied embedding's per-cell gradients add in another order).
+    const PrecisionRun ref = run_at(p, 1, 4, RematMode::kNever, batch);
+    for (int k : {2, 3}) {
+      for (RematMode remat : {RematMode::kNever, RematMode::kAlways}) {
+        INFO("K=" << k << " remat=" << remat_name(remat));
+        const PrecisionRun got = run_at(p, k, 4, remat, batch);
+        CHECK(got.loss == Approx(ref.loss).epsilon(1e-6));
+        for (const auto& [name, g] : ref.grads) {
+          INFO(name);
+          CHECK(max_rel_diff(got.grads.at(name), g) < 1e-5);
+        }
+      }
+    }
+    // 16-bit boundaries: half the bytes of float32 ones (the same messages).
+    const PrecisionRun f32 = run_at(Precision::kFloat32, 3, 4, RematMode::kNever, batch);
+    const PrecisionRun half = run_at(p, 3, 4, RematMode::kNever, batch);
+    REQUIRE(f32.bytes > 0);
+    CHECK(half.bytes * 2 <= f32.bytes + 4 * 1024);  // the loss and token messages stay as they are
+    CHECK(half.bytes * 2 >= f32.bytes - 64 * 1024);
+    // And the precision did change the arithmetic, within a 16-bit band.
+    const PrecisionRun f32_one = run_at(Precision::kFloat32, 1, 4, RematMode::kNever, batch);
+    CHECK(ref.loss != f32_one.loss);
+    CHECK(ref.loss == Approx(f32_one.loss).epsilon(2e-2));
+    // The whole gradient within a 16-bit band of float32's (relative L2).
+    double diff2 = 0, norm2 = 0;
+    for (const auto& [name, g] : ref.grads) {
+      const std::vector<float>& f = f32_one.grads.at(name);
+      for (size_t i = 0; i < g.size(); ++i) {
+        diff2 += (static_cast<double>(g[i]) - f[i]) * (static_cast<double>(g[i]) - f[i]);
+        norm2 += static_cast<double>(f[i]) * f[i];
+      }
+    }
+    UNSCOPED_INFO("gradient relative L2 difference from float32: " << std::sqrt(diff2 / norm2));
+    CHECK(std::sqrt(diff2 / norm2) < (p == Precision::kBFloat16 ? 0.05 : 0.01));
+    CHECK(std::sqrt(diff2 / norm2) > 0);
   }
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/device.h"
+#include "core/precision.h"
 #include "models/amoebanet.h"
 #include "models/resnet.h"
 #include "models/transformer.h"
@@ -210,6 +211,8 @@ static void validate_pipeline(const TrainConfig& c) {
   check_flag("--layout", [&] { parse_rank_layout(c.layout); });
   check_flag("--schedule", [&] { schedule_program(c); });
   check_flag("--remat", [&] { parse_remat(c.remat); });
+  check_flag("--precision", [&] { parse_precision(c.precision); });
+  check_flag("--loss-scale", [&] { loss_scale_setting(c); });
   if (c.balance_by != "plan") check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
   int64_t k = c.partitions;  // devices
   if (!c.balance.empty()) {
@@ -277,6 +280,18 @@ static void validate_optimisation(const TrainConfig& c) {
       usage(value->empty(), "--export-data: trains nothing, so it writes no ", flag, " file (drop ",
             flag, "; the same command without --export-data is the run)");
   }
+}
+
+double loss_scale_setting(const TrainConfig& c) {
+  const std::string& v = c.loss_scale;
+  if (v == "auto") return parse_precision(c.precision) == Precision::kFloat16 ? 0.0 : 1.0;
+  if (v == "dynamic") return 0.0;
+  if (v == "none") return 1.0;
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  GPIPE_CHECK(!v.empty() && *end == '\0' && std::isfinite(s) && s > 0, "expected auto, dynamic, ",
+              "none or a positive number, got '", v, "'");
+  return s;
 }
 
 Schedule schedule_program(const TrainConfig& c) {
@@ -469,6 +484,13 @@ void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--clip-norm", c.clip_norm, "clip the global gradient norm; 0 = off")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--precision", c.precision,
+                 "fp32 | bf16 | fp16: activations between layers (and across cells) and matrix "
+                 "products in 16 bits; master weights, gradients and optimizer state float32")
+      ->capture_default_str();
+  app.add_option("--loss-scale", c.loss_scale,
+                 "auto (dynamic under fp16, none otherwise) | dynamic | none | a fixed scale")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seeds weights, data order, dropout")->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads per stage; 0 = cores / K")
       ->capture_default_str()

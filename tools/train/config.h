@@ -118,6 +118,10 @@ struct TrainConfig {
   std::string schedule =
       "gpipe";  // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH
   std::string remat = "except_last";
+  // fp32 | bf16 | fp16 (Note [Mixed precision] in core/precision.h).
+  std::string precision = "fp32";
+  // auto (dynamic under fp16, none otherwise) | dynamic | none | a fixed positive scale.
+  std::string loss_scale = "auto";
   std::string balance;              // "4,4,3,3" (overrides balance_by)
   std::string balance_by = "cost";  // cost | time | memory | plan (the planner's cuts)
   std::string skips = "direct";     // direct | through-cells: how skips between cells travel
@@ -156,6 +160,10 @@ void validate(const TrainConfig& c);
 // The step's program for --schedule (built in, or read from file:PATH), --K,
 // --M and --remat, validated; throws gpipe::Error (ScheduleError) when it cannot run.
 Schedule schedule_program(const TrainConfig& c);
+
+// --loss-scale resolved against --precision: 0 = dynamic (optim::LossScaler),
+// 1 = none, else the fixed scale. Throws gpipe::Error for anything else.
+double loss_scale_setting(const TrainConfig& c);
 
 // Fills the model-default fields (see the table above); needs the number of
 // batches per epoch when steps come from epochs.

@@ -17,15 +17,18 @@
 #include <fstream>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "core/parallel.h"
+#include "core/precision.h"
 #include "data/loader.h"
 #include "ops/cpu/blas.h"
 #include "optim/adam.h"
 #include "optim/checkpoint.h"
 #include "optim/clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/rmsprop.h"
 #include "optim/safetensors.h"
 #include "optim/schedule.h"
@@ -96,6 +99,7 @@ PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communica
   o.micro_batches = c.micro_batches;
   o.devices = parse_devices(c.devices);
   o.remat = parse_remat(c.remat);
+  o.precision = parse_precision(c.precision);
   if (c.schedule.rfind("file:", 0) == 0)
     o.custom_schedule = std::make_shared<Schedule>(schedule_program(c));
   else
@@ -130,6 +134,7 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
   m["train.optimizer"] = c.optimizer;
   m["train.lr_schedule"] = detail::concat(c.lr_schedule, " lr=", *c.lr);
   m["train.steps"] = std::to_string(c.steps);
+  m["train.precision"] = c.precision;
   return m;
 }
 
@@ -247,8 +252,13 @@ class Trainer {
     if (!c_.plan.empty() || c_.balance_by == "plan") apply_plan(po);
     pipe_ = std::make_unique<Pipeline>(task_->make_model(), po, task_->batch_at(0));
     summary_.parameters = parameter_count(c_);
-    log_ << pipe_->describe() << setup_line() << "\n";
     opt_ = make_optimizer(c_, pipe_->parameters());
+    static_scale_ = loss_scale_setting(c_);
+    if (static_scale_ == 0) {
+      scaler_.emplace();
+      static_scale_ = 1;
+    }
+    log_ << pipe_->describe() << setup_line() << "\n";
     schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
     if (!c_.resume.empty()) resume();
     summary_.first_step = summary_.last_step = pipe_->steps_done();
@@ -400,10 +410,24 @@ class Trainer {
     if (c_.clip_norm > 0) os << ", clip norm " << c_.clip_norm;
     if (label_smoothing_of(c_) > 0) os << ", label smoothing " << label_smoothing_of(c_);
     os << "; batch " << c_.batch << ", " << c_.steps << " steps";
+    if (c_.precision != "fp32") {
+      os << "; precision " << c_.precision;
+      if (scaler_)
+        os << ", dynamic loss scale from " << scaler_->scale();
+      else if (static_scale_ != 1)
+        os << ", loss scale " << static_scale_;
+    }
     return os.str();
   }
 
   bool root() const { return !world_ || world_->rank() == 0; }
+
+  // run_metadata plus the loss scaler's state (a resumed float16 run goes on exactly).
+  std::map<std::string, std::string> checkpoint_metadata() const {
+    std::map<std::string, std::string> m = run_metadata(c_, *task_);
+    if (scaler_) scaler_->save(m, "train.loss_scale.");
+    return m;
+  }
 
   static void usage(bool ok, auto&&... parts) {
     if (!ok) throw UsageError(detail::concat(parts...));
@@ -418,6 +442,13 @@ class Trainer {
         {.allow_unexpected = pipe_->distributed(), .aliases = pipe_->tied_names()});
     pipe_->set_step(step);
     const auto saved = optim::load_safetensors(c_.resume).metadata;
+    if (scaler_) {
+      if (saved.count("train.loss_scale.scale"))
+        scaler_->load(saved, "train.loss_scale.");
+      else
+        log_ << "warning: --resume: the checkpoint has no loss scale; starting from "
+             << scaler_->scale() << "\n";
+    }
     for (const auto& [key, now] : run_metadata(c_, *task_)) {
       if (key == "train.steps") continue;  // extending a run is what resuming is for
       auto it = saved.find(key);
@@ -434,6 +465,10 @@ class Trainer {
     const double lr = schedule_->lr_at(step + 1);
     opt_->set_lr(lr);
     pipe_->reset_memory_peaks();
+    // Loss scaling (optim/loss_scaler.h): the gradients come out S times
+    // larger and are divided by S before clipping and the update.
+    const double scale = scaler_ ? scaler_->scale() : static_scale_;
+    pipe_->set_loss_scale(scale);
     StepResult r;
     std::string skip_reason;
     try {
@@ -445,11 +480,16 @@ class Trainer {
       r.examples = c_.batch;
     }
     if (skip_reason.empty()) {
+      if (scale != 1) pipe_->scale_grads(1 / scale);
       // Over every cell of the model (all ranks of a multi-process job alike).
       const double norm =
           c_.clip_norm > 0 ? pipe_->clip_grad_norm(c_.clip_norm) : pipe_->grad_norm();
-      if (!std::isfinite(norm)) skip_reason = "the gradient norm is not finite";
+      if (!std::isfinite(norm))
+        skip_reason = scaler_ ? detail::concat("the gradients overflowed at loss scale ", scale)
+                              : std::string("the gradient norm is not finite");
     }
+    if (scaler_ && !scaler_->update(skip_reason.empty()))
+      skip_reason += detail::concat("; loss scale now ", scaler_->scale());
     const double t_opt = pipe_->tracer().now_us();
     if (skip_reason.empty()) opt_->step();
     pipe_->zero_grad();
@@ -608,9 +648,9 @@ class Trainer {
       const RankInfo me = pipe_->rank_info();
       optim::save_sharded_checkpoint(
           *world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.cells}, path,
-          pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+          pipe_->named_state(), *opt_, step, checkpoint_metadata());
     } else {
-      optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, run_metadata(c_, *task_));
+      optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, checkpoint_metadata());
     }
     log_ << "saved checkpoint " << path << " at step " << step << "\n";
   }
@@ -670,6 +710,8 @@ class Trainer {
   std::unique_ptr<Task> task_;
   std::unique_ptr<Pipeline> pipe_;
   std::unique_ptr<optim::Optimizer> opt_;
+  std::optional<optim::LossScaler> scaler_;  // --loss-scale=dynamic
+  double static_scale_ = 1;                  // a fixed --loss-scale, else 1
   std::unique_ptr<optim::LrSchedule> schedule_;
   MetricsLog metrics_;
   // --plot: this run's series (a resumed run draws its own steps only).
