@@ -1,6 +1,15 @@
 #include "ops/common.h"
 
+#include "core/precision.h"
+#include "ops/elementwise.h"
+
 namespace gpipe::ops::detail {
+
+Tensor rounded_operand(const Tensor& t) {
+  const Precision p = current_precision();
+  if (p == Precision::kFloat32 || !t.defined() || t.dtype() != DType::kFloat32) return t;
+  return cast(cast(t, storage_dtype(p)), DType::kFloat32);
+}
 
 void check_floating(const char* op, const Tensor& x, const char* what) {
   GPIPE_CHECK(x.defined(), op, ": ", what, " is an undefined tensor");

@@ -16,6 +16,12 @@ inline Tensor dense(const Tensor& x) {
   return x.contiguous();
 }
 
+// A matrix product's float32 operand rounded to the thread's 16-bit
+// precision and widened back (Note [Mixed precision] in core/precision.h):
+// what a 16-bit product multiplies, for products computed in float32. t
+// itself at fp32 precision or for other dtypes.
+Tensor rounded_operand(const Tensor& t);
+
 // Throws "op: expected a float32 or float64 tensor for `what`, got int64".
 void check_floating(const char* op, const Tensor& x, const char* what);
 // Throws unless all tensors share dtype and device (names them in order).

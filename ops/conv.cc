@@ -30,7 +30,11 @@ int64_t out_extent(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t d
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& opt) {
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
+              const Conv2dOptions& opt) {
+  // Under bf16 / fp16 precision the operands are rounded to 16 bits; the
+  // products and sums stay float32 (no 16-bit convolution kernel yet).
+  const Tensor x = detail::rounded_operand(x_in), weight = detail::rounded_operand(weight_in);
   detail::check_floating("conv2d", x, "input");
   detail::check_floating("conv2d", weight, "weight");
   detail::check_same_dtype_device("conv2d", {x, weight, bias});

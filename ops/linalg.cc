@@ -103,15 +103,9 @@ namespace {
 // precision] in core/precision.h): bfloat16 operands for a bfloat16 product;
 // float16 ones rounded to float16 and widened back (float32 products).
 Tensor product_operand(const Tensor& t) {
-  switch (current_precision()) {
-    case Precision::kBFloat16:
-      return t.dtype() == DType::kFloat32 ? cast(t, DType::kBFloat16) : t;
-    case Precision::kFloat16:
-      return t.dtype() == DType::kFloat32 ? cast(cast(t, DType::kFloat16), DType::kFloat32) : t;
-    case Precision::kFloat32:
-      break;
-  }
-  return t;
+  if (current_precision() == Precision::kBFloat16 && t.dtype() == DType::kFloat32)
+    return cast(t, DType::kBFloat16);
+  return detail::rounded_operand(t);
 }
 }  // namespace
 

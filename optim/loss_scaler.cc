@@ -57,8 +57,8 @@ void LossScaler::load(const std::map<std::string, std::string>& metadata,
               prefix, "scale' is '", s, "', expected a positive number");
   const std::string& g = value("good_steps");
   const long long good = std::strtoll(g.c_str(), &end, 10);
-  GPIPE_CHECK(!g.empty() && *end == '\0' && good >= 0, "loss scaler: '", prefix,
-              "good_steps' is '", g, "', expected a count >= 0");
+  GPIPE_CHECK(!g.empty() && *end == '\0' && good >= 0, "loss scaler: '", prefix, "good_steps' is '",
+              g, "', expected a count >= 0");
   scale_ = scale;
   good_steps_ = good;
 }

@@ -58,8 +58,7 @@ TEST_CASE("loss scaler: a checkpoint's state resumes exactly") {
                     Contains("'train.loss_scale.scale' is '-2', expected a positive number"));
   bad = meta;
   bad.erase("train.loss_scale.good_steps");
-  CHECK_THROWS_WITH(b.load(bad, "train.loss_scale."),
-                    Contains("no 'train.loss_scale.good_steps'"));
+  CHECK_THROWS_WITH(b.load(bad, "train.loss_scale."), Contains("no 'train.loss_scale.good_steps'"));
   CHECK_THROWS_WITH(optim::LossScaler({.initial_scale = 0}), Contains("initial scale"));
   CHECK_THROWS_WITH(optim::LossScaler({.backoff = 1.5}), Contains("0 < backoff < 1"));
 }

@@ -26,11 +26,8 @@ int run_transformer(const TransformerBenchOptions& opt) {
     std::printf(
         "# bfloat16: gpipe --precision=bf16 (bfloat16 products and layer outputs, float32 "
         "master weights) vs PyTorch torch.autocast(\"cpu\", bfloat16)\n");
-  StepComparison c{"W2",    "tok",
-                   {},      1024,
-                   7627776, "transformer_torch.py",
-                   "step",  bf16 ? " --autocast bf16" : "",
-                   "%10.1f"};
+  StepComparison c{"W2", "tok", {}, 1024, 7627776, "transformer_torch.py", "step", "", "%10.1f"};
+  if (bf16) c.script_extra += " --autocast bf16";
   c.model.workload = "transformer";
   c.model.precision = opt.precision;
   c.model.layers = 3;

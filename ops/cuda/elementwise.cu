@@ -3,6 +3,8 @@
 // shape) and a strided path (StridedIndexer per operand, zero strides on
 // broadcast axes); unary ops and their gradients are flat maps. The op is a
 // template functor, so each (op, dtype) pair is its own tight kernel.
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 #include "ops/elementwise_kernels.h"
 
@@ -186,6 +188,102 @@ void unary_backward_cuda(UnaryOp op, double alpha, const Tensor& x, const Tensor
 
 }  // namespace
 
+// ---- cast: the CPU's bit-level roundings (core/half_convert.inc), on the device ----
+
+__device__ inline uint16_t to_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+__device__ inline float from_bf16_bits(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+__device__ inline uint16_t to_f16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a < 0x38800000u) {
+    const float scaled = __fadd_rn(__uint_as_float(a), 0.5f);
+    return static_cast<uint16_t>(sign | (__float_as_uint(scaled) - 0x3f000000u));
+  }
+  return static_cast<uint16_t>(sign | ((a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13));
+}
+__device__ inline float from_f16_bits(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0)
+    return __uint_as_float(
+        sign | __float_as_uint(__fmul_rn(static_cast<float>(m), 5.9604644775390625e-8f)));
+  return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+template <class T>
+__device__ inline float cast_load(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return from_bf16_bits(p[i].bits);
+  else if constexpr (std::is_same_v<T, float16>)
+    return from_f16_bits(p[i].bits);
+  else
+    return static_cast<float>(p[i]);
+}
+template <class T>
+__device__ inline void cast_store(T* p, int64_t i, float v) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    p[i].bits = to_bf16_bits(v);
+  else if constexpr (std::is_same_v<T, float16>)
+    p[i].bits = to_f16_bits(v);
+  else
+    p[i] = static_cast<T>(v);
+}
+
+template <class X, class O>
+__global__ void cast_kernel(const X* x, O* out, int64_t n) {
+  GPIPE_KERNEL_LOOP(i, n) {
+    if constexpr (std::is_same_v<X, double> && std::is_same_v<O, double>)
+      out[i] = x[i];
+    else if constexpr (std::is_same_v<X, double>)
+      cast_store(out, i, static_cast<float>(x[i]));  // through float32, as on the CPU
+    else if constexpr (std::is_same_v<O, double>)
+      out[i] = static_cast<double>(cast_load(x, i));
+    else
+      cast_store(out, i, cast_load(x, i));
+  }
+}
+
+template <class F>
+void dispatch_cast_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kFloat64:
+      return f(double{});
+    case DType::kBFloat16:
+      return f(bfloat16{});
+    case DType::kFloat16:
+      return f(float16{});
+    default:
+      throw Error(
+          detail::concat("cast: expected a float32, float64, bfloat16 or float16 tensor, got ", d));
+  }
+}
+
+void cast_cuda(const Tensor& x, Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  KernelScope scope(out.device());
+  dispatch_cast_dtype(x.dtype(), [&](auto zx) {
+    dispatch_cast_dtype(out.dtype(), [&](auto zo) {
+      using X = decltype(zx);
+      using O = decltype(zo);
+      cast_kernel<<<blocks_for(n), kThreads, 0, scope.stream()>>>(x.data<X>(), out.data<O>(), n);
+    });
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+GPIPE_REGISTER_KERNEL(cast_into, DeviceType::kCUDA, cast_cuda);
 GPIPE_REGISTER_KERNEL(binary_elementwise, DeviceType::kCUDA, binary_cuda);
 GPIPE_REGISTER_KERNEL(unary_elementwise, DeviceType::kCUDA, unary_cuda);
 GPIPE_REGISTER_KERNEL(unary_backward, DeviceType::kCUDA, unary_backward_cuda);

@@ -5,7 +5,9 @@
 // second) with their own transpose flags and leading dimensions as stored.
 // float32 goes through cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F,
 // or CUBLAS_COMPUTE_32F_FAST_TF32 when gpipe::cuda::set_allow_tf32(true);
-// float64 through cublasDgemmStridedBatched. A shared B has stride 0.
+// float64 through cublasDgemmStridedBatched; bfloat16 operands (into a
+// float32 C) through cublasGemmStridedBatchedEx with CUDA_R_16BF inputs and
+// CUBLAS_COMPUTE_32F. A shared B has stride 0.
 #include <climits>
 #include <type_traits>
 
@@ -41,6 +43,14 @@ void batched_gemm_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Ten
   const cublasOperation_t op_b = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   auto handle = gpipe::cuda::cublas_handle(index);
+  if (a.dtype() == DType::kBFloat16) {  // bfloat16 operands, float32 C and sums
+    const float one = 1, zero = 0;
+    GPIPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle.get(), op_b, op_a, n, m, k, &one, b.data<bfloat16>(), CUDA_R_16BF, ldb, stride_b,
+        a.data<bfloat16>(), CUDA_R_16BF, lda, stride_a, &zero, c.data<float>(), CUDA_R_32F, n,
+        stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   dispatch_floating(a.dtype(), "matmul", [&](auto z) {
     using T = decltype(z);
     const T one = 1, zero = 0;

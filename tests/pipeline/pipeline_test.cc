@@ -22,6 +22,7 @@
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "ops/ops.h"
+#include "optim/adam.h"
 #include "optim/clip.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/profile.h"
@@ -872,5 +873,75 @@ TEST_CASE("pipeline: in bfloat16 and float16, pipelined gradients equal single-d
     UNSCOPED_INFO("gradient relative L2 difference from float32: " << std::sqrt(diff2 / norm2));
     CHECK(std::sqrt(diff2 / norm2) < (p == Precision::kBFloat16 ? 0.05 : 0.01));
     CHECK(std::sqrt(diff2 / norm2) > 0);
+  }
+}
+
+namespace {
+
+// Mean training loss per window of `window` steps, training `model` on a
+// fixed set of batches through K = 2, M = 2 at precision p (Adam).
+std::vector<double> curve(Model model, const std::vector<Batch>& batches, Precision p, int steps,
+                          int window, double lr, double loss_scale = 1) {
+  Pipeline pipe(std::move(model),
+                {.cells = 2, .micro_batches = 2, .threads_per_stage = 1, .precision = p},
+                batches[0]);
+  optim::Adam opt(pipe.parameters(), {.lr = lr});
+  pipe.set_loss_scale(loss_scale);
+  std::vector<double> means;
+  double sum = 0;
+  for (int s = 0; s < steps; ++s) {
+    sum += pipe.train_step(batches[s % batches.size()]).loss;
+    if (loss_scale != 1) pipe.scale_grads(1 / loss_scale);
+    opt.step();
+    pipe.zero_grad();
+    if ((s + 1) % window == 0) {
+      means.push_back(sum / window);
+      sum = 0;
+    }
+  }
+  return means;
+}
+
+void check_band(const std::vector<double>& ref, const std::vector<double>& got, double band) {
+  REQUIRE(ref.size() == got.size());
+  CHECK(ref.back() < 0.85 * ref.front());  // it learns
+  for (size_t i = 0; i < ref.size(); ++i) {
+    INFO("window " << i << ": fp32 " << ref[i] << ", 16-bit " << got[i]);
+    CHECK(std::abs(got[i] - ref[i]) <= band * ref[i]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: bf16 and fp16 training curves stay within a band of fp32's") {
+  SECTION("Transformer") {
+    // 16 batches: learning, not memorising (a memorised set's curve is chaotic
+    // near zero loss, at any precision).
+    std::vector<Batch> batches;
+    for (uint64_t i = 0; i < 16; ++i) batches.push_back(token_batch(8, 20 + i));
+    const Precision kinds[] = {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16};
+    std::vector<std::vector<double>> runs;
+    for (Precision p : kinds)
+      runs.push_back(curve(models::transformer(tiny()), batches, p, 240, 20, 3e-3,
+                           p == Precision::kFloat16 ? 1024 : 1));
+    check_band(runs[0], runs[1], 0.03);
+    check_band(runs[0], runs[2], 0.03);
+  }
+  SECTION("AmoebaNet-D") {
+    models::AmoebaNetConfig c;
+    c.num_normal_cells = 1;
+    c.filters = 8;
+    c.in_channels = 1;
+    c.small_input = true;
+    c.seed = 3;
+    std::vector<Batch> batches;
+    for (uint64_t i = 0; i < 2; ++i) {
+      Tensor x = Tensor::randn(Shape{8, 1, 8, 8}, 40 + i);
+      std::vector<int64_t> y(8);
+      for (int64_t j = 0; j < 8; ++j) y[j] = (j * 7 + static_cast<int64_t>(i)) % 10;
+      batches.push_back({{x}, {Tensor::from_vector(y, Shape{8})}});
+    }
+    const auto ref = curve(models::amoebanet(c), batches, Precision::kFloat32, 60, 10, 3e-3);
+    check_band(ref, curve(models::amoebanet(c), batches, Precision::kBFloat16, 60, 10, 3e-3), 0.05);
   }
 }

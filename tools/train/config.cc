@@ -282,16 +282,23 @@ static void validate_optimisation(const TrainConfig& c) {
   }
 }
 
-double loss_scale_setting(const TrainConfig& c) {
+LossScaleSetting loss_scale_setting(const TrainConfig& c) {
   const std::string& v = c.loss_scale;
-  if (v == "auto") return parse_precision(c.precision) == Precision::kFloat16 ? 0.0 : 1.0;
-  if (v == "dynamic") return 0.0;
-  if (v == "none") return 1.0;
-  char* end = nullptr;
-  const double s = std::strtod(v.c_str(), &end);
-  GPIPE_CHECK(!v.empty() && *end == '\0' && std::isfinite(s) && s > 0, "expected auto, dynamic, ",
-              "none or a positive number, got '", v, "'");
-  return s;
+  auto number = [&](const std::string& text) {
+    char* end = nullptr;
+    const double s = std::strtod(text.c_str(), &end);
+    GPIPE_CHECK(!text.empty() && *end == '\0' && std::isfinite(s) && s > 0,
+                "expected auto, dynamic, dynamic:INITIAL, none or a positive number, got '", v,
+                "'");
+    return s;
+  };
+  if (v == "auto")
+    return parse_precision(c.precision) == Precision::kFloat16 ? LossScaleSetting{true, 65536.0}
+                                                               : LossScaleSetting{false, 1.0};
+  if (v == "dynamic") return {true, 65536.0};
+  if (v.rfind("dynamic:", 0) == 0) return {true, number(v.substr(8))};
+  if (v == "none") return {false, 1.0};
+  return {false, number(v)};
 }
 
 Schedule schedule_program(const TrainConfig& c) {
@@ -489,7 +496,8 @@ void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
                  "products in 16 bits; master weights, gradients and optimizer state float32")
       ->capture_default_str();
   app.add_option("--loss-scale", c.loss_scale,
-                 "auto (dynamic under fp16, none otherwise) | dynamic | none | a fixed scale")
+                 "auto (dynamic from 65536 under fp16, none otherwise) | dynamic | "
+                 "dynamic:INITIAL | none | a fixed scale")
       ->capture_default_str();
   app.add_option("--seed", c.seed, "seeds weights, data order, dropout")->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads per stage; 0 = cores / K")

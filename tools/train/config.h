@@ -120,7 +120,8 @@ struct TrainConfig {
   std::string remat = "except_last";
   // fp32 | bf16 | fp16 (Note [Mixed precision] in core/precision.h).
   std::string precision = "fp32";
-  // auto (dynamic under fp16, none otherwise) | dynamic | none | a fixed positive scale.
+  // auto (dynamic under fp16, none otherwise) | dynamic | dynamic:INITIAL | none | a fixed
+  // positive scale.
   std::string loss_scale = "auto";
   std::string balance;              // "4,4,3,3" (overrides balance_by)
   std::string balance_by = "cost";  // cost | time | memory | plan (the planner's cuts)
@@ -161,9 +162,13 @@ void validate(const TrainConfig& c);
 // --M and --remat, validated; throws gpipe::Error (ScheduleError) when it cannot run.
 Schedule schedule_program(const TrainConfig& c);
 
-// --loss-scale resolved against --precision: 0 = dynamic (optim::LossScaler),
-// 1 = none, else the fixed scale. Throws gpipe::Error for anything else.
-double loss_scale_setting(const TrainConfig& c);
+// --loss-scale resolved against --precision: dynamic (optim::LossScaler from
+// `scale`) or a fixed scale (1 = none). Throws gpipe::Error for anything else.
+struct LossScaleSetting {
+  bool dynamic;
+  double scale;
+};
+LossScaleSetting loss_scale_setting(const TrainConfig& c);
 
 // Fills the model-default fields (see the table above); needs the number of
 // batches per epoch when steps come from epochs.

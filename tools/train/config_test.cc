@@ -133,6 +133,13 @@ TEST_CASE("gpipe_train flags: errors come in the order a user reads the command"
 
 TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values") {
   CHECK_THAT(usage_error({"--steps=10"}), Contains("--model") && Contains("required"));
+  CHECK_THAT(usage_error({"--model=transformer", "--precision=fp8"}),
+             Contains("--precision: unknown precision 'fp8': expected fp32, bf16 or fp16"));
+  CHECK_THAT(usage_error({"--model=transformer", "--precision=fp16", "--loss-scale=-3"}),
+             Contains("--loss-scale: expected auto, dynamic, dynamic:INITIAL, none or a positive "
+                      "number, got '-3'"));
+  CHECK_THAT(usage_error({"--model=transformer", "--loss-scale=dynamic:x"}),
+             Contains("--loss-scale") && Contains("got 'dynamic:x'"));
   CHECK_THAT(usage_error({"--model=gpt", "--steps=10"}),
              Contains("--model") && Contains("transformer") && Contains("amoebanet"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--epochs=1"}),

@@ -253,11 +253,10 @@ class Trainer {
     pipe_ = std::make_unique<Pipeline>(task_->make_model(), po, task_->batch_at(0));
     summary_.parameters = parameter_count(c_);
     opt_ = make_optimizer(c_, pipe_->parameters());
-    static_scale_ = loss_scale_setting(c_);
-    if (static_scale_ == 0) {
-      scaler_.emplace();
-      static_scale_ = 1;
-    }
+    if (const LossScaleSetting ls = loss_scale_setting(c_); ls.dynamic)
+      scaler_.emplace(optim::LossScalerOptions{.initial_scale = ls.scale});
+    else
+      static_scale_ = ls.scale;
     log_ << pipe_->describe() << setup_line() << "\n";
     schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
     if (!c_.resume.empty()) resume();

@@ -346,6 +346,33 @@ TEST_CASE("gpipe_train: a truncated or mismatched checkpoint is a clear error") 
   CHECK_THROWS_WITH(train::train(r, log), Contains("does-not-exist.safetensors"));
 }
 
+TEST_CASE(
+    "gpipe_train --precision=fp16: overflowing steps are skipped while the loss scale backs off, "
+    "then it trains") {
+  std::ostringstream log;
+  TrainConfig c = parse_train_flags(
+      with(tiny_transformer(0.0), {"--steps=12", "--precision=fp16", "--loss-scale=dynamic:1e9"}));
+  c.final_eval = false;
+  const TrainSummary s = train::train(c, log);
+  INFO(log.str());
+  // 1e9 halves to 1e6 or below within about ten steps; the tiny model's float16
+  // gradients overflow above about 2e6.
+  CHECK(s.skipped_steps >= 5);
+  CHECK(s.skipped_steps < 12);
+  CHECK_THAT(log.str(), Contains("precision fp16, dynamic loss scale from 1e+09") &&
+                            Contains("the gradients overflowed at loss scale 1e+09; loss scale "
+                                     "now 5e+08"));
+  for (double l : s.losses) CHECK(std::isfinite(l));
+}
+
+TEST_CASE("gpipe_train: bf16 and fp16 runs resume bitwise, the loss scale from the checkpoint") {
+  check_resume_is_exact(with(tiny_transformer(0.2), {"--precision=bf16"}), "bf16");
+  // From 2e6 the first step overflows and the scale halves: the resumed run
+  // must go on from the checkpoint's scale, not the flag's.
+  check_resume_is_exact(
+      with(tiny_transformer(0.2), {"--precision=fp16", "--loss-scale=dynamic:2e6"}), "fp16");
+}
+
 TEST_CASE("gpipe_train: steps with a non-finite loss are skipped and counted, not fatal") {
   std::ostringstream log;
   TrainConfig c = parse_train_flags(
