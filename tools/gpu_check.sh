@@ -13,13 +13,15 @@
 # Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
 # OUT (if set, a folder that receives gpu_check.log). GPIPE_CUDNN_LOG=1 is set for the tests, so
 # the log names the cuDNN engine picked for every convolution.
+# What --prebuilt cannot run (it has no bazel and no data sets): gpipe_train on cuda:0 (build mode
+# runs it in fp32 and bf16) and a W2 step on the GPU (gpipe_bench measures CPU runs only).
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass; the last line counts the failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-BINARIES=(cuda_build_test runtime_test ops_test gemm_bench)
-TESTS=(cuda_build_test runtime_test ops_test)
+BINARIES=(cuda_build_test runtime_test ops_test pipeline_test gemm_bench)
+TESTS=(cuda_build_test runtime_test ops_test pipeline_test)
 JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
@@ -64,6 +66,14 @@ case "$mode" in
     # Multi-process stages on the GPU (NCCL between ranks; needs OpenMPI on the GPU machine).
     run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
       --test_env=GPIPE_TEST_DEVICES=cuda:0 //tests/mpi:equivalence_test
+    # gpipe_train on cuda:0, a few hundred steps in fp32 and in bf16: the loss must fall.
+    for precision in fp32 bf16; do
+      run_step "gpipe_train on cuda:0 ($precision)" bash -c "bazel run --config=cuda //tools:gpipe_train -- \
+        --model=transformer --K=2 --M=4 --devices=cuda:0 --precision=$precision --steps=300 \
+        --log-every=100 --eval-sentences=20 | tee /tmp/gpu_check_train_$precision.log && \
+        awk '/^step /{for(i=1;i<NF;i++) if(\$i==\"loss\") l[n++]=\$(i+1)} END{exit !(n>=2 && l[n-1]<l[0])}' \
+          /tmp/gpu_check_train_$precision.log"
+    done
     # shellcheck disable=SC2086
     run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
     ;;
