@@ -99,26 +99,66 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 }
 
 namespace {
-// A matrix product's operand at the thread's precision (Note [Mixed
-// precision] in core/precision.h): bfloat16 operands for a bfloat16 product;
-// float16 ones rounded to float16 and widened back (float32 products).
-Tensor product_operand(const Tensor& t) {
-  if (current_precision() == Precision::kBFloat16 && t.dtype() == DType::kFloat32)
-    return cast(t, DType::kBFloat16);
-  return detail::rounded_operand(t);
+
+// Note [16-bit linear]. Under bf16 / fp16 precision (Note [Mixed precision]
+// in core/precision.h) y = x W^T multiplies 16-bit operands: x rounded to
+// the 16-bit format (differentiably: its gradient goes back through the
+// casts) and the float32 master weight rounded likewise. The rounded weight
+// is made again in backward instead of being kept: a pipeline's M
+// micro-batches in flight would otherwise hold M copies of every weight.
+// bf16 multiplies bfloat16 tensors with the bfloat16 GEMM; fp16 multiplies
+// the float16-rounded values in float32. The input gradient is a 16-bit
+// product of the upstream gradient rounded to 16 bits; the weight gradient
+// is the float32 result of that product, never rounded.
+Tensor rounded(const Tensor& t, bool bf16) {
+  return bf16 ? cast(t, DType::kBFloat16) : cast(cast(t, DType::kFloat16), DType::kFloat32);
 }
+Tensor weight_operand(const Tensor& w, bool bf16) {
+  NoGradGuard no_grad;
+  return rounded(w, bf16);
+}
+
+Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16) {
+  const Tensor xh = rounded(x, bf16);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = matmul(xh, weight_operand(weight, bf16), false, true);
+  }
+  const bool need_x = xh.requires_grad(), need_w = weight.requires_grad();
+  record_split(
+      "linear_16bit", {xh, weight}, y,
+      [xd = xh.detach(), wd = weight.detach(), bf16, need_x, need_w](
+          const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
+        NoGradGuard no_grad;
+        const Tensor gh = rounded(g[0], bf16);
+        Tensor gx, gw;
+        if (need_x && wanted[0]) {
+          gx = matmul(gh, weight_operand(wd, bf16), false, false);
+          if (bf16) gx = cast(gx, DType::kBFloat16);
+        }
+        if (need_w && wanted[1])
+          gw = matmul(reshape(gh, {-1, gh.size(-1)}), reshape(xd, {-1, xd.size(-1)}), true, false);
+        return std::vector<Tensor>{gx, gw};
+      });
+  return y;
+}
+
 }  // namespace
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
-              FusedActivation act) {
-  detail::check_rank("linear", weight_in, 2, "weight [out, in]");
-  GPIPE_CHECK(x_in.rank() >= 1 && x_in.size(-1) == weight_in.size(1), "linear: input ",
-              x_in.shape(), " does not match weight ", weight_in.shape(), " (expected last axis ",
-              weight_in.size(1), ")");
-  const Tensor x = product_operand(x_in), weight = product_operand(weight_in);
-  Tensor y = x.rank() == 1
-                 ? reshape(matmul(reshape(x, {1, -1}), weight, false, true), {weight.size(0)})
-                 : matmul(x, weight, false, true);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act) {
+  detail::check_rank("linear", weight, 2, "weight [out, in]");
+  GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
+              " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
+              ")");
+  const Precision p = current_precision();
+  const bool half =
+      p != Precision::kFloat32 && x.dtype() == DType::kFloat32 && weight.dtype() == DType::kFloat32;
+  auto product = [&](const Tensor& rows) {
+    return half ? linear_16bit(rows, weight, p == Precision::kBFloat16)
+                : matmul(rows, weight, false, true);
+  };
+  Tensor y = x.rank() == 1 ? reshape(product(reshape(x, {1, -1})), {weight.size(0)}) : product(x);
   if (bias.defined())
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");

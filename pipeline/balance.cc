@@ -31,7 +31,7 @@ std::vector<double> profile_layers(const LayerList& layers, Bundle x) {
         leaves.push_back(l);
       }
       const auto t0 = std::chrono::steady_clock::now();
-      Bundle out = layer->forward(leaves);
+      Bundle out = forward_layer(*layer, leaves);
       std::vector<Tensor> roots, grads;
       for (const Tensor& o : out)
         if (o.defined() && o.requires_grad()) {

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/precision.h"
 #include "ops/ops.h"
 #include "pipeline/placement.h"
 
@@ -169,8 +170,10 @@ std::vector<double> Pipeline::measure_costs(const Batch& sample) {
                            ? BalanceBy::kCost
                            : opt_.balance_by;
   std::vector<double> costs;
-  if (by != BalanceBy::kTime || info_.world_rank == 0)
+  if (by != BalanceBy::kTime || info_.world_rank == 0) {
+    PrecisionScope precision(opt_.precision);  // timed layers run as the stages will run them
     costs = layer_costs(model_.layers, specs, by, sample_micro[0].inputs);
+  }
   if (by == BalanceBy::kTime) {
     std::string bytes(reinterpret_cast<const char*>(costs.data()), costs.size() * sizeof(double));
     share_from_rank0(bytes, "sharing the measured layer times");
@@ -356,8 +359,8 @@ StepResult Pipeline::train_step(const Batch& batch) {
     const StepTotals t =
         r.run(schedule_.stages[ri.stage], true, micro, ctx, {0, terms, static_cast<double>(rows)});
     if (opt_.check_finite && !std::isfinite(t.loss))
-      throw NonFiniteError(
-          detail::concat("pipeline step ", step_ + 1, ": the loss is not finite (", t.loss, ")"));
+      throw NonFiniteError(detail::concat("pipeline step ", step_ + 1, ": the loss is not finite (",
+                                          t.loss / loss_scale_, ")"));
     return t;
   };
   const std::vector<StepTotals> totals =

@@ -334,3 +334,33 @@ TEST_CASE("linear under bfloat16 precision multiplies bfloat16 operands") {
   ops::sum(y16).backward();
   CHECK(w.grad().dtype() == DType::kFloat32);  // master weights keep float32 gradients
 }
+
+TEST_CASE("linear at 16-bit precision: gradients equal the 16-bit products written out") {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<float> xv(2 * 5 * 16), wv(12 * 16), gv(2 * 5 * 12);
+  for (float& v : xv) v = normal(rng);
+  for (float& v : wv) v = normal(rng);
+  for (float& v : gv) v = normal(rng);
+  const Tensor g = Tensor::from_vector(gv, {2, 5, 12});
+  for (Precision p : {Precision::kBFloat16, Precision::kFloat16}) {
+    INFO(precision_name(p));
+    const DType h = storage_dtype(p);
+    Tensor x = Tensor::from_vector(xv, {2, 5, 16}), w = Tensor::from_vector(wv, {12, 16});
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    {
+      PrecisionScope scope(p);
+      ops::sum(ops::mul(ops::linear(x, w), g)).backward();
+    }
+    // Written out in float32 on the rounded values: gx = round(round(g) W_r), gW = round(g)^T x_r.
+    auto r = [&](const Tensor& t) { return ops::cast(ops::cast(t, h), DType::kFloat32); };
+    const Tensor gr = r(g), xr = r(x.detach()), wr = r(w.detach());
+    const Tensor gx = r(ops::matmul(gr, wr));
+    const Tensor gw = ops::matmul(ops::reshape(gr, {-1, 12}), ops::reshape(xr, {-1, 16}), true);
+    const auto a = x.grad().to_vector<float>(), b = gx.to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-2).margin(1e-2));
+    const auto c = w.grad().to_vector<float>(), d = gw.to_vector<float>();
+    for (size_t i = 0; i < c.size(); ++i) REQUIRE(c[i] == Approx(d[i]).epsilon(1e-5).margin(1e-4));
+  }
+}

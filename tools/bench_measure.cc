@@ -212,15 +212,16 @@ void print_json(const Pipeline& pipe, const Timed& t, int64_t params, int64_t ex
 // Bytes a boundary carries per step by the communication model: every
 // micro-batch's boundary activations forward, and the gradient of each
 // floating one backward (N examples in all, per boundary, K - 1 boundaries).
-// `specs` describe `spec_examples` examples; a replica's step has `n`.
+// `specs` describe `spec_examples` examples; a replica's step has `n`. Float
+// tensors cross in `precision`'s storage dtype (Note [Mixed precision]).
 int64_t predicted_boundary_bytes(const std::vector<BundleSpec>& specs, const Partition& part,
-                                 int64_t n, int64_t spec_examples) {
+                                 int64_t n, int64_t spec_examples, Precision precision) {
   int64_t bytes = 0;
   for (int64_t c = 1; c < part.cells(); ++c)
     for (const TensorSpec& t : specs[part.begin(c)]) {
-      const int64_t b =
-          t.shape.numel() / spec_examples * n * static_cast<int64_t>(dtype_size(t.dtype));
-      bytes += is_floating(t.dtype) ? 2 * b : b;
+      const DType d = t.dtype == DType::kFloat32 ? storage_dtype(precision) : t.dtype;
+      const int64_t b = t.shape.numel() / spec_examples * n * static_cast<int64_t>(dtype_size(d));
+      bytes += is_float_like(d) ? 2 * b : b;
     }
   return bytes;
 }
@@ -288,7 +289,7 @@ int run_measure(const MeasureOptions& o) {
              detail::concat(", \"bytes_per_step\": ", static_cast<int64_t>(bytes),
                             ", \"predicted_bytes_per_step\": ",
                             predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas,
-                                                     batch_size(one[0]))));
+                                                     batch_size(one[0]), po.precision)));
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // The pipeline on a GPU: K cells sharing cuda:0 compute the gradients one
 // cell computes there, in float32 and in bfloat16 (Note [Mixed precision]),
 // optimizer steps run on the device, and steps leak no device memory.
+#include "pipeline/pipeline.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 
@@ -8,7 +10,6 @@
 #include "core/precision.h"
 #include "models/transformer.h"
 #include "optim/adam.h"
-#include "pipeline/pipeline.h"
 #include "tests/pipeline/tiny_transformer.h"
 
 using namespace gpipe;

@@ -442,15 +442,19 @@ class Trainer {
     pipe_->set_step(step);
     const auto saved = optim::load_safetensors(c_.resume).metadata;
     if (scaler_) {
-      if (saved.count("train.loss_scale.scale"))
+      if (saved.count("train.loss_scale.scale")) {
         scaler_->load(saved, "train.loss_scale.");
-      else
+        log_ << "resumed the loss scale at " << scaler_->scale() << "\n";
+      } else {
         log_ << "warning: --resume: the checkpoint has no loss scale; starting from "
              << scaler_->scale() << "\n";
+      }
     }
     for (const auto& [key, now] : run_metadata(c_, *task_)) {
       if (key == "train.steps") continue;  // extending a run is what resuming is for
       auto it = saved.find(key);
+      // Checkpoints from before --precision existed were float32 runs.
+      if (key == "train.precision" && it == saved.end() && now == "fp32") continue;
       const std::string then = it == saved.end() ? "(absent)" : it->second;
       if (then != now)
         log_ << "warning: --resume: the checkpoint was saved with " << key << " = '" << then
