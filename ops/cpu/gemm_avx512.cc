@@ -13,19 +13,14 @@ namespace {
 
 #include "ops/cpu/gemm_pack_avx.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"
+#include "ops/cpu/gemm_tile_avx512.inc"
 
 constexpr int kMr = 14, kNr = 32;
 
 void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                   float beta) {
   __m512 acc[kMr][2];
-#pragma GCC unroll 14
-  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-#pragma GCC unroll 14
-  for (int i = 0; i < kMr; ++i) {  // the C tile's rows are two cache lines each
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
-  }
+  tile_begin(acc, c, ldc);
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 14
@@ -37,23 +32,7 @@ void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t 
     a += kMr;
     b += kNr;
   }
-  const __m512 va = _mm512_set1_ps(alpha);
-  if (beta == 0.0f) {
-#pragma GCC unroll 14
-    for (int i = 0; i < kMr; ++i) {
-      _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc[i][0]));
-      _mm512_storeu_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc[i][1]));
-    }
-  } else {
-    const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 14
-    for (int i = 0; i < kMr; ++i) {
-      float* ci = c + i * ldc;
-      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
-      _mm512_storeu_ps(ci + 16,
-                       _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
-    }
-  }
+  tile_store(acc, c, ldc, alpha, beta);
 }
 
 }  // namespace

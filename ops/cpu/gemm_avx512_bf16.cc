@@ -14,6 +14,8 @@ namespace gpipe::ops::cpu::packed {
 namespace avx512_bf16 {
 namespace {
 
+#include "ops/cpu/gemm_tile_avx512.inc"
+
 constexpr int kMr = 14, kNr = 32;
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
@@ -21,13 +23,7 @@ inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 void kernel_14x32(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
                   float alpha, float beta) {
   __m512 acc[kMr][2];
-#pragma GCC unroll 14
-  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-#pragma GCC unroll 14
-  for (int i = 0; i < kMr; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
-  }
+  tile_begin(acc, c, ldc);
   for (int64_t p = 0; p < kc; p += 2) {
     const __m512bh b0 = as_bh(_mm512_load_si512(b)), b1 = as_bh(_mm512_load_si512(b + 32));
 #pragma GCC unroll 14
@@ -41,23 +37,7 @@ void kernel_14x32(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, in
     a += 2 * kMr;
     b += 2 * kNr;
   }
-  const __m512 va = _mm512_set1_ps(alpha);
-  if (beta == 0.0f) {
-#pragma GCC unroll 14
-    for (int i = 0; i < kMr; ++i) {
-      _mm512_storeu_ps(c + i * ldc, _mm512_mul_ps(va, acc[i][0]));
-      _mm512_storeu_ps(c + i * ldc + 16, _mm512_mul_ps(va, acc[i][1]));
-    }
-  } else {
-    const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 14
-    for (int i = 0; i < kMr; ++i) {
-      float* ci = c + i * ldc;
-      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
-      _mm512_storeu_ps(ci + 16,
-                       _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
-    }
-  }
+  tile_store(acc, c, ldc, alpha, beta);
 }
 
 // Element (r, p) at src[r * ld + p]: each pair is adjacent in the source, so
