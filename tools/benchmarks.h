@@ -191,6 +191,7 @@ int run_plan_paper(const PaperPlanOptions& opt);
 // W4: activation memory and step time with and without rematerialisation.
 struct RematBenchOptions {
   TorchSide torch;
+  std::vector<std::string> schedules{"gpipe", "1f1b"};  // 1f1b only where it differs: K, M > 1
   std::vector<int> partitions{1, 2};
   std::vector<int> micro_batches{1, 8};
   std::vector<std::string> remat{"never", "except_last",

@@ -140,6 +140,9 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
 CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
   CLI::App* c =
       app.add_subcommand("remat", "W4: activation memory and step time with / without remat");
+  c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b (1f1b rows at K, M > 1)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
   c->add_option("--partitions", o.partitions, "K values (1 or 2)")
       ->delimiter(',')
       ->check(CLI::Range(1, 2));

@@ -9,8 +9,10 @@
 //
 // Max pooling visits taps in row-major window order with a strict '>', so it
 // keeps the first maximal element, and records its plane index (h * W + w)
-// for backward, which scatter-adds grad_y there. A NaN in a window wins (the
-// first one), as in PyTorch; rows holding a NaN are redone on a slow path.
+// for backward, which scatter-adds grad_y there. The tap loop is branch-free
+// (compare and blend, int32 indices beside float values) so it vectorises.
+// A NaN in a window wins (the first one), as in PyTorch; outputs whose window
+// holds a NaN are redone on a slow path.
 // Average pooling divides by the window clipped to the padded input
 // (count_include_pad) or by the number of in-bounds elements. Backward of
 // both writes each plane of grad_x from that plane's outputs only, which keeps
@@ -114,44 +116,78 @@ void max_window(const PlaneGeometry& g, const T* xp, int64_t r, int64_t q, T& be
     }
 }
 
-template <class T>
-void max_forward(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
+// One window tap's pass over outputs [q_lo, q_hi) of a row: the running max
+// and the plane index of its first maximal element, and a flag where the
+// tap read a NaN. S is the column stride when it is known at compile time
+// (1 or 2), else 0 (then `stride`). The index type I is int32 for planes
+// under 2^31 elements: as wide as a float lane, so the loop vectorises into
+// compares and masks.
+template <int S, class T, class I>
+void max_tap(const T* __restrict xp, int64_t base, int64_t stride, int64_t q_lo, int64_t q_hi,
+             T* __restrict best, I* __restrict best_i, I* __restrict nan) {
+  const int64_t st = S ? S : stride;
+  for (int64_t q = q_lo; q < q_hi; ++q) {
+    const I at = static_cast<I>(base + q * st);
+    const T v = xp[base + q * st], b = best[q];
+    // Masks, not selects: GCC if-converts these at every level (selects it
+    // leaves as branches at x86-64-v2, which mispredict on data).
+    const I take = -static_cast<I>(v > b);
+    best_i[q] = (at & take) | (best_i[q] & ~take);
+    best[q] = std::max(b, v);  // b unless v > b (a NaN v never wins here)
+    nan[q] |= static_cast<I>(v != v);
+  }
+}
+
+template <class T, class I>
+void max_forward_rows(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
   parallel_for(0, g.planes, g.grain(), [&](int64_t lo, int64_t hi) {
     vector<T> best(g.ow);
-    vector<int64_t> best_i(g.ow);
+    vector<I> best_i(g.ow), nan(g.ow);
     for (int64_t plane = lo; plane < hi; ++plane) {
       const T* xp = x + plane * g.h * g.w;
       for (int64_t r = 0; r < g.oh; ++r) {
         const Span rs = g.rows(r);
         for (int64_t q = 0; q < g.ow; ++q) {
           best[q] = -std::numeric_limits<T>::infinity();
-          best_i[q] = rs.lo * g.w + g.cols(q).lo;  // kept if the whole window is -inf
+          best_i[q] = static_cast<I>(rs.lo * g.w + g.cols(q).lo);  // kept if the window is all -inf
+          nan[q] = 0;
         }
-        bool nan = false;
         for (int64_t i = rs.lo; i < rs.hi; ++i) {
           for (int64_t j = 0; j < g.p.kernel_w; ++j) {
             int64_t q_lo, q_hi;
             g.tap_range(j, q_lo, q_hi);
-            const int64_t base = i * g.w + j - g.p.pad_w;
-            for (int64_t q = q_lo; q < q_hi; ++q) {
-              const int64_t at = base + q * g.p.stride_w;
-              const T v = xp[at];
-              // Masks and max, not jumps: a data-dependent branch mispredicts.
-              const int64_t take = -static_cast<int64_t>(v > best[q]);
-              best_i[q] = (at & take) | (best_i[q] & ~take);
-              best[q] = std::max(best[q], v);
-              nan |= v != v;
-            }
+            const int64_t base = i * g.w + j - g.p.pad_w, stride = g.p.stride_w;
+            if (stride == 1)
+              max_tap<1>(xp, base, stride, q_lo, q_hi, best.data(), best_i.data(), nan.data());
+            else if (stride == 2)
+              max_tap<2>(xp, base, stride, q_lo, q_hi, best.data(), best_i.data(), nan.data());
+            else
+              max_tap<0>(xp, base, stride, q_lo, q_hi, best.data(), best_i.data(), nan.data());
           }
         }
-        if (nan)
-          for (int64_t q = 0; q < g.ow; ++q) max_window(g, xp, r, q, best[q], best_i[q]);
         T* yr = y + (plane * g.oh + r) * g.ow;
-        std::copy(best.begin(), best.end(), yr);
-        if (argmax) std::copy(best_i.begin(), best_i.end(), argmax + (plane * g.oh + r) * g.ow);
+        int64_t* ar = argmax ? argmax + (plane * g.oh + r) * g.ow : nullptr;
+        for (int64_t q = 0; q < g.ow; ++q) {
+          if (nan[q]) {
+            int64_t at;
+            max_window(g, xp, r, q, yr[q], at);
+            if (ar) ar[q] = at;
+            continue;
+          }
+          yr[q] = best[q];
+          if (ar) ar[q] = best_i[q];
+        }
       }
     }
   });
+}
+
+template <class T>
+void max_forward(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
+  if (g.h * g.w <= std::numeric_limits<int32_t>::max())
+    max_forward_rows<T, int32_t>(g, x, y, argmax);
+  else
+    max_forward_rows<T, int64_t>(g, x, y, argmax);
 }
 
 template <class T>
