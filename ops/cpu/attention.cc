@@ -12,6 +12,7 @@
 // zero where masked (masked_fill passes no gradient), times the scale;
 // dq_h = dS k_h; dk_h = dS^T q_h. Pairs write disjoint slices, so the result
 // does not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -40,6 +41,21 @@ bool masked(const T* pad, bool causal, int64_t i, int64_t j) {
   return (causal && j > i) || (pad != nullptr && pad[j] != T(0));
 }
 
+// A score row whose first n keys are visible and the rest masked (no padding
+// mask): softmax(scale * row[0, n)) there and exact zeros after, as the
+// masked form computes it, without a mask test per element (n == 0 only
+// when there are no keys at all).
+template <class T>
+void softmax_prefix(T* row, int64_t n, int64_t tk, T scale) {
+  if (n == 0) return;
+  Row<T> r(row, n);
+  r *= scale;
+  const T mx = r.maxCoeff();
+  r = (r - mx).exp();
+  r *= T(1) / r.sum();
+  std::fill(row + n, row + tk, T(0));
+}
+
 template <class T>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
                   int64_t heads, bool causal, Tensor& out_t, Tensor& probs_t) {
@@ -57,6 +73,11 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                    T(0), p, g.tk);
       for (int64_t i = 0; i < g.tq; ++i) {
         T* row = p + i * g.tk;
+        if (!pad_b) {  // keys [0, n) are visible, the rest weigh exactly 0
+          const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
+          softmax_prefix(row, n, g.tk, scale);
+          continue;
+        }
         for (int64_t j = 0; j < g.tk; ++j)
           row[j] = masked(pad_b, causal, i, j) ? T(kMasked) : row[j] * scale;
         Row<T> r(row, g.tk);
@@ -98,6 +119,12 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         const T* pr = p + i * g.tk;
         T dot = 0;
         for (int64_t j = 0; j < g.tk; ++j) dot += dr[j] * pr[j];
+        if (!pad_b) {  // keys [0, n) visible: no mask test per element
+          const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
+          for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
+          std::fill(dr + n, dr + g.tk, T(0));
+          continue;
+        }
         for (int64_t j = 0; j < g.tk; ++j)
           dr[j] = masked(pad_b, causal, i, j) ? T(0) : pr[j] * (dr[j] - dot) * scale;
       }
