@@ -137,3 +137,76 @@ TEST_CASE("global_avg_pool2d: mean over the plane, gradient spread evenly") {
   ops::sum(y).backward();
   for (double g : x.grad().to_vector<double>()) CHECK(std::abs(g - 1.0 / 20) < 1e-15);
 }
+
+// A direct window loop: the first maximal element in row-major window order,
+// a NaN winning from where it appears, a window of -inf only giving its first
+// in-bounds element; returns y and grad_x for the output weights w.
+static void reference_max_pool(const std::vector<float>& x, int64_t planes, int64_t h, int64_t w,
+                               const ops::Pool2dOptions& o, const std::vector<float>& wy,
+                               std::vector<float>& y, std::vector<float>& gx) {
+  const int64_t oh = (h + 2 * o.padding[0] - o.kernel[0]) / o.stride[0] + 1;
+  const int64_t ow = (w + 2 * o.padding[1] - o.kernel[1]) / o.stride[1] + 1;
+  y.assign(planes * oh * ow, 0.0f);
+  gx.assign(planes * h * w, 0.0f);
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t r = 0; r < oh; ++r)
+      for (int64_t q = 0; q < ow; ++q) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < o.kernel[0]; ++i)
+          for (int64_t j = 0; j < o.kernel[1]; ++j) {
+            const int64_t row = r * o.stride[0] + i - o.padding[0];
+            const int64_t col = q * o.stride[1] + j - o.padding[1];
+            if (row < 0 || row >= h || col < 0 || col >= w) continue;
+            const int64_t at = p * h * w + row * w + col;
+            if (best < 0 || (!std::isnan(x[best]) && (x[at] > x[best] || std::isnan(x[at]))))
+              best = at;
+          }
+        const int64_t out = (p * oh + r) * ow + q;
+        y[out] = x[best];
+        gx[best] += wy[out];
+      }
+}
+
+TEST_CASE("max_pool2d: every path equals a direct window loop (values, ties, -inf, NaN, argmax)") {
+  // Unit strides and short rows take the padded-plane path, long strided rows
+  // the row path (ops/cpu/pool.cc); both must agree with the plain loop.
+  struct Case {
+    int64_t h, w;
+    ops::Pool2dOptions o;
+  };
+  const std::vector<Case> cases = {
+      {8, 8, pool({3, 3}, {1, 1}, {1, 1})},   {4, 4, pool({3, 3}, {2, 2}, {1, 1})},
+      {1, 1, pool({3, 3}, {1, 1}, {1, 1})},   {2, 2, pool({2, 2}, {2, 2}, {0, 0})},
+      {9, 40, pool({3, 3}, {2, 2}, {1, 1})},  {7, 50, pool({2, 3}, {1, 3}, {1, 1})},
+      {33, 35, pool({3, 3}, {1, 1}, {1, 1})}, {6, 37, pool({3, 2}, {2, 2}, {0, 1})},
+      {5, 20, pool({1, 1}, {1, 1}, {0, 0})}};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    INFO("case " << c << ": " << k.h << "x" << k.w);
+    const int64_t planes = 6;
+    // Small integers (many ties), one plane of -inf, NaNs in another.
+    std::vector<float> x =
+        Tensor::uniform(Shape{planes * k.h * k.w}, 10 + c, -3.0, 3.0).to_vector<float>();
+    for (float& v : x) v = std::round(v);
+    for (int64_t i = 0; i < k.h * k.w; ++i) x[i] = -std::numeric_limits<float>::infinity();
+    x[k.h * k.w + (k.h * k.w) / 2] = std::numeric_limits<float>::quiet_NaN();
+    x[2 * k.h * k.w + k.h * k.w - 1] = std::numeric_limits<float>::quiet_NaN();
+    Tensor xt =
+        Tensor::from_vector(x, Shape{2, 3, k.h, k.w}).to(DType::kFloat32).set_requires_grad(true);
+    const Tensor y = ops::max_pool2d(xt, k.o);
+    const Tensor wy = Tensor::uniform(y.shape(), 99 + c, 0.5, 1.5, DType::kFloat32);
+    ops::sum(ops::mul(y, wy)).backward();
+    std::vector<float> y_ref, g_ref;
+    reference_max_pool(x, planes, k.h, k.w, k.o, wy.to_vector<float>(), y_ref, g_ref);
+    const auto yv = y.to_vector<float>(), gv = xt.grad().to_vector<float>();
+    REQUIRE(yv.size() == y_ref.size());
+    for (size_t i = 0; i < yv.size(); ++i) {
+      INFO("output " << i);
+      CHECK((yv[i] == y_ref[i] || (std::isnan(yv[i]) && std::isnan(y_ref[i]))));
+    }
+    for (size_t i = 0; i < gv.size(); ++i) {
+      INFO("input " << i);
+      CHECK(gv[i] == g_ref[i]);
+    }
+  }
+}

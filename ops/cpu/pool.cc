@@ -182,9 +182,89 @@ void max_forward_rows(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax)
   });
 }
 
+// Note [Max pooling on padded planes]. Small planes (AmoebaNet's 8x8 down to
+// 1x1) make rows too short to vectorise. Instead a chunk of planes is copied
+// into one buffer with a -inf border (hp x wp per plane), and every window
+// tap becomes one contiguous pass over the whole chunk: the window anchored
+// at buffer position e reads e + i * wp + j for tap (i, j). The passes run
+// over every anchor (border ones too, wasted but vectorised); the outputs
+// are then read off at the strided anchors. Each anchor keeps the number of
+// the tap that won (taps in row-major window order, strict '>', so the
+// first maximal element), -1 while none has (a window of -inf only: its
+// first in-bounds element, as on the row path), and a NaN flag.
+template <class T>
+void max_plane_tap(const T* __restrict src, int64_t len, int32_t t, T* __restrict best,
+                   int32_t* __restrict tap, int32_t* __restrict nan) {
+  for (int64_t e = 0; e < len; ++e) {
+    const T v = src[e], b = best[e];
+    const int32_t take = -static_cast<int32_t>(v > b);
+    tap[e] = (t & take) | (tap[e] & ~take);
+    best[e] = std::max(b, v);
+    nan[e] |= static_cast<int32_t>(v != v);
+  }
+}
+
+template <class T>
+void max_forward_planes(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
+  const Pool2dParams& p = g.p;
+  const int64_t hp = std::max(g.h + 2 * p.pad_h, (g.oh - 1) * p.stride_h + p.kernel_h);
+  const int64_t wp = std::max(g.w + 2 * p.pad_w, (g.ow - 1) * p.stride_w + p.kernel_w);
+  const int64_t area = hp * wp, slack = (p.kernel_h - 1) * wp + p.kernel_w;
+  const int64_t per_chunk = std::max<int64_t>(1, 8192 / area);  // planes per buffer
+  constexpr T kLow = -std::numeric_limits<T>::infinity();
+  // Plane index of tap t's element, less that of the window's anchor.
+  vector<int64_t> delta(p.kernel_h * p.kernel_w);
+  for (int64_t t = 0; t < p.kernel_h * p.kernel_w; ++t)
+    delta[t] = (t / p.kernel_w - p.pad_h) * g.w + t % p.kernel_w - p.pad_w;
+  parallel_for(0, g.planes, std::max(g.grain(), per_chunk), [&](int64_t lo, int64_t hi) {
+    vector<T> buf(per_chunk * area + slack), best(per_chunk * area);
+    vector<int32_t> tap(per_chunk * area), nan(per_chunk * area);
+    for (int64_t p0 = lo; p0 < hi; p0 += per_chunk) {
+      const int64_t np = std::min(per_chunk, hi - p0), len = np * area;
+      std::fill(buf.begin(), buf.begin() + len + slack, kLow);
+      for (int64_t k = 0; k < np; ++k)
+        for (int64_t r = 0; r < g.h; ++r) {
+          const T* src = x + ((p0 + k) * g.h + r) * g.w;
+          std::copy(src, src + g.w, buf.begin() + k * area + (r + p.pad_h) * wp + p.pad_w);
+        }
+      std::fill(best.begin(), best.begin() + len, kLow);
+      std::fill(tap.begin(), tap.begin() + len, -1);
+      std::fill(nan.begin(), nan.begin() + len, 0);
+      for (int64_t i = 0; i < p.kernel_h; ++i)
+        for (int64_t j = 0; j < p.kernel_w; ++j)
+          max_plane_tap(buf.data() + i * wp + j, len, static_cast<int32_t>(i * p.kernel_w + j),
+                        best.data(), tap.data(), nan.data());
+      for (int64_t k = 0; k < np; ++k) {
+        const T* xp = x + (p0 + k) * g.h * g.w;
+        for (int64_t r = 0; r < g.oh; ++r) {
+          const int64_t o = ((p0 + k) * g.oh + r) * g.ow, e0 = k * area + r * p.stride_h * wp;
+          const int64_t at0 = r * p.stride_h * g.w;  // plus the tap's offset and the column
+          for (int64_t q = 0; q < g.ow; ++q) {
+            const int64_t e = e0 + q * p.stride_w;
+            const int32_t t = tap[e];
+            int64_t at;
+            if (nan[e] != 0) {
+              max_window(g, xp, r, q, y[o + q], at);
+            } else {
+              y[o + q] = best[e];
+              at = t < 0 ? g.rows(r).lo * g.w + g.cols(q).lo : at0 + q * p.stride_w + delta[t];
+            }
+            if (argmax) argmax[o + q] = at;
+          }
+        }
+      }
+    }
+  });
+}
+
+// Unit strides and short rows take the padded-plane path (Note [Max pooling
+// on padded planes]); long strided rows the row path, which reads only the
+// anchors it needs.
 template <class T>
 void max_forward(const PlaneGeometry& g, const T* x, T* y, int64_t* argmax) {
-  if (g.h * g.w <= std::numeric_limits<int32_t>::max())
+  if ((g.p.stride_h == 1 && g.p.stride_w == 1) || g.ow < 16)
+    max_forward_planes(g, x, y, argmax);
+  else if (g.h * g.w <= std::numeric_limits<int32_t>::max())
     max_forward_rows<T, int32_t>(g, x, y, argmax);
   else
     max_forward_rows<T, int64_t>(g, x, y, argmax);
