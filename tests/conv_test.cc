@@ -211,3 +211,41 @@ TEST_CASE("conv2d: a 1x1 convolution is a per-pixel matrix product") {
           CHECK(std::abs(y.at({n, o, i, j}) - s) < 1e-14);
         }
 }
+
+TEST_CASE("conv2d: the batched small-plane path equals sample-by-sample convolutions") {
+  // Planes under 512 outputs with one group take the batched path (several
+  // samples' columns in one GEMM, ops/cpu/conv.cc); a batch of one takes the
+  // per-sample path. 40 samples of 8x8 make two runs of samples per thread
+  // (32 + 8 at one thread), so the weight gradient also accumulates across runs.
+  struct Config {
+    Shape x, w;
+    ops::Conv2dOptions opt;
+  };
+  const std::vector<Config> configs = {
+      {Shape{40, 3, 8, 8}, Shape{5, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}},
+      {Shape{40, 6, 8, 8}, Shape{4, 6, 1, 1}, {}},
+      {Shape{9, 4, 5, 9}, Shape{3, 4, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}},
+      {Shape{7, 3, 9, 8}, Shape{6, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}},
+      {Shape{5, 8, 1, 1}, Shape{3, 8, 1, 1}, {}},
+  };
+  ThreadPool one(1), two(2);
+  for (ThreadPool* pool : {&one, &two}) {
+    IntraOpScope scope(pool);
+    for (const Config& c : configs) {
+      INFO("x " << c.x << ", w " << c.w << ", threads " << pool->size());
+      const Tensor x = rnd(c.x, 21), w = rnd(c.w, 22), b = rnd(Shape{c.w[0]}, 23);
+      const ConvRun batched = run_conv(x, w, b, c.opt);
+      Tensor ws = w.clone().set_requires_grad(true), bs = b.clone().set_requires_grad(true);
+      std::vector<Tensor> xs, ys;
+      for (int64_t n = 0; n < c.x[0]; ++n) {
+        xs.push_back(ops::narrow(x, 0, n, 1).clone().set_requires_grad(true));
+        ys.push_back(ops::conv2d(xs.back(), ws, bs, c.opt));
+      }
+      Tensor y = ops::concat(ys, 0);
+      ops::sum(ops::mul(y, rnd(y.shape(), 99))).backward();
+      std::vector<Tensor> gxs;
+      for (const Tensor& xi : xs) gxs.push_back(xi.grad());
+      check_close(batched, ConvRun{y.detach(), ops::concat(gxs, 0), ws.grad(), bs.grad()}, 1e-12);
+    }
+  }
+}

@@ -12,6 +12,9 @@
 // (sample, channel) plane, one kernel tap at a time over contiguous output
 // rows; unfolding would cost more than the arithmetic.
 //
+// Batched path (one group, small planes): several samples' columns side by
+// side in one GEMM; Note [Batched small planes].
+//
 // Parallelism: over (sample, group) tasks when there are at least as many as
 // threads, otherwise tasks run in order and each GEMM is split over the pool.
 // Backward-weight over a large batch gives each thread a contiguous range of
@@ -119,9 +122,10 @@ void for_each_part(int64_t count, int64_t parts, const F& body) {
   });
 }
 
-// Rows of col for input channels [c_lo, c_hi) of one group's planes x[cg, H, W].
+// Rows of col for input channels [c_lo, c_hi) of one group's planes x[cg, H, W];
+// col's rows are ld apart (g.ohw for one sample's buffer).
 template <class T>
-void im2col(const Geometry& g, const T* x, int64_t c_lo, int64_t c_hi, T* col) {
+void im2col(const Geometry& g, const T* x, int64_t c_lo, int64_t c_hi, T* col, int64_t ld) {
   const Conv2dParams& p = g.p;
   for (int64_t c = c_lo; c < c_hi; ++c) {
     const T* xc = x + c * g.hw;
@@ -132,7 +136,7 @@ void im2col(const Geometry& g, const T* x, int64_t c_lo, int64_t c_hi, T* col) {
         const int64_t w_off = j * p.dilation_w - p.pad_w;
         int64_t w_lo, w_hi;
         valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
-        T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw;
+        T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         std::fill(row, row + h_lo * g.ow, T(0));
         std::fill(row + h_hi * g.ow, row + g.ohw, T(0));
         for (int64_t r = h_lo; r < h_hi; ++r) {
@@ -151,9 +155,10 @@ void im2col(const Geometry& g, const T* x, int64_t c_lo, int64_t c_hi, T* col) {
   }
 }
 
-// Adds col's rows for input channels [c_lo, c_hi) back into planes gx[cg, H, W].
+// Adds col's rows (ld apart) for input channels [c_lo, c_hi) back into planes
+// gx[cg, H, W].
 template <class T>
-void col2im(const Geometry& g, const T* col, int64_t c_lo, int64_t c_hi, T* gx) {
+void col2im(const Geometry& g, const T* col, int64_t c_lo, int64_t c_hi, T* gx, int64_t ld) {
   const Conv2dParams& p = g.p;
   for (int64_t c = c_lo; c < c_hi; ++c) {
     T* gc = gx + c * g.hw;
@@ -165,7 +170,7 @@ void col2im(const Geometry& g, const T* col, int64_t c_lo, int64_t c_hi, T* gx) 
         const int64_t w_off = j * p.dilation_w - p.pad_w;
         int64_t w_lo, w_hi;
         valid_range(w_off, p.stride_w, g.w, g.ow, w_lo, w_hi);
-        const T* row = col + ((c * g.kh + i) * g.kw + j) * g.ohw;
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * ld;
         for (int64_t r = h_lo; r < h_hi; ++r) {
           T* gr = gc + (r * p.stride_h + i * p.dilation_h - p.pad_h) * g.w + w_off;
           const T* in = row + r * g.ow;
@@ -198,8 +203,8 @@ void for_each_task(const Geometry& g, const Tensor& like, bool need_col, const F
 
 template <class T>
 void im2col_maybe_parallel(const Geometry& g, const T* x, T* col, bool parallel) {
-  if (!parallel) return im2col(g, x, 0, g.cg, col);
-  parallel_for(0, g.cg, 1, [&](int64_t lo, int64_t hi) { im2col(g, x, lo, hi, col); });
+  if (!parallel) return im2col(g, x, 0, g.cg, col, g.ohw);
+  parallel_for(0, g.cg, 1, [&](int64_t lo, int64_t hi) { im2col(g, x, lo, hi, col, g.ohw); });
 }
 
 template <class T>
@@ -332,8 +337,8 @@ void gemm_backward_input(const Geometry& g, const Tensor& like, const T* gy, con
     gemm_maybe_parallel(parallel, true, false, g.k, g.ohw, g.og, w + gr * g.og * g.k, g.k, gyg,
                         g.ohw, T(0), pointwise ? gxg : col, g.ohw);
     if (pointwise) return;
-    if (!parallel) return col2im(g, col, 0, g.cg, gxg);
-    parallel_for(0, g.cg, 1, [&](int64_t lo, int64_t hi) { col2im(g, col, lo, hi, gxg); });
+    if (!parallel) return col2im(g, col, 0, g.cg, gxg, g.ohw);
+    parallel_for(0, g.cg, 1, [&](int64_t lo, int64_t hi) { col2im(g, col, lo, hi, gxg, g.ohw); });
   });
 }
 
@@ -380,6 +385,126 @@ void gemm_backward_weight(const Geometry& g, const Tensor& like, const T* gy, co
   });
 }
 
+// ---------------------------------------------------------------- batched path
+
+// Note [Batched small planes]. On small planes (AmoebaNet's 8x8 down to 1x1)
+// a sample's GEMM is [Og, K] x [K, OH*OW] with OH*OW = 64 .. 1: too thin
+// for any kernel to run near peak, and one call per sample. With one group,
+// a run of samples instead puts its columns side by side in one buffer
+// cols[K, nb*OH*OW] (sample s in columns [s*OHW, (s+1)*OHW); a 1x1
+// unpadded convolution just gathers its planes), so forward is one GEMM
+// Y'[O, nb*OHW] = W cols, copied out to y[n, o, :]; backward-input one GEMM
+// gcols = W^T gY' (gY' gathered from gy the same way), then col2im per
+// sample; backward-weight gW += gY' cols^T. The threads take contiguous
+// ranges of samples (each its own buffers and, for the weight gradient, its
+// own partial sum, added in a fixed order), as the per-sample path does.
+constexpr int64_t kBatchedPlane = 512;             // OH*OW below this takes the batched path
+constexpr int64_t kBatchedColumns = 2048;          // GEMM columns per run of samples
+constexpr int64_t kBatchedMax = int64_t{1} << 21;  // elements per buffer (8 MB of float)
+
+bool batched(const Geometry& g) { return g.groups == 1 && g.ohw < kBatchedPlane && g.n > 1; }
+
+// Samples per run: about kBatchedColumns columns, within kBatchedMax per buffer.
+int64_t run_samples(const Geometry& g) {
+  const int64_t by_width = std::max<int64_t>(1, kBatchedColumns / g.ohw);
+  const int64_t by_memory = kBatchedMax / std::max<int64_t>(std::max(g.k, g.o) * g.ohw, 1);
+  return std::clamp<int64_t>(std::min(by_width, by_memory), 1, g.n);
+}
+
+// Between t[n, ch, OHW] (samples [n0, n0 + nb)) and t'[ch, nb*OHW].
+template <class T>
+void gather_planes(const T* t, int64_t ch, int64_t ohw, int64_t n0, int64_t nb, T* out) {
+  for (int64_t s = 0; s < nb; ++s)
+    for (int64_t c = 0; c < ch; ++c) {
+      const T* src = t + ((n0 + s) * ch + c) * ohw;
+      std::copy(src, src + ohw, out + c * nb * ohw + s * ohw);
+    }
+}
+template <class T>
+void scatter_planes(const T* in, int64_t ch, int64_t ohw, int64_t n0, int64_t nb, T* t) {
+  for (int64_t s = 0; s < nb; ++s)
+    for (int64_t c = 0; c < ch; ++c) {
+      const T* src = in + c * nb * ohw + s * ohw;
+      std::copy(src, src + ohw, t + ((n0 + s) * ch + c) * ohw);
+    }
+}
+
+// cols[K, nb*OHW] for samples [n0, n0 + nb).
+template <class T>
+void batched_cols(const Geometry& g, const T* x, int64_t n0, int64_t nb, T* cols) {
+  if (g.pointwise()) return gather_planes(x, g.c, g.hw, n0, nb, cols);
+  for (int64_t s = 0; s < nb; ++s)
+    im2col(g, x + (n0 + s) * g.c * g.hw, 0, g.c, cols + s * g.ohw, nb * g.ohw);
+}
+
+// Runs body(part, n0, nb, a, b) for runs of samples, the threads' parts in
+// parallel, with two buffers per part of a_size and b_size elements per
+// sample (one run's worth).
+template <class T, class F>
+void for_each_run(const Geometry& g, const Tensor& like, int64_t a_size, int64_t b_size,
+                  const F& body) {
+  const int64_t per_run = run_samples(g);
+  const int64_t parts = std::min<int64_t>(intra_op_threads(), g.n);
+  const int64_t a_len = a_size * per_run, b_len = b_size * per_run;
+  Workspace<T> buffers = workspace<T>(like, parts * (a_len + b_len));
+  for_each_part(g.n, parts, [&](int64_t part, int64_t lo, int64_t hi) {
+    T* a = buffers.data() + part * (a_len + b_len);
+    for (int64_t n0 = lo; n0 < hi; n0 += per_run)
+      body(part, n0, std::min(per_run, hi - n0), a, a + a_len);
+  });
+}
+
+template <class T>
+void batched_forward(const Geometry& g, const Tensor& like, const T* x, const T* w, const T* b,
+                     T* y) {
+  for_each_run<T>(
+      g, like, g.k * g.ohw, g.o * g.ohw, [&](int64_t, int64_t n0, int64_t nb, T* cols, T* out) {
+        const int64_t n = nb * g.ohw;
+        batched_cols(g, x, n0, nb, cols);
+        if (b)
+          for (int64_t o = 0; o < g.o; ++o) std::fill(out + o * n, out + (o + 1) * n, b[o]);
+        cpu::gemm(false, false, g.o, n, g.k, T(1), w, g.k, cols, n, b ? T(1) : T(0), out, n);
+        scatter_planes(out, g.o, g.ohw, n0, nb, y);
+      });
+}
+
+template <class T>
+void batched_backward_input(const Geometry& g, const Tensor& like, const T* gy, const T* w, T* gx) {
+  for_each_run<T>(g, like, g.k * g.ohw, g.o * g.ohw,
+                  [&](int64_t, int64_t n0, int64_t nb, T* gcols, T* gout) {
+                    const int64_t n = nb * g.ohw;
+                    gather_planes(gy, g.o, g.ohw, n0, nb, gout);
+                    cpu::gemm(true, false, g.k, n, g.o, T(1), w, g.k, gout, n, T(0), gcols, n);
+                    if (g.pointwise()) return scatter_planes(gcols, g.c, g.hw, n0, nb, gx);
+                    for (int64_t s = 0; s < nb; ++s)
+                      col2im(g, gcols + s * g.ohw, 0, g.c, gx + (n0 + s) * g.c * g.hw, n);
+                  });
+}
+
+template <class T>
+void batched_backward_weight(const Geometry& g, const Tensor& like, const T* gy, const T* x,
+                             T* gw) {
+  // Part 0 sums into gw itself, the others into partial buffers.
+  const int64_t parts = std::min<int64_t>(intra_op_threads(), g.n), w_size = g.o * g.k;
+  Workspace<T> partials = workspace<T>(like, (parts - 1) * w_size);
+  vector<int64_t> first(parts, -1);  // each part's first sample: beta 0 there
+  for_each_run<T>(g, like, g.k * g.ohw, g.o * g.ohw,
+                  [&](int64_t part, int64_t n0, int64_t nb, T* cols, T* gout) {
+                    const int64_t n = nb * g.ohw;
+                    if (first[part] < 0) first[part] = n0;
+                    T* dst = part == 0 ? gw : partials.data() + (part - 1) * w_size;
+                    batched_cols(g, x, n0, nb, cols);
+                    gather_planes(gy, g.o, g.ohw, n0, nb, gout);
+                    cpu::gemm(false, true, g.o, g.k, n, T(1), gout, n, cols, n,
+                              first[part] == n0 ? T(0) : T(1), dst, g.k);
+                  });
+  if (parts > 1)
+    parallel_for(0, w_size, 4096, [&](int64_t lo, int64_t hi) {
+      for (int64_t part = 1; part < parts; ++part)
+        axpy(hi - lo, T(1), partials.data() + (part - 1) * w_size + lo, 1, gw + lo, 1);
+    });
+}
+
 // ---------------------------------------------------------------- kernels
 
 void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -390,6 +515,8 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bia
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
     if (g.depthwise())
       depthwise_forward(g, x.data<T>(), weight.data<T>(), b, y.data<T>());
+    else if (batched(g))
+      batched_forward(g, x, x.data<T>(), weight.data<T>(), b, y.data<T>());
     else
       gemm_forward(g, x, x.data<T>(), weight.data<T>(), b, y.data<T>());
   });
@@ -402,6 +529,8 @@ void conv2d_backward_input_cpu(const Tensor& grad_y, const Tensor& weight,
     using T = decltype(z);
     if (g.depthwise()) {
       depthwise_backward_input(g, grad_y.data<T>(), weight.data<T>(), grad_x.data<T>());
+    } else if (batched(g)) {
+      batched_backward_input(g, grad_y, grad_y.data<T>(), weight.data<T>(), grad_x.data<T>());
     } else {
       gemm_backward_input(g, grad_y, grad_y.data<T>(), weight.data<T>(), grad_x.data<T>());
     }
@@ -417,6 +546,8 @@ void conv2d_backward_weight_cpu(const Tensor& grad_y, const Tensor& x, const Con
       std::fill(grad_weight.data<T>(), grad_weight.data<T>() + grad_weight.numel(), T(0));
     } else if (g.depthwise()) {
       depthwise_backward_weight(g, grad_y.data<T>(), x.data<T>(), grad_weight.data<T>());
+    } else if (batched(g)) {
+      batched_backward_weight(g, x, grad_y.data<T>(), x.data<T>(), grad_weight.data<T>());
     } else {
       gemm_backward_weight(g, x, grad_y.data<T>(), x.data<T>(), grad_weight.data<T>());
     }
