@@ -4,8 +4,10 @@
 #include "ops/conv.h"
 
 #include "core/autograd.h"
+#include "core/precision.h"
 #include "ops/common.h"
 #include "ops/conv_kernels.h"
+#include "ops/elementwise.h"
 
 namespace gpipe::ops {
 namespace {
@@ -28,13 +30,9 @@ int64_t out_extent(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t d
   return span < 0 ? 0 : span / stride + 1;
 }
 
-}  // namespace
-
-Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
-              const Conv2dOptions& opt) {
-  // Under bf16 / fp16 precision the operands are rounded to 16 bits; the
-  // products and sums stay float32 (no 16-bit convolution kernel yet).
-  const Tensor x = detail::rounded_operand(x_in), weight = detail::rounded_operand(weight_in);
+// The checks every conv2d makes; returns the kernels' parameters and the output shape.
+Conv2dParams check_conv(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Conv2dOptions& opt, Shape& y_shape) {
   detail::check_floating("conv2d", x, "input");
   detail::check_floating("conv2d", weight, "weight");
   detail::check_same_dtype_device("conv2d", {x, weight, bias});
@@ -64,17 +62,84 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
               x.shape(), " with kernel [", kh, ", ", kw, "], padding [", opt.padding[0], ", ",
               opt.padding[1], "], dilation [", opt.dilation[0], ", ", opt.dilation[1],
               "] is too small");
+  y_shape = Shape{n, o, oh, ow};
+  return Conv2dParams{opt.stride[0],
+                      opt.stride[1],
+                      opt.padding[0],
+                      opt.padding[1],
+                      opt.dilation[0],
+                      opt.dilation[1],
+                      g};
+}
 
-  const Conv2dParams params{opt.stride[0],
-                            opt.stride[1],
-                            opt.padding[0],
-                            opt.padding[1],
-                            opt.dilation[0],
-                            opt.dilation[1],
-                            g};
+// Note [16-bit convolution] (the kernels' side is in ops/cpu/conv.cc). Under
+// bf16 precision a one-group convolution on the CPU multiplies bfloat16
+// operands, as the 16-bit linear does (Note [16-bit linear] in
+// ops/linalg.cc): x rounded by a differentiable cast, the float32 master
+// weight rounded again in forward and in backward (never kept), float32
+// sums into a float32 y. The input gradient is the bfloat16 product of the
+// upstream gradient rounded to bfloat16, returned as bfloat16 through the
+// cast; the weight gradient is that product's float32 result; the bias
+// gradient sums the float32 upstream gradient. Other devices, groups and
+// fp16 round the operands and convolve in float32.
+Tensor conv2d_bf16(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                   const Conv2dParams& params, const Shape& y_shape) {
+  const Tensor xh = cast(x_in, DType::kBFloat16);
+  const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
+  Tensor y = Tensor::empty(y_shape, DType::kFloat32, x_in.device());
+  {
+    NoGradGuard no_grad;
+    conv2d_forward(x_in.device(), detail::dense(xh), cast(weight, DType::kBFloat16), bd, params, y);
+  }
+  const bool need_x = xh.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  record_split("conv2d_bf16", {xh, weight, bias}, y,
+               [xs = need_w ? detail::dense(xh).detach() : Tensor(),
+                wd = need_x ? weight.detach() : Tensor(), x_shape = x_in.shape(),
+                w_shape = weight.shape(), params, need_x, need_w,
+                need_b](const std::vector<Tensor>& grads, const std::vector<bool>& wanted) {
+                 NoGradGuard no_grad;
+                 const Tensor gy = detail::dense(grads[0]);
+                 const Tensor gh = (need_x && wanted[0]) || (need_w && wanted[1])
+                                       ? cast(gy, DType::kBFloat16)
+                                       : Tensor();
+                 Tensor gx, gw, gb;
+                 if (need_x && wanted[0]) {
+                   Tensor g32 = Tensor::empty(x_shape, DType::kFloat32, gy.device());
+                   conv2d_backward_input(gy.device(), gh, cast(wd, DType::kBFloat16), params, g32);
+                   gx = cast(g32, DType::kBFloat16);
+                 }
+                 if (need_w && wanted[1]) {
+                   gw = Tensor::empty(w_shape, DType::kFloat32, gy.device());
+                   conv2d_backward_weight(gy.device(), gh, xs, params, gw);
+                 }
+                 if (need_b && wanted[2]) {
+                   gb = Tensor::empty(Shape{w_shape[0]}, DType::kFloat32, gy.device());
+                   conv2d_backward_bias(gy.device(), gy, gb);
+                 }
+                 return std::vector<Tensor>{gx, gw, gb};
+               });
+  return y;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
+              const Conv2dOptions& opt) {
+  Shape y_shape;
+  if (current_precision() == Precision::kBFloat16 && x_in.defined() && weight_in.defined() &&
+      x_in.dtype() == DType::kFloat32 && weight_in.dtype() == DType::kFloat32 &&
+      x_in.device().is_cpu() && opt.groups == 1) {
+    const Conv2dParams params = check_conv(x_in, weight_in, bias, opt, y_shape);
+    return conv2d_bf16(x_in, weight_in, bias, params, y_shape);
+  }
+  // Otherwise, under bf16 / fp16 precision the operands are rounded to 16
+  // bits and the products and sums stay float32.
+  const Tensor x = detail::rounded_operand(x_in), weight = detail::rounded_operand(weight_in);
+  const Conv2dParams params = check_conv(x, weight, bias, opt, y_shape);
   const Tensor xd = detail::dense(x), wd = detail::dense(weight);
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
-  Tensor y = Tensor::empty(Shape{n, o, oh, ow}, x.dtype(), x.device());
+  Tensor y = Tensor::empty(y_shape, x.dtype(), x.device());
   conv2d_forward(x.device(), xd, wd, bd, params, y);
 
   const bool need_x = x.requires_grad();

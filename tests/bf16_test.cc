@@ -364,3 +364,75 @@ TEST_CASE("linear at 16-bit precision: gradients equal the 16-bit products writt
     for (size_t i = 0; i < c.size(); ++i) REQUIRE(c[i] == Approx(d[i]).epsilon(1e-5).margin(1e-4));
   }
 }
+
+TEST_CASE("conv2d under bfloat16 precision: bfloat16 products, written out in float32") {
+  // One-group convolutions multiply bfloat16 operands (ops/conv.cc, Note
+  // [16-bit convolution]): y = conv(x_r, W_r) + b, gx = round(conv^T(round(g), W_r)),
+  // gW = conv_w(round(g), x_r) in float32, gb = sum(g). Small planes and a
+  // 24x24 one, at every ISA level (the dot path at avx512 where the CPU has
+  // AVX512_BF16, the convert path below).
+  struct Config {
+    Shape x, w;
+    ops::Conv2dOptions opt;
+  };
+  const std::vector<Config> configs = {
+      {Shape{6, 5, 8, 8}, Shape{7, 5, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}},
+      {Shape{6, 9, 4, 4}, Shape{8, 9, 1, 1}, {}},
+      {Shape{3, 4, 9, 8}, Shape{6, 4, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1}},
+      {Shape{2, 3, 24, 24}, Shape{4, 3, 1, 7}, {{1, 1}, {0, 3}, {1, 1}, 1}},
+  };
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal;
+  auto rand = [&](const Shape& s) {
+    std::vector<float> v(s.numel());
+    for (float& e : v) e = normal(rng);
+    return Tensor::from_vector(v, s);
+  };
+  auto r = [](const Tensor& t) {
+    return ops::cast(ops::cast(t, DType::kBFloat16), DType::kFloat32).detach();
+  };
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    for (const Config& c : configs) {
+      INFO(cpu_isa_name(isa) << " x " << c.x << ", w " << c.w);
+      Tensor x = rand(c.x).set_requires_grad(true), w = rand(c.w).set_requires_grad(true);
+      Tensor b = rand(Shape{c.w[0]}).set_requires_grad(true);
+      Tensor y;
+      {
+        PrecisionScope scope(Precision::kBFloat16);
+        y = ops::conv2d(x, w, b, c.opt);
+      }
+      REQUIRE(y.dtype() == DType::kFloat32);
+      const Tensor g = rand(y.shape());
+      ops::sum(ops::mul(y, g)).backward();
+      REQUIRE(x.grad().dtype() == DType::kFloat32);
+      REQUIRE(w.grad().dtype() == DType::kFloat32);
+
+      Tensor xr = r(x.detach()).set_requires_grad(true), wr = r(w.detach()).set_requires_grad(true);
+      const Tensor yr = ops::conv2d(xr, wr, b.detach(), c.opt);
+      ops::sum(ops::mul(yr, r(g))).backward();
+      const auto yv = y.to_vector<float>(), yrv = yr.to_vector<float>();
+      for (size_t i = 0; i < yv.size(); ++i)
+        REQUIRE(yv[i] == Approx(yrv[i]).epsilon(1e-5).margin(1e-4));
+      const auto gx = x.grad().to_vector<float>(), gxr = r(xr.grad()).to_vector<float>();
+      for (size_t i = 0; i < gx.size(); ++i)
+        REQUIRE(gx[i] == Approx(gxr[i]).epsilon(1e-2).margin(1e-2));
+      const auto gw = w.grad().to_vector<float>(), gwr = wr.grad().to_vector<float>();
+      for (size_t i = 0; i < gw.size(); ++i)
+        REQUIRE(gw[i] == Approx(gwr[i]).epsilon(1e-5).margin(1e-4));
+      const auto gb = b.grad().to_vector<float>(), gbr = ops::sum(g, {0, 2, 3}).to_vector<float>();
+      for (size_t i = 0; i < gb.size(); ++i)
+        REQUIRE(gb[i] == Approx(gbr[i]).epsilon(1e-5).margin(1e-4));
+    }
+  }
+  // Grouped convolutions keep the rounded float32 path.
+  Tensor xg = rand(Shape{2, 4, 5, 5}), wg = rand(Shape{4, 2, 3, 3});
+  Tensor yg;
+  {
+    PrecisionScope scope(Precision::kBFloat16);
+    yg = ops::conv2d(xg, wg, Tensor(), {{1, 1}, {1, 1}, {1, 1}, 2});
+  }
+  CHECK(yg.dtype() == DType::kFloat32);
+  CHECK(yg.to_vector<float>() ==
+        ops::conv2d(r(xg), r(wg), Tensor(), {{1, 1}, {1, 1}, {1, 1}, 2}).to_vector<float>());
+}

@@ -13,7 +13,8 @@
 // rows; unfolding would cost more than the arithmetic.
 //
 // Batched path (one group, small planes): several samples' columns side by
-// side in one GEMM; Note [Batched small planes].
+// side in one GEMM; Note [Batched small planes]. The same path multiplies
+// bfloat16 operands under bf16 precision: Note [16-bit convolution].
 //
 // Parallelism: over (sample, group) tasks when there are at least as many as
 // threads, otherwise tasks run in order and each GEMM is split over the pool.
@@ -438,71 +439,104 @@ void batched_cols(const Geometry& g, const T* x, int64_t n0, int64_t nb, T* cols
 }
 
 // Runs body(part, n0, nb, a, b) for runs of samples, the threads' parts in
-// parallel, with two buffers per part of a_size and b_size elements per
-// sample (one run's worth).
-template <class T, class F>
+// parallel, with two buffers per part (of A and of B elements) of a_size and
+// b_size elements per sample (one run's worth).
+template <class A, class B, class F>
 void for_each_run(const Geometry& g, const Tensor& like, int64_t a_size, int64_t b_size,
                   const F& body) {
   const int64_t per_run = run_samples(g);
   const int64_t parts = std::min<int64_t>(intra_op_threads(), g.n);
   const int64_t a_len = a_size * per_run, b_len = b_size * per_run;
-  Workspace<T> buffers = workspace<T>(like, parts * (a_len + b_len));
+  Workspace<A> a_bufs = workspace<A>(like, parts * a_len);
+  Workspace<B> b_bufs = workspace<B>(like, parts * b_len);
   for_each_part(g.n, parts, [&](int64_t part, int64_t lo, int64_t hi) {
-    T* a = buffers.data() + part * (a_len + b_len);
     for (int64_t n0 = lo; n0 < hi; n0 += per_run)
-      body(part, n0, std::min(per_run, hi - n0), a, a + a_len);
+      body(part, n0, std::min(per_run, hi - n0), a_bufs.data() + part * a_len,
+           b_bufs.data() + part * b_len);
   });
 }
 
+// One thread's GEMM on In operands into an Out C: float or double as they
+// are, bfloat16 bits (uint16_t) into float32 by the bfloat16 GEMM.
 template <class T>
-void batched_forward(const Geometry& g, const Tensor& like, const T* x, const T* w, const T* b,
-                     T* y) {
-  for_each_run<T>(
-      g, like, g.k * g.ohw, g.o * g.ohw, [&](int64_t, int64_t n0, int64_t nb, T* cols, T* out) {
+void run_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+              const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+}
+inline void run_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                     int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) {
+  cpu::gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, /*parallel=*/false);
+}
+
+// In: the element type of x, weight and grad_y; Out: of y, grad_x, grad_weight
+// and bias (the same float type, or bfloat16 bits in and float32 out: Note
+// [16-bit convolution]).
+template <class In, class Out>
+void batched_forward(const Geometry& g, const Tensor& like, const In* x, const In* w, const Out* b,
+                     Out* y) {
+  for_each_run<In, Out>(
+      g, like, g.k * g.ohw, g.o * g.ohw, [&](int64_t, int64_t n0, int64_t nb, In* cols, Out* out) {
         const int64_t n = nb * g.ohw;
         batched_cols(g, x, n0, nb, cols);
         if (b)
           for (int64_t o = 0; o < g.o; ++o) std::fill(out + o * n, out + (o + 1) * n, b[o]);
-        cpu::gemm(false, false, g.o, n, g.k, T(1), w, g.k, cols, n, b ? T(1) : T(0), out, n);
+        run_gemm(false, false, g.o, n, g.k, w, g.k, cols, n, b ? Out(1) : Out(0), out, n);
         scatter_planes(out, g.o, g.ohw, n0, nb, y);
       });
 }
 
-template <class T>
-void batched_backward_input(const Geometry& g, const Tensor& like, const T* gy, const T* w, T* gx) {
-  for_each_run<T>(g, like, g.k * g.ohw, g.o * g.ohw,
-                  [&](int64_t, int64_t n0, int64_t nb, T* gcols, T* gout) {
-                    const int64_t n = nb * g.ohw;
-                    gather_planes(gy, g.o, g.ohw, n0, nb, gout);
-                    cpu::gemm(true, false, g.k, n, g.o, T(1), w, g.k, gout, n, T(0), gcols, n);
-                    if (g.pointwise()) return scatter_planes(gcols, g.c, g.hw, n0, nb, gx);
-                    for (int64_t s = 0; s < nb; ++s)
-                      col2im(g, gcols + s * g.ohw, 0, g.c, gx + (n0 + s) * g.c * g.hw, n);
-                  });
+template <class In, class Out>
+void batched_backward_input(const Geometry& g, const Tensor& like, const In* gy, const In* w,
+                            Out* gx) {
+  for_each_run<In, Out>(g, like, g.o * g.ohw, g.k * g.ohw,
+                        [&](int64_t, int64_t n0, int64_t nb, In* gout, Out* gcols) {
+                          const int64_t n = nb * g.ohw;
+                          gather_planes(gy, g.o, g.ohw, n0, nb, gout);
+                          run_gemm(true, false, g.k, n, g.o, w, g.k, gout, n, Out(0), gcols, n);
+                          if (g.pointwise()) return scatter_planes(gcols, g.c, g.hw, n0, nb, gx);
+                          for (int64_t s = 0; s < nb; ++s)
+                            col2im(g, gcols + s * g.ohw, 0, g.c, gx + (n0 + s) * g.c * g.hw, n);
+                        });
 }
 
-template <class T>
-void batched_backward_weight(const Geometry& g, const Tensor& like, const T* gy, const T* x,
-                             T* gw) {
+template <class In, class Out>
+void batched_backward_weight(const Geometry& g, const Tensor& like, const In* gy, const In* x,
+                             Out* gw) {
   // Part 0 sums into gw itself, the others into partial buffers.
   const int64_t parts = std::min<int64_t>(intra_op_threads(), g.n), w_size = g.o * g.k;
-  Workspace<T> partials = workspace<T>(like, (parts - 1) * w_size);
+  Workspace<Out> partials = workspace<Out>(like, (parts - 1) * w_size);
   vector<int64_t> first(parts, -1);  // each part's first sample: beta 0 there
-  for_each_run<T>(g, like, g.k * g.ohw, g.o * g.ohw,
-                  [&](int64_t part, int64_t n0, int64_t nb, T* cols, T* gout) {
-                    const int64_t n = nb * g.ohw;
-                    if (first[part] < 0) first[part] = n0;
-                    T* dst = part == 0 ? gw : partials.data() + (part - 1) * w_size;
-                    batched_cols(g, x, n0, nb, cols);
-                    gather_planes(gy, g.o, g.ohw, n0, nb, gout);
-                    cpu::gemm(false, true, g.o, g.k, n, T(1), gout, n, cols, n,
-                              first[part] == n0 ? T(0) : T(1), dst, g.k);
-                  });
+  for_each_run<In, In>(g, like, g.k * g.ohw, g.o * g.ohw,
+                       [&](int64_t part, int64_t n0, int64_t nb, In* cols, In* gout) {
+                         const int64_t n = nb * g.ohw;
+                         if (first[part] < 0) first[part] = n0;
+                         Out* dst = part == 0 ? gw : partials.data() + (part - 1) * w_size;
+                         batched_cols(g, x, n0, nb, cols);
+                         gather_planes(gy, g.o, g.ohw, n0, nb, gout);
+                         run_gemm(false, true, g.o, g.k, n, gout, n, cols, n,
+                                  first[part] == n0 ? Out(0) : Out(1), dst, g.k);
+                       });
   if (parts > 1)
     parallel_for(0, w_size, 4096, [&](int64_t lo, int64_t hi) {
       for (int64_t part = 1; part < parts; ++part)
-        axpy(hi - lo, T(1), partials.data() + (part - 1) * w_size + lo, 1, gw + lo, 1);
+        axpy(hi - lo, Out(1), partials.data() + (part - 1) * w_size + lo, 1, gw + lo, 1);
     });
+}
+
+// Note [16-bit convolution]. Under bf16 precision the front function
+// (ops/conv.cc) hands one-group convolutions to these kernels with x,
+// weight and grad_y as bfloat16 tensors and y, grad_x and grad_weight as
+// float32: the batched path with bfloat16 columns multiplied by the
+// bfloat16 GEMM (AVX512_BF16 dot products where the CPU has them, else
+// widened to float32 while packing), float32 sums. The bias is float32.
+const uint16_t* bf16_bits(const Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data<bfloat16>());
+}
+
+void check_bf16_conv(const Geometry& g, const Tensor& out) {
+  if (g.groups != 1 || out.dtype() != DType::kFloat32)
+    isa_fail("conv2d: bfloat16 operands need groups == 1 and a float32 result (a gpipe bug)");
 }
 
 // ---------------------------------------------------------------- kernels
@@ -510,6 +544,11 @@ void batched_backward_weight(const Geometry& g, const Tensor& like, const T* gy,
 void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Conv2dParams& params, Tensor& y) {
   const Geometry g(x.shape(), weight.shape(), y.shape(), params);
+  if (x.dtype() == DType::kBFloat16) {
+    check_bf16_conv(g, y);
+    return batched_forward(g, x, bf16_bits(x), bf16_bits(weight),
+                           bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  }
   dispatch_floating(x.dtype(), "conv2d", [&](auto z) {
     using T = decltype(z);
     const T* b = bias.defined() ? bias.data<T>() : nullptr;
@@ -525,6 +564,11 @@ void conv2d_forward_cpu(const Tensor& x, const Tensor& weight, const Tensor& bia
 void conv2d_backward_input_cpu(const Tensor& grad_y, const Tensor& weight,
                                const Conv2dParams& params, Tensor& grad_x) {
   const Geometry g(grad_x.shape(), weight.shape(), grad_y.shape(), params);
+  if (grad_y.dtype() == DType::kBFloat16) {
+    check_bf16_conv(g, grad_x);
+    return batched_backward_input(g, grad_y, bf16_bits(grad_y), bf16_bits(weight),
+                                  grad_x.data<float>());
+  }
   dispatch_floating(grad_y.dtype(), "conv2d backward", [&](auto z) {
     using T = decltype(z);
     if (g.depthwise()) {
@@ -540,6 +584,14 @@ void conv2d_backward_input_cpu(const Tensor& grad_y, const Tensor& weight,
 void conv2d_backward_weight_cpu(const Tensor& grad_y, const Tensor& x, const Conv2dParams& params,
                                 Tensor& grad_weight) {
   const Geometry g(x.shape(), grad_weight.shape(), grad_y.shape(), params);
+  if (grad_y.dtype() == DType::kBFloat16) {
+    check_bf16_conv(g, grad_weight);
+    if (g.n == 0)
+      return std::fill(grad_weight.data<float>(), grad_weight.data<float>() + grad_weight.numel(),
+                       0.0f);
+    return batched_backward_weight(g, x, bf16_bits(grad_y), bf16_bits(x),
+                                   grad_weight.data<float>());
+  }
   dispatch_floating(grad_y.dtype(), "conv2d backward", [&](auto z) {
     using T = decltype(z);
     if (g.n == 0) {
