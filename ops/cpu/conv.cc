@@ -396,9 +396,10 @@ void gemm_backward_weight(const Geometry& g, const Tensor& like, const T* gy, co
 // unpadded convolution just gathers its planes), so forward is one GEMM
 // Y'[O, nb*OHW] = W cols, copied out to y[n, o, :]; backward-input one GEMM
 // gcols = W^T gY' (gY' gathered from gy the same way), then col2im per
-// sample; backward-weight gW += gY' cols^T. The threads take contiguous
-// ranges of samples (each its own buffers and, for the weight gradient, its
-// own partial sum, added in a fixed order), as the per-sample path does.
+// sample; backward-weight gW += gY' cols^T. The runs are fixed by the shape
+// (about kBatchedColumns columns each), the threads take contiguous groups of
+// them, and the weight gradient sums at most kWeightGroups partials in a
+// fixed order: the results do not depend on the thread count.
 constexpr int64_t kBatchedPlane = 512;             // OH*OW below this takes the batched path
 constexpr int64_t kBatchedColumns = 2048;          // GEMM columns per run of samples
 constexpr int64_t kBatchedMax = int64_t{1} << 21;  // elements per buffer (8 MB of float)
@@ -438,23 +439,38 @@ void batched_cols(const Geometry& g, const T* x, int64_t n0, int64_t nb, T* cols
     im2col(g, x + (n0 + s) * g.c * g.hw, 0, g.c, cols + s * g.ohw, nb * g.ohw);
 }
 
-// Runs body(part, n0, nb, a, b) for runs of samples, the threads' parts in
-// parallel, with two buffers per part (of A and of B elements) of a_size and
-// b_size elements per sample (one run's worth).
+// Runs of samples: run r is samples [r * per_run, min(n, (r + 1) * per_run)),
+// fixed by the shape alone. body(group, n0, nb, a, b) is called for every run,
+// the runs cut into `groups` contiguous groups that run in parallel, each
+// group's runs in order on one thread with that thread's two buffers (of A
+// and of B elements, a_size and b_size per sample of a run).
 template <class A, class B, class F>
-void for_each_run(const Geometry& g, const Tensor& like, int64_t a_size, int64_t b_size,
-                  const F& body) {
-  const int64_t per_run = run_samples(g);
-  const int64_t parts = std::min<int64_t>(intra_op_threads(), g.n);
-  const int64_t a_len = a_size * per_run, b_len = b_size * per_run;
-  Workspace<A> a_bufs = workspace<A>(like, parts * a_len);
-  Workspace<B> b_bufs = workspace<B>(like, parts * b_len);
-  for_each_part(g.n, parts, [&](int64_t part, int64_t lo, int64_t hi) {
-    for (int64_t n0 = lo; n0 < hi; n0 += per_run)
-      body(part, n0, std::min(per_run, hi - n0), a_bufs.data() + part * a_len,
-           b_bufs.data() + part * b_len);
+void for_each_run(const Geometry& g, const Tensor& like, int64_t groups, int64_t a_size,
+                  int64_t b_size, const F& body) {
+  const int64_t per_run = run_samples(g), runs = (g.n + per_run - 1) / per_run;
+  parallel_for(0, groups, 1, [&](int64_t lo, int64_t hi) {
+    Workspace<A> a = workspace<A>(like, a_size * per_run);
+    Workspace<B> b = workspace<B>(like, b_size * per_run);
+    for (int64_t group = lo; group < hi; ++group)
+      for (int64_t r = runs * group / groups; r < runs * (group + 1) / groups; ++r) {
+        const int64_t n0 = r * per_run;
+        body(group, n0, std::min(per_run, g.n - n0), a.data(), b.data());
+      }
   });
 }
+int64_t run_count(const Geometry& g) {
+  const int64_t per_run = run_samples(g);
+  return (g.n + per_run - 1) / per_run;
+}
+// Groups for runs whose results are independent (forward, backward-input):
+// one per thread.
+int64_t thread_groups(const Geometry& g) {
+  return std::min<int64_t>(intra_op_threads(), run_count(g));
+}
+// Groups for the weight gradient: each sums its runs into its own partial,
+// and the partials are added in group order. The grouping depends on the
+// shape only, so the result does not depend on the thread count.
+constexpr int64_t kWeightGroups = 8;
 
 // One thread's GEMM on In operands into an Out C: float or double as they
 // are, bfloat16 bits (uint16_t) into float32 by the bfloat16 GEMM.
@@ -475,21 +491,23 @@ inline void run_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const ui
 template <class In, class Out>
 void batched_forward(const Geometry& g, const Tensor& like, const In* x, const In* w, const Out* b,
                      Out* y) {
-  for_each_run<In, Out>(
-      g, like, g.k * g.ohw, g.o * g.ohw, [&](int64_t, int64_t n0, int64_t nb, In* cols, Out* out) {
-        const int64_t n = nb * g.ohw;
-        batched_cols(g, x, n0, nb, cols);
-        if (b)
-          for (int64_t o = 0; o < g.o; ++o) std::fill(out + o * n, out + (o + 1) * n, b[o]);
-        run_gemm(false, false, g.o, n, g.k, w, g.k, cols, n, b ? Out(1) : Out(0), out, n);
-        scatter_planes(out, g.o, g.ohw, n0, nb, y);
-      });
+  for_each_run<In, Out>(g, like, thread_groups(g), g.k * g.ohw, g.o * g.ohw,
+                        [&](int64_t, int64_t n0, int64_t nb, In* cols, Out* out) {
+                          const int64_t n = nb * g.ohw;
+                          batched_cols(g, x, n0, nb, cols);
+                          if (b)
+                            for (int64_t o = 0; o < g.o; ++o)
+                              std::fill(out + o * n, out + (o + 1) * n, b[o]);
+                          run_gemm(false, false, g.o, n, g.k, w, g.k, cols, n, b ? Out(1) : Out(0),
+                                   out, n);
+                          scatter_planes(out, g.o, g.ohw, n0, nb, y);
+                        });
 }
 
 template <class In, class Out>
 void batched_backward_input(const Geometry& g, const Tensor& like, const In* gy, const In* w,
                             Out* gx) {
-  for_each_run<In, Out>(g, like, g.o * g.ohw, g.k * g.ohw,
+  for_each_run<In, Out>(g, like, thread_groups(g), g.o * g.ohw, g.k * g.ohw,
                         [&](int64_t, int64_t n0, int64_t nb, In* gout, Out* gcols) {
                           const int64_t n = nb * g.ohw;
                           gather_planes(gy, g.o, g.ohw, n0, nb, gout);
@@ -503,24 +521,24 @@ void batched_backward_input(const Geometry& g, const Tensor& like, const In* gy,
 template <class In, class Out>
 void batched_backward_weight(const Geometry& g, const Tensor& like, const In* gy, const In* x,
                              Out* gw) {
-  // Part 0 sums into gw itself, the others into partial buffers.
-  const int64_t parts = std::min<int64_t>(intra_op_threads(), g.n), w_size = g.o * g.k;
-  Workspace<Out> partials = workspace<Out>(like, (parts - 1) * w_size);
-  vector<int64_t> first(parts, -1);  // each part's first sample: beta 0 there
-  for_each_run<In, In>(g, like, g.k * g.ohw, g.o * g.ohw,
-                       [&](int64_t part, int64_t n0, int64_t nb, In* cols, In* gout) {
+  // Group 0 sums into gw itself, the others into partial buffers.
+  const int64_t groups = std::min(kWeightGroups, run_count(g)), w_size = g.o * g.k;
+  Workspace<Out> partials = workspace<Out>(like, (groups - 1) * w_size);
+  vector<int64_t> first(groups, -1);  // each group's first sample: beta 0 there
+  for_each_run<In, In>(g, like, groups, g.k * g.ohw, g.o * g.ohw,
+                       [&](int64_t group, int64_t n0, int64_t nb, In* cols, In* gout) {
                          const int64_t n = nb * g.ohw;
-                         if (first[part] < 0) first[part] = n0;
-                         Out* dst = part == 0 ? gw : partials.data() + (part - 1) * w_size;
+                         if (first[group] < 0) first[group] = n0;
+                         Out* dst = group == 0 ? gw : partials.data() + (group - 1) * w_size;
                          batched_cols(g, x, n0, nb, cols);
                          gather_planes(gy, g.o, g.ohw, n0, nb, gout);
                          run_gemm(false, true, g.o, g.k, n, gout, n, cols, n,
-                                  first[part] == n0 ? Out(0) : Out(1), dst, g.k);
+                                  first[group] == n0 ? Out(0) : Out(1), dst, g.k);
                        });
-  if (parts > 1)
+  if (groups > 1)
     parallel_for(0, w_size, 4096, [&](int64_t lo, int64_t hi) {
-      for (int64_t part = 1; part < parts; ++part)
-        axpy(hi - lo, Out(1), partials.data() + (part - 1) * w_size + lo, 1, gw + lo, 1);
+      for (int64_t group = 1; group < groups; ++group)
+        axpy(hi - lo, Out(1), partials.data() + (group - 1) * w_size + lo, 1, gw + lo, 1);
     });
 }
 
