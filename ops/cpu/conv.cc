@@ -397,20 +397,25 @@ void gemm_backward_weight(const Geometry& g, const Tensor& like, const T* gy, co
 // Y'[O, nb*OHW] = W cols, copied out to y[n, o, :]; backward-input one GEMM
 // gcols = W^T gY' (gY' gathered from gy the same way), then col2im per
 // sample; backward-weight gW += gY' cols^T. The runs are fixed by the shape
-// (about kBatchedColumns columns each), the threads take contiguous groups of
-// them, and the weight gradient sums at most kWeightGroups partials in a
-// fixed order: the results do not depend on the thread count.
+// (about kBatchedColumns columns each, and at least kMinRuns of them so that
+// threads have work), the threads take contiguous groups of them, and the weight gradient sums at
+// most kWeightGroups partials in a fixed order: the results do not depend on the thread count.
 constexpr int64_t kBatchedPlane = 512;             // OH*OW below this takes the batched path
 constexpr int64_t kBatchedColumns = 2048;          // GEMM columns per run of samples
 constexpr int64_t kBatchedMax = int64_t{1} << 21;  // elements per buffer (8 MB of float)
 
+constexpr int64_t kMinRuns = 4;  // runs at least (batch allowing): work for 4 threads
+
 bool batched(const Geometry& g) { return g.groups == 1 && g.ohw < kBatchedPlane && g.n > 1; }
 
-// Samples per run: about kBatchedColumns columns, within kBatchedMax per buffer.
+// Samples per run: about kBatchedColumns columns, within kBatchedMax per
+// buffer, and at least kMinRuns runs: a shape-only rule, so the runs (and the
+// GEMM shapes, hence the round-off) do not depend on the thread count.
 int64_t run_samples(const Geometry& g) {
   const int64_t by_width = std::max<int64_t>(1, kBatchedColumns / g.ohw);
   const int64_t by_memory = kBatchedMax / std::max<int64_t>(std::max(g.k, g.o) * g.ohw, 1);
-  return std::clamp<int64_t>(std::min(by_width, by_memory), 1, g.n);
+  const int64_t by_runs = (g.n + kMinRuns - 1) / kMinRuns;
+  return std::clamp<int64_t>(std::min({by_width, by_memory, by_runs}), 1, g.n);
 }
 
 // Between t[n, ch, OHW] (samples [n0, n0 + nb)) and t'[ch, nb*OHW].
