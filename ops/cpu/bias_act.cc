@@ -40,6 +40,15 @@ void forward_rows(const T* z, const T* bias, T* y, int64_t n, int64_t r0, int64_
   for (int64_t r = r0; r < r1; ++r) {
     const T* zr = z + r * n;
     T* yr = y + r * n;
+    if constexpr (kAct == FusedActivation::kGelu) {  // vectorised erf over the row
+      if (bias) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = zr[i] + bias[i];
+        gelu_rows(yr, yr, n);
+      } else {
+        gelu_rows(zr, yr, n);
+      }
+      continue;
+    }
     if (bias) {
       for (int64_t i = 0; i < n; ++i) yr[i] = apply<kAct>(zr[i] + bias[i]);
     } else {
@@ -58,9 +67,10 @@ void backward_rows(const T* z, const T* bias, const T* y, const T* g, T* gz, dou
     if constexpr (kAct == FusedActivation::kGelu) {
       const T* zr = z + r * n;
       if (bias) {
-        for (int64_t i = 0; i < n; ++i) out[i] = gr[i] * gelu_grad(zr[i] + bias[i]);
+        for (int64_t i = 0; i < n; ++i) out[i] = zr[i] + bias[i];  // u, then gy * gelu'(u) in place
+        gelu_grad_rows(out, gr, out, n);
       } else {
-        for (int64_t i = 0; i < n; ++i) out[i] = gr[i] * gelu_grad(zr[i]);
+        gelu_grad_rows(zr, gr, out, n);
       }
     } else if constexpr (kAct == FusedActivation::kNone) {
       for (int64_t i = 0; i < n; ++i) out[i] = gr[i];

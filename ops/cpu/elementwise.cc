@@ -101,7 +101,9 @@ void unary_cpu(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
       case UnaryOp::kRelu:
         return map1<T>(x, out, [](T v) { return v > T(0) ? v : T(0); });
       case UnaryOp::kGelu:
-        return map1<T>(x, out, [](T v) { return gelu_value(v); });
+        return parallel_for(0, x.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+          gelu_rows(x.data<T>() + lo, out.data<T>() + lo, hi - lo);
+        });
       case UnaryOp::kTanh:
         return map1<T>(x, out, [](T v) { return std::tanh(v); });
       case UnaryOp::kSigmoid:
@@ -162,7 +164,9 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
       case UnaryOp::kRelu:
         return map_grad<T>(x, y, gy, gx, [](T v, T) { return static_cast<T>(v > T(0)); });
       case UnaryOp::kGelu:
-        return map_grad<T>(x, y, gy, gx, [](T v, T) { return gelu_grad(v); });
+        return parallel_for(0, gy.numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+          gelu_grad_rows(x.data<T>() + lo, gy.data<T>() + lo, gx.data<T>() + lo, hi - lo);
+        });
       case UnaryOp::kTanh:
         return map_grad<T>(x, y, gy, gx, [](T, T o) { return T(1) - o * o; });
       case UnaryOp::kSigmoid:
