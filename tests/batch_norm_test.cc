@@ -191,6 +191,26 @@ TEST_CASE("batch_norm: float32 agrees with float64, forward and backward") {
   check_close(d, s, 1e-4);
 }
 
+TEST_CASE("batch_norm: float32 block sums agree with float64 on planes of many blocks") {
+  // 30x30 planes: float32 sums take 256-element blocks in float lanes, then
+  // double (ops/cpu/batch_norm.cc, Note [Block sums]), plus a tail.
+  const Tensor x = rnd(Shape{3, 2, 30, 30}, 21, -2, 3), gamma = rnd(Shape{2}, 22, 0.5, 1.5);
+  const Tensor beta = rnd(Shape{2}, 23);
+  const auto d = ops::batch_norm(x, gamma, beta, Tensor(), Tensor(), true);
+  const auto s = ops::batch_norm(x.to(DType::kFloat32), gamma.to(DType::kFloat32),
+                                 beta.to(DType::kFloat32), Tensor(), Tensor(), true);
+  for (int64_t c = 0; c < 2; ++c) {
+    CHECK(std::abs(s.mean.at({c}) - d.mean.at({c})) < 1e-6);
+    CHECK(std::abs(s.var.at({c}) - d.var.at({c})) < 1e-6 * d.var.at({c}));
+  }
+  auto f = [](const Tensor& a, const Tensor& g, const Tensor& b) {
+    return ops::batch_norm(a, g, b, Tensor(), Tensor(), true).y;
+  };
+  check_close(run(x, gamma, beta, f),
+              run(x.to(DType::kFloat32), gamma.to(DType::kFloat32), beta.to(DType::kFloat32), f),
+              1e-5);
+}
+
 TEST_CASE("batch_norm: float32 statistics stay accurate for a large mean") {
   // 1000 + U[-1, 1): the two-pass variance keeps the normalised output at
   // mean 0, variance 1 in float32.
