@@ -934,17 +934,33 @@ TEST_CASE("pipeline: bf16 and fp16 training curves stay within a band of fp32's"
     c.in_channels = 1;
     c.small_input = true;
     c.seed = 3;
-    // 8 batches, as for the Transformer: with 2 the run memorised them within
-    // 20 steps and the band compared round-off near zero loss (5.1% apart
-    // there once the convolutions' gradients were bfloat16 products).
+    // Labels the images determine (which quadrant is brightest) and a steady
+    // learning rate, so the run learns a rule: memorising random labels at
+    // 3e-3 (this test's first form) drove the loss near zero, where the
+    // curve is chaotic at any precision and a relative band compares
+    // round-off (5-10% apart there once convolution gradients became
+    // bfloat16 products; here within 1.5%).
     std::vector<Batch> batches;
-    for (uint64_t i = 0; i < 8; ++i) {
+    for (uint64_t i = 0; i < 16; ++i) {
       Tensor x = Tensor::randn(Shape{8, 1, 8, 8}, 40 + i);
+      const std::vector<float> px = x.to_vector<float>();
       std::vector<int64_t> y(8);
-      for (int64_t j = 0; j < 8; ++j) y[j] = (j * 7 + static_cast<int64_t>(i)) % 10;
+      for (int64_t j = 0; j < 8; ++j) {
+        float best = -1e30f;
+        for (int64_t q = 0; q < 4; ++q) {
+          float sum = 0;
+          for (int64_t r = 0; r < 4; ++r)
+            for (int64_t col = 0; col < 4; ++col)
+              sum += px[j * 64 + ((q / 2) * 4 + r) * 8 + (q % 2) * 4 + col];
+          if (sum > best) {
+            best = sum;
+            y[j] = q;
+          }
+        }
+      }
       batches.push_back({{x}, {Tensor::from_vector(y, Shape{8})}});
     }
-    const auto ref = curve(models::amoebanet(c), batches, Precision::kFloat32, 60, 10, 3e-3);
-    check_band(ref, curve(models::amoebanet(c), batches, Precision::kBFloat16, 60, 10, 3e-3), 0.05);
+    const auto ref = curve(models::amoebanet(c), batches, Precision::kFloat32, 48, 8, 1e-3);
+    check_band(ref, curve(models::amoebanet(c), batches, Precision::kBFloat16, 48, 8, 1e-3), 0.05);
   }
 }
