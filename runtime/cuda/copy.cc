@@ -33,11 +33,102 @@ Tensor landing_for(const Tensor& dst, DType dtype) {
   return Tensor::empty(dst.shape(), dtype, dst.device());
 }
 
+// One reusable pinned host buffer: GPU-to-GPU copies without peer access
+// go through it whole, host <-> device copies through its two halves.
+struct PinnedStage {
+  static constexpr size_t kBytes = size_t{32} << 20;
+  static constexpr size_t kHalf = kBytes / 2;
+  std::mutex mu;
+  void* buffer = nullptr;
+  char* half(size_t i) { return static_cast<char*>(buffer) + (i % 2) * kHalf; }
+};
+
+// The stage, allocated on first use (held by mu's owner).
+PinnedStage& pinned_stage() {
+  static PinnedStage* p = new PinnedStage;  // never freed (process lifetime)
+  return *p;
+}
+void ensure_pinned(PinnedStage& stage) {
+  if (stage.buffer == nullptr)
+    GPIPE_CUDA_CHECK(cudaHostAlloc(&stage.buffer, PinnedStage::kBytes, cudaHostAllocPortable));
+}
+
+// Note [Pinned staging]. A copy between pageable host memory and a device
+// of at least kStagedMin bytes (checkpoint save and load of device tensors,
+// a model moved to its devices, predictions brought back) runs through the
+// two halves of the pinned stage: the DMA engine moves one chunk while the
+// CPU copies the previous one between pageable memory and the other half,
+// so the transfer runs at pinned bandwidth less the host memcpy, instead of
+// through the driver's own one-chunk-at-a-time staging. Events on the
+// device's compute stream say when each half is free again; the copy keeps
+// the stream order of a plain cudaMemcpyAsync (it starts after the
+// stream's earlier work), and returns with the bytes in place (device to
+// host) or queued with every host byte already consumed (host to device).
+constexpr size_t kStagedMin = size_t{1} << 20;
+
+struct ChunkEvents {
+  cudaEvent_t e[2] = {nullptr, nullptr};
+  explicit ChunkEvents(int device) {
+    DeviceGuard guard(device);
+    for (cudaEvent_t& x : e) GPIPE_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
+  }
+  ~ChunkEvents() {
+    for (cudaEvent_t x : e) cudaEventDestroy(x);  // best effort; recorded work completes anyway
+  }
+};
+
+void staged_to_device(const char* from, char* to, size_t bytes, int device) {
+  PinnedStage& stage = pinned_stage();
+  std::lock_guard<std::mutex> lock(stage.mu);
+  ensure_pinned(stage);
+  ChunkEvents ev(device);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = compute_stream(device);
+  size_t i = 0;
+  for (size_t off = 0; off < bytes; off += PinnedStage::kHalf, ++i) {
+    const size_t len = std::min(PinnedStage::kHalf, bytes - off);
+    if (i >= 2) GPIPE_CUDA_CHECK(cudaEventSynchronize(ev.e[i % 2]));  // chunk i-2 has left it
+    std::memcpy(stage.half(i), from + off, len);
+    GPIPE_CUDA_CHECK(cudaMemcpyAsync(to + off, stage.half(i), len, cudaMemcpyHostToDevice, stream));
+    GPIPE_CUDA_CHECK(cudaEventRecord(ev.e[i % 2], stream));
+  }
+  // The stage is free for the next copy once both halves have left.
+  for (size_t k = 0; k < std::min<size_t>(i, 2); ++k)
+    GPIPE_CUDA_CHECK(cudaEventSynchronize(ev.e[k]));
+}
+
+void staged_to_host(const char* from, char* to, size_t bytes, int device) {
+  PinnedStage& stage = pinned_stage();
+  std::lock_guard<std::mutex> lock(stage.mu);
+  ensure_pinned(stage);
+  ChunkEvents ev(device);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = compute_stream(device);
+  const size_t chunks = (bytes + PinnedStage::kHalf - 1) / PinnedStage::kHalf;
+  auto drain = [&](size_t k) {  // chunk k has arrived in its half: copy it out
+    const size_t off = k * PinnedStage::kHalf, len = std::min(PinnedStage::kHalf, bytes - off);
+    GPIPE_CUDA_CHECK(cudaEventSynchronize(ev.e[k % 2]));
+    std::memcpy(to + off, stage.half(k), len);
+  };
+  for (size_t k = 0; k < chunks; ++k) {
+    const size_t off = k * PinnedStage::kHalf, len = std::min(PinnedStage::kHalf, bytes - off);
+    // Half k % 2 held chunk k-2, drained in the previous iteration.
+    GPIPE_CUDA_CHECK(
+        cudaMemcpyAsync(stage.half(k), from + off, len, cudaMemcpyDeviceToHost, stream));
+    GPIPE_CUDA_CHECK(cudaEventRecord(ev.e[k % 2], stream));
+    if (k > 0) drain(k - 1);
+  }
+  if (chunks > 0) drain(chunks - 1);
+}
+
 void host_to_device(const Tensor& src, Tensor& dst) {
   const Tensor h =
       dense_as(src, dst.dtype());  // convert on the host: fewer bytes to move if narrowing
   Tensor d = landing_for(dst, dst.dtype());
-  {
+  if (d.nbytes() >= kStagedMin) {
+    staged_to_device(static_cast<const char*>(h.raw_data()), static_cast<char*>(d.raw_data()),
+                     d.nbytes(), dst.device().index);
+  } else {
     DeviceGuard guard(dst.device().index);
     // From pageable memory this returns once the bytes are staged: h may go away afterwards.
     GPIPE_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), h.raw_data(), d.nbytes(), cudaMemcpyHostToDevice,
@@ -49,26 +140,17 @@ void host_to_device(const Tensor& src, Tensor& dst) {
 void device_to_host(const Tensor& src, Tensor& dst) {
   const Tensor s = dense_as(src, src.dtype());
   Tensor h = landing_for(dst, src.dtype());
-  {
-    const int i = src.device().index;
+  const int i = src.device().index;
+  if (s.nbytes() >= kStagedMin) {
+    staged_to_host(static_cast<const char*>(s.raw_data()), static_cast<char*>(h.raw_data()),
+                   s.nbytes(), i);
+  } else {
     DeviceGuard guard(i);
     GPIPE_CUDA_CHECK(cudaMemcpyAsync(h.raw_data(), s.raw_data(), s.nbytes(), cudaMemcpyDeviceToHost,
                                      compute_stream(i)));
     GPIPE_CUDA_CHECK(cudaStreamSynchronize(compute_stream(i)));
   }
   if (!h.shares_storage_with(dst)) dst.copy_from(h);  // CPU: converts dtype / scatters
-}
-
-// One reusable pinned buffer for GPU-to-GPU copies without peer access.
-struct PinnedStage {
-  static constexpr size_t kBytes = size_t{32} << 20;
-  std::mutex mu;
-  void* buffer = nullptr;
-};
-
-PinnedStage& pinned_stage() {
-  static PinnedStage* p = new PinnedStage;  // never freed (process lifetime)
-  return *p;
 }
 
 cudaEvent_t record_event(int device, cudaStream_t stream) {
@@ -105,8 +187,7 @@ void staged_copy(const Tensor& s, Tensor& d) {
   const int i = s.device().index, j = d.device().index;
   PinnedStage& stage = pinned_stage();
   std::lock_guard<std::mutex> lock(stage.mu);
-  if (stage.buffer == nullptr)
-    GPIPE_CUDA_CHECK(cudaHostAlloc(&stage.buffer, PinnedStage::kBytes, cudaHostAllocPortable));
+  ensure_pinned(stage);
   const char* from = static_cast<const char*>(s.raw_data());
   char* to = static_cast<char*>(d.raw_data());
   for (size_t off = 0; off < s.nbytes(); off += PinnedStage::kBytes) {

@@ -10,7 +10,10 @@
 // Ordering: host-to-device copies are queued on the destination's compute
 // stream (the host buffer may be reused when the call returns);
 // device-to-host copies wait for the source's compute stream and return with
-// the data in place. Between two GPUs the copy runs on the destination's
+// the data in place. Either way a copy of 1 MiB or more is staged through
+// two halves of a pinned host buffer, DMA and host memcpy overlapped (Note
+// [Pinned staging] in copy.cc): checkpoints of device tensors are saved and
+// loaded that way. Between two GPUs the copy runs on the destination's
 // copy stream, fenced with events against both compute streams, directly
 // (peer access) when the hardware allows it and otherwise staged through
 // pinned host memory (synchronously).
