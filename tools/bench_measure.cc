@@ -358,6 +358,22 @@ int compare_steps(const StepComparison& c, const TorchSide& torch,
   return 0;
 }
 
+MeasureOptions w3_measure(int k, int m, const std::string& schedule, const std::string& remat,
+                          int threads, int warmup, int steps) {
+  MeasureOptions mo;
+  mo.layers = 8;
+  mo.batch = 64;
+  mo.threads = threads;
+  mo.partitions = k;
+  mo.micro_batches = m;
+  mo.remat = remat;
+  mo.schedule = schedule;
+  mo.warmup = warmup;
+  mo.steps = steps;
+  mo.max_seconds = 1e9;
+  return mo;
+}
+
 std::string measure_in_child(const MeasureOptions& o) {
   std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " +
                     std::to_string(o.layers) + " --batch " + std::to_string(o.batch) +

@@ -67,17 +67,7 @@ SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop,
         double sps[3] = {0, 0, 0};
         std::vector<double> cell_costs;
         for (int k : {1, 2}) {
-          MeasureOptions mo;
-          mo.layers = 8;
-          mo.batch = 64;
-          mo.threads = 1;
-          mo.partitions = k;
-          mo.micro_batches = m;
-          mo.remat = remat;
-          mo.schedule = schedule;
-          mo.warmup = opt.warmup;
-          mo.steps = opt.steps;
-          mo.max_seconds = 1e9;
+          MeasureOptions mo = w3_measure(k, m, schedule, remat, 1, opt.warmup, opt.steps);
           if (k == 2) mo.balance = opt.balance;
           const std::string j = measure_in_child(mo);
           sps[k] = 64 / json_number(j, "median_s");

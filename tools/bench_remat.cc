@@ -67,18 +67,8 @@ std::vector<Row> gpipe_rows(const RematBenchOptions& opt) {
           // 1F1B at K = 1 or M = 1 is GPipe's program or plain accumulation,
           // which holds one micro-batch's graph anyway.
           if (schedule == "1f1b" && (k == 1 || m == 1)) continue;
-          MeasureOptions mo;
-          mo.layers = 8;
-          mo.batch = 64;
-          mo.threads = 2 / k > 0 ? 2 / k : 1;
-          mo.partitions = k;
-          mo.micro_batches = m;
-          mo.remat = remat;
-          mo.schedule = schedule;
-          mo.warmup = opt.warmup;
-          mo.steps = opt.steps;
-          mo.max_seconds = 1e9;
-          const std::string j = measure_in_child(mo);
+          const std::string j = measure_in_child(
+              w3_measure(k, m, schedule, remat, 2 / k > 0 ? 2 / k : 1, opt.warmup, opt.steps));
           rows.push_back({schedule, k, m, remat, json_number(j, "median_s"),
                           json_number(j, "act_peak_max"), live_units(schedule, remat, k, m),
                           json_string(j, "act_peak_devices")});

@@ -60,20 +60,10 @@ int run_schedules(const SchedulesBenchOptions& opt) {
                     kDevices);
         continue;
       }
-      MeasureOptions mo;
-      mo.layers = 8;
-      mo.batch = 64;
-      mo.threads = 1;
-      mo.partitions = kDevices;
+      MeasureOptions mo = w3_measure(kDevices, m, schedule, opt.remat, 1, opt.warmup, opt.steps);
       mo.virtual_stages = interleaved                                      ? opt.virtual_stages
                           : parse_schedule(schedule) == ScheduleKind::kZBV ? 2
                                                                            : 1;
-      mo.micro_batches = m;
-      mo.remat = opt.remat;
-      mo.schedule = schedule;
-      mo.warmup = opt.warmup;
-      mo.steps = opt.steps;
-      mo.max_seconds = 1e9;
       if (!opt.trace_dir.empty())
         mo.trace_path = opt.trace_dir + "/" + schedule + "_m" + std::to_string(m) + ".json";
       const std::string j = measure_in_child(mo);

@@ -97,6 +97,11 @@ struct MeasuredWorkload {
 MeasuredWorkload measure_workload(const MeasureOptions& opt);
 // Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.
 std::string measure_in_child(const MeasureOptions& opt);
+// W3's model (8+8 layers, N = 64) at K cells and M micro-batches, one schedule
+// and remat mode, `threads` per stage, timed for `steps` after `warmup` with
+// no time budget (the pipeline, schedules and remat subcommands' runs).
+MeasureOptions w3_measure(int k, int m, const std::string& schedule, const std::string& remat,
+                          int threads, int warmup, int steps);
 
 // Options every comparison against PyTorch shares.
 struct TorchSide {
