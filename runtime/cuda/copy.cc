@@ -66,56 +66,54 @@ void ensure_pinned(PinnedStage& stage) {
 // host) or queued with every host byte already consumed (host to device).
 constexpr size_t kStagedMin = size_t{1} << 20;
 
-struct ChunkEvents {
+// One staged copy's hold on the stage: its lock, two events for the
+// halves (created on the copy's device), that device current, its stream.
+struct StagedCopy {
+  PinnedStage& stage = pinned_stage();
+  std::lock_guard<std::mutex> lock{stage.mu};
   cudaEvent_t e[2] = {nullptr, nullptr};
-  explicit ChunkEvents(int device) {
-    DeviceGuard guard(device);
+  DeviceGuard guard;
+  cudaStream_t stream;
+  explicit StagedCopy(int device) : guard(device), stream(compute_stream(device)) {
+    ensure_pinned(stage);
     for (cudaEvent_t& x : e) GPIPE_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
   }
-  ~ChunkEvents() {
-    for (cudaEvent_t x : e) cudaEventDestroy(x);  // best effort; recorded work completes anyway
+  ~StagedCopy() {
+    for (cudaEvent_t x : e)
+      if (x != nullptr) cudaEventDestroy(x);  // best effort; recorded work completes anyway
   }
 };
 
 void staged_to_device(const char* from, char* to, size_t bytes, int device) {
-  PinnedStage& stage = pinned_stage();
-  std::lock_guard<std::mutex> lock(stage.mu);
-  ensure_pinned(stage);
-  ChunkEvents ev(device);
-  DeviceGuard guard(device);
-  const cudaStream_t stream = compute_stream(device);
+  StagedCopy c(device);
   size_t i = 0;
   for (size_t off = 0; off < bytes; off += PinnedStage::kHalf, ++i) {
     const size_t len = std::min(PinnedStage::kHalf, bytes - off);
-    if (i >= 2) GPIPE_CUDA_CHECK(cudaEventSynchronize(ev.e[i % 2]));  // chunk i-2 has left it
-    std::memcpy(stage.half(i), from + off, len);
-    GPIPE_CUDA_CHECK(cudaMemcpyAsync(to + off, stage.half(i), len, cudaMemcpyHostToDevice, stream));
-    GPIPE_CUDA_CHECK(cudaEventRecord(ev.e[i % 2], stream));
+    if (i >= 2) GPIPE_CUDA_CHECK(cudaEventSynchronize(c.e[i % 2]));  // chunk i-2 has left it
+    std::memcpy(c.stage.half(i), from + off, len);
+    GPIPE_CUDA_CHECK(
+        cudaMemcpyAsync(to + off, c.stage.half(i), len, cudaMemcpyHostToDevice, c.stream));
+    GPIPE_CUDA_CHECK(cudaEventRecord(c.e[i % 2], c.stream));
   }
   // The stage is free for the next copy once both halves have left.
   for (size_t k = 0; k < std::min<size_t>(i, 2); ++k)
-    GPIPE_CUDA_CHECK(cudaEventSynchronize(ev.e[k]));
+    GPIPE_CUDA_CHECK(cudaEventSynchronize(c.e[k]));
 }
 
 void staged_to_host(const char* from, char* to, size_t bytes, int device) {
-  PinnedStage& stage = pinned_stage();
-  std::lock_guard<std::mutex> lock(stage.mu);
-  ensure_pinned(stage);
-  ChunkEvents ev(device);
-  DeviceGuard guard(device);
-  const cudaStream_t stream = compute_stream(device);
+  StagedCopy c(device);
   const size_t chunks = (bytes + PinnedStage::kHalf - 1) / PinnedStage::kHalf;
   auto drain = [&](size_t k) {  // chunk k has arrived in its half: copy it out
     const size_t off = k * PinnedStage::kHalf, len = std::min(PinnedStage::kHalf, bytes - off);
-    GPIPE_CUDA_CHECK(cudaEventSynchronize(ev.e[k % 2]));
-    std::memcpy(to + off, stage.half(k), len);
+    GPIPE_CUDA_CHECK(cudaEventSynchronize(c.e[k % 2]));
+    std::memcpy(to + off, c.stage.half(k), len);
   };
   for (size_t k = 0; k < chunks; ++k) {
     const size_t off = k * PinnedStage::kHalf, len = std::min(PinnedStage::kHalf, bytes - off);
     // Half k % 2 held chunk k-2, drained in the previous iteration.
     GPIPE_CUDA_CHECK(
-        cudaMemcpyAsync(stage.half(k), from + off, len, cudaMemcpyDeviceToHost, stream));
-    GPIPE_CUDA_CHECK(cudaEventRecord(ev.e[k % 2], stream));
+        cudaMemcpyAsync(c.stage.half(k), from + off, len, cudaMemcpyDeviceToHost, c.stream));
+    GPIPE_CUDA_CHECK(cudaEventRecord(c.e[k % 2], c.stream));
     if (k > 0) drain(k - 1);
   }
   if (chunks > 0) drain(chunks - 1);
