@@ -172,12 +172,30 @@ void check_declared(const std::vector<std::string>& declared, const std::string&
 }
 }  // namespace
 
+// Note [16-bit skips]. Under bf16 / fp16 precision a float32 skip is held,
+// and so sent between cells, in the 16-bit storage format, like every
+// layer output (forward_layer), and popped as float32 again; both are
+// differentiable casts, so the skip's gradient is 16-bit too. The single
+// device (run_layers) and every pipeline round the same tensors, so they
+// still compute the same operations. Specs follow: a stashed spec is
+// 16-bit (the planner's skip bytes), a popped one float32.
+namespace {
+bool half_skip(DType dtype) {  // held in 16 bits
+  return current_precision() != Precision::kFloat32 && dtype == DType::kFloat32;
+}
+bool widened_skip(DType dtype) {  // handed back as float32
+  return current_precision() != Precision::kFloat32 && is_half(dtype);
+}
+}  // namespace
+
 void Layer::stash(const std::string& name, const Tensor& t) const {
   check_declared(stash_names_, name, name_, true);
   SkipStore* store = current_skip_store();
   GPIPE_CHECK(store != nullptr, "layer '", name_, "' stashes skip '", name,
               "' outside a layer list's run (run it with run_layers or in a Pipeline)");
-  store->stash(skip_full_name(skip_ns_, name), t, name_);
+  const Tensor held =
+      t.defined() && half_skip(t.dtype()) ? ops::cast(t, storage_dtype(current_precision())) : t;
+  store->stash(skip_full_name(skip_ns_, name), held, name_);
 }
 
 Tensor Layer::pop(const std::string& name) const {
@@ -185,13 +203,17 @@ Tensor Layer::pop(const std::string& name) const {
   SkipStore* store = current_skip_store();
   GPIPE_CHECK(store != nullptr, "layer '", name_, "' pops skip '", name,
               "' outside a layer list's run (run it with run_layers or in a Pipeline)");
-  return store->pop(skip_full_name(skip_ns_, name), name_);
+  Tensor t = store->pop(skip_full_name(skip_ns_, name), name_);
+  return t.defined() && widened_skip(t.dtype()) ? ops::cast(t, DType::kFloat32) : t;
 }
 
 void Layer::stash_spec(const std::string& name, const TensorSpec& spec) const {
   check_declared(stash_names_, name, name_, true);
-  if (SkipSpecStore* store = current_skip_spec_store())
-    store->stash(skip_full_name(skip_ns_, name), spec);
+  if (SkipSpecStore* store = current_skip_spec_store()) {
+    TensorSpec held = spec;
+    if (half_skip(held.dtype)) held.dtype = storage_dtype(current_precision());
+    store->stash(skip_full_name(skip_ns_, name), held);
+  }
 }
 
 TensorSpec Layer::pop_spec(const std::string& name) const {
@@ -199,7 +221,9 @@ TensorSpec Layer::pop_spec(const std::string& name) const {
   SkipSpecStore* store = current_skip_spec_store();
   GPIPE_CHECK(store != nullptr, "layer '", name_, "' pops skip '", name,
               "' outside a layer list (its output_spec and cost need the list: use infer_specs)");
-  return store->pop(skip_full_name(skip_ns_, name), name_);
+  TensorSpec spec = store->pop(skip_full_name(skip_ns_, name), name_);
+  if (widened_skip(spec.dtype)) spec.dtype = DType::kFloat32;
+  return spec;
 }
 
 Bundle forward_layer(Layer& layer, const Bundle& in) {
