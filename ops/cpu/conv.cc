@@ -444,6 +444,11 @@ void batched_cols(const Geometry& g, const T* x, int64_t n0, int64_t nb, T* cols
     im2col(g, x + (n0 + s) * g.c * g.hw, 0, g.c, cols + s * g.ohw, nb * g.ohw);
 }
 
+int64_t run_count(const Geometry& g) {
+  const int64_t per_run = run_samples(g);
+  return (g.n + per_run - 1) / per_run;
+}
+
 // Runs of samples: run r is samples [r * per_run, min(n, (r + 1) * per_run)),
 // fixed by the shape alone. body(group, n0, nb, a, b) is called for every run,
 // the runs cut into `groups` contiguous groups that run in parallel, each
@@ -452,7 +457,7 @@ void batched_cols(const Geometry& g, const T* x, int64_t n0, int64_t nb, T* cols
 template <class A, class B, class F>
 void for_each_run(const Geometry& g, const Tensor& like, int64_t groups, int64_t a_size,
                   int64_t b_size, const F& body) {
-  const int64_t per_run = run_samples(g), runs = (g.n + per_run - 1) / per_run;
+  const int64_t per_run = run_samples(g), runs = run_count(g);
   parallel_for(0, groups, 1, [&](int64_t lo, int64_t hi) {
     Workspace<A> a = workspace<A>(like, a_size * per_run);
     Workspace<B> b = workspace<B>(like, b_size * per_run);
@@ -462,10 +467,6 @@ void for_each_run(const Geometry& g, const Tensor& like, int64_t groups, int64_t
         body(group, n0, std::min(per_run, g.n - n0), a.data(), b.data());
       }
   });
-}
-int64_t run_count(const Geometry& g) {
-  const int64_t per_run = run_samples(g);
-  return (g.n + per_run - 1) / per_run;
 }
 // Groups for runs whose results are independent (forward, backward-input):
 // one per thread.
