@@ -352,7 +352,13 @@ class GradBuffers {
     auto& buf = map_[e.fn.get()];
     if (buf.empty()) buf.resize(e.fn->output_meta.size());
     Tensor& slot = buf[e.input_nr];
-    slot = slot.defined() ? accumulate(slot, g) : g;
+    // A tensor's gradient has its dtype: a float32 gradient for a 16-bit
+    // output (an op that computed it in float32) is rounded here, once.
+    const Tensor gt = g.dtype() != meta.dtype && is_float_like(g.dtype()) &&
+                              is_float_like(meta.dtype)
+                          ? g.to(meta.dtype)
+                          : g;
+    slot = slot.defined() ? accumulate(slot, gt) : gt;
   }
   // The node's output gradients, zeros where an output received none; empty
   // when none did (the node is then skipped).

@@ -226,10 +226,21 @@ TensorSpec Layer::pop_spec(const std::string& name) const {
   return spec;
 }
 
+// Note [16-bit activations]. Under bf16 / fp16 precision a layer's inputs
+// arrive 16-bit. A layer that says takes_16bit() runs on them as they are:
+// every op takes 16-bit tensors (Note [16-bit kernels] in ops/dispatch.h:
+// the kernels compute in float32 on scratch copies), returns 16-bit
+// activations (linear and conv round their float32 products; statistics,
+// losses and parameter gradients stay float32), and keeps 16-bit tensors
+// for backward, so the activations a layer holds are half of float32's.
+// Any other layer gets its inputs widened to float32 (and then keeps
+// float32 copies), as before. Either way the outputs are rounded to the
+// 16-bit format here, so the layer boundaries, and hence the pipeline's
+// equivalence with one device, are unchanged.
 Bundle forward_layer(Layer& layer, const Bundle& in) {
   const Precision p = current_precision();
   if (p == Precision::kFloat32) return layer.forward(in);
-  Bundle out = layer.forward(to_float32(in));
+  Bundle out = layer.forward(layer.takes_16bit() ? in : to_float32(in));
   for (Tensor& t : out)
     if (t.defined() && t.dtype() == DType::kFloat32) t = ops::cast(t, storage_dtype(p));
   return out;

@@ -39,6 +39,12 @@ class Layer {
   virtual Bundle forward(const Bundle& in) = 0;
   // Shapes and dtypes of forward(in) for inputs of spec `in`; no compute.
   virtual BundleSpec output_spec(const BundleSpec& in) const = 0;
+  // Under bf16 / fp16 precision, whether forward takes its 16-bit inputs as
+  // they are (Note [16-bit activations] in layers/layer.cc): its ops then
+  // keep 16-bit tensors for backward. false (the default): forward_layer
+  // widens the inputs to float32 first, so a layer written for float32
+  // works unchanged.
+  virtual bool takes_16bit() const { return false; }
   // c_i: FLOPs of one forward for inputs of spec `in`. The default counts the
   // multiply-adds of a dense layer: 2 * params * rows, rows = input[0]'s
   // elements divided by its last axis.

@@ -139,6 +139,7 @@ class ResidualSublayer final : public Layer {
     }
     register_sublayer("dropout", &drop_);
   }
+  bool takes_16bit() const override { return true; }
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
     Bundle out = in;
@@ -243,6 +244,7 @@ class OutputProjection final : public Layer {
     register_parameter("shared_embedding", &this->table);
     register_sublayer("decoder_norm", &ln_dec_);
   }
+  bool takes_16bit() const override { return true; }
   Bundle forward(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
     return {ops::linear(ln_dec_(in[2]), table)};

@@ -36,7 +36,7 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   check_channel_vector(beta, c, "beta", false);
   check_channel_vector(running_mean, c, "running_mean", !training, " (required in eval mode)");
   check_channel_vector(running_var, c, "running_var", !training, " (required in eval mode)");
-  detail::check_same_dtype_device("batch_norm", {x, gamma, beta, running_mean, running_var});
+  detail::check_params_match("batch_norm", x, {gamma, beta, running_mean, running_var});
   const int64_t count = c == 0 ? 0 : x.numel() / c;
   GPIPE_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel in ",
               "training, got input ", x.shape());
@@ -47,8 +47,9 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   BatchNormResult result;
   Tensor mean, var;
   if (training) {
-    mean = Tensor::empty(Shape{c}, x.dtype(), x.device());
-    var = Tensor::empty(Shape{c}, x.dtype(), x.device());
+    // float32 statistics for a 16-bit input (Note [Mixed precision]).
+    mean = Tensor::empty(Shape{c}, detail::compute_dtype(x), x.device());
+    var = Tensor::empty(Shape{c}, detail::compute_dtype(x), x.device());
     batch_norm_stats(x.device(), xd, mean, var);
     result.mean = mean;
     result.var = var;
@@ -70,8 +71,9 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
            const Tensor gy = detail::dense(grads[0]);
            const Shape c_shape{xs.size(1)};
            Tensor gx = need_x ? Tensor::empty(xs.shape(), gy.dtype(), gy.device()) : Tensor();
-           Tensor ggamma = need_gamma ? Tensor::empty(c_shape, gy.dtype(), gy.device()) : Tensor();
-           Tensor gbeta = need_beta ? Tensor::empty(c_shape, gy.dtype(), gy.device()) : Tensor();
+           const DType pd = detail::compute_dtype(xs);  // the parameters' dtype
+           Tensor ggamma = need_gamma ? Tensor::empty(c_shape, pd, gy.device()) : Tensor();
+           Tensor gbeta = need_beta ? Tensor::empty(c_shape, pd, gy.device()) : Tensor();
            batch_norm_backward(gy.device(), gy, xs, mean, var, gs, eps, training, gx, ggamma,
                                gbeta);
            return std::vector<Tensor>{gx, ggamma, gbeta};

@@ -1,7 +1,9 @@
 #include "ops/common.h"
 
 #include "core/precision.h"
+#include "core/allocator.h"
 #include "ops/elementwise.h"
+#include "ops/elementwise_kernels.h"
 
 namespace gpipe::ops::detail {
 
@@ -13,8 +15,9 @@ Tensor rounded_operand(const Tensor& t) {
 
 void check_floating(const char* op, const Tensor& x, const char* what) {
   GPIPE_CHECK(x.defined(), op, ": ", what, " is an undefined tensor");
-  GPIPE_CHECK(is_floating(x.dtype()), op, ": expected a float32 or float64 tensor for ", what,
-              ", got ", x.dtype());
+  GPIPE_CHECK(is_float_like(x.dtype()), op,
+              ": expected a float32 or float64 tensor (or bfloat16 / float16) for ", what, ", got ",
+              x.dtype());
 }
 
 void check_same_dtype_device(const char* op, const std::vector<Tensor>& xs) {
@@ -27,9 +30,53 @@ void check_same_dtype_device(const char* op, const std::vector<Tensor>& xs) {
   }
 }
 
+void check_params_match(const char* op, const Tensor& x, const std::vector<Tensor>& params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    if (!p.defined()) continue;
+    GPIPE_CHECK(p.dtype() == x.dtype() || p.dtype() == compute_dtype(x), op, ": parameter ", i,
+                " has dtype ", p.dtype(), " but the input has ", x.dtype(), " (expected ",
+                x.dtype(), is_half(x.dtype()) ? " or float32" : "", ")");
+    GPIPE_CHECK(p.device() == x.device(), op, ": parameter ", i, " is on ", p.device(),
+                " but the input is on ", x.device(), " (move them to one device first)");
+  }
+}
+
+std::pair<Tensor, Tensor> promote_pair(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype()) return {a, b};
+  if (is_half(a.dtype()) && is_floating(b.dtype())) return {cast(a, b.dtype()), b};
+  if (is_half(b.dtype()) && is_floating(a.dtype())) return {a, cast(b, a.dtype())};
+  return {a, b};
+}
+
 void check_rank(const char* op, const Tensor& x, int64_t rank, const char* what) {
   GPIPE_CHECK(x.rank() == rank, op, ": expected ", what, " of rank ", rank, ", got shape ",
               x.shape());
 }
 
 }  // namespace gpipe::ops::detail
+
+// Note [16-bit kernels] (ops/dispatch.h): the scratch copies of the kernel adapter.
+namespace gpipe::ops::half_args {
+
+bool half_tensor(const Tensor& t) { return t.defined() && is_half(t.dtype()); }
+
+Tensor widen_for_kernel(const Tensor& t) {
+  NoGradGuard no_grad;
+  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
+  const Tensor src = t.is_contiguous() ? t : t.contiguous();
+  Tensor wide = Tensor::empty(t.shape(), DType::kFloat32, t.device());
+  cast_into(t.device(), src, wide);
+  return wide;
+}
+
+void narrow_from_kernel(const Tensor& wide, Tensor& out) {
+  if (out.is_contiguous()) return cast_into(out.device(), wide, out);
+  NoGradGuard no_grad;
+  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
+  Tensor dense = Tensor::empty(out.shape(), out.dtype(), out.device());
+  cast_into(out.device(), wide, dense);
+  out.copy_from(dense);
+}
+
+}  // namespace gpipe::ops::half_args

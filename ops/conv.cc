@@ -35,7 +35,7 @@ Conv2dParams check_conv(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Conv2dOptions& opt, Shape& y_shape) {
   detail::check_floating("conv2d", x, "input");
   detail::check_floating("conv2d", weight, "weight");
-  detail::check_same_dtype_device("conv2d", {x, weight, bias});
+  detail::check_params_match("conv2d", x, {weight, bias});
   GPIPE_CHECK(x.rank() == 4, "conv2d: expected input [N, C, H, W] of rank 4, got shape ",
               x.shape());
   GPIPE_CHECK(weight.rank() == 4, "conv2d: expected weight [out, in/groups, kh, kw] of rank 4, ",
@@ -127,12 +127,16 @@ Tensor conv2d_bf16(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
               const Conv2dOptions& opt) {
   Shape y_shape;
+  const bool half_in = x_in.defined() && is_half(x_in.dtype());
   if (current_precision() == Precision::kBFloat16 && x_in.defined() && weight_in.defined() &&
-      x_in.dtype() == DType::kFloat32 && weight_in.dtype() == DType::kFloat32 &&
-      x_in.device().is_cpu() && opt.groups == 1) {
+      (x_in.dtype() == DType::kFloat32 || x_in.dtype() == DType::kBFloat16) &&
+      weight_in.dtype() == DType::kFloat32 && x_in.device().is_cpu() && opt.groups == 1) {
     const Conv2dParams params = check_conv(x_in, weight_in, bias, opt, y_shape);
-    return conv2d_bf16(x_in, weight_in, bias, params, y_shape);
+    const Tensor y = conv2d_bf16(x_in, weight_in, bias, params, y_shape);
+    return half_in ? cast(y, x_in.dtype()) : y;  // Note [16-bit activations]: 16 in, 16 out
   }
+  if (half_in && weight_in.defined() && weight_in.dtype() == DType::kFloat32)
+    return cast(conv2d(cast(x_in, DType::kFloat32), weight_in, bias, opt), x_in.dtype());
   // Otherwise, under bf16 / fp16 precision the operands are rounded to 16
   // bits and the products and sums stay float32.
   const Tensor x = detail::rounded_operand(x_in), weight = detail::rounded_operand(weight_in);

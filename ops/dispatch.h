@@ -10,11 +10,14 @@
 #pragma once
 
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace gpipe::ops {
 
@@ -30,6 +33,72 @@ std::vector<std::string> registered_kernels(DeviceType type);
 void note_optional_kernel(const char* name);
 bool is_optional_kernel(const std::string& name);
 
+// Note [16-bit kernels]. A kernel computes in float32 or float64 unless it
+// is registered as taking a 16-bit dtype on its device (accept_16bit):
+// cast_into everywhere, the GEMM and the one-group convolution in bfloat16
+// on the CPU, the GEMM in bfloat16 on CUDA. For any other kernel, a call
+// with 16-bit tensors runs it on float32 copies: each 16-bit input is
+// widened into a float32 scratch tensor, each 16-bit output (a `Tensor&`
+// argument) is computed in a float32 scratch tensor (widened from the
+// output first, so outputs that accumulate keep their contents) and rounded
+// back into it when the kernel returns. The scratch lives only for the
+// call: what front functions keep for backward stays 16-bit, so activation
+// memory is 16-bit while every kernel computes in float32, on every device,
+// with no per-dtype kernel to write. Tensors inside other arguments
+// (vectors of tensors: the optimizers' parameter lists) are not adapted.
+namespace half_args {
+bool half_tensor(const Tensor& t);
+// A contiguous float32 copy of a 16-bit tensor (the widening scratch).
+Tensor widen_for_kernel(const Tensor& t);
+// Rounds the float32 scratch `wide` back into the 16-bit `out`.
+void narrow_from_kernel(const Tensor& wide, Tensor& out);
+
+template <class P>
+struct HalfArg {  // any other argument: passed through
+  P value;
+  explicit HalfArg(P v) : value(std::forward<P>(v)) {}
+  P get() { return std::forward<P>(value); }
+  void finish() {}
+};
+template <>
+struct HalfArg<const Tensor&> {
+  Tensor t;
+  explicit HalfArg(const Tensor& x) : t(half_tensor(x) ? widen_for_kernel(x) : x) {}
+  const Tensor& get() { return t; }
+  void finish() {}
+};
+template <>
+struct HalfArg<Tensor&> {
+  Tensor& out;
+  Tensor wide;
+  explicit HalfArg(Tensor& x) : out(x) {
+    if (half_tensor(x)) wide = widen_for_kernel(x);
+  }
+  Tensor& get() { return wide.defined() ? wide : out; }
+  void finish() {
+    if (wide.defined()) narrow_from_kernel(wide, out);
+  }
+};
+
+template <class A>
+bool is_f16_arg(const A& a) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<A>, Tensor>)
+    return half_tensor(a) && a.dtype() != DType::kBFloat16;
+  else
+    return false;
+}
+template <class A>
+bool is_bf16_arg(const A& a) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<A>, Tensor>)
+    return a.defined() && a.dtype() == DType::kBFloat16;
+  else
+    return false;
+}
+}  // namespace half_args
+
+// Which 16-bit dtypes a device's kernel takes as they are.
+enum class Accepts16 : uint8_t { kNone, kBFloat16, kBoth };
+
 template <class Sig>
 class KernelSlot;
 
@@ -44,6 +113,11 @@ class KernelSlot<R(Args...)> {
     note_kernel(name_, type);
     return true;
   }
+  // Marks `type`'s kernel as computing on 16-bit tensors itself (Note [16-bit kernels]).
+  bool accept_16bit(DeviceType type, Accepts16 which) {
+    accepts_[static_cast<int>(type)] = which;
+    return true;
+  }
   bool has(DeviceType type) const { return fns_[static_cast<int>(type)] != nullptr; }
   const char* name() const { return name_; }
 
@@ -53,12 +127,33 @@ class KernelSlot<R(Args...)> {
     Fn f = fns_[static_cast<int>(device.type)];
     GPIPE_CHECK(f != nullptr, "op '", name_, "' has no kernel for ", device_type_name(device.type),
                 device.is_cuda() ? " (not implemented for CUDA, or gpipe built without CUDA)" : "");
-    return f(std::forward<A>(args)...);
+    const Accepts16 accepts = accepts_[static_cast<int>(device.type)];
+    const bool widen =
+        accepts != Accepts16::kBoth &&
+        ((half_args::is_f16_arg(args) || ...) ||
+         (accepts == Accepts16::kNone && (half_args::is_bf16_arg(args) || ...)));
+    if (!widen) return f(std::forward<A>(args)...);
+    return call_widened(f, std::forward<A>(args)...);
   }
 
  private:
+  template <class... A>
+  static R call_widened(Fn f, A&&... args) {
+    std::tuple<half_args::HalfArg<Args>...> held(std::forward<A>(args)...);
+    auto finish = [&] { std::apply([](auto&... h) { (h.finish(), ...); }, held); };
+    if constexpr (std::is_void_v<R>) {
+      std::apply([&](auto&... h) { f(h.get()...); }, held);
+      finish();
+    } else {
+      R r = std::apply([&](auto&... h) { return f(h.get()...); }, held);
+      finish();
+      return r;
+    }
+  }
+
   const char* name_;
   Fn fns_[kNumDeviceTypes] = {};
+  Accepts16 accepts_[kNumDeviceTypes] = {};
 };
 
 }  // namespace gpipe::ops
@@ -71,3 +166,9 @@ class KernelSlot<R(Args...)> {
 #define GPIPE_REGISTER_KERNEL(slot, device_type, fn)                  \
   [[maybe_unused]] static const bool gpipe_registered_##slot##_##fn = \
       ::gpipe::ops::slot.set(device_type, fn)
+
+// In a device source file: `slot`'s kernel for `device_type` computes on the
+// 16-bit dtypes `which` (an Accepts16) itself (Note [16-bit kernels]).
+#define GPIPE_KERNEL_ACCEPTS_16BIT(slot, device_type, which)             \
+  [[maybe_unused]] static const bool gpipe_accepts16_##slot##_##which = \
+      ::gpipe::ops::slot.accept_16bit(device_type, ::gpipe::ops::Accepts16::which)

@@ -38,6 +38,10 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  if (a.defined() && b.defined() && a.dtype() != b.dtype()) {
+    const auto [pa, pb] = detail::promote_pair(a, b);  // a 16-bit operand next to a float32 one
+    if (pa.dtype() == pb.dtype()) return binary(op, pa, pb);
+  }
   Tensor out = binary_raw(op, a, b);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   const Shape sa = a.shape(), sb = b.shape();
@@ -182,9 +186,11 @@ Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act)
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == z.size(-1), "bias_activation: bias ",
                 bias.shape(), " does not match the input's last axis (expected [", z.size(-1),
                 "], input ", z.shape(), ")");
-    GPIPE_CHECK(bias.dtype() == z.dtype() && bias.device() == z.device(),
+    GPIPE_CHECK((bias.dtype() == z.dtype() || bias.dtype() == detail::compute_dtype(z)) &&
+                    bias.device() == z.device(),
                 "bias_activation: bias is ", bias.dtype(), " on ", bias.device(),
-                " but the input is ", z.dtype(), " on ", z.device());
+                " but the input is ", z.dtype(), " on ", z.device(), " (expected ", z.dtype(),
+                is_half(z.dtype()) ? " or float32" : "", ")");
   }
   const Device dev = z.device();
   if (!bias_act_forward.has(dev.type) || !bias_act_backward.has(dev.type))
@@ -201,12 +207,13 @@ Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act)
   // Not split (Note [Split backward]): the bias's gradient is a cheap
   // reduction, computed with the input's so that nothing is kept for W.
   record("bias_activation", inputs, y,
-         [act, has_bias = bias.defined(), zs = keeps_input ? zd.detach() : Tensor(),
+         [act, has_bias = bias.defined(), bias_dtype = bias.defined() ? bias.dtype() : z.dtype(),
+          zs = keeps_input ? zd.detach() : Tensor(),
           bs = keeps_input && bd.defined() ? bd.detach() : Tensor(),
           ys = keeps_output ? y.detach() : Tensor()](const std::vector<Tensor>& g) {
            const Tensor gy = detail::dense(g[0]);
            Tensor gb =
-               has_bias ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
+               has_bias ? Tensor::empty(Shape{gy.size(-1)}, bias_dtype, gy.device()) : Tensor();
            // Without an activation gz is g itself; the kernel then only sums the bias gradient.
            Tensor gz = act == FusedActivation::kNone
                            ? Tensor()

@@ -27,15 +27,16 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   GPIPE_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
   check_affine(x, gamma, "gamma");
   check_affine(x, beta, "beta");
-  detail::check_same_dtype_device("layer_norm", {x, gamma, beta});
+  detail::check_params_match("layer_norm", x, {gamma, beta});
 
   const Tensor xd = detail::dense(x);
   const Tensor gd = gamma.defined() ? detail::dense(gamma) : Tensor();
   const Tensor bd = beta.defined() ? detail::dense(beta) : Tensor();
   const int64_t rows = x.numel() / x.size(-1);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  Tensor mean = Tensor::empty({rows}, x.dtype(), x.device());
-  Tensor rstd = Tensor::empty({rows}, x.dtype(), x.device());
+  // Statistics in float32 for a 16-bit input (Note [Mixed precision]).
+  Tensor mean = Tensor::empty({rows}, detail::compute_dtype(x), x.device());
+  Tensor rstd = Tensor::empty({rows}, detail::compute_dtype(x), x.device());
   layer_norm_forward(x.device(), xd, gd, bd, eps, y, mean, rstd);
 
   const bool need_x = x.requires_grad();
@@ -49,8 +50,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
            const Tensor gy = detail::dense(g[0]);
            const int64_t d = xs.size(-1);
            Tensor gx = need_x ? Tensor::empty(xs.shape(), xs.dtype(), xs.device()) : Tensor();
-           Tensor ggamma = need_gamma ? Tensor::empty({d}, xs.dtype(), xs.device()) : Tensor();
-           Tensor gbeta = need_beta ? Tensor::empty({d}, xs.dtype(), xs.device()) : Tensor();
+           const DType pd = mean.dtype();  // the parameters' gradients: float32 for a 16-bit x
+           Tensor ggamma = need_gamma ? Tensor::empty({d}, pd, xs.device()) : Tensor();
+           Tensor gbeta = need_beta ? Tensor::empty({d}, pd, xs.device()) : Tensor();
            layer_norm_backward(xs.device(), gy, xs, mean, rstd, gs, gx, ggamma, gbeta);
            return std::vector<Tensor>{gx, ggamma, gbeta};
          });

@@ -33,11 +33,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   // (every product exact, sums in float32). Their gradients are bfloat16,
   // computed as bfloat16 products of the float32 upstream gradient rounded
   // to bfloat16, as mixed precision does elsewhere.
-  const bool half = a.defined() && b.defined() && a.dtype() == DType::kBFloat16;
-  if (!half) {
-    detail::check_floating("matmul", a, "the first operand");
-    detail::check_floating("matmul", b, "the second operand");
+  // float16 operands are multiplied the same way, on float32 copies where
+  // the device has no float16 GEMM (Note [16-bit kernels] in ops/dispatch.h).
+  detail::check_floating("matmul", a, "the first operand");
+  detail::check_floating("matmul", b, "the second operand");
+  if (a.dtype() != b.dtype()) {  // a 16-bit operand next to a float32 one: widened
+    const auto [pa, pb] = detail::promote_pair(a, b);
+    if (pa.dtype() == pb.dtype()) return matmul(pa, pb, ta, tb);
   }
+  const bool half = is_half(a.dtype());
+  const DType half_dtype = a.dtype();
   detail::check_same_dtype_device("matmul", {a, b});
   GPIPE_CHECK(a.rank() >= 2 && b.rank() >= 2, "matmul: operands need rank >= 2, got shapes ",
               a.shape(), " and ", b.shape());
@@ -71,13 +76,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   batched_gemm(a.device(), s, detail::dense(a), detail::dense(b), out);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record_split("matmul", {a, b}, out,
-               [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b, half](
+               [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b, half, half_dtype](
                    const std::vector<Tensor>& grads, const std::vector<bool>& wanted) {
                  // The operands' dtype: the upstream gradient rounded to it, and the
-                 // (float32) products of a bfloat16 matmul rounded back to it.
-                 const Tensor gin = half ? cast(grads[0], DType::kBFloat16) : grads[0];
+                 // (float32) products of a 16-bit matmul rounded back to it.
+                 const Tensor gin = half ? cast(grads[0], half_dtype) : grads[0];
                  auto own = [&](const Tensor& t) {
-                   return half && t.defined() ? cast(t, DType::kBFloat16) : t;
+                   return half && t.defined() ? cast(t, half_dtype) : t;
                  };
                  Tensor ga = need_a && wanted[0] ? own(grad_a(gin, ad, bd, ta, tb)) : Tensor();
                  Tensor gb;
@@ -152,13 +157,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
               " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
               ")");
   const Precision p = current_precision();
-  const bool half =
-      p != Precision::kFloat32 && x.dtype() == DType::kFloat32 && weight.dtype() == DType::kFloat32;
+  const bool half = p != Precision::kFloat32 &&
+                    (x.dtype() == DType::kFloat32 || is_half(x.dtype())) &&
+                    weight.dtype() == DType::kFloat32;
   auto product = [&](const Tensor& rows) {
     return half ? linear_16bit(rows, weight, p == Precision::kBFloat16)
                 : matmul(rows, weight, false, true);
   };
   Tensor y = x.rank() == 1 ? reshape(product(reshape(x, {1, -1})), {weight.size(0)}) : product(x);
+  // A 16-bit input gives a 16-bit output (Note [16-bit activations] in
+  // layers/layer.cc): the float32 product is rounded before the bias and
+  // activation, which then keep a 16-bit tensor for backward.
+  if (is_half(x.dtype())) y = cast(y, x.dtype());
   if (bias.defined())
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");

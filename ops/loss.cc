@@ -28,8 +28,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   const Tensor xd = detail::dense(logits);
   const Tensor td = detail::dense(targets);
   const int64_t rows = logits.numel() / logits.size(-1);
-  Tensor loss = Tensor::empty(Shape{}, logits.dtype(), logits.device());
-  Tensor lse = Tensor::empty({rows}, logits.dtype(), logits.device());
+  // The loss and the log-sum-exps in float32 for 16-bit logits.
+  Tensor loss = Tensor::empty(Shape{}, detail::compute_dtype(logits), logits.device());
+  Tensor lse = Tensor::empty({rows}, detail::compute_dtype(logits), logits.device());
   cross_entropy_forward(logits.device(), xd, td, opt.ignore_index, opt.label_smoothing, loss, lse);
 
   record("cross_entropy", {logits}, loss,

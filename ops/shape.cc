@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "ops/common.h"
+#include "ops/elementwise.h"
 #include "ops/reduce.h"
 
 namespace gpipe::ops {
@@ -180,6 +181,22 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
   GPIPE_CHECK(!xs.empty(), "concat: no tensors given");
+  // 16-bit tensors next to float32 or float64 ones are widened to that dtype.
+  DType wide = DType::kFloat32;
+  bool mixed = false;
+  for (const Tensor& x : xs) {
+    if (!x.defined()) continue;
+    mixed = mixed || x.dtype() != xs[0].dtype();
+    if (x.dtype() == DType::kFloat64) wide = DType::kFloat64;
+  }
+  if (mixed && std::all_of(xs.begin(), xs.end(),
+                           [](const Tensor& x) { return x.defined() && is_float_like(x.dtype()); })) {
+    std::vector<Tensor> same;
+    for (const Tensor& x : xs) same.push_back(is_half(x.dtype()) ? cast(x, wide) : x);
+    bool one = true;
+    for (const Tensor& x : same) one = one && x.dtype() == same[0].dtype();
+    if (one) return concat(same, axis);
+  }
   const Tensor& first = xs[0];
   axis = first.shape().normalize_axis(axis, "concat");
   detail::check_same_dtype_device("concat", xs);

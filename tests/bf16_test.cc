@@ -307,9 +307,11 @@ TEST_CASE("matmul on bfloat16 operands: float32 product, bfloat16 gradients") {
     for (size_t i = 0; i < gb.size(); ++i)
       REQUIRE(gb[i] == Approx(gbf[i]).epsilon(1e-2).margin(1e-2));
   }
-  const Tensor f = Tensor::zeros({2, 2}, DType::kFloat32);
-  CHECK_THROWS_WITH(ops::matmul(ops::cast(f, DType::kBFloat16), f),
-                    Contains("input 1 has dtype float32 but input 0 has bfloat16"));
+  // A bfloat16 operand next to a float32 one is widened: a float32 product.
+  const Tensor f = Tensor::from_vector<float>({1.5f, -2.0f, 0.25f, 3.0f}, {2, 2});
+  const Tensor mixed = ops::matmul(ops::cast(f, DType::kBFloat16), f);
+  CHECK(mixed.dtype() == DType::kFloat32);
+  CHECK(mixed.to_vector<float>() == ops::matmul(f, f).to_vector<float>());
 }
 
 TEST_CASE("linear under bfloat16 precision multiplies bfloat16 operands") {

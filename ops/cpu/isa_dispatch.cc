@@ -245,4 +245,12 @@ GPIPE_CPU_ISA_SLOT(log_softmax_forward)
 GPIPE_CPU_ISA_SLOT(softmax_backward)
 GPIPE_CPU_ISA_SLOT(log_softmax_backward)
 
+// Kernels that compute on 16-bit tensors themselves (Note [16-bit kernels]
+// in ops/dispatch.h); the others get float32 copies.
+GPIPE_KERNEL_ACCEPTS_16BIT(cast_into, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_forward, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCPU, kBFloat16);
+
 }  // namespace gpipe::ops::cpu

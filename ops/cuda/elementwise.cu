@@ -7,6 +7,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/elementwise_kernels.h"
+#include "runtime/cuda/half.cuh"
 
 namespace gpipe::ops::cuda {
 namespace {
@@ -188,55 +189,10 @@ void unary_backward_cuda(UnaryOp op, double alpha, const Tensor& x, const Tensor
 
 }  // namespace
 
-// ---- cast: the CPU's bit-level roundings (core/half_convert.inc), on the device ----
+// ---- cast: the CPU's bit-level roundings (runtime/cuda/half.cuh) ----
 
-__device__ inline uint16_t to_bf16_bits(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-__device__ inline float from_bf16_bits(uint16_t b) {
-  return __uint_as_float(static_cast<uint32_t>(b) << 16);
-}
-__device__ inline uint16_t to_f16_bits(float f) {
-  const uint32_t u = __float_as_uint(f);
-  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a < 0x38800000u) {
-    const float scaled = __fadd_rn(__uint_as_float(a), 0.5f);
-    return static_cast<uint16_t>(sign | (__float_as_uint(scaled) - 0x3f000000u));
-  }
-  return static_cast<uint16_t>(sign | ((a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13));
-}
-__device__ inline float from_f16_bits(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));
-  if (e == 0)
-    return __uint_as_float(
-        sign | __float_as_uint(__fmul_rn(static_cast<float>(m), 5.9604644775390625e-8f)));
-  return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-template <class T>
-__device__ inline float cast_load(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, bfloat16>)
-    return from_bf16_bits(p[i].bits);
-  else if constexpr (std::is_same_v<T, float16>)
-    return from_f16_bits(p[i].bits);
-  else
-    return static_cast<float>(p[i]);
-}
-template <class T>
-__device__ inline void cast_store(T* p, int64_t i, float v) {
-  if constexpr (std::is_same_v<T, bfloat16>)
-    p[i].bits = to_bf16_bits(v);
-  else if constexpr (std::is_same_v<T, float16>)
-    p[i].bits = to_f16_bits(v);
-  else
-    p[i] = static_cast<T>(v);
-}
+using gpipe::cuda::cast_load;
+using gpipe::cuda::cast_store;
 
 template <class X, class O>
 __global__ void cast_kernel(const X* x, O* out, int64_t n) {
@@ -284,6 +240,7 @@ void cast_cuda(const Tensor& x, Tensor& out) {
 }
 
 GPIPE_REGISTER_KERNEL(cast_into, DeviceType::kCUDA, cast_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(cast_into, DeviceType::kCUDA, kBoth);
 GPIPE_REGISTER_KERNEL(binary_elementwise, DeviceType::kCUDA, binary_cuda);
 GPIPE_REGISTER_KERNEL(unary_elementwise, DeviceType::kCUDA, unary_cuda);
 GPIPE_REGISTER_KERNEL(unary_backward, DeviceType::kCUDA, unary_backward_cuda);

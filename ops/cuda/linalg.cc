@@ -72,5 +72,6 @@ void batched_gemm_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Ten
 }  // namespace
 
 GPIPE_REGISTER_KERNEL(batched_gemm, DeviceType::kCUDA, batched_gemm_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCUDA, kBFloat16);
 
 }  // namespace gpipe::ops::cuda

@@ -1,8 +1,11 @@
 // Strided copy / convert, fill and add kernels. Each thread handles elements
 // of a grid-stride loop over the flat row-major index; StridedIndexer turns
 // that index into each operand's offset. Contiguous same-dtype copies skip
-// the kernel and use cudaMemcpyAsync.
+// the kernel and use cudaMemcpyAsync. 16-bit values convert through float32
+// (runtime/cuda/half.cuh), with the CPU's roundings; 16-bit gradients add in
+// float32 and round once, as the CPU's accumulation does.
 #include "runtime/cuda/copy_kernels.h"
+#include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
 
 namespace gpipe::cuda {
@@ -19,27 +22,51 @@ decltype(auto) dispatch_copyable(DType dtype, F&& f) {
       return f(int32_t{});
     case DType::kInt64:
       return f(int64_t{});
+    case DType::kBFloat16:
+      return f(bfloat16{});
+    case DType::kFloat16:
+      return f(float16{});
     default:
       break;
   }
   throw Error(detail::concat("dtype ", dtype, " has no CUDA copy kernel yet"));
 }
 
+template <class T>
+inline constexpr bool kHalf = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
 template <class S, class D>
 __global__ void convert_kernel(const S* src, StridedIndexer si, D* dst, StridedIndexer di,
                                int64_t n) {
-  GPIPE_KERNEL_LOOP(i, n) { dst[di(i)] = static_cast<D>(src[si(i)]); }
+  GPIPE_KERNEL_LOOP(i, n) {
+    if constexpr (std::is_same_v<S, D>)
+      dst[di(i)] = src[si(i)];  // bits as they are
+    else if constexpr (kHalf<S> || kHalf<D>)
+      cast_store(dst, di(i), cast_load(src, si(i)));
+    else
+      dst[di(i)] = static_cast<D>(src[si(i)]);
+  }
 }
 
 template <class T>
-__global__ void fill_kernel(T* dst, StridedIndexer di, T value, int64_t n) {
-  GPIPE_KERNEL_LOOP(i, n) { dst[di(i)] = value; }
+__global__ void fill_kernel(T* dst, StridedIndexer di, double value, int64_t n) {
+  GPIPE_KERNEL_LOOP(i, n) {
+    if constexpr (kHalf<T>)
+      cast_store(dst, di(i), static_cast<float>(value));
+    else
+      dst[di(i)] = static_cast<T>(value);
+  }
 }
 
 template <class T>
 __global__ void add_kernel(const T* a, StridedIndexer ai, const T* b, StridedIndexer bi, T* out,
                            int64_t n) {
-  GPIPE_KERNEL_LOOP(i, n) { out[i] = a[ai(i)] + b[bi(i)]; }
+  GPIPE_KERNEL_LOOP(i, n) {
+    if constexpr (kHalf<T>)
+      cast_store(out, i, cast_load(a, ai(i)) + cast_load(b, bi(i)));
+    else
+      out[i] = a[ai(i)] + b[bi(i)];
+  }
 }
 
 }  // namespace
@@ -75,7 +102,7 @@ void fill_on_device(Tensor& dst, double value) {
   dispatch_copyable(dst.dtype(), [&](auto z) {
     using T = decltype(z);
     fill_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(storage_ptr<T>(dst), idx[0],
-                                                                   static_cast<T>(value), n);
+                                                                   value, n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }
@@ -87,7 +114,9 @@ Tensor add_on_device(const Tensor& a, const Tensor& b) {
   if (n == 0) return out;
   KernelScope scope(out.device());
   const auto idx = make_indexers({&a, &b});
-  dispatch_floating(a.dtype(), "gradient accumulation", [&](auto z) {
+  GPIPE_CHECK(is_float_like(a.dtype()), "gradient accumulation: expected a floating tensor, got ",
+              a.dtype());
+  dispatch_copyable(a.dtype(), [&](auto z) {
     using T = decltype(z);
     add_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
         storage_ptr<const T>(a), idx[0], storage_ptr<const T>(b), idx[1], out.data<T>(), n);
