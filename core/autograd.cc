@@ -354,10 +354,9 @@ class GradBuffers {
     Tensor& slot = buf[e.input_nr];
     // A tensor's gradient has its dtype: a float32 gradient for a 16-bit
     // output (an op that computed it in float32) is rounded here, once.
-    const Tensor gt = g.dtype() != meta.dtype && is_float_like(g.dtype()) &&
-                              is_float_like(meta.dtype)
-                          ? g.to(meta.dtype)
-                          : g;
+    // Other mismatches (float64 for float32) stay errors.
+    const bool f32_for_half = g.dtype() == DType::kFloat32 && is_half(meta.dtype);
+    const Tensor gt = f32_for_half ? g.to(meta.dtype) : g;
     slot = slot.defined() ? accumulate(slot, gt) : gt;
   }
   // The node's output gradients, zeros where an output received none; empty

@@ -15,6 +15,9 @@
 //  - gradients of 16-bit tensors are 16-bit (ops::cast's backward), so the
 //    gradients crossing cells are 16-bit too. float16's narrow range makes
 //    small ones underflow: optim::LossScaler keeps them representable.
+//  - layers that say takes_16bit() run on 16-bit activations inside too
+//    (Note [16-bit activations] in layers/layer.cc): their ops keep 16-bit
+//    tensors for backward and compute in float32.
 // The rounding happens at layer boundaries whatever the cut, so a pipeline
 // computes exactly what a single device computes at the same precision.
 #pragma once

@@ -20,7 +20,8 @@ BundleSpec UnaryLayer::output_spec(const BundleSpec& in) const {
 void expect_last_axis(const std::string& layer, const TensorSpec& in, int64_t size) {
   GPIPE_CHECK(in.shape.rank() >= 1 && in.shape[in.shape.rank() - 1] == size, "layer '", layer,
               "': expected input [..., ", size, "], got ", in.shape);
-  GPIPE_CHECK(is_float_like(in.dtype), "layer '", layer, "': expected a float input, got ", in.dtype);
+  GPIPE_CHECK(is_float_like(in.dtype), "layer '", layer, "': expected a float input, got ",
+              in.dtype);
 }
 
 Linear::Linear(std::string name, int64_t in, int64_t out, uint64_t seed, LinearOptions opt)

@@ -1,7 +1,7 @@
 #include "ops/common.h"
 
-#include "core/precision.h"
 #include "core/allocator.h"
+#include "core/precision.h"
 #include "ops/elementwise.h"
 #include "ops/elementwise_kernels.h"
 

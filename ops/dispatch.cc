@@ -17,7 +17,6 @@ Names& names() {
 }
 }  // namespace
 
-
 void note_kernel(const char* name, DeviceType type) {
   Names& n = names();
   std::lock_guard<std::mutex> lock(n.mu);

@@ -128,10 +128,9 @@ class KernelSlot<R(Args...)> {
     GPIPE_CHECK(f != nullptr, "op '", name_, "' has no kernel for ", device_type_name(device.type),
                 device.is_cuda() ? " (not implemented for CUDA, or gpipe built without CUDA)" : "");
     const Accepts16 accepts = accepts_[static_cast<int>(device.type)];
-    const bool widen =
-        accepts != Accepts16::kBoth &&
-        ((half_args::is_f16_arg(args) || ...) ||
-         (accepts == Accepts16::kNone && (half_args::is_bf16_arg(args) || ...)));
+    const bool widen = accepts != Accepts16::kBoth &&
+                       ((half_args::is_f16_arg(args) || ...) ||
+                        (accepts == Accepts16::kNone && (half_args::is_bf16_arg(args) || ...)));
     if (!widen) return f(std::forward<A>(args)...);
     return call_widened(f, std::forward<A>(args)...);
   }
@@ -169,6 +168,6 @@ class KernelSlot<R(Args...)> {
 
 // In a device source file: `slot`'s kernel for `device_type` computes on the
 // 16-bit dtypes `which` (an Accepts16) itself (Note [16-bit kernels]).
-#define GPIPE_KERNEL_ACCEPTS_16BIT(slot, device_type, which)             \
+#define GPIPE_KERNEL_ACCEPTS_16BIT(slot, device_type, which)            \
   [[maybe_unused]] static const bool gpipe_accepts16_##slot##_##which = \
       ::gpipe::ops::slot.accept_16bit(device_type, ::gpipe::ops::Accepts16::which)

@@ -75,31 +75,30 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   Tensor out = Tensor::empty(Shape(out_dims), half ? DType::kFloat32 : a.dtype(), a.device());
   batched_gemm(a.device(), s, detail::dense(a), detail::dense(b), out);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  record_split("matmul", {a, b}, out,
-               [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b, half, half_dtype](
-                   const std::vector<Tensor>& grads, const std::vector<bool>& wanted) {
-                 // The operands' dtype: the upstream gradient rounded to it, and the
-                 // (float32) products of a 16-bit matmul rounded back to it.
-                 const Tensor gin = half ? cast(grads[0], half_dtype) : grads[0];
-                 auto own = [&](const Tensor& t) {
-                   return half && t.defined() ? cast(t, half_dtype) : t;
-                 };
-                 Tensor ga = need_a && wanted[0] ? own(grad_a(gin, ad, bd, ta, tb)) : Tensor();
-                 Tensor gb;
-                 if (need_b && wanted[1]) {
-                   if (bd.rank() == 2 && ad.rank() > 2) {
-                     // b was shared across a's batch: fold the batch into the product's k.
-                     Tensor a2 = reshape(ta ? transpose(ad, -1, -2) : ad,
-                                         {-1, ta ? ad.size(-2) : ad.size(-1)});
-                     Tensor g2 = reshape(gin, {-1, gin.size(-1)});
-                     gb = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
-                   } else {
-                     gb = grad_b(gin, ad, bd, ta, tb);
-                   }
-                   gb = own(gb);
-                 }
-                 return std::vector<Tensor>{ga, gb};
-               });
+  record_split(
+      "matmul", {a, b}, out,
+      [ad = a.detach(), bd = b.detach(), ta, tb, need_a, need_b, half, half_dtype](
+          const std::vector<Tensor>& grads, const std::vector<bool>& wanted) {
+        // The operands' dtype: the upstream gradient rounded to it, and the
+        // (float32) products of a 16-bit matmul rounded back to it.
+        const Tensor gin = half ? cast(grads[0], half_dtype) : grads[0];
+        auto own = [&](const Tensor& t) { return half && t.defined() ? cast(t, half_dtype) : t; };
+        Tensor ga = need_a && wanted[0] ? own(grad_a(gin, ad, bd, ta, tb)) : Tensor();
+        Tensor gb;
+        if (need_b && wanted[1]) {
+          if (bd.rank() == 2 && ad.rank() > 2) {
+            // b was shared across a's batch: fold the batch into the product's k.
+            Tensor a2 =
+                reshape(ta ? transpose(ad, -1, -2) : ad, {-1, ta ? ad.size(-2) : ad.size(-1)});
+            Tensor g2 = reshape(gin, {-1, gin.size(-1)});
+            gb = tb ? matmul(g2, a2, true, false) : matmul(a2, g2, true, false);
+          } else {
+            gb = grad_b(gin, ad, bd, ta, tb);
+          }
+          gb = own(gb);
+        }
+        return std::vector<Tensor>{ga, gb};
+      });
   return out;
 }
 

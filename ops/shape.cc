@@ -189,8 +189,9 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
     mixed = mixed || x.dtype() != xs[0].dtype();
     if (x.dtype() == DType::kFloat64) wide = DType::kFloat64;
   }
-  if (mixed && std::all_of(xs.begin(), xs.end(),
-                           [](const Tensor& x) { return x.defined() && is_float_like(x.dtype()); })) {
+  if (mixed && std::all_of(xs.begin(), xs.end(), [](const Tensor& x) {
+        return x.defined() && is_float_like(x.dtype());
+      })) {
     std::vector<Tensor> same;
     for (const Tensor& x : xs) same.push_back(is_half(x.dtype()) ? cast(x, wide) : x);
     bool one = true;

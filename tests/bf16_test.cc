@@ -438,3 +438,109 @@ TEST_CASE("conv2d under bfloat16 precision: bfloat16 products, written out in fl
   CHECK(yg.to_vector<float>() ==
         ops::conv2d(r(xg), r(wg), Tensor(), {{1, 1}, {1, 1}, {1, 1}, 2}).to_vector<float>());
 }
+
+namespace {
+Tensor randn_t(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = normal(rng);
+  return Tensor::from_vector(v, shape);
+}
+std::vector<float> as_float(const Tensor& t) {
+  return ops::cast(t, DType::kFloat32).to_vector<float>();
+}
+// The float32 result rounded to `dtype` and read back as float32.
+std::vector<float> rounded_to(const Tensor& t, DType dtype) {
+  return as_float(ops::cast(t, dtype));
+}
+}  // namespace
+
+// Note [16-bit kernels]: an op given 16-bit tensors computes exactly what
+// its float32 kernel computes on the widened values, rounded once to the
+// 16-bit dtype; statistics, losses and parameter gradients stay float32;
+// an input's gradient has the input's dtype.
+TEST_CASE("16-bit inputs: float32 kernels on widened copies, 16-bit outputs and gradients") {
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    INFO("dtype " << half);
+    const Tensor x32 = randn_t({6, 40}, 11);
+    const Tensor xh0 = ops::cast(x32, half);
+    const Tensor xw = ops::cast(xh0, DType::kFloat32);  // the values the 16-bit x holds
+    const Tensor gamma = randn_t({40}, 12), beta = randn_t({40}, 13), up = randn_t({6, 40}, 14);
+    const Tensor uph = ops::cast(up, half);
+
+    SECTION("layer_norm") {
+      Tensor xh = xh0.detach(), g = gamma.clone(), b = beta.clone();
+      xh.set_requires_grad(true);
+      g.set_requires_grad(true);
+      b.set_requires_grad(true);
+      const Tensor y = ops::layer_norm(xh, g, b, 1e-5);
+      REQUIRE(y.dtype() == half);
+      ops::sum(ops::mul(ops::cast(y, DType::kFloat32), ops::cast(uph, DType::kFloat32))).backward();
+      Tensor xr = xw.detach(), gr = gamma.clone(), br = beta.clone();
+      xr.set_requires_grad(true);
+      gr.set_requires_grad(true);
+      br.set_requires_grad(true);
+      const Tensor yr = ops::layer_norm(xr, gr, br, 1e-5);
+      ops::sum(ops::mul(yr, ops::cast(uph, DType::kFloat32))).backward();
+      CHECK(as_float(y) == rounded_to(yr, half));
+      REQUIRE(xh.grad().dtype() == half);
+      REQUIRE(g.grad().dtype() == DType::kFloat32);
+      CHECK(as_float(xh.grad()) == rounded_to(xr.grad(), half));
+      CHECK(g.grad().to_vector<float>() == gr.grad().to_vector<float>());
+      CHECK(b.grad().to_vector<float>() == br.grad().to_vector<float>());
+    }
+    SECTION("gelu, softmax and a residual add") {
+      const Tensor y = ops::add(ops::softmax(ops::gelu(xh0), -1), xh0);
+      REQUIRE(y.dtype() == half);
+      // Each op rounds its own output, as the fused kernels' callers see it.
+      const Tensor g1 = ops::cast(ops::gelu(xw), half);
+      const Tensor s1 = ops::cast(ops::softmax(ops::cast(g1, DType::kFloat32), -1), half);
+      const Tensor r = ops::add(ops::cast(s1, DType::kFloat32), xw);
+      CHECK(as_float(y) == rounded_to(r, half));
+    }
+    SECTION("a 16-bit operand next to a float32 one is widened") {
+      const Tensor y = ops::mul(xh0, gamma);
+      REQUIRE(y.dtype() == DType::kFloat32);
+      CHECK(y.to_vector<float>() == ops::mul(xw, gamma).to_vector<float>());
+      const Tensor c = ops::concat({xh0, x32}, 0);
+      REQUIRE(c.dtype() == DType::kFloat32);
+      CHECK(c.to_vector<float>() == ops::concat({xw, x32}, 0).to_vector<float>());
+    }
+    SECTION("cross-entropy on 16-bit logits: float32 loss, 16-bit gradient") {
+      Tensor xh = xh0.detach();
+      xh.set_requires_grad(true);
+      const Tensor targets = Tensor::from_vector<int64_t>({0, 5, 39, 7, 7, 1}, {6});
+      const Tensor loss = ops::cross_entropy(xh, targets, {});
+      REQUIRE(loss.dtype() == DType::kFloat32);
+      loss.backward();
+      Tensor xr = xw.detach();
+      xr.set_requires_grad(true);
+      const Tensor lr = ops::cross_entropy(xr, targets, {});
+      lr.backward();
+      CHECK(loss.to_vector<float>() == lr.to_vector<float>());
+      REQUIRE(xh.grad().dtype() == half);
+      CHECK(as_float(xh.grad()) == rounded_to(xr.grad(), half));
+    }
+  }
+  // Integers are still refused, naming the op.
+  CHECK_THROWS_WITH(ops::gelu(Tensor::zeros({2}, DType::kInt64)),
+                    Contains("gelu: expected a float32 or float64 tensor"));
+}
+
+TEST_CASE("linear under bf16 with a bfloat16 input returns bfloat16, keeps the fp32 reference") {
+  PrecisionScope scope(Precision::kBFloat16);
+  const Tensor x32 = randn_t({5, 16}, 21), w = randn_t({12, 16}, 22), b = randn_t({12}, 23);
+  const Tensor xh = ops::cast(x32, DType::kBFloat16);
+  const Tensor y = ops::linear(xh, w, b, ops::FusedActivation::kGelu);
+  REQUIRE(y.dtype() == DType::kBFloat16);
+  // The float32 input path (the same bfloat16 products), rounded: the
+  // product is rounded once more before the bias and GELU.
+  const Tensor prod = ops::cast(ops::linear(xh, w, Tensor()), DType::kFloat32);
+  const Tensor ref = ops::gelu(ops::add(prod, b));
+  // The fused epilogue's GELU may differ from ops::gelu in the last float32
+  // bits, which can move a rounding by one bfloat16 step.
+  const std::vector<float> got = as_float(y), want = rounded_to(ref, DType::kBFloat16);
+  for (size_t i = 0; i < got.size(); ++i)
+    CHECK(got[i] == Approx(want[i]).epsilon(8e-3).margin(1e-6));
+}

@@ -101,8 +101,8 @@ void fill_on_device(Tensor& dst, double value) {
   const auto idx = make_indexers({&dst});
   dispatch_copyable(dst.dtype(), [&](auto z) {
     using T = decltype(z);
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(storage_ptr<T>(dst), idx[0],
-                                                                   value, n);
+    fill_kernel<T>
+        <<<blocks_for(n), kThreads, 0, scope.stream()>>>(storage_ptr<T>(dst), idx[0], value, n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }
