@@ -56,27 +56,13 @@ void check_rank(const char* op, const Tensor& x, int64_t rank, const char* what)
 
 }  // namespace gpipe::ops::detail
 
-// Note [16-bit kernels] (ops/dispatch.h): the scratch copies of the kernel adapter.
+// Note [16-bit kernels] (ops/dispatch.h): the adapter's conversions go
+// through the cast kernels (vectorised on the CPU) once the ops are linked.
 namespace gpipe::ops::half_args {
-
-bool half_tensor(const Tensor& t) { return t.defined() && is_half(t.dtype()); }
-
-Tensor widen_for_kernel(const Tensor& t) {
-  NoGradGuard no_grad;
-  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
-  const Tensor src = t.is_contiguous() ? t : t.contiguous();
-  Tensor wide = Tensor::empty(t.shape(), DType::kFloat32, t.device());
-  cast_into(t.device(), src, wide);
-  return wide;
-}
-
-void narrow_from_kernel(const Tensor& wide, Tensor& out) {
-  if (out.is_contiguous()) return cast_into(out.device(), wide, out);
-  NoGradGuard no_grad;
-  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
-  Tensor dense = Tensor::empty(out.shape(), out.dtype(), out.device());
-  cast_into(out.device(), wide, dense);
-  out.copy_from(dense);
-}
-
+namespace {
+[[maybe_unused]] const bool g_cast_hook = [] {
+  set_cast_hook([](const Tensor& src, Tensor& dst) { cast_into(src.device(), src, dst); });
+  return true;
+}();
+}  // namespace
 }  // namespace gpipe::ops::half_args

@@ -48,6 +48,10 @@ bool is_optional_kernel(const std::string& name);
 // (vectors of tensors: the optimizers' parameter lists) are not adapted.
 namespace half_args {
 bool half_tensor(const Tensor& t);
+// The conversion the scratch copies use: Tensor::copy_from until the ops
+// library installs the cast_into kernels (ops/common.cc).
+using CastHook = void (*)(const Tensor& src, Tensor& dst);
+void set_cast_hook(CastHook hook);
 // A contiguous float32 copy of a 16-bit tensor (the widening scratch).
 Tensor widen_for_kernel(const Tensor& t);
 // Rounds the float32 scratch `wide` back into the 16-bit `out`.
