@@ -17,6 +17,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device.h"
@@ -59,10 +60,36 @@ void* device_random(int64_t n, uint64_t seed, Convert convert) {
   return d;
 }
 
-void report(int64_t n, const char* mode, double ms) {
+// Dense (no sparsity) peaks in TFLOP/s for the report's "% of peak": the
+// published figures of the device named, or GPIPE_PEAK_TFLOPS_{BF16,TF32,
+// FP32,FP64} from the environment; 0 = unknown (no percentage printed).
+struct Peaks {
+  double bf16 = 0, tf32 = 0, fp32 = 0, fp64 = 0;
+};
+Peaks g_peaks;
+
+Peaks device_peaks(const std::string& name) {
+  Peaks p;
+  // H100 SXM and H200 (SXM and NVL share the H100 SXM's tensor-core rates).
+  if (name.find("H200") != std::string::npos ||
+      (name.find("H100") != std::string::npos && name.find("PCIe") == std::string::npos))
+    p = {989.4, 494.7, 66.9, 66.9};
+  auto env = [](const char* var, double& v) {
+    if (const char* e = std::getenv(var)) v = std::atof(e);
+  };
+  env("GPIPE_PEAK_TFLOPS_BF16", p.bf16);
+  env("GPIPE_PEAK_TFLOPS_TF32", p.tf32);
+  env("GPIPE_PEAK_TFLOPS_FP32", p.fp32);
+  env("GPIPE_PEAK_TFLOPS_FP64", p.fp64);
+  return p;
+}
+
+void report(int64_t n, const char* mode, double ms, double peak = 0) {
   const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
-  std::printf("gemm n=%-6lld %-22s %9.3f ms  %8.1f TFLOP/s\n", static_cast<long long>(n), mode, ms,
+  std::printf("gemm n=%-6lld %-26s %9.3f ms  %8.1f TFLOP/s", static_cast<long long>(n), mode, ms,
               tflops);
+  if (peak > 0) std::printf("  %5.1f%% of %.1f peak", 100.0 * tflops / peak, peak);
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -84,8 +111,8 @@ void bench_cublas(int64_t size) {
                                       CUBLAS_GEMM_DEFAULT));
     };
   };
-  report(size, "fp32 (no TF32)", time_ms(sgemm(CUBLAS_COMPUTE_32F)));
-  report(size, "tf32", time_ms(sgemm(CUBLAS_COMPUTE_32F_FAST_TF32)));
+  report(size, "fp32 (no TF32)", time_ms(sgemm(CUBLAS_COMPUTE_32F)), g_peaks.fp32);
+  report(size, "tf32", time_ms(sgemm(CUBLAS_COMPUTE_32F_FAST_TF32)), g_peaks.tf32);
 
   auto as_bf16 = [](float x) { return __float2bfloat16(x); };
   void* a16 = device_random<__nv_bfloat16>(elems, 4, as_bf16);
@@ -95,7 +122,8 @@ void bench_cublas(int64_t size) {
            GPIPE_CUBLAS_CHECK(cublasGemmEx(
                h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a16, CUDA_R_16BF, n, b16, CUDA_R_16BF, n,
                &zero, c16, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-         }));
+         }),
+         g_peaks.bf16);
 
   auto as_double = [](float x) { return static_cast<double>(x); };
   void* a64 = device_random<double>(elems, 7, as_double);
@@ -106,7 +134,8 @@ void bench_cublas(int64_t size) {
            GPIPE_CUBLAS_CHECK(cublasDgemm(
                h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &done, static_cast<const double*>(a64), n,
                static_cast<const double*>(b64), n, &dzero, static_cast<double*>(c64), n));
-         }));
+         }),
+         g_peaks.fp64);
   for (void* p : {a32, b32, c32, a16, b16, c16, a64, b64, c64}) GPIPE_CUDA_CHECK(cudaFree(p));
 }
 
@@ -114,7 +143,13 @@ void bench_gpipe(int64_t size) {
   const gpipe::Device gpu{gpipe::DeviceType::kCUDA, 0};
   const gpipe::Tensor a = gpipe::Tensor::uniform(gpipe::Shape{size, size}, 10, -1, 1).to(gpu);
   const gpipe::Tensor b = gpipe::Tensor::uniform(gpipe::Shape{size, size}, 11, -1, 1).to(gpu);
-  report(size, "gpipe ops::matmul fp32", time_ms([&] { (void)gpipe::ops::matmul(a, b); }));
+  report(size, "gpipe ops::matmul fp32", time_ms([&] { (void)gpipe::ops::matmul(a, b); }),
+         g_peaks.fp32);
+  // Mixed precision's product: bfloat16 operands, float32 result and sums.
+  const gpipe::Tensor a16 = gpipe::ops::cast(a, gpipe::DType::kBFloat16);
+  const gpipe::Tensor b16 = gpipe::ops::cast(b, gpipe::DType::kBFloat16);
+  report(size, "gpipe ops::matmul bf16", time_ms([&] { (void)gpipe::ops::matmul(a16, b16); }),
+         g_peaks.bf16);
 }
 
 }  // namespace
@@ -130,6 +165,12 @@ int main(int argc, char** argv) {
   const cudaDeviceProp& p = gpipe::cuda::device_properties(0);
   std::printf("device cuda:0 = %s (sm_%d%d, %d SMs, %.1f GiB)\n", p.name, p.major, p.minor,
               p.multiProcessorCount, p.totalGlobalMem / 1073741824.0);
+  g_peaks = device_peaks(p.name);
+  if (g_peaks.bf16 > 0)
+    std::printf("dense peaks (TFLOP/s): bf16 %.1f, tf32 %.1f, fp32 %.1f, fp64 %.1f\n", g_peaks.bf16,
+                g_peaks.tf32, g_peaks.fp32, g_peaks.fp64);
+  else
+    std::printf("peaks unknown for this device: set GPIPE_PEAK_TFLOPS_BF16 etc. for %% of peak\n");
   try {
     for (int64_t s : sizes) {
       bench_cublas(s);
