@@ -36,7 +36,11 @@ BatchNormResult batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& b
   check_channel_vector(beta, c, "beta", false);
   check_channel_vector(running_mean, c, "running_mean", !training, " (required in eval mode)");
   check_channel_vector(running_var, c, "running_var", !training, " (required in eval mode)");
-  detail::check_params_match("batch_norm", x, {gamma, beta, running_mean, running_var});
+  detail::check_params_match("batch_norm", x,
+                             {{"gamma", gamma},
+                              {"beta", beta},
+                              {"running_mean", running_mean},
+                              {"running_var", running_var}});
   const int64_t count = c == 0 ? 0 : x.numel() / c;
   GPIPE_CHECK(!training || count > 1, "batch_norm: expected more than 1 value per channel in ",
               "training, got input ", x.shape());

@@ -30,14 +30,14 @@ void check_same_dtype_device(const char* op, const std::vector<Tensor>& xs) {
   }
 }
 
-void check_params_match(const char* op, const Tensor& x, const std::vector<Tensor>& params) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    const Tensor& p = params[i];
+void check_params_match(const char* op, const Tensor& x,
+                        const std::vector<std::pair<const char*, Tensor>>& params) {
+  for (const auto& [name, p] : params) {
     if (!p.defined()) continue;
-    GPIPE_CHECK(p.dtype() == x.dtype() || p.dtype() == compute_dtype(x), op, ": parameter ", i,
+    GPIPE_CHECK(p.dtype() == x.dtype() || p.dtype() == compute_dtype(x), op, ": ", name,
                 " has dtype ", p.dtype(), " but the input has ", x.dtype(), " (expected ",
                 x.dtype(), is_half(x.dtype()) ? " or float32" : "", ")");
-    GPIPE_CHECK(p.device() == x.device(), op, ": parameter ", i, " is on ", p.device(),
+    GPIPE_CHECK(p.device() == x.device(), op, ": ", name, " is on ", p.device(),
                 " but the input is on ", x.device(), " (move them to one device first)");
   }
 }

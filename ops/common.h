@@ -34,10 +34,12 @@ void check_same_dtype_device(const char* op, const std::vector<Tensor>& xs);
 inline DType compute_dtype(const Tensor& x) {
   return is_half(x.dtype()) ? DType::kFloat32 : x.dtype();
 }
-// Like check_same_dtype_device for an activation x and its parameters
-// (gamma, beta, a bias, ...): the parameters have x's dtype, or float32 when
-// x is 16-bit (float32 master weights under mixed precision).
-void check_params_match(const char* op, const Tensor& x, const std::vector<Tensor>& params);
+// Like check_same_dtype_device for an activation x and its named parameters
+// (gamma, beta, a bias, ...): each has x's dtype, or float32 when x is
+// 16-bit (float32 master weights under mixed precision), and x's device.
+// Undefined parameters are skipped. Throws naming the parameter.
+void check_params_match(const char* op, const Tensor& x,
+                        const std::vector<std::pair<const char*, Tensor>>& params);
 // a and b as one dtype for a binary op: a 16-bit operand next to a float32
 // or float64 one is widened to it (differentiably); else as they are.
 std::pair<Tensor, Tensor> promote_pair(const Tensor& a, const Tensor& b);

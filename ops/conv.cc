@@ -35,7 +35,7 @@ Conv2dParams check_conv(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Conv2dOptions& opt, Shape& y_shape) {
   detail::check_floating("conv2d", x, "input");
   detail::check_floating("conv2d", weight, "weight");
-  detail::check_params_match("conv2d", x, {weight, bias});
+  detail::check_params_match("conv2d", x, {{"weight", weight}, {"bias", bias}});
   GPIPE_CHECK(x.rank() == 4, "conv2d: expected input [N, C, H, W] of rank 4, got shape ",
               x.shape());
   GPIPE_CHECK(weight.rank() == 4, "conv2d: expected weight [out, in/groups, kh, kw] of rank 4, ",

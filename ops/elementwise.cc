@@ -186,11 +186,7 @@ Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act)
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == z.size(-1), "bias_activation: bias ",
                 bias.shape(), " does not match the input's last axis (expected [", z.size(-1),
                 "], input ", z.shape(), ")");
-    GPIPE_CHECK((bias.dtype() == z.dtype() || bias.dtype() == detail::compute_dtype(z)) &&
-                    bias.device() == z.device(),
-                "bias_activation: bias is ", bias.dtype(), " on ", bias.device(),
-                " but the input is ", z.dtype(), " on ", z.device(), " (expected ", z.dtype(),
-                is_half(z.dtype()) ? " or float32" : "", ")");
+    detail::check_params_match("bias_activation", z, {{"bias", bias}});
   }
   const Device dev = z.device();
   if (!bias_act_forward.has(dev.type) || !bias_act_backward.has(dev.type))

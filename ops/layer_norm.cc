@@ -27,7 +27,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   GPIPE_CHECK(eps >= 0.0, "layer_norm: eps must be >= 0, got ", eps);
   check_affine(x, gamma, "gamma");
   check_affine(x, beta, "beta");
-  detail::check_params_match("layer_norm", x, {gamma, beta});
+  detail::check_params_match("layer_norm", x, {{"gamma", gamma}, {"beta", beta}});
 
   const Tensor xd = detail::dense(x);
   const Tensor gd = gamma.defined() ? detail::dense(gamma) : Tensor();

@@ -523,6 +523,10 @@ TEST_CASE("16-bit inputs: float32 kernels on widened copies, 16-bit outputs and 
       CHECK(as_float(xh.grad()) == rounded_to(xr.grad(), half));
     }
   }
+  // A parameter that is neither the input's dtype nor float32 is named.
+  const Tensor xb = ops::cast(randn_t({2, 4}, 31), DType::kBFloat16);
+  CHECK_THROWS_WITH(ops::layer_norm(xb, Tensor::full({4}, 1.0, DType::kFloat64), Tensor(), 1e-5),
+                    Contains("layer_norm: gamma has dtype float64 but the input has bfloat16"));
   // Integers are still refused, naming the op.
   CHECK_THROWS_WITH(ops::gelu(Tensor::zeros({2}, DType::kInt64)),
                     Contains("gelu: expected a float32 or float64 tensor"));
