@@ -236,7 +236,9 @@ TensorSpec Layer::pop_spec(const std::string& name) const {
 // Any other layer gets its inputs widened to float32 (and then keeps
 // float32 copies), as before. Either way the outputs are rounded to the
 // 16-bit format here, so the layer boundaries, and hence the pipeline's
-// equivalence with one device, are unchanged.
+// equivalence with one device, are unchanged. The last layer's outputs
+// reach the loss as they are when the loss takes_16bit() (cross-entropy
+// reads 16-bit logits row by row in float32), else widened to float32.
 Bundle forward_layer(Layer& layer, const Bundle& in) {
   const Precision p = current_precision();
   if (p == Precision::kFloat32) return layer.forward(in);

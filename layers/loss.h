@@ -22,6 +22,10 @@ class Loss {
   virtual double count(const Bundle& targets) const = 0;
   // Mean loss of one batch: sum / count (0 when count is 0).
   Tensor mean(const Bundle& outputs, const Bundle& targets);
+  // Whether sum() takes the last layer's 16-bit outputs as they are (it
+  // computes in float32 itself). Otherwise a pipeline widens them to float32
+  // first, keeping a float32 copy alive until backward (Note [16-bit activations]).
+  virtual bool takes_16bit() const { return false; }
 };
 
 struct CrossEntropyLossOptions {
@@ -36,6 +40,9 @@ class CrossEntropyLoss final : public Loss {
   explicit CrossEntropyLoss(CrossEntropyLossOptions opt = {}) : opt_(opt) {}
   Tensor sum(const Bundle& outputs, const Bundle& targets) override;
   double count(const Bundle& targets) const override;
+  // ops::cross_entropy reads 16-bit logits and computes in float32; soft
+  // clipping would round its tanh to 16 bits, so it takes float32.
+  bool takes_16bit() const override { return opt_.logit_clip == 0; }
 
  private:
   CrossEntropyLossOptions opt_;

@@ -75,7 +75,9 @@ Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
       h = forward_layer(*layers_[i], h);
     }
   }
-  if (is_last()) h = to_float32(h);  // the loss and predictions take float32
+  // The loss takes float32 unless it reads 16-bit outputs itself; outputs
+  // handed to the caller are widened in take_outputs.
+  if (is_last() && !(loss_ && loss_->takes_16bit())) h = to_float32(h);
   // A layer that declared a stash or pop but skipped it in this forward.
   auto declared_by = [&](const std::string& name, bool stash) {
     for (const auto& l : layers_)
@@ -300,7 +302,7 @@ Bundle Stage::take_outputs(int m) {
   Saved& s = saved(m, "output");
   Bundle out = std::move(s.outputs);
   saved_.erase(m);
-  return out;
+  return to_float32(out);
 }
 
 double Stage::loss_value(int m) const {

@@ -508,19 +508,30 @@ TEST_CASE("16-bit inputs: float32 kernels on widened copies, 16-bit outputs and 
       CHECK(c.to_vector<float>() == ops::concat({xw, x32}, 0).to_vector<float>());
     }
     SECTION("cross-entropy on 16-bit logits: float32 loss, 16-bit gradient") {
-      Tensor xh = xh0.detach();
-      xh.set_requires_grad(true);
-      const Tensor targets = Tensor::from_vector<int64_t>({0, 5, 39, 7, 7, 1}, {6});
-      const Tensor loss = ops::cross_entropy(xh, targets, {});
-      REQUIRE(loss.dtype() == DType::kFloat32);
-      loss.backward();
-      Tensor xr = xw.detach();
-      xr.set_requires_grad(true);
-      const Tensor lr = ops::cross_entropy(xr, targets, {});
-      lr.backward();
-      CHECK(loss.to_vector<float>() == lr.to_vector<float>());
-      REQUIRE(xh.grad().dtype() == half);
-      CHECK(as_float(xh.grad()) == rounded_to(xr.grad(), half));
+      // The CPU kernel reads 16-bit rows itself (no float32 copy of the
+      // logits): the same loss as float32 on the widened values, and their
+      // gradient rounded once; with and without smoothing and ignored rows.
+      for (const double smoothing : {0.0, 0.1}) {
+        INFO("label smoothing " << smoothing);
+        ops::CrossEntropyOptions opt;
+        opt.label_smoothing = smoothing;
+        opt.ignore_index = -1;
+        Tensor xh = xh0.detach();
+        xh.set_requires_grad(true);
+        const Tensor targets = Tensor::from_vector<int64_t>({0, 5, -1, 39, 7, 1}, {6});
+        const Tensor loss = ops::mul_scalar(ops::cross_entropy(xh, targets, opt), 3.0);
+        REQUIRE(loss.dtype() == DType::kFloat32);
+        loss.backward();
+        Tensor xr = xw.detach();
+        xr.set_requires_grad(true);
+        const Tensor lr = ops::mul_scalar(ops::cross_entropy(xr, targets, opt), 3.0);
+        lr.backward();
+        CHECK(loss.to_vector<float>() == lr.to_vector<float>());
+        REQUIRE(xh.grad().dtype() == half);
+        const std::vector<float> g = as_float(xh.grad());
+        CHECK(g == rounded_to(xr.grad(), half));
+        for (int j = 0; j < 40; ++j) CHECK(g[2 * 40 + j] == 0.0f);  // the ignored row
+      }
     }
   }
   // A parameter that is neither the input's dtype nor float32 is named.

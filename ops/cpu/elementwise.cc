@@ -197,25 +197,6 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
 
 // Element i of a float-like tensor as float (double stays double for the
 // float64 <-> float32 cases, which never go through float).
-template <class T>
-float load_float(const T* p, int64_t i) {
-  if constexpr (std::is_same_v<T, bfloat16>)
-    return bf16_bits_to_float(p[i].bits);
-  else if constexpr (std::is_same_v<T, float16>)
-    return f16_bits_to_float(p[i].bits);
-  else
-    return static_cast<float>(p[i]);
-}
-template <class T>
-void store_float(T* p, int64_t i, float v) {
-  if constexpr (std::is_same_v<T, bfloat16>)
-    p[i].bits = float_to_bf16_bits(v);
-  else if constexpr (std::is_same_v<T, float16>)
-    p[i].bits = float_to_f16_bits(v);
-  else
-    p[i] = static_cast<T>(v);
-}
-
 template <class F>
 decltype(auto) dispatch_cast(DType dtype, F&& f) {
   switch (dtype) {

@@ -252,5 +252,7 @@ GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_forward, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_forward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_backward, DeviceType::kCPU, kBoth);
 
 }  // namespace gpipe::ops::cpu

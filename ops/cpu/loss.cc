@@ -5,6 +5,7 @@
 // log(sum(exp(x - max))) and its loss (1 - eps) * (lse - x[t]) + eps * (lse - mean(x)). Row losses
 // go to a buffer that is summed in row order afterwards, so the loss does not depend on the thread
 // count. Backward: gx = (exp(x - lse) - (1 - eps) * onehot(t) - eps / C) * g / count.
+// 16-bit logits are read a row at a time into float32 (the loss and lse are float32).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -39,24 +40,27 @@ int64_t count_targets(const I* t, int64_t n, int64_t ignore_index) {
 
 void cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                double label_smoothing, Tensor& loss, Tensor& lse) {
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto z) {
+  // 16-bit logits: each row is widened to float32, as are the loss and lse.
+  dispatch_floating_16(logits.dtype(), "cross_entropy", [&](auto z) {
     using T = decltype(z);
+    using C = compute_t<T>;
     dispatch_index(targets.dtype(), "cross_entropy", [&](auto zi) {
       using I = decltype(zi);
       const int64_t c = logits.size(-1), n = logits.numel() / c;
       const I* pt = targets.data<I>();
       const int64_t count = count_targets(pt, n, ignore_index);
       const T* px = logits.data<T>();
-      T* pl = lse.data<T>();
+      C* pl = lse.data<C>();
       const double eps = label_smoothing;
       vector<double> row_loss(n, 0.0);
       parallel_for(0, n, std::max<int64_t>(1, kGrainElems / c), [&](int64_t lo, int64_t hi) {
+        vector<C> buf;
         for (int64_t i = lo; i < hi; ++i) {
-          ConstVec<T> x(px + i * c, c);
-          const T mx = x.maxCoeff();
+          ConstVec<C> x(widen_row(px + i * c, c, buf), c);
+          const C mx = x.maxCoeff();
           const double l =
               static_cast<double>(mx) + std::log(static_cast<double>((x - mx).exp().sum()));
-          pl[i] = static_cast<T>(l);
+          pl[i] = static_cast<C>(l);
           const int64_t t = static_cast<int64_t>(pt[i]);
           if (t == ignore_index) continue;
           double li = (1.0 - eps) * (l - static_cast<double>(x[t]));
@@ -66,47 +70,58 @@ void cross_entropy_forward_cpu(const Tensor& logits, const Tensor& targets, int6
       });
       double total = 0;
       for (int64_t i = 0; i < n; ++i) total += row_loss[i];
-      loss.data<T>()[0] = static_cast<T>(count > 0 ? total / count : 0.0);
+      loss.data<C>()[0] = static_cast<C>(count > 0 ? total / count : 0.0);
     });
   });
 }
 
+// 16-bit logits: each row's gradient is computed in float32 and rounded once.
 void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                                 const Tensor& g, int64_t ignore_index, double label_smoothing,
                                 Tensor& gx) {
-  dispatch_floating(logits.dtype(), "cross_entropy backward", [&](auto z) {
+  dispatch_floating_16(logits.dtype(), "cross_entropy backward", [&](auto z) {
     using T = decltype(z);
+    using C = compute_t<T>;
     dispatch_index(targets.dtype(), "cross_entropy backward", [&](auto zi) {
       using I = decltype(zi);
       const int64_t c = logits.size(-1), n = logits.numel() / c;
       const I* pt = targets.data<I>();
       const int64_t count = count_targets(pt, n, ignore_index);
       const T* px = logits.data<T>();
-      const T* pl = lse.data<T>();
+      const C* pl = lse.data<C>();
       T* pg = gx.data<T>();
       if (count == 0) {
-        std::fill(pg, pg + n * c, T(0));
+        for (int64_t i = 0; i < n * c; ++i) store_float(pg, i, 0.0f);
         return;
       }
       const double eps = label_smoothing;
-      const T scale = static_cast<T>(static_cast<double>(g.data<T>()[0]) / count);
-      const T off = static_cast<T>(eps / c);
-      const T hit = static_cast<T>(1.0 - eps);
+      const C scale = static_cast<C>(static_cast<double>(g.data<C>()[0]) / count);
+      const C off = static_cast<C>(eps / c);
+      const C hit = static_cast<C>(1.0 - eps);
       parallel_for(0, n, std::max<int64_t>(1, kGrainElems / c), [&](int64_t lo, int64_t hi) {
+        vector<C> xbuf, gbuf;
         for (int64_t i = lo; i < hi; ++i) {
-          Vec<T> gr(pg + i * c, c);
+          C* gp;
+          if constexpr (is_16bit_v<T>) {
+            gbuf.resize(static_cast<size_t>(c));
+            gp = gbuf.data();
+          } else {
+            gp = pg + i * c;
+          }
+          Vec<C> gr(gp, c);
           const int64_t t = static_cast<int64_t>(pt[i]);
           if (t == ignore_index) {
             gr.setZero();
-            continue;
+          } else {
+            const C* x = widen_row(px + i * c, c, xbuf);
+            const C l = pl[i];
+            gr = (ConstVec<C>(x, c) - l).exp();
+            for (int64_t j = 0; j < c; ++j)
+              gp[j] = ((x[j] - l < kExpCutoff<C> ? C(0) : gp[j]) - off) * scale;
+            gp[t] -= hit * scale;
           }
-          const T* x = px + i * c;
-          const T l = pl[i];
-          gr = (ConstVec<T>(x, c) - l).exp();
-          T* gp = pg + i * c;
-          for (int64_t j = 0; j < c; ++j)
-            gp[j] = ((x[j] - l < kExpCutoff<T> ? T(0) : gp[j]) - off) * scale;
-          gp[t] -= hit * scale;
+          if constexpr (is_16bit_v<T>)
+            for (int64_t j = 0; j < c; ++j) store_float(pg + i * c, j, gp[j]);
         }
       });
     });

@@ -120,6 +120,46 @@ struct float16 {
 #include "core/half_convert.inc"
 
 template <class T>
+constexpr bool is_16bit_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+// The type a kernel computes in for elements of type T: float32 for 16-bit ones.
+template <class T>
+using compute_t = std::conditional_t<is_16bit_v<T>, float, T>;
+
+// One element as float32 (exact for 16-bit and float32 elements).
+template <class T>
+float load_float(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return bf16_bits_to_float(p[i].bits);
+  else if constexpr (std::is_same_v<T, float16>)
+    return f16_bits_to_float(p[i].bits);
+  else
+    return static_cast<float>(p[i]);
+}
+// Stores v, rounded to nearest-even for 16-bit elements.
+template <class T>
+void store_float(T* p, int64_t i, float v) {
+  if constexpr (std::is_same_v<T, bfloat16>)
+    p[i].bits = float_to_bf16_bits(v);
+  else if constexpr (std::is_same_v<T, float16>)
+    p[i].bits = float_to_f16_bits(v);
+  else
+    p[i] = static_cast<T>(v);
+}
+
+// n elements of type T as compute_t<T>: the row itself, or its widened copy
+// in `buf` (resized to n) for 16-bit elements.
+template <class T, class Buf>
+const compute_t<T>* widen_row(const T* row, int64_t n, Buf& buf) {
+  if constexpr (is_16bit_v<T>) {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) buf[i] = load_float(row, i);
+    return buf.data();
+  } else {
+    return row;
+  }
+}
+
+template <class T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
   if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
@@ -196,6 +236,14 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
   if (dtype == DType::kFloat32) return f(float{});
   if (dtype != DType::kFloat64) isa_fail_dtype(op, static_cast<uint8_t>(dtype), false);
   return f(double{});
+}
+// float32, float64, bfloat16 or float16: kernels that compute on 16-bit
+// tensors themselves (Note [16-bit kernels] in ops/dispatch.h).
+template <class F>
+decltype(auto) dispatch_floating_16(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::kBFloat16) return f(bfloat16{});
+  if (dtype == DType::kFloat16) return f(float16{});
+  return dispatch_floating(dtype, op, f);
 }
 template <class F>
 decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
