@@ -135,8 +135,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
     const Tensor y = conv2d_bf16(x_in, weight_in, bias, params, y_shape);
     return half_in ? cast(y, x_in.dtype()) : y;  // Note [16-bit activations]: 16 in, 16 out
   }
-  if (half_in && weight_in.defined() && weight_in.dtype() == DType::kFloat32)
-    return cast(conv2d(cast(x_in, DType::kFloat32), weight_in, bias, opt), x_in.dtype());
+  // Any other 16-bit input (a float32 or 16-bit weight, several groups, fp16,
+  // a CUDA tensor): float32 on the widened values, rounded once.
+  if (half_in) {
+    auto wide = [](const Tensor& t) {
+      return t.defined() && is_half(t.dtype()) ? cast(t, DType::kFloat32) : t;
+    };
+    return cast(conv2d(wide(x_in), wide(weight_in), wide(bias), opt), x_in.dtype());
+  }
   // Otherwise, under bf16 / fp16 precision the operands are rounded to 16
   // bits and the products and sums stay float32.
   const Tensor x = detail::rounded_operand(x_in), weight = detail::rounded_operand(weight_in);

@@ -119,8 +119,8 @@ double sum_of_squares(const std::vector<Tensor>& tensors, const char* what) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     if (!t.defined()) continue;
-    GPIPE_CHECK(is_floating(t.dtype()), what, ": tensor ", i, " has dtype ", t.dtype(),
-                "; expected float32 or float64");
+    GPIPE_CHECK(is_float_like(t.dtype()), what, ": tensor ", i, " has dtype ", t.dtype(),
+                "; expected float32, float64, bfloat16 or float16");
     if (t.numel() == 0) continue;
     auto it = std::find_if(by_device.begin(), by_device.end(),
                            [&](const auto& d) { return d.first == t.device(); });

@@ -25,8 +25,8 @@ std::vector<Tensor> unique_grads(const std::vector<NamedTensor>& params, const c
     if (!seen.insert(p.tensor->impl_ptr().get()).second) continue;
     Tensor g = p.tensor->grad();
     if (!g.defined()) continue;
-    GPIPE_CHECK(is_floating(g.dtype()), op, ": gradient of '", p.name, "' has dtype ", g.dtype(),
-                "; expected float32 or float64");
+    GPIPE_CHECK(is_float_like(g.dtype()), op, ": gradient of '", p.name, "' has dtype ", g.dtype(),
+                "; expected float32, float64, bfloat16 or float16");
     out.push_back(std::move(g));
   }
   return out;

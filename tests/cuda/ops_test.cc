@@ -3,9 +3,9 @@
 // devices, compare.
 //
 // 1. The op table (tests/ops/*_cases.cc): each case's fn runs on CPU
-//    tensors and on cuda:0 copies of the same inputs, in float64 and in
-//    float32; outputs and the gradients of sum(out * R) (R fixed random)
-//    must agree.
+//    tensors and on cuda:0 copies of the same inputs, in float64, float32
+//    and bfloat16; outputs and the gradients of sum(out * R) (R fixed
+//    random) must agree.
 // 2. Larger shapes that reach the multi-block / multi-chunk paths the tiny
 //    op-table shapes do not (long rows, many chunks, block-per-row softmax
 //    and LayerNorm, big embeddings, realistic convolutions).
@@ -16,7 +16,9 @@
 // Tolerances, on max |gpu - cpu| / max(1, |cpu|) over all elements:
 //   float64: 1e-9 (different summation orders only);
 //   float32: 2e-4 for the op table, 1e-3 for the larger shapes (reductions
-//   of up to ~1e6 terms in a different order; TF32 is off).
+//   of up to ~1e6 terms in a different order; TF32 is off);
+//   bfloat16: twice the op case's tolerance16 (4 unit roundoffs, 2^-8, by
+//   default), as each side may be that far from the exact result.
 #include "ops/ops.h"
 
 #include <catch2/catch.hpp>
@@ -45,7 +47,10 @@ using In = std::vector<Tensor>;
 // max |a - b| / max(1, |b|) over all elements (NaN in the same place on both
 // sides agrees; NaN on one side only is infinitely wrong); also reports where.
 double rel_err(const Tensor& a, const Tensor& b, int64_t* at = nullptr) {
-  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  auto values = [](const Tensor& t) {
+    return (is_half(t.dtype()) ? t.to(DType::kFloat64) : t).to_vector<double>();
+  };
+  const auto va = values(a), vb = values(b);
   double worst = 0;
   for (size_t i = 0; i < va.size(); ++i) {
     const bool na = std::isnan(va[i]), nb = std::isnan(vb[i]);
@@ -142,13 +147,19 @@ void compare(const std::string& name, const Fn& fn, const In& inputs, DType dtyp
 
 // --- 1. the op table ---
 
-TEST_CASE("cuda ops: every op-table case matches the CPU on cuda:0 (float64 and float32)") {
+TEST_CASE(
+    "cuda ops: every op-table case matches the CPU on cuda:0 (float64, float32 and bfloat16)") {
   REQUIRE_FALSE(op_cases().empty());
   for (const OpCase& c : op_cases()) {
-    for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16}) {
+      if (dtype == DType::kBFloat16 && !c.check_16bit) continue;
       SECTION(c.name + " / " + std::string(dtype_name(dtype))) {
-        compare(c.name, c.fn, c.make_inputs(), dtype, dtype == DType::kFloat64 ? 1e-9 : 2e-4,
-                c.check_grad, c.grad_inputs);
+        // bfloat16: each side within tolerance16 unit roundoffs (2^-8) of the
+        // exact result on the same rounded inputs (tests/ops/op_table.h).
+        const double tol = dtype == DType::kFloat64   ? 1e-9
+                           : dtype == DType::kFloat32 ? 2e-4
+                                                      : 2 * c.tolerance16 * std::ldexp(1.0, -8);
+        compare(c.name, c.fn, c.make_inputs(), dtype, tol, c.check_grad, c.grad_inputs);
       }
     }
   }

@@ -43,6 +43,12 @@ struct OpCase {
   // The float32 run (every float input cast) against the float64 one, outputs
   // and gradients: max |f32 - f64| <= tolerance32 * max(1, max |f64|).
   double tolerance32 = 2e-5;
+  // Every float input in bfloat16, then in float16, against float64 on the
+  // same rounded values: max |f16 - f64| <= tolerance16 * u * max(1, max
+  // |f64|), u the format's unit roundoff (2^-8, 2^-11). false: the op is
+  // float32-only by design (say why in the case).
+  bool check_16bit = true;
+  double tolerance16 = 4;
 };
 
 std::vector<OpCase>& op_cases();

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -85,16 +86,19 @@ void check_gradients(const OpCase& c) {
 
 // Outputs and (if the case has gradients) the gradients of sum(out * R)
 // w.r.t. its float inputs, with every float input cast to `dtype` first;
-// all returned in float64.
+// all returned in float64. With `rounded` (a 16-bit dtype), the inputs and
+// the R_i hold values of that format: a float64 run on them is the exact
+// reference for a run in that format.
 struct Run {
   std::vector<Tensor> outs, grads;
 };
-Run run_as(const OpCase& c, DType dtype) {
+Run run_as(const OpCase& c, DType dtype, std::optional<DType> rounded = std::nullopt) {
+  auto round = [&](const Tensor& t) { return rounded ? t.to(*rounded) : t; };
   std::vector<Tensor> inputs = c.make_inputs();
   std::vector<int> floats;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined() && is_floating(inputs[i].dtype())) {
-      inputs[i] = inputs[i].to(dtype);
+      inputs[i] = round(inputs[i]).to(dtype);
       floats.push_back(static_cast<int>(i));
     }
   const std::vector<int> which = c.grad_inputs.empty() ? floats : c.grad_inputs;
@@ -107,7 +111,7 @@ Run run_as(const OpCase& c, DType dtype) {
     for (size_t i = 0; i < outs.size(); ++i) {
       if (!outs[i].requires_grad()) continue;
       roots.push_back(outs[i]);
-      seeds.push_back(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0).to(outs[i].dtype()));
+      seeds.push_back(round(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0)).to(outs[i].dtype()));
     }
     if (!roots.empty()) backward(roots, seeds);
     for (int i : which)
@@ -144,6 +148,38 @@ void check_float32(const OpCase& c) {
     INFO("gradient " << i);
     REQUIRE(f32.grads[i].defined() == ref.grads[i].defined());
     if (ref.grads[i].defined()) CHECK(relative_error(f32.grads[i], ref.grads[i]) <= c.tolerance32);
+  }
+}
+
+// Every float input in a 16-bit dtype (Note [16-bit kernels] in
+// ops/dispatch.h): outputs and gradients against float64 on the same
+// rounded values, within tolerance16 unit roundoffs of the format (bfloat16
+// 2^-8, float16 2^-11) times max(1, max |reference|). Each op rounds its
+// outputs once and the input's gradient once; a case that chains ops rounds
+// between them, hence a few units.
+void check_16bit(const OpCase& c, DType half) {
+  INFO("every float input in " << half);
+  const double unit = half == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  const double tol = c.tolerance16 * unit;
+  const Run ref = run_as(c, DType::kFloat64, half), low = run_as(c, half, half);
+  REQUIRE(low.outs.size() == ref.outs.size());
+  for (size_t i = 0; i < ref.outs.size(); ++i) {
+    REQUIRE(low.outs[i].defined() == ref.outs[i].defined());
+    if (!ref.outs[i].defined()) continue;
+    INFO("output " << i << " of shape " << ref.outs[i].shape());
+    REQUIRE(low.outs[i].shape() == ref.outs[i].shape());
+    const double err = relative_error(low.outs[i], ref.outs[i]);
+    INFO("relative error " << err << " = " << err / unit << " unit roundoffs");
+    CHECK(err <= tol);
+  }
+  REQUIRE(low.grads.size() == ref.grads.size());
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    INFO("gradient " << i);
+    REQUIRE(low.grads[i].defined() == ref.grads[i].defined());
+    if (!ref.grads[i].defined()) continue;
+    const double err = relative_error(low.grads[i], ref.grads[i]);
+    INFO("relative error " << err << " = " << err / unit << " unit roundoffs");
+    CHECK(err <= tol);
   }
 }
 
@@ -215,8 +251,8 @@ std::vector<CpuIsa> supported_levels() {
 }  // namespace
 
 TEST_CASE(
-    "op table: every case passes forward, gradient and float32 checks at every ISA level, and its "
-    "split backward (input, then weights) equals the full one") {
+    "op table: every case passes forward, gradient, float32, bfloat16 and float16 checks at every "
+    "ISA level, and its split backward (input, then weights) equals the full one") {
   REQUIRE_FALSE(op_cases().empty());
   std::set<std::string> names;
   for (const OpCase& c : op_cases()) {
@@ -236,6 +272,8 @@ TEST_CASE(
         c.check_forward(inputs, outs);
         if (c.check_grad) check_gradients(c);
         check_float32(c);
+        if (c.check_16bit)
+          for (DType half : {DType::kBFloat16, DType::kFloat16}) check_16bit(c, half);
       }
       if (c.check_grad) check_split(c);
     }
