@@ -37,7 +37,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   detail::check_floating("masked_fill", x, "the input");
   GPIPE_CHECK(mask.defined(), "masked_fill: mask is an undefined tensor");
   GPIPE_CHECK(is_float_like(mask.dtype()) || is_integral(mask.dtype()),
-              "masked_fill: expected a float32/float64/int32/int64 mask, got ", mask.dtype());
+              "masked_fill: expected a float32/float64/bfloat16/float16/int32/int64 mask, got ",
+              mask.dtype());
   GPIPE_CHECK(mask.device() == x.device(), "masked_fill: mask is on ", mask.device(),
               " but the input is on ", x.device());
   const Tensor mv = broadcast_mask(mask.detach(), x.shape());

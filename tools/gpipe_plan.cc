@@ -136,8 +136,9 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
   std::printf("# %s: %ld parameters, %zu layers; %s (state %.0f x the parameters); N = %ld, K = %d",
               c.model.c_str(), static_cast<long>(params), model.layers.size(), c.optimizer.c_str(),
               train::optimizer_state_factor(c), static_cast<long>(c.batch), f.devices);
-  std::printf(", memory %s per device\n",
-              req.memory_bytes > 0 ? format_bytes(req.memory_bytes).c_str() : "unlimited");
+  std::printf(", memory %s per device; precision %s\n",
+              req.memory_bytes > 0 ? format_bytes(req.memory_bytes).c_str() : "unlimited",
+              c.precision.c_str());
   const Batch sample = synthetic_batch(c, vocab);
   ModelCosts costs = train::training_costs(c, model, sample, req.micro_batches,
                                            f.devices > 1 ? &other : nullptr, f.threads);
@@ -155,6 +156,7 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     if (uniform) std::printf(" --remat=%s", best.choice.remat_text().c_str());
     if (best.choice.schedule == ScheduleKind::kInterleaved)
       std::printf(" --virtual=%d", best.choice.virtual_stages);
+    if (c.precision != "fp32") std::printf(" --precision=%s", c.precision.c_str());
     std::printf(" --balance=%s%s\n", best.choice.balance_text().c_str(),
                 uniform ? "" : " (remat differs per cell: --plan=auto runs it)");
     if (!f.svg.empty()) {

@@ -15,15 +15,20 @@
 
 #include "core/allocator.h"
 #include "core/tensor.h"
+#include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
 
 namespace gpipe::ops::cuda {
 
 using gpipe::cuda::blocks_for;
+using gpipe::cuda::compute_t;
+using gpipe::cuda::is_16bit_v;
 using gpipe::cuda::KernelScope;
 using gpipe::cuda::kThreads;
+using gpipe::cuda::load;
 using gpipe::cuda::make_indexers;
 using gpipe::cuda::storage_ptr;
+using gpipe::cuda::store;
 using gpipe::cuda::StridedIndexer;
 
 // --- math: one name for float and double ---
@@ -128,6 +133,16 @@ inline constexpr int64_t kWarpRowLimit = 1024;
 template <int kGroup>
 inline int row_blocks(int64_t rows) {
   return blocks_for(rows, kThreads / kGroup);
+}
+
+// float32, float64, bfloat16 or float16: for kernels that read and write
+// 16-bit tensors themselves, computing in compute_t<T> (Note [16-bit
+// kernels] in ops/dispatch.h); marked with GPIPE_KERNEL_ACCEPTS_16BIT.
+template <class F>
+decltype(auto) dispatch_float_like(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::kBFloat16) return f(bfloat16{});
+  if (dtype == DType::kFloat16) return f(float16{});
+  return dispatch_floating(dtype, op, f);
 }
 
 // A contiguous scratch tensor charged to MemoryCategory::kWorkspace.

@@ -13,15 +13,16 @@
 namespace gpipe::ops::cuda {
 namespace {
 
-template <class T>
-__global__ void dropout_kernel(const T* x, int64_t n, uint64_t key, float threshold, T scale,
+// 16-bit T: x * scale in float32, rounded once (the CPU's float32 kernel on a widened copy).
+template <class T, class C = compute_t<T>>
+__global__ void dropout_kernel(const T* x, int64_t n, uint64_t key, float threshold, C scale,
                                T* out) {
   GPIPE_KERNEL_LOOP(b, (n + 3) / 4) {
     const philox::Block w = philox::block_at(key, static_cast<uint64_t>(b));
     for (int j = 0; j < 4; ++j) {
       const int64_t i = 4 * b + j;
       if (i >= n) break;
-      out[i] = philox::to_unit_float(w.w[j]) >= threshold ? x[i] * scale : T(0);
+      store(out, i, philox::to_unit_float(w.w[j]) >= threshold ? load(x, i) * scale : C(0));
     }
   }
 }
@@ -33,9 +34,9 @@ void dropout_apply_cuda(const Tensor& x, double p, uint64_t key, Tensor& out) {
   // u >= p in double, as a float threshold: the smallest float u that passes.
   const float threshold = static_cast<float>(p) >= p ? static_cast<float>(p)
                                                      : std::nextafter(static_cast<float>(p), 2.0f);
-  dispatch_floating(x.dtype(), "dropout", [&](auto z) {
+  dispatch_float_like(x.dtype(), "dropout", [&](auto z) {
     using T = decltype(z);
-    const T scale = static_cast<T>(1.0 / (1.0 - p));
+    const auto scale = static_cast<compute_t<T>>(1.0 / (1.0 - p));
     dropout_kernel<T><<<blocks_for((n + 3) / 4), kThreads, 0, scope.stream()>>>(
         x.data<T>(), n, key, threshold, scale, out.data<T>());
   });
@@ -45,5 +46,6 @@ void dropout_apply_cuda(const Tensor& x, double p, uint64_t key, Tensor& out) {
 }  // namespace
 
 GPIPE_REGISTER_KERNEL(dropout_apply, DeviceType::kCUDA, dropout_apply_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(dropout_apply, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda

@@ -12,15 +12,17 @@
 namespace gpipe::ops::cuda {
 namespace {
 
+// T is the element type; f computes in compute_t<T> (float32 for 16-bit
+// elements, which are rounded once on the way out).
 template <class T, class F>
 __global__ void binary_flat(const T* a, const T* b, T* out, int64_t n, F f) {
-  GPIPE_KERNEL_LOOP(i, n) { out[i] = f(a[i], b[i]); }
+  GPIPE_KERNEL_LOOP(i, n) { store(out, i, f(load(a, i), load(b, i))); }
 }
 
 template <class T, class F>
 __global__ void binary_strided(const T* a, StridedIndexer ai, const T* b, StridedIndexer bi, T* out,
                                int64_t n, F f) {
-  GPIPE_KERNEL_LOOP(i, n) { out[i] = f(a[ai(i)], b[bi(i)]); }
+  GPIPE_KERNEL_LOOP(i, n) { store(out, i, f(load(a, ai(i)), load(b, bi(i)))); }
 }
 
 template <class T>
@@ -58,17 +60,18 @@ void binary_impl(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 }
 
 void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  dispatch_floating(out.dtype(), "elementwise", [&](auto z) {
+  dispatch_float_like(out.dtype(), "elementwise", [&](auto z) {
     using T = decltype(z);
+    using C = compute_t<T>;
     switch (op) {
       case BinaryOp::kAdd:
-        return binary_impl<T>(a, b, out, AddOp<T>{});
+        return binary_impl<T>(a, b, out, AddOp<C>{});
       case BinaryOp::kSub:
-        return binary_impl<T>(a, b, out, SubOp<T>{});
+        return binary_impl<T>(a, b, out, SubOp<C>{});
       case BinaryOp::kMul:
-        return binary_impl<T>(a, b, out, MulOp<T>{});
+        return binary_impl<T>(a, b, out, MulOp<C>{});
       case BinaryOp::kDiv:
-        return binary_impl<T>(a, b, out, DivOp<T>{});
+        return binary_impl<T>(a, b, out, DivOp<C>{});
     }
   });
 }
@@ -148,16 +151,17 @@ __device__ inline T unary_derivative(UnaryOp op, T v, T o, T al) {
   return T(0);
 }
 
-template <class T>
-__global__ void unary_kernel(UnaryOp op, T al, const T* x, T* out, int64_t n) {
-  GPIPE_KERNEL_LOOP(i, n) { out[i] = unary_value(op, x[i], al); }
+template <class T, class C = compute_t<T>>
+__global__ void unary_kernel(UnaryOp op, C al, const T* x, T* out, int64_t n) {
+  GPIPE_KERNEL_LOOP(i, n) { store(out, i, unary_value(op, load(x, i), al)); }
 }
 
-template <class T>
-__global__ void unary_backward_kernel(UnaryOp op, T al, const T* x, const T* y, const T* gy, T* gx,
+template <class T, class C = compute_t<T>>
+__global__ void unary_backward_kernel(UnaryOp op, C al, const T* x, const T* y, const T* gy, T* gx,
                                       int64_t n) {
   GPIPE_KERNEL_LOOP(i, n) {
-    gx[i] = gy[i] * unary_derivative(op, x ? x[i] : T(0), y ? y[i] : T(0), al);
+    store(gx, i,
+          load(gy, i) * unary_derivative(op, x ? load(x, i) : C(0), y ? load(y, i) : C(0), al));
   }
 }
 
@@ -165,10 +169,10 @@ void unary_cuda(UnaryOp op, double alpha, const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
   KernelScope scope(out.device());
-  dispatch_floating(x.dtype(), "elementwise", [&](auto z) {
+  dispatch_float_like(x.dtype(), "elementwise", [&](auto z) {
     using T = decltype(z);
-    unary_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(op, static_cast<T>(alpha),
-                                                                    x.data<T>(), out.data<T>(), n);
+    unary_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
+        op, static_cast<compute_t<T>>(alpha), x.data<T>(), out.data<T>(), n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }
@@ -178,10 +182,10 @@ void unary_backward_cuda(UnaryOp op, double alpha, const Tensor& x, const Tensor
   const int64_t n = gy.numel();
   if (n == 0) return;
   KernelScope scope(gx.device());
-  dispatch_floating(gy.dtype(), "elementwise backward", [&](auto z) {
+  dispatch_float_like(gy.dtype(), "elementwise backward", [&](auto z) {
     using T = decltype(z);
     unary_backward_kernel<T><<<blocks_for(n), kThreads, 0, scope.stream()>>>(
-        op, static_cast<T>(alpha), x.defined() ? x.data<T>() : nullptr,
+        op, static_cast<compute_t<T>>(alpha), x.defined() ? x.data<T>() : nullptr,
         y.defined() ? y.data<T>() : nullptr, gy.data<T>(), gx.data<T>(), n);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
@@ -244,5 +248,10 @@ GPIPE_KERNEL_ACCEPTS_16BIT(cast_into, DeviceType::kCUDA, kBoth);
 GPIPE_REGISTER_KERNEL(binary_elementwise, DeviceType::kCUDA, binary_cuda);
 GPIPE_REGISTER_KERNEL(unary_elementwise, DeviceType::kCUDA, unary_cuda);
 GPIPE_REGISTER_KERNEL(unary_backward, DeviceType::kCUDA, unary_backward_cuda);
+// 16-bit elements are loaded as float32 and rounded once on the way out,
+// what the CPU's float32 kernels on widened copies compute.
+GPIPE_KERNEL_ACCEPTS_16BIT(binary_elementwise, DeviceType::kCUDA, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(unary_elementwise, DeviceType::kCUDA, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(unary_backward, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda

@@ -110,7 +110,7 @@ __global__ void scatter_rows_kernel(const T* g, const I* idx, const int* counts,
 
 void embedding_forward_cuda(const Tensor& weight, const Tensor& indices, Tensor& out) {
   KernelScope scope(out.device());
-  dispatch_floating(weight.dtype(), "embedding", [&](auto z) {
+  dispatch_float_like(weight.dtype(), "embedding", [&](auto z) {  // a gather: copies elements
     using T = decltype(z);
     dispatch_index(indices.dtype(), "embedding", [&](auto zi) {
       using I = decltype(zi);
@@ -152,5 +152,8 @@ void embedding_backward_cuda(const Tensor& g, const Tensor& indices, bool accumu
 
 GPIPE_REGISTER_KERNEL(embedding_forward, DeviceType::kCUDA, embedding_forward_cuda);
 GPIPE_REGISTER_KERNEL(embedding_backward, DeviceType::kCUDA, embedding_backward_cuda);
+// The backward sums rows into gweight in place, so a 16-bit gweight goes
+// through float32 copies (one rounding at the end, as on the CPU).
+GPIPE_KERNEL_ACCEPTS_16BIT(embedding_forward, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda

@@ -25,59 +25,62 @@ T* mutable_or_null(Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
-template <class T, int kGroup>
-__global__ void forward_kernel(const T* x, const T* gamma, const T* beta, double eps, T* y, T* mean,
-                               T* rstd, int64_t rows, int64_t d) {
+// T: the element type of x, y, g and gx; P: gamma's and beta's (T, or
+// float32 beside a 16-bit T); C = compute_t<T>: the statistics' and the
+// parameter gradients' type (float32 for 16-bit T, Note [Mixed precision]).
+template <class T, class P, int kGroup, class C = compute_t<T>>
+__global__ void forward_kernel(const T* x, const P* gamma, const P* beta, double eps, T* y, C* mean,
+                               C* rstd, int64_t rows, int64_t d) {
   __shared__ double shared[32];
   const int lane = threadIdx.x % kGroup;
   GPIPE_ROW_LOOP(r, rows, kGroup) {
     const T* xr = x + r * d;
     T* yr = y + r * d;
     double s = 0;
-    for (int64_t k = lane; k < d; k += kGroup) s += static_cast<double>(xr[k]);
-    const T m = static_cast<T>(group_sum<kGroup>(s, shared) / static_cast<double>(d));
+    for (int64_t k = lane; k < d; k += kGroup) s += static_cast<double>(load(xr, k));
+    const C m = static_cast<C>(group_sum<kGroup>(s, shared) / static_cast<double>(d));
     double v = 0;
     for (int64_t k = lane; k < d; k += kGroup) {
-      const double c = static_cast<double>(xr[k] - m);
+      const double c = static_cast<double>(load(xr, k) - m);
       v += c * c;
     }
     v = group_sum<kGroup>(v, shared) / static_cast<double>(d);
-    const T rs = static_cast<T>(1.0 / sqrt(v + eps));
+    const C rs = static_cast<C>(1.0 / sqrt(v + eps));
     if (lane == 0) {
       mean[r] = m;
       rstd[r] = rs;
     }
     for (int64_t k = lane; k < d; k += kGroup) {
-      T val = (xr[k] - m) * rs;
-      if (gamma) val *= gamma[k];
-      if (beta) val += beta[k];
-      yr[k] = val;
+      C val = (load(xr, k) - m) * rs;
+      if (gamma) val *= static_cast<C>(load(gamma, k));
+      if (beta) val += static_cast<C>(load(beta, k));
+      store(yr, k, val);
     }
   }
 }
 
-template <class T, int kGroup>
-__global__ void input_grad_kernel(const T* g, const T* x, const T* mean, const T* rstd,
-                                  const T* gamma, T* gx, int64_t rows, int64_t d) {
+template <class T, class P, int kGroup, class C = compute_t<T>>
+__global__ void input_grad_kernel(const T* g, const T* x, const C* mean, const C* rstd,
+                                  const P* gamma, T* gx, int64_t rows, int64_t d) {
   __shared__ double shared[32];
   const int lane = threadIdx.x % kGroup;
   GPIPE_ROW_LOOP(r, rows, kGroup) {
     const T* gr = g + r * d;
     const T* xr = x + r * d;
-    const T m = mean[r], rs = rstd[r];
+    const C m = mean[r], rs = rstd[r];
     double sa = 0, sb = 0;
     for (int64_t k = lane; k < d; k += kGroup) {
-      const T dh = gamma ? gr[k] * gamma[k] : gr[k];
+      const C dh = gamma ? load(gr, k) * static_cast<C>(load(gamma, k)) : load(gr, k);
       sa += static_cast<double>(dh);
-      sb += static_cast<double>(dh) * static_cast<double>(xr[k] - m);
+      sb += static_cast<double>(dh) * static_cast<double>(load(xr, k) - m);
     }
     sa = group_sum<kGroup>(sa, shared);
     sb = group_sum<kGroup>(sb, shared);
-    const T ma = static_cast<T>(sa / static_cast<double>(d));
-    const T mb = static_cast<T>(sb * static_cast<double>(rs) / static_cast<double>(d));
+    const C ma = static_cast<C>(sa / static_cast<double>(d));
+    const C mb = static_cast<C>(sb * static_cast<double>(rs) / static_cast<double>(d));
     for (int64_t k = lane; k < d; k += kGroup) {
-      const T dh = gamma ? gr[k] * gamma[k] : gr[k];
-      gx[r * d + k] = rs * (dh - ma - (xr[k] - m) * (rs * mb));
+      const C dh = gamma ? load(gr, k) * static_cast<C>(load(gamma, k)) : load(gr, k);
+      store(gx, r * d + k, rs * (dh - ma - (load(xr, k) - m) * (rs * mb)));
     }
   }
 }
@@ -88,8 +91,8 @@ constexpr int64_t kRowsPerChunk = 64;
 constexpr int64_t kMaxChunks = 1024;
 
 // Pass 1: block (column tile, chunk) -> partial sums of g * xhat and g.
-template <class T>
-__global__ void param_partials_kernel(const T* g, const T* x, const T* mean, const T* rstd,
+template <class T, class C = compute_t<T>>
+__global__ void param_partials_kernel(const T* g, const T* x, const C* mean, const C* rstd,
                                       int64_t rows, int64_t d, int64_t chunks, double* pg,
                                       double* pb) {
   __shared__ double sg[kRowLanes][kTileCols];
@@ -100,8 +103,9 @@ __global__ void param_partials_kernel(const T* g, const T* x, const T* mean, con
   double ag = 0, ab = 0;
   if (col < d) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      const T gv = g[r * d + col];
-      ag += static_cast<double>(gv) * static_cast<double>((x[r * d + col] - mean[r]) * rstd[r]);
+      const C gv = load(g, r * d + col);
+      ag +=
+          static_cast<double>(gv) * static_cast<double>((load(x, r * d + col) - mean[r]) * rstd[r]);
       ab += static_cast<double>(gv);
     }
   }
@@ -134,23 +138,38 @@ __global__ void param_finish_kernel(const double* pg, const double* pb, int64_t 
   }
 }
 
+// Calls f(P{}) with gamma's and beta's element type: float32 beside a
+// 16-bit input when the parameters are float32, else the input's own.
+template <class T, class F>
+void with_param_type(const Tensor& gamma, const Tensor& beta, F&& f) {
+  if constexpr (is_16bit_v<T>) {
+    const Tensor& p = gamma.defined() ? gamma : beta;
+    if (p.defined() && p.dtype() == DType::kFloat32) return f(float{});
+  }
+  f(T{});
+}
+
 void layer_norm_forward_cuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
                              Tensor& y, Tensor& mean, Tensor& rstd) {
   const int64_t d = x.size(-1);
   const int64_t rows = d == 0 ? 0 : x.numel() / d;
   if (rows == 0) return;
   KernelScope scope(y.device());
-  dispatch_floating(x.dtype(), "layer_norm", [&](auto z) {
+  dispatch_float_like(x.dtype(), "layer_norm", [&](auto z) {
     using T = decltype(z);
-    if (d <= kWarpRowLimit) {
-      forward_kernel<T, 32><<<row_blocks<32>(rows), kThreads, 0, scope.stream()>>>(
-          x.data<T>(), data_or_null<T>(gamma), data_or_null<T>(beta), eps, y.data<T>(),
-          mean.data<T>(), rstd.data<T>(), rows, d);
-    } else {
-      forward_kernel<T, kThreads><<<row_blocks<kThreads>(rows), kThreads, 0, scope.stream()>>>(
-          x.data<T>(), data_or_null<T>(gamma), data_or_null<T>(beta), eps, y.data<T>(),
-          mean.data<T>(), rstd.data<T>(), rows, d);
-    }
+    using C = compute_t<T>;
+    with_param_type<T>(gamma, beta, [&](auto zp) {
+      using P = decltype(zp);
+      if (d <= kWarpRowLimit) {
+        forward_kernel<T, P, 32><<<row_blocks<32>(rows), kThreads, 0, scope.stream()>>>(
+            x.data<T>(), data_or_null<P>(gamma), data_or_null<P>(beta), eps, y.data<T>(),
+            mean.data<C>(), rstd.data<C>(), rows, d);
+      } else {
+        forward_kernel<T, P, kThreads><<<row_blocks<kThreads>(rows), kThreads, 0, scope.stream()>>>(
+            x.data<T>(), data_or_null<P>(gamma), data_or_null<P>(beta), eps, y.data<T>(),
+            mean.data<C>(), rstd.data<C>(), rows, d);
+      }
+    });
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }
@@ -162,25 +181,30 @@ void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& me
   const int64_t rows = d == 0 ? 0 : x.numel() / d;
   const Device device = x.device();
   KernelScope scope(device);
-  dispatch_floating(x.dtype(), "layer_norm backward", [&](auto z) {
+  dispatch_float_like(x.dtype(), "layer_norm backward", [&](auto z) {
     using T = decltype(z);
-    T* pgg = mutable_or_null<T>(ggamma);
-    T* pgb = mutable_or_null<T>(gbeta);
+    using C = compute_t<T>;  // the statistics' and the parameter gradients' type
+    C* pgg = mutable_or_null<C>(ggamma);
+    C* pgb = mutable_or_null<C>(gbeta);
     if (rows == 0) {
       if (pgg) GPIPE_CUDA_CHECK(cudaMemsetAsync(pgg, 0, ggamma.nbytes(), scope.stream()));
       if (pgb) GPIPE_CUDA_CHECK(cudaMemsetAsync(pgb, 0, gbeta.nbytes(), scope.stream()));
       return;
     }
     if (gx.defined()) {
-      if (d <= kWarpRowLimit) {
-        input_grad_kernel<T, 32><<<row_blocks<32>(rows), kThreads, 0, scope.stream()>>>(
-            g.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(gamma),
-            gx.data<T>(), rows, d);
-      } else {
-        input_grad_kernel<T, kThreads><<<row_blocks<kThreads>(rows), kThreads, 0, scope.stream()>>>(
-            g.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), data_or_null<T>(gamma),
-            gx.data<T>(), rows, d);
-      }
+      with_param_type<T>(gamma, Tensor(), [&](auto zp) {
+        using P = decltype(zp);
+        if (d <= kWarpRowLimit) {
+          input_grad_kernel<T, P, 32><<<row_blocks<32>(rows), kThreads, 0, scope.stream()>>>(
+              g.data<T>(), x.data<T>(), mean.data<C>(), rstd.data<C>(), data_or_null<P>(gamma),
+              gx.data<T>(), rows, d);
+        } else {
+          input_grad_kernel<T, P, kThreads>
+              <<<row_blocks<kThreads>(rows), kThreads, 0, scope.stream()>>>(
+                  g.data<T>(), x.data<T>(), mean.data<C>(), rstd.data<C>(), data_or_null<P>(gamma),
+                  gx.data<T>(), rows, d);
+        }
+      });
       GPIPE_CUDA_CHECK_LAUNCH();
     }
     if (!pgg && !pgb) return;
@@ -192,9 +216,9 @@ void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& me
     const dim3 grid(static_cast<unsigned>((d + kTileCols - 1) / kTileCols),
                     static_cast<unsigned>(chunks));
     param_partials_kernel<T><<<grid, dim3(kTileCols, kRowLanes), 0, scope.stream()>>>(
-        g.data<T>(), x.data<T>(), mean.data<T>(), rstd.data<T>(), rows, d, chunks, pg, pb);
+        g.data<T>(), x.data<T>(), mean.data<C>(), rstd.data<C>(), rows, d, chunks, pg, pb);
     GPIPE_CUDA_CHECK_LAUNCH();
-    param_finish_kernel<T>
+    param_finish_kernel<C>
         <<<blocks_for(d), kThreads, 0, scope.stream()>>>(pg, pb, d, chunks, pgg, pgb);
     GPIPE_CUDA_CHECK_LAUNCH();
   });
@@ -204,5 +228,7 @@ void layer_norm_backward_cuda(const Tensor& g, const Tensor& x, const Tensor& me
 
 GPIPE_REGISTER_KERNEL(layer_norm_forward, DeviceType::kCUDA, layer_norm_forward_cuda);
 GPIPE_REGISTER_KERNEL(layer_norm_backward, DeviceType::kCUDA, layer_norm_backward_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_forward, DeviceType::kCUDA, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_backward, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda

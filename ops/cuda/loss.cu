@@ -37,31 +37,34 @@ __global__ void target_stats_kernel(const I* t, int64_t n, int64_t c, int64_t ig
   }
 }
 
-template <class T, class I, int kGroup>
+// T: the logits' element type; C = compute_t<T>: the loss's, the
+// log-sum-exps' and the upstream gradient's (float32 for 16-bit logits).
+template <class T, class I, int kGroup, class C = compute_t<T>>
 __global__ void row_loss_kernel(const T* x, const I* targets, int64_t n, int64_t c,
-                                int64_t ignore_index, double eps, T* lse, double* row_loss) {
+                                int64_t ignore_index, double eps, C* lse, double* row_loss) {
   __shared__ double shared[32];
-  __shared__ T shared_t[32];
+  __shared__ C shared_t[32];
   const int lane = threadIdx.x % kGroup;
   GPIPE_ROW_LOOP(i, n, kGroup) {
     const T* xr = x + i * c;
-    T mx = neg_infinity<T>();
-    for (int64_t j = lane; j < c; j += kGroup) mx = fmax(mx, xr[j]);
+    C mx = neg_infinity<C>();
+    for (int64_t j = lane; j < c; j += kGroup) mx = fmax(mx, load(xr, j));
     mx = group_max<kGroup>(mx, shared_t);
     double s = 0, sx = 0;
     for (int64_t j = lane; j < c; j += kGroup) {
-      s += static_cast<double>(dexp(xr[j] - mx));
-      sx += static_cast<double>(xr[j]);
+      const C xj = load(xr, j);
+      s += static_cast<double>(dexp(xj - mx));
+      sx += static_cast<double>(xj);
     }
     s = group_sum<kGroup>(s, shared);
     if (eps != 0.0) sx = group_sum<kGroup>(sx, shared);
     if (lane == 0) {
       const double l = static_cast<double>(mx) + log(s);
-      lse[i] = static_cast<T>(l);
+      lse[i] = static_cast<C>(l);
       const int64_t t = static_cast<int64_t>(targets[i]);
       double li = 0;
       if (t != ignore_index && t >= 0 && t < c) {
-        li = (1.0 - eps) * (l - static_cast<double>(xr[t]));
+        li = (1.0 - eps) * (l - static_cast<double>(load(xr, t)));
         if (eps != 0.0) li += eps * (l - sx / static_cast<double>(c));
       }
       row_loss[i] = li;
@@ -82,25 +85,25 @@ __global__ void mean_loss_kernel(const double* row_loss, int64_t n, const unsign
   }
 }
 
-template <class T, class I>
-__global__ void grad_kernel(const T* x, const I* targets, const T* lse, const T* g,
+template <class T, class I, class C = compute_t<T>>
+__global__ void grad_kernel(const T* x, const I* targets, const C* lse, const C* g,
                             const unsigned long long* stats, int64_t n, int64_t c,
                             int64_t ignore_index, double eps, T* gx) {
   const unsigned long long count = stats[1];
-  const T scale = count > 0 ? static_cast<T>(static_cast<double>(g[0]) / count) : T(0);
-  const T off = static_cast<T>(eps / c);
-  const T hit = static_cast<T>(1.0 - eps);
+  const C scale = count > 0 ? static_cast<C>(static_cast<double>(g[0]) / count) : C(0);
+  const C off = static_cast<C>(eps / c);
+  const C hit = static_cast<C>(1.0 - eps);
   GPIPE_KERNEL_LOOP(e, n * c) {
     const int64_t i = e / c, j = e - i * c;
     const int64_t t = static_cast<int64_t>(targets[i]);
     if (count == 0 || t == ignore_index || t < 0 || t >= c) {
-      gx[e] = T(0);
+      store(gx, e, C(0));
       continue;
     }
-    const T d = x[e] - lse[i];
-    T v = ((d < exp_cutoff<T>() ? T(0) : dexp(d)) - off) * scale;
+    const C d = load(x, e) - lse[i];
+    C v = ((d < exp_cutoff<C>() ? C(0) : dexp(d)) - off) * scale;
     if (j == t) v -= hit * scale;
-    gx[e] = v;
+    store(gx, e, v);
   }
 }
 
@@ -117,8 +120,9 @@ void launch_stats(const Tensor& targets, int64_t n, int64_t c, int64_t ignore_in
 void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                                 double label_smoothing, Tensor& loss, Tensor& lse) {
   KernelScope scope(loss.device());
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto z) {
+  dispatch_float_like(logits.dtype(), "cross_entropy", [&](auto z) {
     using T = decltype(z);
+    using C = compute_t<T>;
     dispatch_index(targets.dtype(), "cross_entropy", [&](auto zi) {
       using I = decltype(zi);
       const int64_t c = logits.size(-1), n = c == 0 ? 0 : logits.numel() / c;
@@ -142,16 +146,16 @@ void cross_entropy_forward_cuda(const Tensor& logits, const Tensor& targets, int
         if (c <= kWarpRowLimit) {
           row_loss_kernel<T, I, 32><<<row_blocks<32>(n), kThreads, 0, scope.stream()>>>(
               logits.data<T>(), targets.data<I>(), n, c, ignore_index, label_smoothing,
-              lse.data<T>(), row_loss.data<double>());
+              lse.data<C>(), row_loss.data<double>());
         } else {
           row_loss_kernel<T, I, kThreads><<<row_blocks<kThreads>(n), kThreads, 0, scope.stream()>>>(
               logits.data<T>(), targets.data<I>(), n, c, ignore_index, label_smoothing,
-              lse.data<T>(), row_loss.data<double>());
+              lse.data<C>(), row_loss.data<double>());
         }
         GPIPE_CUDA_CHECK_LAUNCH();
       }
-      mean_loss_kernel<T>
-          <<<1, 1024, 0, scope.stream()>>>(row_loss.data<double>(), n, stats, loss.data<T>());
+      mean_loss_kernel<C>
+          <<<1, 1024, 0, scope.stream()>>>(row_loss.data<double>(), n, stats, loss.data<C>());
       GPIPE_CUDA_CHECK_LAUNCH();
     });
   });
@@ -161,8 +165,9 @@ void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, co
                                  const Tensor& g, int64_t ignore_index, double label_smoothing,
                                  Tensor& gx) {
   KernelScope scope(gx.device());
-  dispatch_floating(logits.dtype(), "cross_entropy backward", [&](auto z) {
+  dispatch_float_like(logits.dtype(), "cross_entropy backward", [&](auto z) {
     using T = decltype(z);
+    using C = compute_t<T>;
     dispatch_index(targets.dtype(), "cross_entropy backward", [&](auto zi) {
       using I = decltype(zi);
       const int64_t c = logits.size(-1), n = c == 0 ? 0 : logits.numel() / c;
@@ -171,7 +176,7 @@ void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, co
       auto* stats = static_cast<unsigned long long*>(stats_t.raw_data());
       launch_stats<I>(targets, n, c, ignore_index, stats, scope.stream());
       grad_kernel<T, I><<<blocks_for(n * c), kThreads, 0, scope.stream()>>>(
-          logits.data<T>(), targets.data<I>(), lse.data<T>(), g.data<T>(), stats, n, c,
+          logits.data<T>(), targets.data<I>(), lse.data<C>(), g.data<C>(), stats, n, c,
           ignore_index, label_smoothing, gx.data<T>());
       GPIPE_CUDA_CHECK_LAUNCH();
     });
@@ -182,5 +187,7 @@ void cross_entropy_backward_cuda(const Tensor& logits, const Tensor& targets, co
 
 GPIPE_REGISTER_KERNEL(cross_entropy_forward, DeviceType::kCUDA, cross_entropy_forward_cuda);
 GPIPE_REGISTER_KERNEL(cross_entropy_backward, DeviceType::kCUDA, cross_entropy_backward_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_forward, DeviceType::kCUDA, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_backward, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda

@@ -6,14 +6,18 @@
 namespace gpipe::ops::cuda {
 namespace {
 
-template <class T, class M>
-__global__ void masked_fill_kernel(const T* x, const M* mask, StridedIndexer mi, T value, T* out,
+// T, M: the elements of x and of the mask (either may be 16-bit); the
+// value is rounded to T once.
+template <class T, class M, class C = compute_t<T>>
+__global__ void masked_fill_kernel(const T* x, const M* mask, StridedIndexer mi, C value, T* out,
                                    int64_t n) {
-  GPIPE_KERNEL_LOOP(i, n) { out[i] = mask[mi(i)] != M(0) ? value : x[i]; }
+  GPIPE_KERNEL_LOOP(i, n) {
+    store(out, i, load(mask, mi(i)) != compute_t<M>(0) ? value : load(x, i));
+  }
 }
 
-template <class T, class M>
-void launch(const Tensor& x, const Tensor& mask, T value, Tensor& out, cudaStream_t stream) {
+template <class T, class M, class C = compute_t<T>>
+void launch(const Tensor& x, const Tensor& mask, C value, Tensor& out, cudaStream_t stream) {
   const int64_t n = out.numel();
   const auto idx = make_indexers({&mask});
   masked_fill_kernel<T, M><<<blocks_for(n), kThreads, 0, stream>>>(
@@ -24,9 +28,9 @@ void launch(const Tensor& x, const Tensor& mask, T value, Tensor& out, cudaStrea
 void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, Tensor& out) {
   if (out.numel() == 0) return;
   KernelScope scope(out.device());
-  dispatch_floating(x.dtype(), "masked_fill", [&](auto z) {
+  dispatch_float_like(x.dtype(), "masked_fill", [&](auto z) {
     using T = decltype(z);
-    const T v = static_cast<T>(value);
+    const auto v = static_cast<compute_t<T>>(value);
     switch (mask.dtype()) {
       case DType::kFloat32:
         return launch<T, float>(x, mask, v, out, scope.stream());
@@ -36,6 +40,10 @@ void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, Tensor&
         return launch<T, int32_t>(x, mask, v, out, scope.stream());
       case DType::kInt64:
         return launch<T, int64_t>(x, mask, v, out, scope.stream());
+      case DType::kBFloat16:
+        return launch<T, bfloat16>(x, mask, v, out, scope.stream());
+      case DType::kFloat16:
+        return launch<T, float16>(x, mask, v, out, scope.stream());
       default:
         throw Error(detail::concat("masked_fill: unsupported mask dtype ", mask.dtype()));
     }
@@ -45,5 +53,6 @@ void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, Tensor&
 }  // namespace
 
 GPIPE_REGISTER_KERNEL(masked_fill_apply, DeviceType::kCUDA, masked_fill_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(masked_fill_apply, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda

@@ -59,4 +59,27 @@ __device__ inline void cast_store(T* p, int64_t i, float v) {
     p[i] = static_cast<T>(v);
 }
 
+// What a kernel computes 16-bit elements in: float32 (float32 and float64
+// compute in their own type). load / store convert; for float32 and
+// float64 they are plain accesses, so one template serves all four dtypes.
+template <class T>
+inline constexpr bool is_16bit_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+template <class T>
+using compute_t = std::conditional_t<is_16bit_v<T>, float, T>;
+
+template <class T>
+__device__ inline compute_t<T> load(const T* p, int64_t i) {
+  if constexpr (is_16bit_v<T>)
+    return cast_load(p, i);
+  else
+    return p[i];
+}
+template <class T>
+__device__ inline void store(T* p, int64_t i, compute_t<T> v) {
+  if constexpr (is_16bit_v<T>)
+    cast_store(p, i, v);
+  else
+    p[i] = v;
+}
+
 }  // namespace gpipe::cuda

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "core/precision.h"
 #include "optim/adam.h"
 #include "optim/rmsprop.h"
 #include "optim/sgd.h"
@@ -45,7 +46,14 @@ ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch
   const int64_t n = batch_size(batch);
   std::vector<int64_t> rows;
   for (int m : ms) rows.push_back(micro_batch_sizes(n, std::min<int64_t>(m, n))[0]);
-  ModelCosts costs = profile_model(model, batch, rows);
+  ModelCosts costs;
+  {
+    // Under --precision=bf16 / fp16 the layers' activations, boundaries and
+    // products are 16-bit: profile them that way (parameters, gradients and
+    // optimizer state stay float32).
+    PrecisionScope precision(parse_precision(c.precision));
+    costs = profile_model(model, batch, rows);
+  }
   costs.optimizer_state_factor = optimizer_state_factor(c);
   // One optimizer step over zero gradients (the arithmetic does not depend
   // on the values), best of three, then the gradients and state are dropped.
