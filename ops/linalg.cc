@@ -122,12 +122,33 @@ Tensor weight_operand(const Tensor& w, bool bf16) {
   return rounded(w, bf16);
 }
 
-Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16) {
+// x W^T for the 16-bit operands xh, w16, in `out` (float32, or a 16-bit
+// dtype: each float32 product rounded once). A large 16-bit result is made
+// a block of rows at a time, so its float32 form never exists whole (the
+// vocabulary projection's would be twice the 16-bit logits).
+constexpr int64_t kProductBlockBytes = 4 << 20;
+Tensor product_16bit(const Tensor& xh, const Tensor& w16, DType out) {
+  if (!is_half(out)) return matmul(xh, w16, false, true);
+  const Tensor rows = reshape(xh, {-1, xh.size(-1)});
+  const int64_t n = rows.size(0), cols = w16.size(0);
+  const int64_t per = std::max<int64_t>(64, kProductBlockBytes / (4 * std::max<int64_t>(cols, 1)));
+  if (n <= per) return cast(matmul(xh, w16, false, true), out);
+  Tensor y = Tensor::empty({n, cols}, out, xh.device());
+  for (int64_t r0 = 0; r0 < n; r0 += per) {
+    const int64_t len = std::min(per, n - r0);
+    narrow(y, 0, r0, len).copy_from(cast(matmul(narrow(rows, 0, r0, len), w16, false, true), out));
+  }
+  std::vector<int64_t> dims(xh.shape().dims().begin(), xh.shape().dims().end());
+  dims.back() = cols;
+  return reshape(y, dims);
+}
+
+Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out) {
   const Tensor xh = rounded(x, bf16);
   Tensor y;
   {
     NoGradGuard no_grad;
-    y = matmul(xh, weight_operand(weight, bf16), false, true);
+    y = product_16bit(xh, weight_operand(weight, bf16), out);
   }
   const bool need_x = xh.requires_grad(), need_w = weight.requires_grad();
   record_split(
@@ -159,15 +180,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   const bool half = p != Precision::kFloat32 &&
                     (x.dtype() == DType::kFloat32 || is_half(x.dtype())) &&
                     weight.dtype() == DType::kFloat32;
-  auto product = [&](const Tensor& rows) {
-    return half ? linear_16bit(rows, weight, p == Precision::kBFloat16)
-                : matmul(rows, weight, false, true);
-  };
-  Tensor y = x.rank() == 1 ? reshape(product(reshape(x, {1, -1})), {weight.size(0)}) : product(x);
   // A 16-bit input gives a 16-bit output (Note [16-bit activations] in
   // layers/layer.cc): the float32 product is rounded before the bias and
   // activation, which then keep a 16-bit tensor for backward.
-  if (is_half(x.dtype())) y = cast(y, x.dtype());
+  const DType out = is_half(x.dtype()) ? x.dtype() : DType::kFloat32;
+  auto product = [&](const Tensor& rows) {
+    return half ? linear_16bit(rows, weight, p == Precision::kBFloat16, out)
+                : matmul(rows, weight, false, true);
+  };
+  Tensor y = x.rank() == 1 ? reshape(product(reshape(x, {1, -1})), {weight.size(0)}) : product(x);
+  if (is_half(out) && y.dtype() != out) y = cast(y, out);
   if (bias.defined())
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");

@@ -559,3 +559,46 @@ TEST_CASE("linear under bf16 with a bfloat16 input returns bfloat16, keeps the f
   for (size_t i = 0; i < got.size(); ++i)
     CHECK(got[i] == Approx(want[i]).epsilon(8e-3).margin(1e-6));
 }
+
+TEST_CASE("linear with a 16-bit input makes a large output a block of rows at a time") {
+  // [2, 100, 8] x [16384, 8]^T: 200 rows of 16384 columns, more than one
+  // 4 MB block of float32 rows (64 rows each here); the blocks' rounded
+  // products must form the same tensor as the whole product rounded once.
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    INFO("dtype " << half);
+    PrecisionScope scope(half == DType::kBFloat16 ? Precision::kBFloat16 : Precision::kFloat16);
+    Tensor xh = ops::cast(randn_t({2, 100, 8}, 41), half).detach();
+    Tensor w = ops::mul_scalar(randn_t({16384, 8}, 42), 0.3);
+    xh.set_requires_grad(true);
+    w.set_requires_grad(true);
+    const Tensor y = ops::linear(xh, w, Tensor());
+    REQUIRE(y.dtype() == half);
+    REQUIRE(y.shape() == Shape({2, 100, 16384}));
+    const Tensor up = ops::cast(randn_t({2, 100, 16384}, 43), half);
+    ops::sum(ops::mul(ops::cast(y, DType::kFloat32), ops::cast(up, DType::kFloat32))).backward();
+    // Written out in float32 on the rounded values, the product whole.
+    auto r = [&](const Tensor& t) { return ops::cast(ops::cast(t, half), DType::kFloat32); };
+    const Tensor xr = ops::cast(xh.detach(), DType::kFloat32), wr = r(w.detach());
+    const Tensor upr = ops::cast(up, DType::kFloat32);
+    const std::vector<float> got = as_float(y),
+                             want = rounded_to(ops::matmul(xr, wr, false, true), half);
+    // Sums of 8 products in another order may move a rounding by one step.
+    const double step = half == DType::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+    int64_t off = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      REQUIRE(std::abs(got[i] - want[i]) <= step * std::abs(want[i]) + 1e-6);
+      off += got[i] != want[i];
+    }
+    CHECK(off * 1000 < static_cast<int64_t>(got.size()));  // rare: almost all bit-equal
+    const std::vector<float> gx = as_float(xh.grad()),
+                             gx_want = rounded_to(ops::matmul(upr, wr), half);
+    for (size_t i = 0; i < gx.size(); ++i)
+      REQUIRE(gx[i] == Approx(gx_want[i]).epsilon(1e-2).margin(1e-2));
+    const std::vector<float> gw = w.grad().to_vector<float>();
+    const std::vector<float> gw_want =
+        ops::matmul(ops::reshape(upr, {-1, 16384}), ops::reshape(xr, {-1, 8}), true)
+            .to_vector<float>();
+    for (size_t i = 0; i < gw.size(); ++i)
+      REQUIRE(gw[i] == Approx(gw_want[i]).epsilon(1e-4).margin(1e-3));
+  }
+}
