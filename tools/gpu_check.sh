@@ -13,14 +13,16 @@
 # Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
 # OUT (if set, a folder that receives gpu_check.log). GPIPE_CUDNN_LOG=1 is set for the tests, so
 # the log names the cuDNN engine picked for every convolution.
-# What --prebuilt cannot run (it has no bazel and no data sets): gpipe_train on cuda:0 (build mode
-# runs it in fp32 and bf16) and a W2 step on the GPU (gpipe_bench measures CPU runs only).
+# Both modes run W2's training step on cuda:0 in fp32, TF32 and bf16 (step time, tokens/s, MFU;
+# //tests/cuda:w2_bench) and pipeline_test's 60-step training in fp32 and bf16 (loss falls, the
+# allocator's live bytes stay flat). What --prebuilt cannot run (no bazel, no data sets):
+# gpipe_train on cuda:0 for 300 steps in fp32 and bf16 and the MPI/NCCL equivalence test.
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass; the last line counts the failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-BINARIES=(cuda_build_test runtime_test ops_test pipeline_test gemm_bench)
+BINARIES=(cuda_build_test runtime_test ops_test pipeline_test gemm_bench w2_bench)
 TESTS=(cuda_build_test runtime_test ops_test pipeline_test)
 JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
@@ -76,10 +78,12 @@ case "$mode" in
     done
     # shellcheck disable=SC2086
     run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
+    run_step "W2 step (MFU)" bazel run --config=cuda //tests/cuda:w2_bench
     ;;
 
   stage)
-    run_step "build --config=cuda //tests/cuda/..." bazel build --config=cuda --jobs="$JOBS" //tests/cuda/...
+    run_step "build --config=cuda //tests/cuda/..." bazel build --config=cuda --jobs="$JOBS" \
+      //tests/cuda/...
     pack=$(mktemp -d)
     mkdir -p "$pack/gpu_check/lib" "$dir"
     for b in "${BINARIES[@]}"; do
@@ -129,6 +133,9 @@ EOF
     done
     # shellcheck disable=SC2086
     run_step "gemm benchmark" timeout 240 "$dir/gemm_bench" $BENCH_SIZES
+    run_step "W2 step (MFU)" timeout 240 "$dir/w2_bench"
+    echo "not run by --prebuilt (no bazel, no data sets here): gpipe_train on cuda:0 (300 steps, fp32" \
+      "and bf16) and //tests/mpi:equivalence_test on cuda:0 (NCCL); run tools/gpu_check.sh for them"
     ;;
 esac
 

@@ -21,6 +21,7 @@
 #include "ops/linalg.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device.h"
+#include "tests/cuda/peaks.h"
 
 namespace {
 
@@ -60,29 +61,9 @@ void* device_random(int64_t n, uint64_t seed, Convert convert) {
   return d;
 }
 
-// Dense (no sparsity) peaks in TFLOP/s for the report's "% of peak": the
-// published figures of the device named, or GPIPE_PEAK_TFLOPS_{BF16,TF32,
-// FP32,FP64} from the environment; 0 = unknown (no percentage printed).
-struct Peaks {
-  double bf16 = 0, tf32 = 0, fp32 = 0, fp64 = 0;
-};
+using gpipe::testing::device_peaks;
+using gpipe::testing::Peaks;
 Peaks g_peaks;
-
-Peaks device_peaks(const std::string& name) {
-  Peaks p;
-  // H100 SXM and H200 (SXM and NVL share the H100 SXM's tensor-core rates).
-  if (name.find("H200") != std::string::npos ||
-      (name.find("H100") != std::string::npos && name.find("PCIe") == std::string::npos))
-    p = {989.4, 494.7, 66.9, 66.9};
-  auto env = [](const char* var, double& v) {
-    if (const char* e = std::getenv(var)) v = std::atof(e);
-  };
-  env("GPIPE_PEAK_TFLOPS_BF16", p.bf16);
-  env("GPIPE_PEAK_TFLOPS_TF32", p.tf32);
-  env("GPIPE_PEAK_TFLOPS_FP32", p.fp32);
-  env("GPIPE_PEAK_TFLOPS_FP64", p.fp64);
-  return p;
-}
 
 void report(int64_t n, const char* mode, double ms, double peak = 0) {
   const double tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
