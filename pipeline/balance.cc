@@ -5,6 +5,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/precision.h"
 
 namespace gpipe {
 namespace {
@@ -79,8 +80,13 @@ std::vector<double> layer_costs(const LayerList& layers, const std::vector<Bundl
     if (by == BalanceBy::kMemory) {
       double bytes = 4.0 * static_cast<double>(layers[i]->parameter_count()) *
                      4;  // params, grads, 2 Adam moments
-      for (const TensorSpec& t : specs[i + 1])
-        bytes += static_cast<double>(t.shape.numel() * dtype_size(t.dtype));
+      // Under bf16 / fp16 (the caller's PrecisionScope) a float output
+      // crosses layers and cells in 16 bits (Note [Mixed precision]).
+      const bool half = current_precision() != Precision::kFloat32;
+      for (const TensorSpec& t : specs[i + 1]) {
+        const int64_t element = half && is_float_like(t.dtype) ? 2 : dtype_size(t.dtype);
+        bytes += static_cast<double>(t.shape.numel() * element);
+      }
       costs.push_back(bytes);
     } else {
       costs.push_back(layers[i]->cost(specs[i]));

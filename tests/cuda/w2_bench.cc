@@ -46,7 +46,8 @@ Batch token_batch(const Shape2& s, uint64_t seed) {
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<int64_t>(1 + (x >> 33) % (s.config.vocab - 1));
   };
-  std::vector<int64_t> src(s.batch * s.src_len), tin(s.batch * s.tgt_len), tout(s.batch * s.tgt_len);
+  std::vector<int64_t> src(s.batch * s.src_len), tin(s.batch * s.tgt_len),
+      tout(s.batch * s.tgt_len);
   for (auto* v : {&src, &tin, &tout})
     for (auto& t : *v) t = next();
   return {{Tensor::from_vector(src, gpipe::Shape{s.batch, s.src_len}),
@@ -63,8 +64,7 @@ bool run(const Shape2& s, const char* mode, Precision precision, bool tf32, doub
   gpipe::cuda::set_allow_tf32(tf32);
   const Batch batch = token_batch(s, 1234);
   Pipeline pipe(models::transformer(s.config),
-                {.cells = 1, .micro_batches = 1, .devices = {kGpu}, .precision = precision},
-                batch);
+                {.cells = 1, .micro_batches = 1, .devices = {kGpu}, .precision = precision}, batch);
   optim::Adam opt(pipe.parameters(), {.lr = 1e-4});
   std::vector<double> losses, seconds;
   auto step = [&] {

@@ -24,6 +24,7 @@
 #include "ops/ops.h"
 #include "optim/adam.h"
 #include "optim/clip.h"
+#include "pipeline/balance.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/profile.h"
 #include "pipeline/simulate.h"
@@ -962,5 +963,34 @@ TEST_CASE("pipeline: bf16 and fp16 training curves stay within a band of fp32's"
     }
     const auto ref = curve(models::amoebanet(c), batches, Precision::kFloat32, 48, 8, 1e-3);
     check_band(ref, curve(models::amoebanet(c), batches, Precision::kBFloat16, 48, 8, 1e-3), 0.05);
+  }
+}
+
+TEST_CASE("balance by memory counts float activations in 16 bits under bf16 and fp16") {
+  Model model = models::transformer(tiny());
+  const Batch batch = token_batch(4, 1);
+  std::vector<BundleSpec> specs;
+  specs.push_back(infer_specs(model.layers, spec_of(batch.inputs), &specs));
+  const std::vector<double> f32 =
+      layer_costs(model.layers, specs, BalanceBy::kMemory, batch.inputs);
+  for (Precision p : {Precision::kBFloat16, Precision::kFloat16}) {
+    INFO(precision_name(p));
+    std::vector<double> half;
+    {
+      PrecisionScope scope(p);
+      half = layer_costs(model.layers, specs, BalanceBy::kMemory, batch.inputs);
+    }
+    REQUIRE(half.size() == f32.size());
+    for (size_t i = 0; i < f32.size(); ++i) {
+      INFO("layer " << i << " (" << model.layers[i]->name() << ")");
+      // Parameters, gradients and Adam moments stay float32: 16 bytes each.
+      const double state = 16.0 * static_cast<double>(model.layers[i]->parameter_count());
+      double float_out = 0, other_out = 0;
+      for (const TensorSpec& t : specs[i + 1])
+        (is_float_like(t.dtype) ? float_out : other_out) +=
+            static_cast<double>(t.shape.numel() * dtype_size(t.dtype));
+      CHECK(f32[i] == state + float_out + other_out);
+      CHECK(half[i] == state + float_out / 2 + other_out);
+    }
   }
 }
