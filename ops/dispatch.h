@@ -38,7 +38,7 @@ bool is_optional_kernel(const std::string& name);
 // cast_into and cross-entropy everywhere; the GEMM and the one-group
 // convolution in bfloat16 on the CPU; on CUDA the bfloat16 GEMM and, for
 // both 16-bit dtypes, the elementwise ops and their gradients, softmax,
-// layer norm, dropout, masked_fill and the embedding gather, which load
+// layer norm, dropout, masked_fill, the embedding gather and the sums, which load
 // 16-bit elements as float32 and round each output once (compute_t in
 // runtime/cuda/half.cuh), so they compute what the float32 kernels compute
 // on widened copies without the copies. For any other kernel, a call

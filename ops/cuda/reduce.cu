@@ -37,7 +37,8 @@ __global__ void row_sum_kernel(const T* x, int64_t outer, int64_t n, int64_t chu
     const int64_t lo = c * n / chunks, hi = (c + 1) * n / chunks;
     const T* row = x + o * n;
     double acc = 0;
-    for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) acc += static_cast<double>(row[k]);
+    for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x)
+      acc += static_cast<double>(load(row, k));
     acc = block_sum(acc, shared);
     if (threadIdx.x == 0) partial[t] = acc;
   }
@@ -54,12 +55,14 @@ __global__ void column_sum_kernel(const T* x, int64_t outer, int64_t n, int64_t 
     const int64_t lo = c * n / chunks, hi = (c + 1) * n / chunks;
     const T* p = x + o * n * inner + i;
     double acc = 0;
-    for (int64_t k = lo; k < hi; ++k) acc += static_cast<double>(p[k * inner]);
+    for (int64_t k = lo; k < hi; ++k) acc += static_cast<double>(load(p, k * inner));
     partial[c * columns + col] = acc;  // chunk-major: pass 2 reads coalesced
   }
 }
 
-// Pass 2: out[col] = sum over chunks of partial, in chunk order.
+// Pass 2: out[col] = sum over chunks of partial, in chunk order (a 16-bit
+// out: rounded to float32, then to 16 bits, as the CPU's float32 kernel
+// on a widened copy and its narrowing do).
 template <class T>
 __global__ void finish_sum_kernel(const double* partial, int64_t columns, int64_t chunks,
                                   bool chunk_major, T* out) {
@@ -67,7 +70,7 @@ __global__ void finish_sum_kernel(const double* partial, int64_t columns, int64_
     double acc = 0;
     for (int64_t c = 0; c < chunks; ++c)
       acc += chunk_major ? partial[c * columns + col] : partial[col * chunks + c];
-    out[col] = static_cast<T>(acc);
+    store(out, col, static_cast<compute_t<T>>(acc));
   }
 }
 
@@ -75,7 +78,7 @@ void sum_cuda(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& 
   const int64_t columns = outer * inner;
   if (columns == 0) return;
   KernelScope scope(out.device());
-  dispatch_floating(x.dtype(), "sum", [&](auto z) {
+  dispatch_float_like(x.dtype(), "sum", [&](auto z) {
     using T = decltype(z);
     const bool rows = inner == 1 && n >= kThreads;  // short rows: a thread per row is better
     const int64_t chunks = n == 0 ? 1 : chunks_for(n, columns, rows);
@@ -219,7 +222,7 @@ __global__ void squares_block_kernel(const T* x, int64_t n, int64_t blocks, doub
     const int64_t lo = b * kSquaresBlock, hi = min(n, lo + kSquaresBlock);
     double acc = 0;
     for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-      const double v = static_cast<double>(x[k]);
+      const double v = static_cast<double>(load(x, k));
       acc += v * v;
     }
     acc = block_sum(acc, shared);
@@ -245,7 +248,7 @@ void sum_squares_cuda(const Tensor& x, Tensor& out, int64_t index) {
   }
   const int64_t blocks = (n + kSquaresBlock - 1) / kSquaresBlock;
   Tensor partial = workspace(blocks, DType::kFloat64, out.device());
-  dispatch_floating(x.dtype(), "sum_of_squares", [&](auto z) {
+  dispatch_float_like(x.dtype(), "sum_of_squares", [&](auto z) {
     using T = decltype(z);
     squares_block_kernel<T><<<blocks_for(blocks, 1), kThreads, 0, scope.stream()>>>(
         x.data<T>(), n, blocks, partial.data<double>());
@@ -262,5 +265,8 @@ GPIPE_REGISTER_KERNEL(sum_squares_into, DeviceType::kCUDA, sum_squares_cuda);
 GPIPE_REGISTER_KERNEL(reduce_sum, DeviceType::kCUDA, sum_cuda);
 GPIPE_REGISTER_KERNEL(reduce_max, DeviceType::kCUDA, max_cuda);
 GPIPE_REGISTER_KERNEL(reduce_max_backward, DeviceType::kCUDA, max_backward_cuda);
+// Sums read 16-bit elements into double accumulators themselves.
+GPIPE_KERNEL_ACCEPTS_16BIT(reduce_sum, DeviceType::kCUDA, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(sum_squares_into, DeviceType::kCUDA, kBoth);
 
 }  // namespace gpipe::ops::cuda
