@@ -38,15 +38,15 @@ bool is_optional_kernel(const std::string& name);
 // cast_into and cross-entropy everywhere; the GEMM and the one-group
 // convolution in bfloat16 on the CPU; on CUDA the bfloat16 GEMM and, for
 // both 16-bit dtypes, the elementwise ops and their gradients, softmax,
-// layer norm, dropout, masked_fill, the embedding gather and the sums, which load
-// 16-bit elements as float32 and round each output once (compute_t in
-// runtime/cuda/half.cuh), so they compute what the float32 kernels compute
-// on widened copies without the copies. For any other kernel, a call
-// with 16-bit tensors runs it on float32 copies: each 16-bit input is
-// widened into a float32 scratch tensor, each 16-bit output (a `Tensor&`
-// argument) is computed in a float32 scratch tensor (widened from the
-// output first, so outputs that accumulate keep their contents) and rounded
-// back into it when the kernel returns. The scratch lives only for the
+// layer norm, dropout, masked_fill, the embedding gather and the sums,
+// which load 16-bit elements as float32 and round each output once
+// (compute_t in runtime/cuda/half.cuh), so they compute what the float32
+// kernels compute on widened copies without the copies. For any other
+// kernel, a call with 16-bit tensors runs it on float32 copies: each
+// 16-bit input is widened into a float32 scratch tensor, each 16-bit
+// output (a `Tensor&` argument) is computed in a float32 scratch tensor
+// (widened from the output first, so outputs that accumulate keep their
+// contents) and rounded back into it when the kernel returns. The scratch lives only for the
 // call: what front functions keep for backward stays 16-bit, so activation
 // memory is 16-bit while every kernel computes in float32, on every device,
 // with no per-dtype kernel to write. Tensors inside other arguments
