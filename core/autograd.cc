@@ -353,10 +353,13 @@ class GradBuffers {
     if (buf.empty()) buf.resize(e.fn->output_meta.size());
     Tensor& slot = buf[e.input_nr];
     // A tensor's gradient has its dtype: a float32 gradient for a 16-bit
-    // output (an op that computed it in float32) is rounded here, once.
-    // Other mismatches (float64 for float32) stay errors.
+    // output (an op that computed it in float32) is rounded here, once; a
+    // 16-bit gradient for a float32 output (a 16-bit seed for a float32
+    // loss) is widened, exactly. Other mismatches (float64 for float32)
+    // stay errors.
     const bool f32_for_half = g.dtype() == DType::kFloat32 && is_half(meta.dtype);
-    const Tensor gt = f32_for_half ? g.to(meta.dtype) : g;
+    const bool half_for_f32 = is_half(g.dtype()) && meta.dtype == DType::kFloat32;
+    const Tensor gt = f32_for_half || half_for_f32 ? g.to(meta.dtype) : g;
     slot = slot.defined() ? accumulate(slot, gt) : gt;
   }
   // The node's output gradients, zeros where an output received none; empty

@@ -54,15 +54,22 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
   auto split = [&](const Tensor& x, int64_t t) {
     return permute(reshape(x, {b, t, heads, dh}), {0, 2, 1, 3});
   };
-  Tensor scores = mul_scalar(matmul(split(q, tq), split(k, tk), false, true),
-                             1.0 / std::sqrt(static_cast<double>(dh)));
+  // 16-bit q, k, v (Note [16-bit activations]): the products come back
+  // float32 and are rounded once to q's dtype, so the scores and the
+  // probabilities kept for backward are 16-bit and so is the result, as
+  // with the fused kernel.
+  auto like_q = [&](const Tensor& t) {
+    return is_half(q.dtype()) && t.dtype() != q.dtype() ? cast(t, q.dtype()) : t;
+  };
+  Tensor scores = like_q(mul_scalar(matmul(split(q, tq), split(k, tk), false, true),
+                                    1.0 / std::sqrt(static_cast<double>(dh))));
   if (causal)
     scores = masked_fill(scores, causal_mask(tq, tk, scores.dtype()).to(scores.device()), kMasked);
   if (key_padding.defined())
     scores = masked_fill(scores, reshape(key_padding, {b, 1, 1, tk}), kMasked);
   Tensor p = softmax(scores, -1);
   if (on_probs) p = on_probs(p);
-  return reshape(permute(matmul(p, split(v, tk)), {0, 2, 1, 3}), {b, tq, d});
+  return like_q(reshape(permute(matmul(p, split(v, tk)), {0, 2, 1, 3}), {b, tq, d}));
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,

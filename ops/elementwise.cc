@@ -162,8 +162,8 @@ Tensor log(const Tensor& x) { return unary(UnaryOp::kLog, x); }
 Tensor sqrt(const Tensor& x) { return unary(UnaryOp::kSqrt, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryOp::kAbs, x); }
 
-Tensor bias_activation_composed(const Tensor& z, const Tensor& bias, FusedActivation act) {
-  const Tensor u = bias.defined() ? add(z, bias) : z;
+namespace {
+Tensor activation_of(const Tensor& u, FusedActivation act) {
   switch (act) {
     case FusedActivation::kRelu:
       return relu(u);
@@ -177,6 +177,15 @@ Tensor bias_activation_composed(const Tensor& z, const Tensor& bias, FusedActiva
       break;
   }
   return u;
+}
+}  // namespace
+
+// Where a device has no fused kernel (CUDA). A 16-bit z beside a float32
+// bias computes in float32 (the add widens z) and is rounded once at the
+// end, so the result has z's dtype, as the fused kernel's does.
+Tensor bias_activation_composed(const Tensor& z, const Tensor& bias, FusedActivation act) {
+  const Tensor y = activation_of(bias.defined() ? add(z, bias) : z, act);
+  return is_half(z.dtype()) && y.dtype() != z.dtype() ? cast(y, z.dtype()) : y;
 }
 
 Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act) {

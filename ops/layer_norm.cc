@@ -28,6 +28,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   check_affine(x, gamma, "gamma");
   check_affine(x, beta, "beta");
   detail::check_params_match("layer_norm", x, {{"gamma", gamma}, {"beta", beta}});
+  GPIPE_CHECK(!gamma.defined() || !beta.defined() || gamma.dtype() == beta.dtype(),
+              "layer_norm: gamma has dtype ", gamma.dtype(), " but beta has ", beta.dtype(),
+              " (expected one dtype for both)");
 
   const Tensor xd = detail::dense(x);
   const Tensor gd = gamma.defined() ? detail::dense(gamma) : Tensor();

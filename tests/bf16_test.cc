@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -600,5 +601,48 @@ TEST_CASE("linear with a 16-bit input makes a large output a block of rows at a 
             .to_vector<float>();
     for (size_t i = 0; i < gw.size(); ++i)
       REQUIRE(gw[i] == Approx(gw_want[i]).epsilon(1e-4).margin(1e-3));
+  }
+}
+
+TEST_CASE("16-bit tensors meet float32 ones: seeds, parameters and the composed fallbacks") {
+  const Tensor x32 = randn_t({6, 40}, 51);
+  const Tensor xh0 = ops::cast(x32, DType::kBFloat16);
+  SECTION("a bfloat16 seed for a float32 loss is widened, exactly") {
+    const Tensor targets = Tensor::from_vector<int64_t>({0, 5, 9, 39, 7, 1}, {6});
+    Tensor a = xh0.detach(), b = xh0.detach();
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    const Tensor la = ops::cross_entropy(a, targets, {}), lb = ops::cross_entropy(b, targets, {});
+    REQUIRE(la.dtype() == DType::kFloat32);
+    backward({la}, {Tensor::full({}, 0.5, DType::kBFloat16)});
+    backward({lb}, {Tensor::full({}, 0.5, DType::kFloat32)});
+    CHECK(as_float(a.grad()) == as_float(b.grad()));
+  }
+  SECTION("layer norm's gamma and beta must share a dtype") {
+    CHECK_THROWS_WITH(ops::layer_norm(xh0, Tensor::full({40}, 1.0, DType::kFloat32),
+                                      Tensor::full({40}, 0.0, DType::kBFloat16), 1e-5),
+                      Contains("layer_norm: gamma has dtype float32 but beta has bfloat16"));
+  }
+  SECTION("composed bias + activation and attention keep the 16-bit dtype") {
+    // The forms devices without the fused kernels (CUDA) run: float32
+    // inside, rounded once to the input's dtype, as the fused kernels are.
+    const Tensor bias = randn_t({40}, 52);
+    const Tensor fused = ops::bias_activation(xh0, bias, ops::FusedActivation::kGelu);
+    const Tensor composed = ops::bias_activation_composed(xh0, bias, ops::FusedActivation::kGelu);
+    REQUIRE(fused.dtype() == DType::kBFloat16);
+    REQUIRE(composed.dtype() == DType::kBFloat16);
+    const std::vector<float> f = as_float(fused), c = as_float(composed);
+    for (size_t i = 0; i < f.size(); ++i)  // GELU's two forms may move a rounding by one step
+      CHECK(c[i] == Approx(f[i]).epsilon(8e-3).margin(1e-6));
+    const Tensor q = ops::cast(randn_t({2, 5, 8}, 53), DType::kBFloat16);
+    const Tensor k = ops::cast(randn_t({2, 7, 8}, 54), DType::kBFloat16);
+    const Tensor v = ops::cast(randn_t({2, 7, 8}, 55), DType::kBFloat16);
+    const Tensor af = ops::attention(q, k, v, 2, false, Tensor());
+    const Tensor ac = ops::attention_composed(q, k, v, 2, false, Tensor());
+    REQUIRE(af.dtype() == DType::kBFloat16);
+    REQUIRE(ac.dtype() == DType::kBFloat16);
+    // The composed form also rounds the scores and probabilities.
+    const std::vector<float> fa = as_float(af), ca = as_float(ac);
+    for (size_t i = 0; i < fa.size(); ++i) CHECK(ca[i] == Approx(fa[i]).epsilon(3e-2).margin(1e-2));
   }
 }

@@ -3,9 +3,9 @@
 // devices, compare.
 //
 // 1. The op table (tests/ops/*_cases.cc): each case's fn runs on CPU
-//    tensors and on cuda:0 copies of the same inputs, in float64, float32
-//    and bfloat16; outputs and the gradients of sum(out * R) (R fixed
-//    random) must agree.
+//    tensors and on cuda:0 copies of the same inputs, in float64, float32,
+//    bfloat16 and float16; outputs and the gradients of sum(out * R) (R
+//    fixed random, in each output's dtype) must agree.
 // 2. Larger shapes that reach the multi-block / multi-chunk paths the tiny
 //    op-table shapes do not (long rows, many chunks, block-per-row softmax
 //    and LayerNorm, big embeddings, realistic convolutions).
@@ -17,8 +17,9 @@
 //   float64: 1e-9 (different summation orders only);
 //   float32: 2e-4 for the op table, 1e-3 for the larger shapes (reductions
 //   of up to ~1e6 terms in a different order; TF32 is off);
-//   bfloat16: twice the op case's tolerance16 (4 unit roundoffs, 2^-8, by
-//   default), as each side may be that far from the exact result.
+//   bfloat16 / float16: twice the op case's tolerance16 (4 unit roundoffs,
+//   2^-8 / 2^-11, by default), as each side may be that far from the exact
+//   result; the mixed-precision layer norm and cross-entropy: 8 * 2^-8.
 #include "ops/ops.h"
 
 #include <catch2/catch.hpp>
@@ -114,7 +115,7 @@ In run_op(const Fn& fn, const In& inputs, const std::vector<int>& which, bool gr
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i].requires_grad()) continue;
     roots.push_back(outs[i]);
-    gs.push_back(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0).to(dtype).to(device));
+    gs.push_back(rand64(outs[i].shape(), 1000 + i, -1.0, 1.0).to(outs[i].dtype()).to(device));
   }
   if (!roots.empty()) backward(roots, gs);
   for (int i : which) result.push_back(in[i].grad());
@@ -148,17 +149,19 @@ void compare(const std::string& name, const Fn& fn, const In& inputs, DType dtyp
 // --- 1. the op table ---
 
 TEST_CASE(
-    "cuda ops: every op-table case matches the CPU on cuda:0 (float64, float32 and bfloat16)") {
+    "cuda ops: every op-table case matches the CPU on cuda:0 (float64, float32, bfloat16, "
+    "float16)") {
   REQUIRE_FALSE(op_cases().empty());
   for (const OpCase& c : op_cases()) {
-    for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16}) {
-      if (dtype == DType::kBFloat16 && !c.check_16bit) continue;
+    for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      if (is_half(dtype) && !c.check_16bit) continue;
       SECTION(c.name + " / " + std::string(dtype_name(dtype))) {
-        // bfloat16: each side within tolerance16 unit roundoffs (2^-8) of the
-        // exact result on the same rounded inputs (tests/ops/op_table.h).
-        const double tol = dtype == DType::kFloat64   ? 1e-9
-                           : dtype == DType::kFloat32 ? 2e-4
-                                                      : 2 * c.tolerance16 * std::ldexp(1.0, -8);
+        // 16-bit: each side within tolerance16 unit roundoffs (2^-8, 2^-11)
+        // of the exact result on the same rounded inputs (tests/ops/op_table.h).
+        const double tol = dtype == DType::kFloat64    ? 1e-9
+                           : dtype == DType::kFloat32  ? 2e-4
+                           : dtype == DType::kBFloat16 ? 2 * c.tolerance16 * std::ldexp(1.0, -8)
+                                                       : 2 * c.tolerance16 * std::ldexp(1.0, -11);
         compare(c.name, c.fn, c.make_inputs(), dtype, tol, c.check_grad, c.grad_inputs);
       }
     }
@@ -249,6 +252,29 @@ TEST_CASE("cuda ops: softmax, log-softmax, LayerNorm and cross-entropy on realis
   both("cross_entropy/[2048,10] int32 targets",
        [](const In& in) { return In{ops::cross_entropy(in[0], in[1])}; },
        {r64(Shape{2048, 10}, 32, -3, 3), indices(Shape{2048}, 10, 33, DType::kInt32)}, true, {0});
+  // The mixed-precision forms a bf16 Transformer runs (Note [16-bit
+  // activations]): bfloat16 activations beside float32 parameters, a float32
+  // loss of bfloat16 logits; the inputs arrive in float32 and are cast
+  // inside, so their gradients come back through the casts.
+  const double bf16_tol = 8 * std::ldexp(1.0, -8);
+  for (int64_t d : {96, 2048}) {
+    SECTION("layer_norm/bfloat16 rows, float32 gamma and beta, d = " + std::to_string(d)) {
+      compare(
+          "layer_norm/bf16 x",
+          [](const In& in) {
+            return In{ops::layer_norm(ops::cast(in[0], DType::kBFloat16), in[1], in[2])};
+          },
+          {r64(Shape{300, d}, 26, -2, 3), r64(Shape{d}, 27, 0.5, 1.5), r64(Shape{d}, 28)},
+          DType::kFloat32, bf16_tol);
+    }
+  }
+  SECTION("cross_entropy/bfloat16 logits [512,3000] smoothing + ignore") {
+    compare("cross_entropy/bf16 logits",
+            [opt](const In& in) {
+              return In{ops::cross_entropy(ops::cast(in[0], DType::kBFloat16), in[1], opt)};
+            },
+            {r64(Shape{512, 3000}, 34, -3, 3), targets}, DType::kFloat32, bf16_tol, true, {0});
+  }
 }
 
 TEST_CASE("cuda ops: embedding, matmul, masked_fill and dropout at training sizes") {
