@@ -133,22 +133,32 @@ double relative_error(const Tensor& a, const Tensor& b) {
   return worst / scale;
 }
 
-void check_float32(const OpCase& c) {
-  const Run ref = run_as(c, DType::kFloat64), f32 = run_as(c, DType::kFloat32);
-  REQUIRE(f32.outs.size() == ref.outs.size());
+// `got` against the float64 reference `ref`, outputs and gradients:
+// relative_error <= tol; `unit` (> 0) reports the error in those units.
+void check_run(const Run& got, const Run& ref, double tol, double unit = 0) {
+  auto check = [&](const Tensor& g, const Tensor& r) {
+    REQUIRE(g.defined() == r.defined());
+    if (!r.defined()) return;
+    INFO("of shape " << r.shape());
+    REQUIRE(g.shape() == r.shape());
+    const double err = relative_error(g, r);
+    if (unit > 0) INFO("relative error " << err << " = " << err / unit << " unit roundoffs");
+    CHECK(err <= tol);
+  };
+  REQUIRE(got.outs.size() == ref.outs.size());
   for (size_t i = 0; i < ref.outs.size(); ++i) {
-    REQUIRE(f32.outs[i].defined() == ref.outs[i].defined());
-    if (!ref.outs[i].defined()) continue;
-    INFO("output " << i << " of shape " << ref.outs[i].shape());
-    REQUIRE(f32.outs[i].shape() == ref.outs[i].shape());
-    CHECK(relative_error(f32.outs[i], ref.outs[i]) <= c.tolerance32);
+    INFO("output " << i);
+    check(got.outs[i], ref.outs[i]);
   }
-  REQUIRE(f32.grads.size() == ref.grads.size());
+  REQUIRE(got.grads.size() == ref.grads.size());
   for (size_t i = 0; i < ref.grads.size(); ++i) {
     INFO("gradient " << i);
-    REQUIRE(f32.grads[i].defined() == ref.grads[i].defined());
-    if (ref.grads[i].defined()) CHECK(relative_error(f32.grads[i], ref.grads[i]) <= c.tolerance32);
+    check(got.grads[i], ref.grads[i]);
   }
+}
+
+void check_float32(const OpCase& c) {
+  check_run(run_as(c, DType::kFloat32), run_as(c, DType::kFloat64), c.tolerance32);
 }
 
 // Every float input in a 16-bit dtype (Note [16-bit kernels] in
@@ -160,27 +170,7 @@ void check_float32(const OpCase& c) {
 void check_16bit(const OpCase& c, DType half) {
   INFO("every float input in " << half);
   const double unit = half == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
-  const double tol = c.tolerance16 * unit;
-  const Run ref = run_as(c, DType::kFloat64, half), low = run_as(c, half, half);
-  REQUIRE(low.outs.size() == ref.outs.size());
-  for (size_t i = 0; i < ref.outs.size(); ++i) {
-    REQUIRE(low.outs[i].defined() == ref.outs[i].defined());
-    if (!ref.outs[i].defined()) continue;
-    INFO("output " << i << " of shape " << ref.outs[i].shape());
-    REQUIRE(low.outs[i].shape() == ref.outs[i].shape());
-    const double err = relative_error(low.outs[i], ref.outs[i]);
-    INFO("relative error " << err << " = " << err / unit << " unit roundoffs");
-    CHECK(err <= tol);
-  }
-  REQUIRE(low.grads.size() == ref.grads.size());
-  for (size_t i = 0; i < ref.grads.size(); ++i) {
-    INFO("gradient " << i);
-    REQUIRE(low.grads[i].defined() == ref.grads[i].defined());
-    if (!ref.grads[i].defined()) continue;
-    const double err = relative_error(low.grads[i], ref.grads[i]);
-    INFO("relative error " << err << " = " << err / unit << " unit roundoffs");
-    CHECK(err <= tol);
-  }
+  check_run(run_as(c, half, half), run_as(c, DType::kFloat64, half), c.tolerance16 * unit, unit);
 }
 
 // Note [Split backward]: for each float input taken as the only "input"
