@@ -142,7 +142,9 @@ void check_run(const Run& got, const Run& ref, double tol, double unit = 0) {
     INFO("of shape " << r.shape());
     REQUIRE(g.shape() == r.shape());
     const double err = relative_error(g, r);
-    if (unit > 0) INFO("relative error " << err << " = " << err / unit << " unit roundoffs");
+    INFO("relative error " << err
+                           << (unit > 0 ? " = " + std::to_string(err / unit) + " unit roundoffs"
+                                        : std::string()));
     CHECK(err <= tol);
   };
   REQUIRE(got.outs.size() == ref.outs.size());
