@@ -491,6 +491,33 @@ TEST_CASE("16-bit inputs: float32 kernels on widened copies, 16-bit outputs and 
       CHECK(g.grad().to_vector<float>() == gr.grad().to_vector<float>());
       CHECK(b.grad().to_vector<float>() == br.grad().to_vector<float>());
     }
+    SECTION("bias + activation (the linear epilogue)") {
+      // The CPU kernel reads 16-bit rows itself: bit for bit the float32
+      // kernel on the widened values, each output rounded once; the bias
+      // gradient (float32, like the bias) equal to the float32 one.
+      for (const ops::FusedActivation act :
+           {ops::FusedActivation::kGelu, ops::FusedActivation::kRelu,
+            ops::FusedActivation::kNone}) {
+        Tensor xh = xh0.detach(), b = beta.clone();
+        xh.set_requires_grad(true);
+        b.set_requires_grad(true);
+        const Tensor y = ops::bias_activation(xh, b, act);
+        REQUIRE(y.dtype() == half);
+        ops::sum(ops::mul(ops::cast(y, DType::kFloat32), ops::cast(uph, DType::kFloat32)))
+            .backward();
+        Tensor xr = xw.detach(), br = beta.clone();
+        xr.set_requires_grad(true);
+        br.set_requires_grad(true);
+        const Tensor yr = ops::bias_activation(xr, br, act);
+        // The 16-bit gradient that reaches y is the rounded upstream one.
+        ops::sum(ops::mul(yr, ops::cast(uph, DType::kFloat32))).backward();
+        CHECK(as_float(y) == rounded_to(yr, half));
+        REQUIRE(xh.grad().dtype() == half);
+        CHECK(as_float(xh.grad()) == rounded_to(xr.grad(), half));
+        REQUIRE(b.grad().dtype() == DType::kFloat32);
+        CHECK(b.grad().to_vector<float>() == br.grad().to_vector<float>());
+      }
+    }
     SECTION("gelu, softmax and a residual add") {
       const Tensor y = ops::add(ops::softmax(ops::gelu(xh0), -1), xh0);
       REQUIRE(y.dtype() == half);

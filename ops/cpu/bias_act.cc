@@ -130,6 +130,85 @@ void backward_impl(const Tensor& z, const Tensor& bias, const Tensor& y, const T
   }
 }
 
+// Note [16-bit kernels] (ops/dispatch.h): a bfloat16 / float16 z, y, g
+// and gz are read a row at a time into float32 buffers, the float32 rows
+// above run on them, and each output row is rounded once; the bias (float32
+// or 16-bit) and its gradient (the bias's dtype) go through float32 as
+// well. The same arithmetic, in the same order, as the float32 kernel on
+// widened copies, without the copies.
+template <class T>
+const float* float_params(const Tensor& t, int64_t n, vector<float>& buf) {
+  if (!t.defined()) return nullptr;
+  if (t.dtype() == DType::kFloat32) return t.data<float>();
+  return widen_row(t.data<T>(), n, buf);
+}
+
+template <FusedActivation kAct, class T>
+void forward_impl_16(const Tensor& z, const Tensor& bias, Tensor& y) {
+  const int64_t n = z.rank() == 0 ? 1 : z.size(-1);
+  const int64_t rows = n == 0 ? 0 : z.numel() / n;
+  vector<float> bias_buf;
+  const float* pb = float_params<T>(bias, n, bias_buf);
+  const T* pz = z.data<T>();
+  T* py = y.data<T>();
+  parallel_for(0, rows, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(n, 1)),
+               [&](int64_t lo, int64_t hi) {
+                 vector<float> zb, yb(static_cast<size_t>(n));
+                 for (int64_t r = lo; r < hi; ++r) {
+                   forward_rows<kAct>(widen_row(pz + r * n, n, zb), pb, yb.data(), n, 0, 1);
+                   for (int64_t i = 0; i < n; ++i) store_float(py + r * n, i, yb[i]);
+                 }
+               });
+}
+
+template <FusedActivation kAct, class T>
+void backward_impl_16(const Tensor& z, const Tensor& bias, const Tensor& y, const Tensor& g,
+                      Tensor& gz, Tensor& gbias) {
+  const int64_t n = g.rank() == 0 ? 1 : g.size(-1);
+  const int64_t rows = n == 0 ? 0 : g.numel() / n;
+  vector<float> bias_buf;
+  const float* pb = float_params<T>(bias, n, bias_buf);
+  const T* pz = z.defined() ? z.data<T>() : nullptr;
+  const T* py = y.defined() ? y.data<T>() : nullptr;
+  const T* pg = g.data<T>();
+  T* pgz = gz.defined() ? gz.data<T>() : nullptr;
+  const bool want_bias = gbias.defined();
+  if (!want_bias && !pgz) return;
+  // Rows [r0, r1) into `sum` (if any), each row's gz rounded into pgz (if any).
+  auto run_rows = [&](int64_t r0, int64_t r1, double* sum) {
+    vector<float> zb, yb, gb, out(static_cast<size_t>(n));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* zr = pz ? widen_row(pz + r * n, n, zb) : nullptr;
+      const float* yr = py ? widen_row(py + r * n, n, yb) : nullptr;
+      backward_rows<kAct, float>(zr, pb, yr, widen_row(pg + r * n, n, gb), out.data(), sum, n, 0, 1,
+                                 nullptr);
+      if (pgz)
+        for (int64_t i = 0; i < n; ++i) store_float(pgz + r * n, i, out[i]);
+    }
+  };
+  if (!want_bias) {
+    parallel_for(0, rows, std::max<int64_t>(1, kGrainElems / std::max<int64_t>(n, 1)),
+                 [&](int64_t lo, int64_t hi) { run_rows(lo, hi, nullptr); });
+    return;
+  }
+  // The float32 kernel's fixed partition of the rows.
+  const int64_t chunks = std::clamp<int64_t>((rows * n + kGrainElems - 1) / kGrainElems, 1,
+                                             std::max<int64_t>(1, std::min(rows, kMaxChunks)));
+  vector<double> partial(static_cast<size_t>(chunks * n), 0.0);
+  parallel_for(0, chunks, 1, [&](int64_t clo, int64_t chi) {
+    for (int64_t c = clo; c < chi; ++c)
+      run_rows(c * rows / chunks, (c + 1) * rows / chunks, partial.data() + c * n);
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * n + i];
+    if (gbias.dtype() == DType::kFloat32)
+      gbias.data<float>()[i] = static_cast<float>(sum);
+    else
+      store_float(gbias.data<T>(), i, static_cast<float>(sum));
+  }
+}
+
 template <class F>
 void dispatch_act(FusedActivation act, F&& f) {
   switch (act) {
@@ -147,18 +226,27 @@ void dispatch_act(FusedActivation act, F&& f) {
 }
 
 void bias_act_forward_cpu(FusedActivation act, const Tensor& z, const Tensor& bias, Tensor& y) {
-  dispatch_floating(z.dtype(), "bias_activation", [&](auto zero) {
+  dispatch_floating_16(z.dtype(), "bias_activation", [&](auto zero) {
     using T = decltype(zero);
-    dispatch_act(act, [&](auto a) { forward_impl<decltype(a)::value, T>(z, bias, y); });
+    dispatch_act(act, [&](auto a) {
+      if constexpr (is_16bit_v<T>)
+        forward_impl_16<decltype(a)::value, T>(z, bias, y);
+      else
+        forward_impl<decltype(a)::value, T>(z, bias, y);
+    });
   });
 }
 
 void bias_act_backward_cpu(FusedActivation act, const Tensor& z, const Tensor& bias,
                            const Tensor& y, const Tensor& g, Tensor& gz, Tensor& gbias) {
-  dispatch_floating(g.dtype(), "bias_activation backward", [&](auto zero) {
+  dispatch_floating_16(g.dtype(), "bias_activation backward", [&](auto zero) {
     using T = decltype(zero);
-    dispatch_act(act,
-                 [&](auto a) { backward_impl<decltype(a)::value, T>(z, bias, y, g, gz, gbias); });
+    dispatch_act(act, [&](auto a) {
+      if constexpr (is_16bit_v<T>)
+        backward_impl_16<decltype(a)::value, T>(z, bias, y, g, gz, gbias);
+      else
+        backward_impl<decltype(a)::value, T>(z, bias, y, g, gz, gbias);
+    });
   });
 }
 

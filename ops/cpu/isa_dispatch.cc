@@ -254,5 +254,7 @@ GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_backward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_forward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_backward, DeviceType::kCPU, kBoth);
 
 }  // namespace gpipe::ops::cpu
