@@ -35,13 +35,14 @@ bool is_optional_kernel(const std::string& name);
 
 // Note [16-bit kernels]. A kernel computes in float32 or float64 unless it
 // is registered as taking a 16-bit dtype on its device (accept_16bit):
-// cast_into and cross-entropy everywhere; the GEMM and the one-group
-// convolution in bfloat16 and bias + activation on the CPU; on CUDA the bfloat16 GEMM and, for
-// both 16-bit dtypes, the elementwise ops and their gradients, softmax,
-// layer norm, dropout, masked_fill, the embedding gather and the sums,
-// which load 16-bit elements as float32 and round each output once
-// (compute_t in runtime/cuda/half.cuh), so they compute what the float32
-// kernels compute on widened copies without the copies. For any other
+// cast_into and cross-entropy everywhere; on the CPU the GEMM and the
+// one-group convolution in bfloat16 and bias + activation; on CUDA the
+// bfloat16 GEMM and, for both 16-bit dtypes, the elementwise ops and their
+// gradients, softmax, layer norm, dropout, masked_fill, the embedding
+// gather and the sums. Those load 16-bit elements as float32 and round each
+// output once (compute_t in runtime/cuda/half.cuh, load_float / store_float
+// in ops/cpu/isa/prelude.h), so they compute what the float32 kernels
+// compute on widened copies without the copies. For any other
 // kernel, a call with 16-bit tensors runs it on float32 copies: each
 // 16-bit input is widened into a float32 scratch tensor, each 16-bit
 // output (a `Tensor&` argument) is computed in a float32 scratch tensor
