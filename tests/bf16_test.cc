@@ -515,7 +515,12 @@ TEST_CASE("16-bit inputs: float32 kernels on widened copies, 16-bit outputs and 
         REQUIRE(xh.grad().dtype() == half);
         CHECK(as_float(xh.grad()) == rounded_to(xr.grad(), half));
         REQUIRE(b.grad().dtype() == DType::kFloat32);
-        CHECK(b.grad().to_vector<float>() == br.grad().to_vector<float>());
+        // float32 sums of the same terms; an optimisation level may contract
+        // the GELU derivative's multiply-adds differently in the two
+        // instantiations (seen under -O1 with sanitizers): last-bit equal.
+        const std::vector<float> gb = b.grad().to_vector<float>(),
+                                 gbr = br.grad().to_vector<float>();
+        for (size_t i = 0; i < gb.size(); ++i) CHECK(gb[i] == Approx(gbr[i]).epsilon(1e-6));
       }
     }
     SECTION("gelu, softmax and a residual add") {
