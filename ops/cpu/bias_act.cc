@@ -156,7 +156,7 @@ void forward_impl_16(const Tensor& z, const Tensor& bias, Tensor& y) {
                  vector<float> zb, yb(static_cast<size_t>(n));
                  for (int64_t r = lo; r < hi; ++r) {
                    forward_rows<kAct>(widen_row(pz + r * n, n, zb), pb, yb.data(), n, 0, 1);
-                   for (int64_t i = 0; i < n; ++i) store_float(py + r * n, i, yb[i]);
+                   narrow_row(yb.data(), py + r * n, n);
                  }
                });
 }
@@ -182,8 +182,7 @@ void backward_impl_16(const Tensor& z, const Tensor& bias, const Tensor& y, cons
       const float* yr = py ? widen_row(py + r * n, n, yb) : nullptr;
       backward_rows<kAct, float>(zr, pb, yr, widen_row(pg + r * n, n, gb), out.data(), sum, n, 0, 1,
                                  nullptr);
-      if (pgz)
-        for (int64_t i = 0; i < n; ++i) store_float(pgz + r * n, i, out[i]);
+      if (pgz) narrow_row(out.data(), pgz + r * n, n);
     }
   };
   if (!want_bias) {

@@ -120,8 +120,7 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
               gp[j] = ((x[j] - l < kExpCutoff<C> ? C(0) : gp[j]) - off) * scale;
             gp[t] -= hit * scale;
           }
-          if constexpr (is_16bit_v<T>)
-            for (int64_t j = 0; j < c; ++j) store_float(pg + i * c, j, gp[j]);
+          if constexpr (is_16bit_v<T>) narrow_row(gp, pg + i * c, c);
         }
       });
     });

@@ -146,6 +146,13 @@ void store_float(T* p, int64_t i, float v) {
     p[i] = static_cast<T>(v);
 }
 
+// n float32 values into a row of T elements, each rounded once (stored as
+// they are for float32).
+template <class T>
+void narrow_row(const float* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) store_float(dst, i, src[i]);
+}
+
 // n elements of type T as compute_t<T>: the row itself, or its widened copy
 // in `buf` (resized to n) for 16-bit elements.
 template <class T, class Buf>
