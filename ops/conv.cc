@@ -80,8 +80,10 @@ Conv2dParams check_conv(const Tensor& x, const Tensor& weight, const Tensor& bia
 // sums into a float32 y. The input gradient is the bfloat16 product of the
 // upstream gradient rounded to bfloat16, returned as bfloat16 through the
 // cast; the weight gradient is that product's float32 result; the bias
-// gradient sums the float32 upstream gradient. Other devices, groups and
-// fp16 round the operands and convolve in float32.
+// gradient sums the float32 upstream gradient. CUDA takes every group
+// count, with bfloat16 cuDNN graphs (Note [16-bit convolution on CUDA] in
+// ops/cuda/conv.cc); grouped CPU convolutions and fp16 round the operands
+// and convolve in float32.
 Tensor conv2d_bf16(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                    const Conv2dParams& params, const Shape& y_shape) {
   const Tensor xh = cast(x_in, DType::kBFloat16);
@@ -130,13 +132,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
   const bool half_in = x_in.defined() && is_half(x_in.dtype());
   if (current_precision() == Precision::kBFloat16 && x_in.defined() && weight_in.defined() &&
       (x_in.dtype() == DType::kFloat32 || x_in.dtype() == DType::kBFloat16) &&
-      weight_in.dtype() == DType::kFloat32 && x_in.device().is_cpu() && opt.groups == 1) {
+      weight_in.dtype() == DType::kFloat32 && (opt.groups == 1 || x_in.device().is_cuda())) {
     const Conv2dParams params = check_conv(x_in, weight_in, bias, opt, y_shape);
     const Tensor y = conv2d_bf16(x_in, weight_in, bias, params, y_shape);
     return half_in ? cast(y, x_in.dtype()) : y;  // Note [16-bit activations]: 16 in, 16 out
   }
-  // Any other 16-bit input (a float32 or 16-bit weight, several groups, fp16,
-  // a CUDA tensor): float32 on the widened values, rounded once.
+  // Any other 16-bit input (outside bf16 precision, a 16-bit weight,
+  // several groups on the CPU, fp16): float32 on the widened values,
+  // rounded once.
   if (half_in) {
     auto wide = [](const Tensor& t) {
       return t.defined() && is_half(t.dtype()) ? cast(t, DType::kFloat32) : t;

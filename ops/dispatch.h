@@ -37,7 +37,7 @@ bool is_optional_kernel(const std::string& name);
 // is registered as taking a 16-bit dtype on its device (accept_16bit):
 // cast_into and cross-entropy everywhere; on the CPU the GEMM and the
 // one-group convolution in bfloat16 and bias + activation; on CUDA the
-// bfloat16 GEMM and, for both 16-bit dtypes, the elementwise ops and their
+// bfloat16 GEMM and convolution and, for both 16-bit dtypes, the elementwise ops and their
 // gradients, softmax, layer norm, dropout, masked_fill, the embedding
 // gather and the sums. Those load 16-bit elements as float32 and round each
 // output once (compute_t in runtime/cuda/half.cuh, load_float / store_float

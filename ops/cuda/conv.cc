@@ -12,6 +12,8 @@
 // determinism requirement; then runtime-compiled engines too; then any
 // engine at all. Set GPIPE_CUDNN_LOG=1 to print each plan's engine and notes.
 // Workspace comes from the caching allocator, charged to kWorkspace.
+// bfloat16 operands (Note [16-bit convolution] in ops/conv.cc; CUDA side in
+// Note [16-bit convolution on CUDA] below) take cuDNN's bfloat16 graphs.
 // Should cuDNN have no plan for a problem (or GPIPE_CONV_DIRECT=1), the
 // direct kernels of ops/cuda/conv_direct.cu run instead, with a note on
 // stderr: slower, same results.
@@ -81,7 +83,13 @@ struct Problem {
 cudnnDataType_t cudnn_type(DType t) {
   if (t == DType::kFloat32) return CUDNN_DATA_FLOAT;
   if (t == DType::kFloat64) return CUDNN_DATA_DOUBLE;
-  throw Error(detail::concat("conv2d on CUDA: expected float32 or float64, got ", t));
+  if (t == DType::kBFloat16) return CUDNN_DATA_BFLOAT16;
+  throw Error(detail::concat("conv2d on CUDA: expected float32, float64 or bfloat16, got ", t));
+}
+
+// The type products are summed in: float64 for float64, else float32.
+cudnnDataType_t compute_type(DType t) {
+  return t == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
 // Largest power of two <= 16 dividing every pointer.
@@ -166,7 +174,7 @@ std::shared_ptr<const cudnn::Plan> build(const Problem& pr, cudnnHandle_t handle
   cudnn::Descriptor conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   conv.set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, 2)
-      .set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, type)
+      .set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, compute_type(pr.dtype))
       .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
       .set_int64s(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, {pr.p.stride_h, pr.p.stride_w})
       .set_int64s(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, {pr.p.pad_h, pr.p.pad_w})
@@ -213,12 +221,13 @@ bool use_direct() {
 }
 
 // Runs one convolution through cuDNN: x / w / y are the tensors with uids
-// 1 / 2 / 3 (in backward passes the gradients stand in for their primals).
+// 1 / 2 / 3 (in backward passes the gradients stand in for their primals),
+// all of one dtype. `tf32` lets float32 problems use TF32 tensor cores.
 // Returns false when cuDNN cannot build a plan for the problem: the failure
 // is printed once per problem to stderr, remembered, and the caller falls
 // back to the direct kernels.
 bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tensor& y,
-               const Conv2dParams& params) {
+               const Conv2dParams& params, bool tf32 = gpipe::cuda::allow_tf32()) {
   const Device device = y.device();
   Problem pr{direction,
              x.dtype(),
@@ -227,7 +236,7 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
              y.shape().dims(),
              params,
              common_alignment({x.raw_data(), w.raw_data(), y.raw_data()}),
-             gpipe::cuda::allow_tf32(),
+             tf32,
              device.index};
   gpipe::cuda::DeviceGuard guard(device.index);
   auto handle = gpipe::cuda::cudnn_handle(device.index);
@@ -266,11 +275,83 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
   return true;
 }
 
+// Note [16-bit convolution on CUDA]. Under bf16 precision the front
+// function hands the kernels x, weight and grad_y as bfloat16 and y, grad_x
+// and grad_weight as float32 (one group or several; the CPU's contract is
+// Note [16-bit convolution] in ops/conv.cc).
+// - Forward and backward-data run cuDNN's all-bfloat16 graphs (bfloat16
+//   tensor cores, float32 sums) into a bfloat16 scratch that is widened into
+//   the float32 result: the result is rounded to bfloat16 once, which the
+//   front does anyway for bfloat16 activations and for the input gradient.
+// - Backward-filter widens its operands and runs the float32 graph with TF32
+//   allowed: every bfloat16 value is exact in TF32, so the products are
+//   exact and the float32 weight gradient is never rounded to 16 bits.
+// - Without a bfloat16 plan (or with GPIPE_CONV_DIRECT=1) forward and
+//   backward-data take that widened TF32 route too: same values, float32
+//   result, slower.
+bool bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (a.dtype() != DType::kBFloat16) return false;
+  GPIPE_CHECK(
+      b.dtype() == DType::kBFloat16 && out.dtype() == DType::kFloat32,
+      "conv2d on CUDA: bfloat16 operands need a bfloat16 partner and a float32 result, got ",
+      b.dtype(), " and ", out.dtype(), " (a gpipe bug)");
+  return true;
+}
+
+Tensor widened(const Tensor& t) {
+  Tensor w = Tensor::empty(t.shape(), DType::kFloat32, t.device());
+  cast_into(t.device(), t, w);
+  return w;
+}
+
+// The bfloat16 cuDNN graph for `direction` into a bfloat16 scratch of
+// `out`'s shape, widened into `out`; false when cuDNN has no plan.
+bool run_cudnn_bf16(Direction direction, const Tensor& a, const Tensor& b, Tensor& out,
+                    const Conv2dParams& params) {
+  if (use_direct()) return false;
+  Tensor scratch = Tensor::empty(out.shape(), DType::kBFloat16, out.device());
+  const bool ran = direction == Direction::kForward
+                       ? run_cudnn(direction, a, b, scratch, params)
+                       : run_cudnn(direction, scratch, b, a, params);  // dx with w, dy
+  if (ran) cast_into(out.device(), scratch, out);
+  return ran;
+}
+
+void run_float(Direction direction, const Tensor& a, const Tensor& b, Tensor& out,
+               const Conv2dParams& params, bool tf32) {
+  switch (direction) {
+    case Direction::kForward:
+      if (use_direct() || !run_cudnn(direction, a, b, out, params, tf32))
+        conv2d_direct_forward(a, b, params, out);
+      return;
+    case Direction::kBackwardData:  // a = grad_y, b = weight, out = grad_x
+      if (use_direct() || !run_cudnn(direction, out, b, a, params, tf32))
+        conv2d_direct_backward_input(a, b, params, out);
+      return;
+    case Direction::kBackwardFilter:  // a = grad_y, b = x, out = grad_weight
+      if (use_direct() || !run_cudnn(direction, b, out, a, params, tf32))
+        conv2d_direct_backward_weight(a, b, params, out);
+      return;
+  }
+}
+
+// One direction for any operand dtype: bfloat16 as the Note says, float32
+// and float64 as they are.
+void run_direction(Direction direction, const Tensor& a, const Tensor& b, Tensor& out,
+                   const Conv2dParams& params) {
+  if (!bf16_operands(a, b, out)) {
+    run_float(direction, a, b, out, params, gpipe::cuda::allow_tf32());
+    return;
+  }
+  if (direction != Direction::kBackwardFilter && run_cudnn_bf16(direction, a, b, out, params))
+    return;
+  run_float(direction, widened(a), widened(b), out, params, /*tf32=*/true);
+}
+
 void conv2d_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Conv2dParams& params, Tensor& y) {
   if (y.numel() == 0) return;
-  if (use_direct() || !run_cudnn(Direction::kForward, x, weight, y, params))
-    conv2d_direct_forward(x, weight, params, y);
+  run_direction(Direction::kForward, x, weight, y, params);
   if (!bias.defined()) return;
   // y += bias[o] on every output plane: the broadcast-add kernel, in place
   // (each element is read and written by the same thread).
@@ -285,8 +366,7 @@ void conv2d_backward_input_cuda(const Tensor& grad_y, const Tensor& weight,
     grad_x.fill(0.0);
     return;
   }
-  if (use_direct() || !run_cudnn(Direction::kBackwardData, grad_x, weight, grad_y, params))
-    conv2d_direct_backward_input(grad_y, weight, params, grad_x);
+  run_direction(Direction::kBackwardData, grad_y, weight, grad_x, params);
 }
 
 void conv2d_backward_weight_cuda(const Tensor& grad_y, const Tensor& x, const Conv2dParams& params,
@@ -296,8 +376,7 @@ void conv2d_backward_weight_cuda(const Tensor& grad_y, const Tensor& x, const Co
     grad_weight.fill(0.0);
     return;
   }
-  if (use_direct() || !run_cudnn(Direction::kBackwardFilter, x, grad_weight, grad_y, params))
-    conv2d_direct_backward_weight(grad_y, x, params, grad_weight);
+  run_direction(Direction::kBackwardFilter, grad_y, x, grad_weight, params);
 }
 
 }  // namespace
@@ -305,5 +384,8 @@ void conv2d_backward_weight_cuda(const Tensor& grad_y, const Tensor& x, const Co
 GPIPE_REGISTER_KERNEL(conv2d_forward, DeviceType::kCUDA, conv2d_forward_cuda);
 GPIPE_REGISTER_KERNEL(conv2d_backward_input, DeviceType::kCUDA, conv2d_backward_input_cuda);
 GPIPE_REGISTER_KERNEL(conv2d_backward_weight, DeviceType::kCUDA, conv2d_backward_weight_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_forward, DeviceType::kCUDA, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCUDA, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCUDA, kBFloat16);
 
 }  // namespace gpipe::ops::cuda

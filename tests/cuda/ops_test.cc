@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "ops/conv_kernels.h"
 #include "ops/cuda/conv_direct.h"
@@ -321,6 +322,48 @@ TEST_CASE("cuda ops: convolution, pooling and batch norm at CNN sizes") {
   both("conv2d/depthwise 5x5 stride 2",
        [depthwise](const In& in) { return In{ops::conv2d(in[0], in[1], Tensor(), depthwise)}; },
        {r64(Shape{3, 16, 21, 21}, 76), r64(Shape{16, 1, 5, 5}, 77)});
+  // Under bf16 precision (Note [16-bit convolution on CUDA]): bfloat16
+  // cuDNN graphs forward and backward-data, exact TF32 products for the
+  // weight gradient; the CPU multiplies the same rounded operands. Inputs
+  // arrive in float32, as a bf16 AmoebaNet's do.
+  struct Bf16Conv {
+    std::string name;
+    ops::Conv2dOptions opt;
+    In in;
+  };
+  const std::vector<Bf16Conv> bf16_convs{
+      {"one group",
+       pad1,
+       {r64(Shape{4, 16, 20, 20}, 78), r64(Shape{32, 16, 3, 3}, 79), r64(Shape{32}, 83)}},
+      {"groups 4",
+       grouped,
+       {r64(Shape{2, 16, 17, 15}, 84), r64(Shape{24, 4, 3, 3}, 85), r64(Shape{24}, 86)}},
+      {"depthwise", depthwise, {r64(Shape{3, 16, 21, 21}, 87), r64(Shape{16, 1, 5, 5}, 88)}}};
+  for (const Bf16Conv& c : bf16_convs) {
+    SECTION("conv2d/bf16 precision, " + c.name) {
+      PrecisionScope bf16(Precision::kBFloat16);
+      const ops::Conv2dOptions opt = c.opt;
+      compare(
+          "conv2d/bf16 precision, " + c.name,
+          [opt](const In& in) {
+            return In{ops::conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), opt)};
+          },
+          c.in, DType::kFloat32, 8 * std::ldexp(1.0, -8));
+    }
+    SECTION("conv2d/bfloat16 activations, " + c.name) {
+      PrecisionScope bf16(Precision::kBFloat16);
+      const ops::Conv2dOptions opt = c.opt;
+      compare(
+          "conv2d/bfloat16 activations, " + c.name,
+          [opt](const In& in) {
+            const Tensor y = ops::conv2d(ops::cast(in[0], DType::kBFloat16), in[1],
+                                         in.size() > 2 ? in[2] : Tensor(), opt);
+            REQUIRE(y.dtype() == DType::kBFloat16);
+            return In{y};
+          },
+          c.in, DType::kFloat32, 8 * std::ldexp(1.0, -8));
+    }
+  }
   ops::Pool2dOptions p3{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   both("max_pool2d/3x3 s2 p1 [4,16,33,33]",
        [p3](const In& in) { return In{ops::max_pool2d(in[0], p3)}; },
