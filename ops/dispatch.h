@@ -36,7 +36,7 @@ bool is_optional_kernel(const std::string& name);
 // Note [16-bit kernels]. A kernel computes in float32 or float64 unless it
 // is registered as taking a 16-bit dtype on its device (accept_16bit):
 // cast_into and cross-entropy everywhere; on the CPU the GEMM and the
-// one-group convolution in bfloat16 and bias + activation; on CUDA the
+// one-group convolution in bfloat16, bias + activation and layer norm; on CUDA the
 // bfloat16 GEMM and convolution and, for both 16-bit dtypes, the elementwise ops and their
 // gradients, softmax, layer norm, dropout, masked_fill, the embedding
 // gather and the sums. Those load 16-bit elements as float32 and round each

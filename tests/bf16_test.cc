@@ -491,6 +491,51 @@ TEST_CASE("16-bit inputs: float32 kernels on widened copies, 16-bit outputs and 
       CHECK(g.grad().to_vector<float>() == gr.grad().to_vector<float>());
       CHECK(b.grad().to_vector<float>() == br.grad().to_vector<float>());
     }
+    SECTION("layer_norm reads 16-bit rows itself: any width, parameters in either dtype") {
+      // The CPU kernel widens one row at a time into a buffer: bit for bit
+      // the float32 kernel on widened copies (its sums do not depend on the
+      // row's address), with gamma / beta float32 or 16-bit, or absent.
+      for (const int64_t d : {int64_t{1}, int64_t{37}, int64_t{600}}) {
+        for (int affine = 0; affine < 3; ++affine) {  // float32, 16-bit, none
+          INFO("d = " << d << ", parameters "
+                      << (affine == 0   ? "float32"
+                          : affine == 1 ? "16-bit"
+                                        : "none"));
+          const Tensor xv = ops::cast(ops::cast(randn_t({41, d}, 40 + d), half), DType::kFloat32);
+          const Tensor gv = ops::cast(ops::cast(randn_t({d}, 41), half), DType::kFloat32);
+          const Tensor bv = ops::cast(ops::cast(randn_t({d}, 42), half), DType::kFloat32);
+          const Tensor upv = ops::cast(ops::cast(randn_t({41, d}, 43), half), DType::kFloat32);
+          auto run = [&](DType act, DType par, Tensor& x, Tensor& g, Tensor& b) {
+            x = ops::cast(xv, act).detach();
+            x.set_requires_grad(true);
+            if (affine < 2) {
+              g = ops::cast(gv, par).detach();
+              b = ops::cast(bv, par).detach();
+              g.set_requires_grad(true);
+              b.set_requires_grad(true);
+            }
+            const Tensor y = ops::layer_norm(x, g, b, 1e-5);
+            REQUIRE(y.dtype() == act);
+            ops::sum(ops::mul(ops::cast(y, DType::kFloat32), upv)).backward();
+            return y;
+          };
+          Tensor x, g, b, xr, gr, br;
+          const Tensor y = run(half, affine == 1 ? half : DType::kFloat32, x, g, b);
+          const Tensor yr = run(DType::kFloat32, DType::kFloat32, xr, gr, br);
+          CHECK(as_float(y) == rounded_to(yr, half));
+          REQUIRE(x.grad().dtype() == half);
+          CHECK(as_float(x.grad()) == rounded_to(xr.grad(), half));
+          if (affine < 2) {
+            // float32 parameter gradients of the same float32 sums; a 16-bit
+            // parameter's gradient is rounded once by its cast.
+            const DType pd = affine == 1 ? half : DType::kFloat32;
+            REQUIRE(g.grad().dtype() == pd);
+            CHECK(as_float(g.grad()) == rounded_to(gr.grad(), pd));
+            CHECK(as_float(b.grad()) == rounded_to(br.grad(), pd));
+          }
+        }
+      }
+    }
     SECTION("bias + activation (the linear epilogue)") {
       // The CPU kernel reads 16-bit rows itself: bit for bit the float32
       // kernel on the widened values, each output rounded once; the bias

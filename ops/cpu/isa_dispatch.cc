@@ -256,5 +256,7 @@ GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_backward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_backward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_forward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_backward, DeviceType::kCPU, kBoth);
 
 }  // namespace gpipe::ops::cpu

@@ -298,8 +298,14 @@ bool bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
   return true;
 }
 
+// Scratch tensors live for one kernel call, charged to kWorkspace.
+Tensor scratch_like(const Tensor& t, DType dtype) {
+  MemoryCategoryGuard category(MemoryCategory::kWorkspace);
+  return Tensor::empty(t.shape(), dtype, t.device());
+}
+
 Tensor widened(const Tensor& t) {
-  Tensor w = Tensor::empty(t.shape(), DType::kFloat32, t.device());
+  Tensor w = scratch_like(t, DType::kFloat32);
   cast_into(t.device(), t, w);
   return w;
 }
@@ -309,7 +315,7 @@ Tensor widened(const Tensor& t) {
 bool run_cudnn_bf16(Direction direction, const Tensor& a, const Tensor& b, Tensor& out,
                     const Conv2dParams& params) {
   if (use_direct()) return false;
-  Tensor scratch = Tensor::empty(out.shape(), DType::kBFloat16, out.device());
+  Tensor scratch = scratch_like(out, DType::kBFloat16);
   const bool ran = direction == Direction::kForward
                        ? run_cudnn(direction, a, b, scratch, params)
                        : run_cudnn(direction, scratch, b, a, params);  // dx with w, dy
