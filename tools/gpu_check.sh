@@ -5,7 +5,7 @@
 #                                       run //tests/cuda/... and print the GEMM benchmark
 #   tools/gpu_check.sh --stage DIR      on a build machine (no GPU needed): build, then pack the GPU
 #                                       tests, the benchmark and the non-CUDA libraries they link
-#                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~20 MB)
+#                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~45 MB)
 #   tools/gpu_check.sh --prebuilt DIR   on the GPU machine, without bazel: unpack and run what
 #                                       --stage packed; cudart, cuBLAS, cuDNN 9 and NCCL are looked
 #                                       up on the machine (/usr/local/cuda, pip's nvidia-* wheels, ...)
@@ -15,10 +15,12 @@
 # the log names the cuDNN engine picked for every convolution.
 # Both modes run W2's training step on cuda:0 in fp32, TF32 and bf16 (step time, tokens/s, MFU;
 # //tests/cuda:w2_bench) and pipeline_test's 60-step training in fp32 and bf16 (loss falls, the
-# allocator's live bytes stay flat). What --prebuilt cannot run (no bazel, no data sets):
-# gpipe_train on cuda:0 for 300 steps in fp32 and bf16 and the MPI/NCCL equivalence test.
+# allocator's live bytes stay flat), and gpipe_train on cuda:0 for 300 steps in fp32 and bf16
+# (the loss must fall; --stage packs the binary and the Transformer's catalogs). What --prebuilt
+# cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
-# "SKIPPED: no CUDA device found" and pass; the last line counts the failed steps.
+# "SKIPPED: no CUDA device found" and pass, and gpipe_train fails ("cuda:0 is not available");
+# the last line counts the failed steps.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -28,7 +30,7 @@ JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
 
-usage() { sed -n '2,18p' "$0"; }
+usage() { sed -n '2,23p' "$0"; }
 
 mode=build
 dir=""
@@ -60,6 +62,17 @@ run_step() {  # run_step NAME CMD...: runs CMD, counts a failure
   return 0
 }
 
+# train_check PRECISION CMD...: CMD is gpipe_train (bazel run, or the staged binary); trains the
+# Transformer on cuda:0 (K=2, M=4) for 300 steps at PRECISION; the logged loss must fall.
+train_check() {
+  local precision=$1 log=/tmp/gpu_check_train_$1.log
+  shift
+  "$@" --model=transformer --K=2 --M=4 --devices=cuda:0 --precision="$precision" --steps=300 \
+    --log-every=100 --eval-sentences=20 | tee "$log" || return 1
+  awk '/^step /{for(i=1;i<NF;i++) if($i=="loss") l[n++]=$(i+1)} END{exit !(n>=2 && l[n-1]<l[0])}' \
+    "$log" || { echo "!! the loss did not fall ($log)"; return 1; }
+}
+
 case "$mode" in
   build)
     run_step "build --config=cuda //..." bazel build --config=cuda --jobs="$JOBS" //...
@@ -70,11 +83,8 @@ case "$mode" in
       --test_env=GPIPE_TEST_DEVICES=cuda:0 //tests/mpi:equivalence_test
     # gpipe_train on cuda:0, a few hundred steps in fp32 and in bf16: the loss must fall.
     for precision in fp32 bf16; do
-      run_step "gpipe_train on cuda:0 ($precision)" bash -c "bazel run --config=cuda //tools:gpipe_train -- \
-        --model=transformer --K=2 --M=4 --devices=cuda:0 --precision=$precision --steps=300 \
-        --log-every=100 --eval-sentences=20 | tee /tmp/gpu_check_train_$precision.log && \
-        awk '/^step /{for(i=1;i<NF;i++) if(\$i==\"loss\") l[n++]=\$(i+1)} END{exit !(n>=2 && l[n-1]<l[0])}' \
-          /tmp/gpu_check_train_$precision.log"
+      run_step "gpipe_train on cuda:0 ($precision)" train_check "$precision" \
+        bazel run --config=cuda //tools:gpipe_train --
     done
     # shellcheck disable=SC2086
     run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
@@ -82,13 +92,21 @@ case "$mode" in
     ;;
 
   stage)
-    run_step "build --config=cuda //tests/cuda/..." bazel build --config=cuda --jobs="$JOBS" \
-      //tests/cuda/...
+    run_step "build --config=cuda //tests/cuda/... //tools:gpipe_train" bazel build --config=cuda \
+      --jobs="$JOBS" //tests/cuda/... //tools:gpipe_train
     pack=$(mktemp -d)
     mkdir -p "$pack/gpu_check/lib" "$dir"
-    for b in "${BINARIES[@]}"; do
-      cp -f bazel-bin/tests/cuda/"$b" "$pack/gpu_check/$b" && chmod u+w "$pack/gpu_check/$b" &&
+    for b in "${BINARIES[@]}" gpipe_train; do
+      src=bazel-bin/tests/cuda/$b
+      [ "$b" = gpipe_train ] && src=bazel-bin/tools/gpipe_train
+      cp -f "$src" "$pack/gpu_check/$b" && chmod u+w "$pack/gpu_check/$b" &&
         strip --strip-debug "$pack/gpu_check/$b" || failed=$((failed + 1))
+    done
+    # The Transformer's data (docs/DATA.md): the iso-codes catalogs of its default languages.
+    for mo in /usr/share/locale/{fr,de,es,it,nl,pl,pt,ru,sv,uk}/LC_MESSAGES/iso_*.mo; do
+      rel=${mo#/usr/share/locale/}
+      mkdir -p "$pack/gpu_check/locale/$(dirname "$rel")" && cp -f "$mo" "$pack/gpu_check/locale/$rel" ||
+        failed=$((failed + 1))
     done
     # Libraries from Debian that a GPU image may lack; CUDA's own are found there at run time.
     for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
@@ -134,8 +152,12 @@ EOF
     # shellcheck disable=SC2086
     run_step "gemm benchmark" timeout 240 "$dir/gemm_bench" $BENCH_SIZES
     run_step "W2 step (MFU)" timeout 240 "$dir/w2_bench"
-    echo "not run by --prebuilt (no bazel, no data sets here): gpipe_train on cuda:0 (300 steps, fp32" \
-      "and bf16) and //tests/mpi:equivalence_test on cuda:0 (NCCL); run tools/gpu_check.sh for them"
+    for precision in fp32 bf16; do
+      run_step "gpipe_train on cuda:0 ($precision)" train_check "$precision" \
+        timeout 180 "$dir/gpipe_train" --data-dir="$dir/locale"
+    done
+    echo "not run by --prebuilt (no bazel, no OpenMPI build here): //tests/mpi:equivalence_test" \
+      "on cuda:0 (NCCL between ranks); run tools/gpu_check.sh for it"
     ;;
 esac
 
