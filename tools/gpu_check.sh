@@ -63,14 +63,17 @@ run_step() {  # run_step NAME CMD...: runs CMD, counts a failure
 }
 
 # train_check PRECISION CMD...: CMD is gpipe_train (bazel run, or the staged binary); trains the
-# Transformer on cuda:0 (K=2, M=4) for 300 steps at PRECISION; the logged loss must fall.
+# Transformer on cuda:0 (K=2, M=4) for 300 steps at PRECISION. The logged loss must fall, and
+# the device's live bytes between steps ("live N MB") must not grow (no leak).
 train_check() {
   local precision=$1 log=/tmp/gpu_check_train_$1.log
   shift
   "$@" --model=transformer --K=2 --M=4 --devices=cuda:0 --precision="$precision" --steps=300 \
-    --log-every=100 --eval-sentences=20 | tee "$log" || return 1
+    --log-every=50 --eval-sentences=20 | tee "$log" || return 1
   awk '/^step /{for(i=1;i<NF;i++) if($i=="loss") l[n++]=$(i+1)} END{exit !(n>=2 && l[n-1]<l[0])}' \
     "$log" || { echo "!! the loss did not fall ($log)"; return 1; }
+  awk '/^step /{for(i=1;i<NF;i++) if($i=="live") v[n++]=$(i+1)} END{exit !(n>=2 && v[n-1]<=v[1]+0.5)}' \
+    "$log" || { echo "!! the live bytes grew from step to step ($log)"; return 1; }
 }
 
 case "$mode" in

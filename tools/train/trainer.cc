@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/allocator.h"
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "data/loader.h"
@@ -549,6 +550,17 @@ class Trainer {
     return c_.schedule.rfind("file:", 0) == 0 ? std::string("program") : c_.schedule;
   }
 
+  double live_megabytes() const {
+    std::vector<Device> seen;
+    int64_t bytes = 0;
+    for (const CellInfo& cell : pipe_->cells()) {
+      if (std::find(seen.begin(), seen.end(), cell.device) != seen.end()) continue;
+      seen.push_back(cell.device);
+      bytes += allocator_for(cell.device).stats().live_total;
+    }
+    return static_cast<double>(bytes) / 1e6;
+  }
+
   void log_progress(int64_t step) {
     const double secs =
         std::max(window_seconds_, 1e-9);  // training time only: evaluations excluded
@@ -564,6 +576,10 @@ class Trainer {
     os << "  " << std::setprecision(1) << window_examples_ / secs << " ex/s  act peak";
     for (size_t i = 0; i < window_peaks_.size(); ++i)
       os << (i ? "/" : " ") << std::setprecision(1) << window_peaks_[i];
+    // Bytes the pipeline's devices hold between steps (parameters, gradients,
+    // optimizer state, caches): flat from one log line to the next unless
+    // something leaks (tools/gpu_check.sh checks that on cuda:0).
+    os << " MB  live " << std::setprecision(1) << live_megabytes();
     os << " MB  bubble " << std::setprecision(3)
        << (window_bubble_steps_ > 0 ? window_bubble_ / window_bubble_steps_ : NAN) << " ("
        << schedule_label() << " " << summary_.ideal_bubble_formula << " " << summary_.ideal_bubble

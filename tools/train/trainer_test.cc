@@ -115,6 +115,19 @@ TEST_CASE("gpipe_train: a tiny transformer on a slice of iso-codes learns and wr
                             Contains("step 3/3") && Contains("tok/s") && Contains("ETA") &&
                             Contains("bubble fraction measured") && Contains("chrF") &&
                             Contains("reference:"));
+  // Each progress line names the bytes the devices hold between steps;
+  // they stay the same from step to step (nothing leaks).
+  std::vector<std::string> live;
+  std::istringstream lines_in(log.str());
+  for (std::string line; std::getline(lines_in, line);) {
+    if (line.rfind("step ", 0) != 0) continue;
+    const size_t at = line.find("  live ");
+    REQUIRE(at != std::string::npos);
+    live.push_back(line.substr(at + 7, line.find(" MB", at + 7) - (at + 7)));
+  }
+  REQUIRE(live.size() == 3);
+  CHECK(std::stod(live[0]) > 0.0);
+  CHECK(live[2] == live[0]);
 
   std::ifstream in(metrics);
   std::vector<std::string> lines;
