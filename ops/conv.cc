@@ -132,7 +132,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias,
   const bool half_in = x_in.defined() && is_half(x_in.dtype());
   if (current_precision() == Precision::kBFloat16 && x_in.defined() && weight_in.defined() &&
       (x_in.dtype() == DType::kFloat32 || x_in.dtype() == DType::kBFloat16) &&
-      weight_in.dtype() == DType::kFloat32 && (opt.groups == 1 || x_in.device().is_cuda())) {
+      weight_in.dtype() == DType::kFloat32 &&
+      (!bias.defined() || bias.dtype() == DType::kFloat32) &&
+      (opt.groups == 1 || x_in.device().is_cuda())) {
     const Conv2dParams params = check_conv(x_in, weight_in, bias, opt, y_shape);
     const Tensor y = conv2d_bf16(x_in, weight_in, bias, params, y_shape);
     return half_in ? cast(y, x_in.dtype()) : y;  // Note [16-bit activations]: 16 in, 16 out

@@ -281,8 +281,10 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
 // Note [16-bit convolution] in ops/conv.cc).
 // - Forward and backward-data run cuDNN's all-bfloat16 graphs (bfloat16
 //   tensor cores, float32 sums) into a bfloat16 scratch that is widened into
-//   the float32 result: the result is rounded to bfloat16 once, which the
-//   front does anyway for bfloat16 activations and for the input gradient.
+//   the float32 result: the result is rounded to bfloat16 once (before the
+//   bias is added). The front rounds bfloat16 activations and the input
+//   gradient to bfloat16 anyway; for float32 activations this one rounding
+//   (2^-9 relative) is where CUDA differs from the CPU's float32 y.
 // - Backward-filter widens its operands and runs the float32 graph with TF32
 //   allowed: every bfloat16 value is exact in TF32, so the products are
 //   exact and the float32 weight gradient is never rounded to 16 bits.
@@ -290,11 +292,17 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
 //   backward-data take that widened TF32 route too: same values, float32
 //   result, slower.
 bool bf16_operands(const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (a.dtype() != DType::kBFloat16) return false;
+  if (a.dtype() != DType::kBFloat16 && b.dtype() != DType::kBFloat16) {
+    GPIPE_CHECK(a.dtype() == b.dtype() && out.dtype() == a.dtype(),
+                "conv2d on CUDA: operands and result of one dtype expected, got ", a.dtype(), ", ",
+                b.dtype(), " and ", out.dtype(), " (a gpipe bug)");
+    return false;
+  }
   GPIPE_CHECK(
-      b.dtype() == DType::kBFloat16 && out.dtype() == DType::kFloat32,
+      a.dtype() == DType::kBFloat16 && b.dtype() == DType::kBFloat16 &&
+          out.dtype() == DType::kFloat32,
       "conv2d on CUDA: bfloat16 operands need a bfloat16 partner and a float32 result, got ",
-      b.dtype(), " and ", out.dtype(), " (a gpipe bug)");
+      a.dtype(), ", ", b.dtype(), " and ", out.dtype(), " (a gpipe bug)");
   return true;
 }
 
@@ -357,6 +365,8 @@ void run_direction(Direction direction, const Tensor& a, const Tensor& b, Tensor
 void conv2d_forward_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Conv2dParams& params, Tensor& y) {
   if (y.numel() == 0) return;
+  GPIPE_CHECK(!bias.defined() || bias.dtype() == y.dtype(), "conv2d on CUDA: a ", bias.dtype(),
+              " bias for a ", y.dtype(), " result (a gpipe bug)");
   run_direction(Direction::kForward, x, weight, y, params);
   if (!bias.defined()) return;
   // y += bias[o] on every output plane: the broadcast-add kernel, in place
