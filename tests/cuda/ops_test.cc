@@ -348,28 +348,22 @@ TEST_CASE("cuda ops: convolution, pooling and batch norm at CNN sizes") {
        24},
       {"depthwise", depthwise, {r64(Shape{3, 16, 21, 21}, 87), r64(Shape{16, 1, 5, 5}, 88)}, 24}};
   for (const Bf16Conv& c : bf16_convs) {
-    SECTION("conv2d/bf16 precision, " + c.name) {
-      PrecisionScope bf16(Precision::kBFloat16);
-      const ops::Conv2dOptions opt = c.opt;
-      compare(
-          "conv2d/bf16 precision, " + c.name,
-          [opt](const In& in) {
-            return In{ops::conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), opt)};
-          },
-          c.in, DType::kFloat32, c.units * std::ldexp(1.0, -8));
-    }
-    SECTION("conv2d/bfloat16 activations, " + c.name) {
-      PrecisionScope bf16(Precision::kBFloat16);
-      const ops::Conv2dOptions opt = c.opt;
-      compare(
-          "conv2d/bfloat16 activations, " + c.name,
-          [opt](const In& in) {
-            const Tensor y = ops::conv2d(ops::cast(in[0], DType::kBFloat16), in[1],
-                                         in.size() > 2 ? in[2] : Tensor(), opt);
-            REQUIRE(y.dtype() == DType::kBFloat16);
-            return In{y};
-          },
-          c.in, DType::kFloat32, c.units * std::ldexp(1.0, -8));
+    for (const DType act : {DType::kFloat32, DType::kBFloat16}) {  // the activations' dtype
+      const std::string name =
+          "conv2d/bf16 precision, " + std::string(dtype_name(act)) + " activations, " + c.name;
+      SECTION(name) {
+        PrecisionScope bf16(Precision::kBFloat16);
+        const ops::Conv2dOptions opt = c.opt;
+        compare(
+            name,
+            [opt, act](const In& in) {
+              const Tensor y =
+                  ops::conv2d(ops::cast(in[0], act), in[1], in.size() > 2 ? in[2] : Tensor(), opt);
+              REQUIRE(y.dtype() == act);
+              return In{y};
+            },
+            c.in, DType::kFloat32, c.units * std::ldexp(1.0, -8));
+      }
     }
   }
   ops::Pool2dOptions p3{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
