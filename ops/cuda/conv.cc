@@ -9,8 +9,9 @@
 // Engine policy (cudnn_backend.h), first match wins: precompiled
 // deterministic engines without down-converted inputs (and, for float32
 // unless TF32 is allowed, without tensor cores); then without the
-// determinism requirement; then runtime-compiled engines too; then any
-// engine at all. Set GPIPE_CUDNN_LOG=1 to print each plan's engine and notes.
+// determinism requirement; then runtime-compiled engines too; then (float32)
+// tensor cores. Never an engine that converts inputs down or reduces in
+// reduced precision. Set GPIPE_CUDNN_LOG=1 to print each plan's engine and notes.
 // Workspace comes from the caching allocator, charged to kWorkspace.
 // bfloat16 operands (Note [16-bit convolution] in ops/conv.cc; CUDA side in
 // Note [16-bit convolution on CUDA] below) take cuDNN's bfloat16 graphs.
@@ -146,12 +147,19 @@ cudnn::Descriptor operation(const Problem& pr, const cudnn::Descriptor& conv,
   return op;
 }
 
+// No round accepts an engine that converts its inputs down or reduces in
+// reduced precision: without another engine the problem takes the exact
+// routes instead (the widened TF32 graph for bfloat16, the direct kernels).
+// The last round lets float32 use tensor cores (TF32) when nothing else
+// runs the problem, as before.
 cudnn::PlanPolicy policy_for(const Problem& pr) {
-  std::vector<cudnnBackendNumericalNote_t> base{CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS};
+  const std::vector<cudnnBackendNumericalNote_t> lossy{
+      CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION};
+  std::vector<cudnnBackendNumericalNote_t> base = lossy;
   if (pr.dtype == DType::kFloat32 && !pr.tf32) base.push_back(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
   std::vector<cudnnBackendNumericalNote_t> strict = base;
   strict.push_back(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
-  return cudnn::PlanPolicy{{{strict, false}, {base, false}, {base, true}, {{}, true}}};
+  return cudnn::PlanPolicy{{{strict, false}, {base, false}, {base, true}, {lossy, true}}};
 }
 
 std::string dims_str(const std::vector<int64_t>& d) {
