@@ -108,6 +108,7 @@ struct StepResult {
 struct DeviceMemory {
   Device device;
   int64_t parameter_bytes, gradient_bytes, optimizer_bytes, peak_activation_bytes, peak_total_bytes;
+  int64_t live_bytes = 0;  // everything allocated on the device now, all categories
 };
 
 // "run.json" -> "run.svg"; any other name gets ".svg" appended.

@@ -78,7 +78,7 @@ std::vector<DeviceMemory> Pipeline::memory() const {
     out.push_back({d, s.live_bytes(MemoryCategory::kParameter),
                    s.live_bytes(MemoryCategory::kGradient),
                    s.live_bytes(MemoryCategory::kOptimizerState),
-                   s.peak_bytes(MemoryCategory::kActivation), s.peak_total});
+                   s.peak_bytes(MemoryCategory::kActivation), s.peak_total, s.live_total});
   }
   return out;
 }

@@ -21,7 +21,6 @@
 #include <sstream>
 #include <thread>
 
-#include "core/allocator.h"
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "data/loader.h"
@@ -551,13 +550,8 @@ class Trainer {
   }
 
   double live_megabytes() const {
-    std::vector<Device> seen;
     int64_t bytes = 0;
-    for (const CellInfo& cell : pipe_->cells()) {
-      if (std::find(seen.begin(), seen.end(), cell.device) != seen.end()) continue;
-      seen.push_back(cell.device);
-      bytes += allocator_for(cell.device).stats().live_total;
-    }
+    for (const DeviceMemory& m : pipe_->memory()) bytes += m.live_bytes;
     return static_cast<double>(bytes) / 1e6;
   }
 
