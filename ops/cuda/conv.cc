@@ -263,8 +263,11 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
     try {
       plan = build(pr, handle.get());
     } catch (const Error& e) {
-      std::fprintf(stderr, "gpipe: no cuDNN plan for %s, using the direct CUDA convolution: %s\n",
-                   describe(pr).c_str(), e.what());
+      // bfloat16 falls back to the widened TF32 graph (Note [16-bit convolution on CUDA]).
+      std::fprintf(stderr, "gpipe: no cuDNN plan for %s, using %s: %s\n", describe(pr).c_str(),
+                   pr.dtype == DType::kBFloat16 ? "the float32 graph on widened operands"
+                                                : "the direct CUDA convolution",
+                   e.what());
     }
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.plans.emplace(pr.key(), plan);  // a null plan remembers the failure
