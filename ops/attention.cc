@@ -17,7 +17,12 @@
 namespace gpipe::ops {
 namespace {
 
-constexpr double kMasked = -1e9;
+// Note [Masked scores]: a masked score is -1e9, or float16's lowest finite
+// value (-65504) where -1e9 does not exist (it would round to -inf, and a
+// fully masked row would be -inf - -inf = NaN). Either is far enough below
+// any real score that exp() gives exactly 0 once one key is unmasked, and a
+// fully masked row gets uniform weights in every dtype.
+double masked_score(DType t) { return t == DType::kFloat16 ? -65504.0 : -1e9; }
 
 void check_args(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
                 const Tensor& pad) {
@@ -64,9 +69,10 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
   Tensor scores = like_q(mul_scalar(matmul(split(q, tq), split(k, tk), false, true),
                                     1.0 / std::sqrt(static_cast<double>(dh))));
   if (causal)
-    scores = masked_fill(scores, causal_mask(tq, tk, scores.dtype()).to(scores.device()), kMasked);
+    scores = masked_fill(scores, causal_mask(tq, tk, scores.dtype()).to(scores.device()),
+                         masked_score(scores.dtype()));
   if (key_padding.defined())
-    scores = masked_fill(scores, reshape(key_padding, {b, 1, 1, tk}), kMasked);
+    scores = masked_fill(scores, reshape(key_padding, {b, 1, 1, tk}), masked_score(scores.dtype()));
   Tensor p = softmax(scores, -1);
   if (on_probs) p = on_probs(p);
   return like_q(reshape(permute(matmul(p, split(v, tk)), {0, 2, 1, 3}), {b, tq, d}));

@@ -6,7 +6,9 @@
 // q [B, Tq, D], k and v [B, Tk, D], D = heads * dh, all of one floating
 // dtype and device; key_padding [B, Tk] (nonzero = a padded key, ignored) or
 // undefined; causal: query i sees keys j <= i. A masked score is replaced by
-// -1e9 (not -inf), so a fully masked row stays finite (uniform weights).
+// -1e9 (float16: its lowest finite value, -65504; not -inf), so a fully
+// masked row stays finite (uniform weights) in every dtype (Note [Masked
+// scores] in ops/attention.cc).
 // Heads are read and written in place in the [B, T, D] layout: no permuted
 // copies. Throws gpipe::Error naming the bad shape, dtype or device.
 #pragma once

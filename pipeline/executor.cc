@@ -79,6 +79,7 @@ StageExecutor::~StageExecutor() {
 void StageExecutor::connect(std::shared_ptr<Communicator> world) {
   const RankInfo& r = opt_.info;
   const Device mine = stage_->device();
+  fault("connect", 0, 0);  // before any communicator of this rank exists
   world->set_timeout(opt_.timeout_seconds);
   // One kind of device for the whole job: GPU stages talk through the
   // device's communicator (NCCL when the CUDA runtime is linked in).
@@ -228,8 +229,7 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           StageMessage in;
           receive_skips(skips_in_, m, "skips", in.skips);
           wait_state(detail::concat("running the forward of micro-batch ", m, " in stage ", s));
-          if (opt_.fault_hook && *opt_.fault_hook)
-            (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, m, "forward"});
+          fault("forward", ctx.step, m);
           if (s == 0) {
             in.main.tensors = micro[m].inputs;
             in.main.requires_grad.assign(in.main.tensors.size(), false);
@@ -292,7 +292,7 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
           if (a.kind == ActionKind::kReduceReplicas)
             reduce_replicas(ctx);
           else
-            reduce_tied(totals);
+            reduce_tied(ctx, totals);
           tracer->add({to_string(a), "reduce", s, t0, tracer->now_us() - t0, -1,
                        static_cast<int>(ctx.step)});
           break;
@@ -352,8 +352,7 @@ void StageExecutor::reduce_replicas(const StepContext& ctx) {
       at += stat_sizes[i];
     }
   }
-  if (opt_.fault_hook && *opt_.fault_hook)
-    (*opt_.fault_hook)({opt_.info.world_rank, ctx.step, 0, "sync"});
+  fault("sync", ctx.step, 0);
   // The replicas are past the small reduction above, so what follows only
   // moves data; its all-reduce may block (Note [Large all-reduces]).
   const BlockingPhase blocking(opt_.watchdog);
@@ -366,7 +365,7 @@ void StageExecutor::reduce_replicas(const StepContext& ctx) {
 // Over all ranks: the step's totals and which tied weights got a gradient
 // anywhere (float64), then the tied gradients themselves, one flat tensor
 // per dtype on this stage's device (a device communicator sums it in place).
-void StageExecutor::reduce_tied(StepTotals& totals) {
+void StageExecutor::reduce_tied(const StepContext& ctx, StepTotals& totals) {
   wait_state("summing the step's loss and tied gradients over all ranks");
   const bool last = stage_->is_last();
   std::vector<double> sums = {last ? totals.loss : 0.0, last ? totals.terms : 0.0,
@@ -382,6 +381,7 @@ void StageExecutor::reduce_tied(StepTotals& totals) {
   std::vector<GradSlot> slots;
   for (size_t i = 0; i < ties_.size(); ++i)
     slots.push_back({ties_[i].local, ties_[i].numel, ties_[i].dtype, sums[3 + i] > 0});
+  fault("tied", ctx.step, 0);
   allreduce_gradients(*world_, slots, stage_->device(),
                       "summing tied gradients over the cells holding them");
 }
@@ -424,6 +424,11 @@ std::vector<Transport*> StageExecutor::links() const {
 
 void StageExecutor::reset_links() {
   for (Transport* t : links()) t->reset();
+}
+
+void StageExecutor::fault(const char* where, int64_t step, int micro_batch) const {
+  if (opt_.fault_hook && *opt_.fault_hook)
+    (*opt_.fault_hook)({opt_.info.world_rank, step, micro_batch, where});
 }
 
 void StageExecutor::abort_links() {

@@ -124,7 +124,9 @@ class StageExecutor {
 
  private:
   void reduce_replicas(const StepContext& ctx);
-  void reduce_tied(StepTotals& totals);
+  void reduce_tied(const StepContext& ctx, StepTotals& totals);
+  // Calls the fault hook, when one is set, at point `where` (pipeline/faults.h).
+  void fault(const char* where, int64_t step, int micro_batch) const;
   void wait_state(const std::string& what);
   Transport& turn_link(int turn);
   std::vector<Transport*> links() const;  // every link of this rank

@@ -30,17 +30,17 @@ FaultHook fault_hook_from_spec(const std::string& spec) {
     } else {
       throw Error(detail::concat(
           "fault spec '", spec, "': cannot read '", item,
-          "' (expected rank=R,step=S,micro=M,kind=throw|exit|kill|hang[,at=forward|sync])"));
+          "' (expected rank=R,step=S,micro=M,kind=throw|exit|kill|hang[,at=forward|sync|tied|connect])"));
     }
   }
   GPIPE_CHECK(kind == "throw" || kind == "exit" || kind == "kill" || kind == "hang", "fault spec '",
               spec, "': unknown kind '", kind, "' (expected throw, exit, kill or hang)");
-  GPIPE_CHECK(at == "forward" || at == "sync", "fault spec '", spec, "': unknown at '", at,
-              "' (expected forward or sync)");
+  GPIPE_CHECK(at == "forward" || at == "sync" || at == "tied" || at == "connect", "fault spec '",
+              spec, "': unknown at '", at, "' (expected forward, sync, tied or connect)");
+  const bool setup = at == "connect";
   return [=](const FaultPoint& p) {
-    if (p.world_rank != want_rank || p.step + 1 != want_step || p.micro_batch != want_micro ||
-        at != p.where)
-      return;
+    if (p.world_rank != want_rank || at != p.where) return;
+    if (!setup && (p.step + 1 != want_step || p.micro_batch != want_micro)) return;
     if (kind == "kill") std::raise(SIGKILL);
     if (kind == "exit") std::_Exit(3);
     if (kind == "hang")

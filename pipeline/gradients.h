@@ -23,7 +23,9 @@ struct GradSlot {
 };
 
 // Sums the slots' gradients over `comm`: one flat tensor per dtype on
-// `device` (so a device communicator such as NCCL reduces it in place), then
+// `device` (so a device communicator such as NCCL reduces it in place; the
+// ranks of one process add each other's on their devices, Note [In-process
+// sums] in pipeline/gradients.cc), then
 // each held tensor's gradient becomes its slice of the sum (a view: no
 // second copy of every gradient). Collective: every member passes the same
 // slot list (sizes, dtypes, presence).

@@ -187,7 +187,7 @@ std::vector<double> Pipeline::measure_costs(const Batch& sample) {
 // after the program) is recorded like one inside it, so the other local
 // ranks are woken instead of waiting for it until the timeout. A non-finite
 // loss is not: every rank finds it alike.
-void Pipeline::guarded(StageExecutor& r, const std::function<void()>& fn) {
+void Pipeline::guarded(StageExecutor& r, const std::function<void()>& fn, const char* action) {
   try {
     fn();
   } catch (const Aborted&) {
@@ -195,21 +195,29 @@ void Pipeline::guarded(StageExecutor& r, const std::function<void()>& fn) {
   } catch (const NonFiniteError&) {
     throw;
   } catch (const std::exception& e) {
-    failures_->record(r.info().stage, "the run's setup or final sums", e);
+    failures_->record(r.info().stage, action, e);
     throw;
   }
 }
 
-void Pipeline::on_ranks(const std::function<void(StageExecutor&)>& fn) {
+std::string Pipeline::failure_message(const std::string& label) const {
+  const int s = failures_->stage();
+  return detail::concat(label, " failed in ", opt_.world ? who_ + ", " : std::string(), "stage ",
+                        s, " (", stage_devices_[s], ", layers [", partition_.begin(s), ", ",
+                        partition_.end(s), ")) during ", failures_->action(), ": ",
+                        failures_->what());
+}
+
+void Pipeline::on_ranks(const std::function<void(StageExecutor&)>& fn, const char* action) {
   failures_->clear();
   std::vector<std::function<void()>> jobs;
   for (auto& r : ranks_)
-    jobs.push_back([this, &fn, ex = r.get()] { guarded(*ex, [&] { fn(*ex); }); });
+    jobs.push_back([this, &fn, action, ex = r.get()] { guarded(*ex, [&] { fn(*ex); }, action); });
   const std::vector<std::exception_ptr> errors = run_all(workers_, std::move(jobs));
   if (failures_->any() || holds_whole_pipeline())
     for (const auto& e : errors)
       if (e) {
-        ranks_.front()->world().resume();
+        control_->resume();
         break;
       }
   std::exception_ptr first;
@@ -278,7 +286,9 @@ std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(Stage
   std::vector<StepTotals> out(ranks_.size());
   std::vector<std::function<void()>> jobs;
   for (size_t i = 0; i < ranks_.size(); ++i)
-    jobs.push_back([&, i] { guarded(*ranks_[i], [&] { out[i] = body(*ranks_[i]); }); });
+    jobs.push_back([&, i] {
+      guarded(*ranks_[i], [&] { out[i] = body(*ranks_[i]); }, "the run's setup or final sums");
+    });
   const std::vector<std::exception_ptr> errors = run_all(workers_, std::move(jobs));
   std::exception_ptr first;
   for (const auto& e : errors)
@@ -297,7 +307,7 @@ std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(Stage
   // Every local rank is out of its collectives now. A group this Pipeline
   // owns is reset after any failure (a timed-out collective included); a
   // shared one only when we cancelled it.
-  if (failures_->any() || holds_whole_pipeline()) ranks_.front()->world().resume();
+  if (failures_->any() || holds_whole_pipeline()) control_->resume();
   if (training) {
     zero_grad();
     for (auto& l : model_.layers) l->discard_step();
@@ -314,11 +324,7 @@ std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(Stage
     }
     std::rethrow_exception(first);
   }
-  const int s = failures_->stage();
-  const std::string msg =
-      detail::concat(label, " failed in ", opt_.world ? who_ + ", " : std::string(), "stage ", s,
-                     " (", stage_devices_[s], ", layers [", partition_.begin(s), ", ",
-                     partition_.end(s), ")) during ", failures_->action(), ": ", failures_->what());
+  const std::string msg = failure_message(label);
   if (failures_->non_finite()) throw NonFiniteError(msg);
   throw Error(msg);
 }

@@ -12,6 +12,7 @@
 // running statistics once. K = 1, M = 1 is plain single-device training.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -197,8 +198,12 @@ class Pipeline {
   // Runs fn(executor) for every local rank at once, each on its worker
   // (collectives need every rank of the process in them); rethrows the
   // first failure.
-  void on_ranks(const std::function<void(StageExecutor&)>& fn);
-  void guarded(StageExecutor& r, const std::function<void()>& fn);
+  // `action` names what a failure interrupted in the error.
+  void on_ranks(const std::function<void(StageExecutor&)>& fn,
+                const char* action = "the run's setup or final sums");
+  void guarded(StageExecutor& r, const std::function<void()>& fn, const char* action);
+  // "<label> failed in [rank ..., ]stage s (device, layers [a, b)) during <action>: <what>".
+  std::string failure_message(const std::string& label) const;
   std::vector<Batch> micro_for(const StageExecutor& r, const Batch& batch, int64_t n, int pieces,
                                bool by_replica, int64_t* rows, double* terms) const;
   int64_t rows_from_first_stage(StageExecutor& r, const Batch& batch);
@@ -215,6 +220,11 @@ class Pipeline {
   std::string who_;
   std::vector<Device> stage_devices_;
   std::unique_ptr<LocalGroup> group_;                  // one process: the stages' threads as ranks
+  // The communicator a failure cancels and a recovery resumes: the job's
+  // (opt_.world) or the local group's. Made before any rank connects, so
+  // a failure while connecting reaches it (the ranks' own may not exist yet).
+  std::shared_ptr<Communicator> control_;
+  std::atomic<bool> links_ready_{false};  // every rank has connected: links may be aborted
   std::vector<std::unique_ptr<StageExecutor>> ranks_;  // the ranks this process runs, by stage
   std::vector<std::unique_ptr<DeviceWorker>> workers_;
   std::vector<std::vector<std::string>> tied_names_;

@@ -17,13 +17,21 @@ std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
   const int k = static_cast<int>(partition.cells());
   std::unordered_map<TensorImpl*, std::vector<int>> stages_of;
   std::vector<TensorImpl*> order;  // first appearance
+  // The originals stay alive until every cell is placed: the keys above are
+  // their addresses, and once the last slot holding a tensor is replaced by
+  // its device copy (a model built on the CPU, cells on a GPU) a freed
+  // address could be reused by a new tensor and mistaken for it.
+  std::vector<Tensor> originals;
   std::vector<std::vector<std::pair<TensorImpl*, Tensor*>>> slots(k);
   for (int s = 0; s < k; ++s)
     for (int64_t i = partition.begin(s); i < partition.end(s); ++i)
       for (auto& p : layers[i]->parameters()) {
         TensorImpl* impl = p.tensor->impl_ptr().get();
         auto& st = stages_of[impl];
-        if (st.empty()) order.push_back(impl);
+        if (st.empty()) {
+          order.push_back(impl);
+          originals.push_back(*p.tensor);
+        }
         if (st.empty() || st.back() != s) st.push_back(s);
         slots[s].push_back({impl, p.tensor});
       }
@@ -144,11 +152,15 @@ void Pipeline::build_ranks() {
   watchdog_ = std::make_unique<Watchdog>(
       who_, watchdog, n, world ? 2 * opt_.timeout_seconds : 0,
       world ? std::function<void()>([world] { world->abort(1); }) : nullptr);
-  failures_ = std::make_unique<FailureLog>([this] {
-    for (auto& r : ranks_) r->abort_links();
-    ranks_.front()->world().cancel();
-  });
   if (!opt_.world) group_ = std::make_unique<LocalGroup>(k);
+  control_ = opt_.world ? opt_.world : group_->rank(0);
+  failures_ = std::make_unique<FailureLog>([this] {
+    // While the ranks connect, another thread may still be making its
+    // links: only the collectives are woken then.
+    if (links_ready_)
+      for (auto& r : ranks_) r->abort_links();
+    control_->cancel();
+  });
   for (int i = 0; i < n; ++i) {
     ExecutorOptions eo;
     eo.row = i;
@@ -166,8 +178,17 @@ void Pipeline::build_ranks() {
     if (!eo.device_peers.empty()) eo.turn_peer = turn_peers(schedule_, local[i]);
     ranks_.push_back(std::make_unique<StageExecutor>(eo, std::move(stages[i]), std::move(ties[i])));
   }
-  on_ranks(
-      [&](StageExecutor& r) { r.connect(opt_.world ? opt_.world : group_->rank(r.info().stage)); });
+  try {
+    on_ranks(
+        [&](StageExecutor& r) {
+          r.connect(opt_.world ? opt_.world : group_->rank(r.info().stage));
+        },
+        "the connection of its links");
+  } catch (const std::exception&) {
+    if (!failures_->any()) throw;
+    throw Error(failure_message("pipeline setup"));
+  }
+  links_ready_ = true;
 }
 
 Pipeline::~Pipeline() {

@@ -37,7 +37,8 @@ void register_device_communicator(DeviceType type, DeviceCommunicatorFactory fac
 
 std::shared_ptr<Communicator> communicator_for(std::shared_ptr<Communicator> base, Device device) {
   DeviceCommunicatorFactory f = factory_slot(device.type);
-  return device.is_cpu() || f == nullptr ? base : f(std::move(base), device);
+  if (device.is_cpu() || f == nullptr || !base->spans_processes()) return base;
+  return f(std::move(base), device);
 }
 
 void Communicator::allreduce_sum(Tensor& t, const char* what) {
@@ -56,6 +57,11 @@ void Communicator::allreduce_sum(Tensor& t, const char* what) {
   else
     throw Error(detail::concat(what, ": allreduce of ", t.dtype(),
                                " tensors is not supported (float32 or float64)"));
+}
+
+std::vector<Tensor> Communicator::share_tensors(const Tensor& /*mine*/, const char* what) {
+  throw Error(detail::concat(what, ": sharing tensors needs a group of threads of one process (",
+                             size(), " members here span processes)"));
 }
 
 std::string encode_header(const Message& m) {

@@ -57,6 +57,16 @@ class Communicator {
   // sends and receives on one stream).
   virtual std::unique_ptr<Transport> transport(int peer, int channel, Device device,
                                                std::string name) = 0;
+  // False when every member is a thread of this process (LocalGroup): its
+  // links and sums then stay on the devices (a view or a device-to-device
+  // copy) and no device library is wrapped around it (NCCL takes one rank
+  // per GPU and one process per rank).
+  virtual bool spans_processes() const { return true; }
+  // Groups of one process only (!spans_processes()): every member's tensor,
+  // by rank: the members' own objects, shared, not copied. A member must not
+  // write the tensor it passed afterwards (readers' copies may still be
+  // queued on their devices' streams); the default throws gpipe::Error.
+  virtual std::vector<Tensor> share_tensors(const Tensor& mine, const char* what);
   // Ends the whole job (every rank) with `code`; does not return.
   [[noreturn]] virtual void abort(int code) = 0;
   // Wakes every member waiting in a collective of this group (and of groups
@@ -79,7 +89,8 @@ class Communicator {
 // between its devices use the device's own library (NCCL for kCUDA;
 // runtime/cuda/nccl.h). communicator_for() returns `base` itself for CPU
 // devices or when nothing is registered (tensors are then staged through
-// host memory). Collective over `base`: every member calls it alike.
+// host memory), and for a group whose members are threads of one process
+// (!spans_processes()). Collective over `base`: every member calls it alike.
 using DeviceCommunicatorFactory =
     std::shared_ptr<Communicator> (*)(std::shared_ptr<Communicator> base, Device device);
 void register_device_communicator(DeviceType type, DeviceCommunicatorFactory factory);

@@ -16,7 +16,7 @@ namespace gpipe {
 // One group's rendezvous: every collective is an exchange of one string per
 // member, completed when all have arrived (generation counting).
 struct LocalGroup::Shared {
-  explicit Shared(int n) : size(n), slots(n) {}
+  explicit Shared(int n) : size(n), slots(n), tensor_slots(n) {}
   const int size;
   std::mutex mu;
   std::condition_variable cv;
@@ -24,23 +24,42 @@ struct LocalGroup::Shared {
   uint64_t generation = 0;
   bool cancelled = false;  // cancel(): waiters and newcomers throw Aborted until resume()
   std::vector<std::string> slots, done;
+  // share_tensors(): beside the strings; the last member to take the
+  // result drops the group's references to them.
+  std::vector<Tensor> tensor_slots, tensors_done;
+  int tensor_takers = 0;
+
+  std::vector<Tensor> take_tensors() {  // under mu
+    std::vector<Tensor> out = tensors_done;
+    if (--tensor_takers == 0) tensors_done.clear();
+    return out;
+  }
   // split(): the subgroups made at each split, by (split number, color).
   std::map<std::pair<uint64_t, int>, std::shared_ptr<Shared>> children;
   uint64_t splits = 0;
   // transports: one mailbox per (from, to, channel).
   std::map<std::tuple<int, int, int>, std::shared_ptr<Mailbox>> boxes;
 
-  std::vector<std::string> exchange(int rank, std::string mine, double timeout, const char* what) {
+  // Every member's string (and tensor, when `tensors` is given), by rank.
+  // The results of generation g stay in `done` until g + 1 completes, which
+  // needs every member, so a waiter woken late still reads its own.
+  std::vector<std::string> exchange(int rank, std::string mine, double timeout, const char* what,
+                                    Tensor tensor = {}, std::vector<Tensor>* tensors = nullptr) {
     std::unique_lock<std::mutex> lock(mu);
     if (cancelled)
       throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
     slots[rank] = std::move(mine);
+    tensor_slots[rank] = std::move(tensor);
     const uint64_t mine_gen = generation;
     if (++arrived == size) {
       done = slots;
+      tensors_done.swap(tensor_slots);
+      tensor_slots.assign(static_cast<size_t>(size), Tensor());
+      tensor_takers = size;
       arrived = 0;
       ++generation;
       cv.notify_all();
+      if (tensors) *tensors = take_tensors();
       return done;
     }
     const auto deadline = std::chrono::steady_clock::now() +
@@ -49,11 +68,15 @@ struct LocalGroup::Shared {
     if (!cv.wait_until(lock, deadline, [&] { return generation != mine_gen || cancelled; })) {
       --arrived;  // this member leaves: the next collective must not count it
       slots[rank].clear();
+      tensor_slots[rank] = Tensor();
       throw Error(detail::concat("timed out after ", timeout, " s waiting for ", what, " with all ",
                                  size, " ranks of its group (is a rank stuck or dead?)"));
     }
-    if (generation == mine_gen)
+    if (generation == mine_gen) {
+      tensor_slots[rank] = Tensor();
       throw Aborted(detail::concat(what, ": cancelled (another rank of this process failed)"));
+    }
+    if (tensors) *tensors = take_tensors();
     return done;
   }
 
@@ -65,6 +88,8 @@ struct LocalGroup::Shared {
       if (!on) {
         arrived = 0;
         ++generation;
+        tensor_slots.assign(static_cast<size_t>(size), Tensor());
+        tensors_done.clear();
       }
       for (auto& [key, child] : children) kids.push_back(child);
     }
@@ -161,6 +186,12 @@ class LocalCommunicator final : public Communicator {
     return shared_->exchange(rank_, mine, timeout_, what);
   }
   void barrier(const char* what) override { shared_->exchange(rank_, "", timeout_, what); }
+  bool spans_processes() const override { return false; }
+  std::vector<Tensor> share_tensors(const Tensor& mine, const char* what) override {
+    std::vector<Tensor> all;
+    shared_->exchange(rank_, "", timeout_, what, mine, &all);
+    return all;
+  }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     std::string mine(sizeof(int) * 2, '\0');

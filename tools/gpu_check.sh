@@ -11,13 +11,19 @@
 #                                       up on the machine (/usr/local/cuda, pip's nvidia-* wheels, ...)
 #
 # Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
-# OUT (if set, a folder that receives gpu_check.log). GPIPE_CUDNN_LOG=1 is set for the tests, so
-# the log names the cuDNN engine picked for every convolution.
-# Both modes run W2's training step on cuda:0 in fp32, TF32 and bf16 (step time, tokens/s, MFU;
-# //tests/cuda:w2_bench) and pipeline_test's 60-step training in fp32 and bf16 (loss falls, the
-# allocator's live bytes stay flat), and gpipe_train on cuda:0 for 300 steps in fp32 and bf16
-# (the loss must fall; --stage packs the binary and the Transformer's catalogs). What --prebuilt
-# cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
+# OUT (if set, a folder that receives gpu_check.log), SKIP_BENCH (set: no GEMM / W2
+# benchmark), TEST_ARGS (--prebuilt: arguments for every test binary, e.g. a Catch2 filter).
+# GPIPE_CUDNN_LOG=1 is set for the tests, so the log names the cuDNN engine of every
+# convolution.
+# Both modes run: the CUDA tests (the op table against the CPU; the pipeline on cuda:0 at
+# K = 2..4 against K = 1 for every schedule and remat mode in fp32, bf16 and fp16, with
+# BatchNorm, skips, replicas, prediction, failures and a leak check; K GPUs when present);
+# gpipe_train at K=2, M=4 on cuda:0 for 300 steps in fp32, bf16 and fp16 and the design
+# card's --K=8 --M=32 on cuda:0 (the loss must fall and the live bytes stay flat; --stage
+# packs the binary and the Transformer's catalogs); with two or more GPUs K=2 on two of
+# them ("skipped: one GPU" otherwise); the GEMM benchmark and W2's step (MFU). It ends with
+# a table: case, result, seconds. What --prebuilt cannot run (no bazel, no MPI build): the
+# MPI/NCCL equivalence test.
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass, and gpipe_train fails ("cuda:0 is not available");
 # the last line counts the failed steps.
@@ -53,27 +59,73 @@ echo "== gpu_check ($mode) on $(hostname), $(date -u +%FT%TZ)"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not available"
 
 failed=0
-run_step() {  # run_step NAME CMD...: runs CMD, counts a failure
-  echo "== $1"
+results=()   # "name|result|seconds", printed as the closing table
+run_step() {  # run_step NAME CMD...: runs CMD, counts a failure, times it
+  local name=$1 t0=$SECONDS
+  echo "== $name"
   shift
   "$@"
   local rc=$?
-  [ "$rc" -ne 0 ] && { echo "!! failed (exit $rc): $*"; failed=$((failed + 1)); }
+  local result=passed
+  if [ "$rc" -ne 0 ]; then
+    echo "!! failed (exit $rc): $*"
+    failed=$((failed + 1))
+    result="FAILED (exit $rc)"
+    [ "$rc" -eq 124 ] && result="FAILED (timed out)"
+  fi
+  results+=("$name|$result|$((SECONDS - t0))")
   return 0
 }
+skip_step() {  # skip_step NAME WHY
+  echo "== $1: $2"
+  results+=("$1|$2|0")
+}
+print_table() {
+  echo
+  echo "== gpu_check results ($(nvidia-smi -L 2>/dev/null | wc -l) GPU(s), $((SECONDS - START)) s in all)"
+  printf '%-52s %-24s %8s\n' case result seconds
+  local row name result secs
+  for row in "${results[@]}"; do
+    IFS='|' read -r name result secs <<<"$row"
+    printf '%-52s %-24s %8s\n' "$name" "$result" "$secs"
+  done
+}
+START=$SECONDS
+gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
-# train_check PRECISION CMD...: CMD is gpipe_train (bazel run, or the staged binary); trains the
-# Transformer on cuda:0 (K=2, M=4) for 300 steps at PRECISION. The logged loss must fall, and
-# the device's live bytes between steps ("live N MB") must not grow (no leak).
+# train_check LOG CMD...: CMD is gpipe_train (bazel run, or the staged binary) with its flags;
+# it must exit 0, the logged loss must fall, and the devices' live bytes between steps
+# ("live N MB") must not grow after the second report (no leak).
 train_check() {
-  local precision=$1 log=/tmp/gpu_check_train_$1.log
+  local log=$1
   shift
-  "$@" --model=transformer --K=2 --M=4 --devices=cuda:0 --precision="$precision" --steps=300 \
-    --log-every=50 --eval-sentences=20 | tee "$log" || return 1
+  "$@" | tee "$log" || return 1
   awk '/^step /{for(i=1;i<NF;i++) if($i=="loss") l[n++]=$(i+1)} END{exit !(n>=2 && l[n-1]<l[0])}' \
     "$log" || { echo "!! the loss did not fall ($log)"; return 1; }
   awk '/^step /{for(i=1;i<NF;i++) if($i=="live") v[n++]=$(i+1)} END{exit !(n>=2 && v[n-1]<=v[1]+0.5)}' \
     "$log" || { echo "!! the live bytes grew from step to step ($log)"; return 1; }
+}
+
+# train_runs CMD...: CMD runs gpipe_train. The Transformer at K=2, M=4 on cuda:0 for 300 steps
+# in fp32, bf16 and fp16; the design card's command (K=8, M=32, every cell on cuda:0) for
+# 60 steps; with two or more GPUs, K=2 on cuda:0,cuda:1.
+train_runs() {
+  local precision
+  for precision in fp32 bf16 fp16; do
+    run_step "gpipe_train K=2 M=4 on cuda:0 ($precision)" train_check \
+      "/tmp/gpu_check_train_$precision.log" "$@" --model=transformer --K=2 --M=4 --devices=cuda:0 \
+      --precision="$precision" --steps=300 --log-every=50 --eval-sentences=20
+  done
+  run_step "gpipe_train --K=8 --M=32 on cuda:0 (design card)" train_check \
+    /tmp/gpu_check_design_card.log "$@" --model=transformer --K=8 --M=32 --devices=cuda:0 \
+    --steps=60 --log-every=20 --eval-sentences=10
+  if [ "$gpu_count" -ge 2 ]; then
+    run_step "gpipe_train K=2 on cuda:0,cuda:1 (bf16)" train_check /tmp/gpu_check_two_gpus.log \
+      "$@" --model=transformer --K=2 --M=4 --devices=cuda:0,cuda:1 --precision=bf16 --steps=300 \
+      --log-every=50 --eval-sentences=20
+  else
+    skip_step "gpipe_train K=2 on cuda:0,cuda:1" "skipped: one GPU"
+  fi
 }
 
 case "$mode" in
@@ -84,11 +136,7 @@ case "$mode" in
     # Multi-process stages on the GPU (NCCL between ranks; needs OpenMPI on the GPU machine).
     run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
       --test_env=GPIPE_TEST_DEVICES=cuda:0 //tests/mpi:equivalence_test
-    # gpipe_train on cuda:0, a few hundred steps in fp32 and in bf16: the loss must fall.
-    for precision in fp32 bf16; do
-      run_step "gpipe_train on cuda:0 ($precision)" train_check "$precision" \
-        bazel run --config=cuda //tools:gpipe_train --
-    done
+    train_runs bazel run --config=cuda //tools:gpipe_train --
     # shellcheck disable=SC2086
     run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
     run_step "W2 step (MFU)" bazel run --config=cuda //tests/cuda:w2_bench
@@ -150,19 +198,21 @@ EOF
     export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if ldd "$dir/ops_test" | grep "not found"; then failed=$((failed + 1)); fi
     for t in "${TESTS[@]}"; do
-      run_step "$t" timeout 480 "$dir/$t"
+      run_step "$t" timeout 300 "$dir/$t" ${TEST_ARGS:-}
     done
-    # shellcheck disable=SC2086
-    run_step "gemm benchmark" timeout 240 "$dir/gemm_bench" $BENCH_SIZES
-    run_step "W2 step (MFU)" timeout 240 "$dir/w2_bench"
-    for precision in fp32 bf16; do
-      run_step "gpipe_train on cuda:0 ($precision)" train_check "$precision" \
-        timeout 180 "$dir/gpipe_train" --data-dir="$dir/locale"
-    done
+    train_runs timeout 150 "$dir/gpipe_train" --data-dir="$dir/locale"
+    if [ -z "${SKIP_BENCH:-}" ]; then
+      # shellcheck disable=SC2086
+      run_step "gemm benchmark" timeout 120 "$dir/gemm_bench" $BENCH_SIZES
+      run_step "W2 step (MFU)" timeout 120 "$dir/w2_bench"
+    else
+      skip_step "gemm benchmark, W2 step" "skipped: SKIP_BENCH is set"
+    fi
     echo "not run by --prebuilt (no bazel, no OpenMPI build here): //tests/mpi:equivalence_test" \
       "on cuda:0 (NCCL between ranks); run tools/gpu_check.sh for it"
     ;;
 esac
 
+print_table
 echo "== gpu_check: $failed step(s) failed"
 [ "$failed" -eq 0 ]

@@ -3,7 +3,10 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -372,8 +375,26 @@ class NcclCommunicator final : public Communicator {
   std::vector<Channel> channels_;
 };
 
+// NCCL takes one rank per GPU. Processes that share one (mpirun -np 2 with
+// every stage on cuda:0) keep the base communicator: their links and sums
+// are staged through host memory, as on CPUs. Collective over `base`.
 std::shared_ptr<Communicator> make(std::shared_ptr<Communicator> base, Device device) {
-  return nccl_communicator(std::move(base), device);
+  check_device(device.index);
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  char bus[64] = "";
+  GPIPE_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), device.index));
+  const std::string mine = std::string(host) + "/" + bus;
+  const std::vector<std::string> all = base->allgather(mine, "comparing the ranks' GPUs");
+  bool shared = false;
+  for (size_t i = 0; i < all.size() && !shared; ++i)
+    for (size_t j = i + 1; j < all.size() && !shared; ++j) shared = all[i] == all[j];
+  if (!shared) return nccl_communicator(std::move(base), device);
+  if (base->rank() == 0)
+    std::fprintf(stderr,
+                 "note: several ranks share a GPU; NCCL takes one rank per GPU, so the links "
+                 "and gradient sums of this job go through host memory\n");
+  return base;
 }
 
 [[maybe_unused]] const bool g_registered = [] {
