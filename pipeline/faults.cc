@@ -30,7 +30,8 @@ FaultHook fault_hook_from_spec(const std::string& spec) {
     } else {
       throw Error(detail::concat(
           "fault spec '", spec, "': cannot read '", item,
-          "' (expected rank=R,step=S,micro=M,kind=throw|exit|kill|hang[,at=forward|sync|tied|connect])"));
+          "' (expected "
+          "rank=R,step=S,micro=M,kind=throw|exit|kill|hang[,at=forward|sync|tied|connect])"));
     }
   }
   GPIPE_CHECK(kind == "throw" || kind == "exit" || kind == "kill" || kind == "hang", "fault spec '",

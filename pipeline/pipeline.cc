@@ -202,8 +202,8 @@ void Pipeline::guarded(StageExecutor& r, const std::function<void()>& fn, const 
 
 std::string Pipeline::failure_message(const std::string& label) const {
   const int s = failures_->stage();
-  return detail::concat(label, " failed in ", opt_.world ? who_ + ", " : std::string(), "stage ",
-                        s, " (", stage_devices_[s], ", layers [", partition_.begin(s), ", ",
+  return detail::concat(label, " failed in ", opt_.world ? who_ + ", " : std::string(), "stage ", s,
+                        " (", stage_devices_[s], ", layers [", partition_.begin(s), ", ",
                         partition_.end(s), ")) during ", failures_->action(), ": ",
                         failures_->what());
 }
@@ -212,7 +212,10 @@ void Pipeline::on_ranks(const std::function<void(StageExecutor&)>& fn, const cha
   failures_->clear();
   std::vector<std::function<void()>> jobs;
   for (auto& r : ranks_)
-    jobs.push_back([this, &fn, action, ex = r.get()] { guarded(*ex, [&] { fn(*ex); }, action); });
+    jobs.push_back([this, &fn, action, ex = r.get()] {
+      guarded(
+          *ex, [&] { fn(*ex); }, action);
+    });
   const std::vector<std::exception_ptr> errors = run_all(workers_, std::move(jobs));
   if (failures_->any() || holds_whole_pipeline())
     for (const auto& e : errors)
@@ -287,7 +290,8 @@ std::vector<StepTotals> Pipeline::run_ranks(const std::function<StepTotals(Stage
   std::vector<std::function<void()>> jobs;
   for (size_t i = 0; i < ranks_.size(); ++i)
     jobs.push_back([&, i] {
-      guarded(*ranks_[i], [&] { out[i] = body(*ranks_[i]); }, "the run's setup or final sums");
+      guarded(
+          *ranks_[i], [&] { out[i] = body(*ranks_[i]); }, "the run's setup or final sums");
     });
   const std::vector<std::exception_ptr> errors = run_all(workers_, std::move(jobs));
   std::exception_ptr first;

@@ -219,7 +219,7 @@ class Pipeline {
   RankInfo info_;  // this process's rank (one process: stage 0's view)
   std::string who_;
   std::vector<Device> stage_devices_;
-  std::unique_ptr<LocalGroup> group_;                  // one process: the stages' threads as ranks
+  std::unique_ptr<LocalGroup> group_;  // one process: the stages' threads as ranks
   // The communicator a failure cancels and a recovery resumes: the job's
   // (opt_.world) or the local group's. Made before any rank connects, so
   // a failure while connecting reaches it (the ranks' own may not exist yet).

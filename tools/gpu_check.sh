@@ -31,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 BINARIES=(cuda_build_test runtime_test ops_test pipeline_test gemm_bench w2_bench)
-TESTS=(cuda_build_test runtime_test ops_test pipeline_test)
+TESTS=(pipeline_test ops_test runtime_test cuda_build_test)  # the newest first: --prebuilt has a budget
 JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
@@ -62,8 +62,12 @@ failed=0
 results=()   # "name|result|seconds", printed as the closing table
 run_step() {  # run_step NAME CMD...: runs CMD, counts a failure, times it
   local name=$1 t0=$SECONDS
-  echo "== $name"
   shift
+  if [ -n "$BUDGET" ] && [ "$(budget_left)" -le 5 ]; then
+    skip_step "$name" "skipped: budget spent"
+    return 0
+  fi
+  echo "== $name"
   "$@"
   local rc=$?
   local result=passed
@@ -91,6 +95,31 @@ print_table() {
   done
 }
 START=$SECONDS
+BUDGET=""  # --prebuilt: seconds for the whole check (GPU_CHECK_BUDGET, default 480)
+budget_left() { echo $((BUDGET - (SECONDS - START))); }
+# limited SECONDS CMD...: CMD under `timeout`, at most SECONDS and never past the budget. A
+# crash (a signal) is run again under cuda-gdb or gdb, when there, for its backtrace.
+limited() {
+  local limit=$1
+  shift
+  if [ -n "$BUDGET" ]; then
+    local left
+    left=$(budget_left)
+    [ "$left" -lt "$limit" ] && limit=$left
+    [ "$limit" -lt 1 ] && limit=1
+  fi
+  timeout "$limit" "$@"
+  local rc=$?
+  if [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ]; then
+    local dbg
+    dbg=$(command -v cuda-gdb || command -v gdb || true)
+    if [ -n "$dbg" ]; then
+      echo "!! $1 died with signal $((rc - 128)); its backtrace under $dbg:"
+      timeout 120 "$dbg" -batch -ex run -ex bt -ex "info threads" --args "$@" 2>&1 | tail -80
+    fi
+  fi
+  return "$rc"
+}
 gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
 # train_check LOG CMD...: CMD is gpipe_train (bazel run, or the staged binary) with its flags;
@@ -197,14 +226,16 @@ EOF
     done
     export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if ldd "$dir/ops_test" | grep "not found"; then failed=$((failed + 1)); fi
+    BUDGET=${GPU_CHECK_BUDGET:-480}
     for t in "${TESTS[@]}"; do
-      run_step "$t" timeout 300 "$dir/$t" ${TEST_ARGS:-}
+      # shellcheck disable=SC2086
+      run_step "$t" limited 240 "$dir/$t" ${TEST_ARGS:-}
     done
-    train_runs timeout 150 "$dir/gpipe_train" --data-dir="$dir/locale"
+    train_runs limited 120 "$dir/gpipe_train" --data-dir="$dir/locale"
     if [ -z "${SKIP_BENCH:-}" ]; then
       # shellcheck disable=SC2086
-      run_step "gemm benchmark" timeout 120 "$dir/gemm_bench" $BENCH_SIZES
-      run_step "W2 step (MFU)" timeout 120 "$dir/w2_bench"
+      run_step "gemm benchmark" limited 90 "$dir/gemm_bench" $BENCH_SIZES
+      run_step "W2 step (MFU)" limited 90 "$dir/w2_bench"
     else
       skip_step "gemm benchmark, W2 step" "skipped: SKIP_BENCH is set"
     fi

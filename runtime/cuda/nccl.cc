@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-
 #include <unistd.h>
 
 #include <chrono>

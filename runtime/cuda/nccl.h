@@ -13,9 +13,14 @@
 // instead of hanging it.
 //
 // Loading this library registers it for kCUDA (register_device_communicator),
-// so Pipeline uses it whenever a multi-process job's stages are on cuda:i.
+// so Pipeline uses it whenever a multi-process job's stages are on cuda:i,
+// one process per GPU: when two ranks of the job share a GPU (NCCL takes one
+// rank per GPU) the registered factory returns the MPI communicator itself
+// (host-staged links and sums) and says so on stderr. Groups of threads in
+// one process (LocalGroup) are never wrapped (communicator_for).
 //
-// Status: compiled in the CUDA configuration; it has not run on a GPU.
+// Status: compiled in the CUDA configuration; it has not run on a GPU (the
+// first GPU check had one GPU and no OpenMPI).
 #pragma once
 
 #include <memory>

@@ -11,6 +11,8 @@
 // gradient, 1e-5 on the loss); bf16 / fp16 against K = 1 at the same
 // precision and micro-batches 1e-4 (the same kernels on the same rounded
 // values; only the tied sum's order and atomic scatter-adds differ).
+#include "pipeline/pipeline.h"
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
@@ -26,7 +28,6 @@
 #include "models/unet.h"
 #include "optim/adam.h"
 #include "pipeline/faults.h"
-#include "pipeline/pipeline.h"
 #include "runtime/cuda/device.h"
 #include "runtime/local_group.h"
 #include "tests/pipeline/tiny_transformer.h"
@@ -131,8 +132,8 @@ TEST_CASE("cuda pipeline: K cells on cuda:0 equal one cell, every schedule and r
       {2, ScheduleKind::kZBV, RematMode::kExceptLast, 2},
   };
   for (Precision p : {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16}) {
-    const Run one = train(models::transformer(testing::tiny()),
-                          {.micro_batches = 4, .precision = p}, batch, 2);
+    const Run one =
+        train(models::transformer(testing::tiny()), {.micro_batches = 4, .precision = p}, batch, 2);
     for (const ScheduleCase& c : cases) {
       INFO("precision " << precision_name(p) << ", K=" << c.k << ", " << schedule_name(c.kind)
                         << ", remat " << remat_name(c.remat) << ", v=" << c.v);
@@ -150,10 +151,9 @@ TEST_CASE("cuda pipeline: K cells on cuda:0 equal one cell, every schedule and r
     INFO("precision " << precision_name(p) << ", a program from text");
     auto program = std::make_shared<Schedule>(parse_schedule_text(
         to_text(make_schedule(ScheduleKind::k1F1B, 2, 4, RematMode::kExceptLast)), "test"));
-    const Run got = train(models::transformer(testing::tiny()),
-                          {.cells = 2, .micro_batches = 4, .custom_schedule = program,
-                           .precision = p},
-                          batch, 2);
+    const Run got = train(
+        models::transformer(testing::tiny()),
+        {.cells = 2, .micro_batches = 4, .custom_schedule = program, .precision = p}, batch, 2);
     check_same(got, one, tolerance(p));
   }
 }
@@ -163,9 +163,9 @@ TEST_CASE("cuda pipeline: fp32 cells on cuda:0 equal full-batch single-device tr
   const Run full = train(models::transformer(testing::tiny()), {}, batch, 1);
   for (int k : {2, 3}) {
     INFO("K=" << k);
-    check_same(train(models::transformer(testing::tiny()), {.cells = k, .micro_batches = 4},
-                     batch, 1),
-               full, 2e-5);
+    check_same(
+        train(models::transformer(testing::tiny()), {.cells = k, .micro_batches = 4}, batch, 1),
+        full, 2e-5);
   }
 }
 
@@ -196,8 +196,8 @@ TEST_CASE("cuda pipeline: BatchNorm across micro-batches (AmoebaNet) and skips (
     const Run one = train(models::unet(cfg), {.micro_batches = 2}, batch, 2);
     for (SkipTransport how : {SkipTransport::kDirect, SkipTransport::kThroughCells}) {
       INFO("skips " << (how == SkipTransport::kDirect ? "direct" : "through cells"));
-      check_same(train(models::unet(cfg),
-                       {.cells = 3, .micro_batches = 2, .skip_transport = how}, batch, 2),
+      check_same(train(models::unet(cfg), {.cells = 3, .micro_batches = 2, .skip_transport = how},
+                       batch, 2),
                  one, 1e-4);
     }
   }
@@ -263,18 +263,19 @@ TEST_CASE("cuda pipeline: K cells on K GPUs of one process equal one cell") {
   }
   const Batch batch = testing::token_batch(8, 9);
   for (Precision p : {Precision::kFloat32, Precision::kBFloat16}) {
-    const Run one = train(models::transformer(testing::tiny()),
-                          {.micro_batches = 4, .precision = p}, batch, 2);
+    const Run one =
+        train(models::transformer(testing::tiny()), {.micro_batches = 4, .precision = p}, batch, 2);
     for (int k = 2; k <= std::min(n, 4); ++k) {
       INFO("precision " << precision_name(p) << ", K=" << k << " GPUs");
       std::vector<Device> devs;
       for (int d = 0; d < k; ++d) devs.push_back(Device(DeviceType::kCUDA, d));
       for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1})
-        check_same(train(models::transformer(testing::tiny()),
-                         {.cells = k, .micro_batches = 4, .devices = devs, .schedule = kind,
-                          .precision = p},
-                         batch, 2),
-                   one, tolerance(p));
+        check_same(
+            train(
+                models::transformer(testing::tiny()),
+                {.cells = k, .micro_batches = 4, .devices = devs, .schedule = kind, .precision = p},
+                batch, 2),
+            one, tolerance(p));
     }
   }
 }

@@ -81,9 +81,8 @@ GPIPE_OP_CASES({
               return In{rand64(Shape{1, 4, 4}, 83), rand64(Shape{1, 4, 4}, 84),
                         rand64(Shape{1, 4, 4}, 85)};
             },
-        .fn = [](const In& in) {
-          return In{ops::attention_composed(in[0], in[1], in[2], 2, true)};
-        },
+        .fn =
+            [](const In& in) { return In{ops::attention_composed(in[0], in[1], in[2], 2, true)}; },
         .check_forward =
             [](const In& in, const In& out) {
               CHECK(max_abs_diff(out[0], ops::attention(in[0], in[1], in[2], 2, true)) < 1e-12);

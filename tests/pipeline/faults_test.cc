@@ -4,6 +4,8 @@
 // its device and the action, never a crash or a hang; after a failed step
 // the pipeline trains again. Also: cells placed on devices other than the
 // one the model was built on (every original tensor replaced by a copy).
+#include "pipeline/faults.h"
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -12,7 +14,6 @@
 #include <string>
 
 #include "models/transformer.h"
-#include "pipeline/faults.h"
 #include "pipeline/pipeline.h"
 #include "tests/pipeline/tiny_transformer.h"
 
@@ -86,7 +87,8 @@ TEST_CASE("faults: a malformed or unknown fault point is refused with the accept
                     Contains("unknown at 'links'") && Contains("forward, sync, tied or connect"));
 }
 
-TEST_CASE("placement: cells on devices other than the model's, with a tied weight, equal one cell") {
+TEST_CASE(
+    "placement: cells on devices other than the model's, with a tied weight, equal one cell") {
   // Every cell's tensors are copies (the model was built on cpu:0, the cells
   // run on cpu:1 .. cpu:3), so each original's last holder lets it go while
   // the cells are placed: the tied list must not read a freed tensor (this
