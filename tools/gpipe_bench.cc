@@ -18,6 +18,7 @@
 #include "tools/bench_cli.h"
 #include "tools/bench_common.h"
 #include "tools/benchmarks.h"
+#include "tools/train/cli_checks.h"
 
 namespace {
 
@@ -34,12 +35,12 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
                                    "ISA) vs OpenBLAS, Eigen, numpy");
   c->add_option("--sizes", o.sizes, "square matrix sizes n")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--threads", o.threads, "intra-op thread counts")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--min-seconds", o.min_seconds, "timing budget per square measurement")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--python", o.python, "python with numpy for the reference");
   c->add_flag("--no-numpy", o.skip_numpy, "skip the numpy reference");
   c->add_flag("--no-torch", o.skip_torch, "skip the torch.mm reference");
@@ -47,18 +48,18 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
   c->add_flag("--no-transformer", o.skip_transformer, "skip the Transformer shapes");
   c->add_flag("--no-bf16", o.skip_bf16,
               "skip the bfloat16 section (square and Transformer shapes, torch.mm in bfloat16)");
-  c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(CLI::PositiveNumber);
+  c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(gpipe::train::kPositive);
   c->add_option("--dim", o.dim, "FFN shapes: model width d (hidden 4d)")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--vocab", o.vocab, "output projection widths")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--vocab-tokens", o.vocab_tokens, "output projection: tokens")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--vocab-dim", o.vocab_dim, "output projection: d")->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
+  c->add_option("--vocab-dim", o.vocab_dim, "output projection: d")->check(gpipe::train::kPositive);
   c->add_option("--shape-min-seconds", o.shape_min_seconds,
                 "timing budget per Transformer-shape measurement")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   return c;
 }
 
@@ -66,8 +67,8 @@ CLI::App* add_peak(CLI::App& app, gpipe::bench::PeakBenchOptions& o) {
   CLI::App* c = app.add_subcommand("peak", "fp32 FMA peak GFLOP/s of each ISA level the CPU has");
   c->add_option("--threads", o.threads, "intra-op thread counts")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  c->add_option("--seconds", o.seconds, "time per measurement")->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
+  c->add_option("--seconds", o.seconds, "time per measurement")->check(gpipe::train::kPositive);
   return c;
 }
 
@@ -76,9 +77,9 @@ CLI::App* add_kernels(CLI::App& app, gpipe::bench::KernelsBenchOptions& o) {
       "kernels", "kernel lab: hot CPU kernels at W2/W3/W5 shapes, per ISA level, vs reference");
   c->add_option("--threads", o.threads, "intra-op thread counts")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--seconds", o.seconds, "timing budget per kernel and level")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--filter", o.filter, "only kernels whose name contains this text");
   return c;
 }
@@ -88,11 +89,11 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
       app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
   c->add_option("--threads", o.threads, "intra-op thread counts")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--precision", o.precision,
                 "fp32 | bf16 (gpipe's bf16 against PyTorch's CPU autocast)")
       ->capture_default_str();
@@ -105,16 +106,16 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
       app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
   c->add_option("--micro-batches", o.micro_batches, "M values (full sweep: 1,4,8,16)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
   c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b")->delimiter(',');
   c->add_option("--torch-threads", o.torch_threads, "thread counts of PyTorch's seq baseline")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--balance", o.balance,
                 "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_flag("!--no-pipe", o.try_pipe, "do not try torch.distributed.pipeline.sync.Pipe");
   add_torch_flags(c, o.torch);
   return c;
@@ -125,14 +126,14 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
       "schedules", "W3's model at K=2 under each schedule: bubble vs formula, gain over 1F1B");
   c->add_option("--micro-batches", o.micro_batches, "M values")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--schedule", o.schedules,
                 "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v")
       ->delimiter(',');
   c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_option("--trace-dir", o.trace_dir, "write each run's Chrome trace and SVG here");
   return c;
 }
@@ -148,10 +149,10 @@ CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
       ->check(CLI::Range(1, 2));
   c->add_option("--micro-batches", o.micro_batches, "M values")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   add_torch_flags(c, o.torch);
   return c;
 }
@@ -161,13 +162,13 @@ CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
                                    "W5: AmoebaNet-D(2,32) training step (N=64, 32x32) vs PyTorch");
   c->add_option("--threads", o.threads, "intra-op thread counts")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool,
               "both sides: torchgpipe's AvgPool for max_pool_3x3");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   add_torch_flags(c, o.torch);
   return c;
 }
@@ -178,12 +179,12 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
                                    "parallel vs one process; bytes sent");
   c->add_option("--micro-batches", o.micro_batches, "M values")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_option("--rounds", o.rounds, "alternate the variants this many times")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   c->add_option("--mpirun", o.mpirun, "the MPI launcher");
   return c;
 }
@@ -192,16 +193,16 @@ CLI::App* add_skips(CLI::App& app, gpipe::bench::SkipsBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "skips", "U-Net at K=2 and 4: skips sent directly vs through the cells between");
   c->add_option("--depth", o.depth, "B")->check(CLI::Range(1, 5));
-  c->add_option("--channels", o.channels, "C (even)")->check(CLI::PositiveNumber);
-  c->add_option("--convs", o.convs, "conv units per block")->check(CLI::PositiveNumber);
-  c->add_option("--batch", o.batch, "N")->check(CLI::PositiveNumber);
-  c->add_option("--micro-batches", o.micro_batches, "M")->check(CLI::PositiveNumber);
+  c->add_option("--channels", o.channels, "C (even)")->check(gpipe::train::kPositive);
+  c->add_option("--convs", o.convs, "conv units per block")->check(gpipe::train::kPositive);
+  c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
+  c->add_option("--micro-batches", o.micro_batches, "M")->check(gpipe::train::kPositive);
   c->add_option("--partitions", o.partitions, "K values")->delimiter(',')->check(CLI::Range(2, 12));
-  c->add_option("--threads", o.threads, "intra-op threads per stage")->check(CLI::PositiveNumber);
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--threads", o.threads, "intra-op threads per stage")->check(gpipe::train::kPositive);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   return c;
 }
 
@@ -209,13 +210,13 @@ CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "resnet", "ResNet-101 on 32x32: K=2 M=8 vs K=1 (against 2M/(M+1)) and vs PyTorch");
   c->add_option("--depth", o.depth, "50, 101 or 152")->check(CLI::IsMember({50, 101, 152}));
-  c->add_option("--width", o.width, "W (torchvision: 64)")->check(CLI::PositiveNumber);
-  c->add_option("--batch", o.batch, "N")->check(CLI::PositiveNumber);
-  c->add_option("--micro-batches", o.micro_batches, "M of the K=2 run")->check(CLI::PositiveNumber);
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(CLI::NonNegativeNumber);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(CLI::PositiveNumber);
+  c->add_option("--width", o.width, "W (torchvision: 64)")->check(gpipe::train::kPositive);
+  c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
+  c->add_option("--micro-batches", o.micro_batches, "M of the K=2 run")->check(gpipe::train::kPositive);
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(CLI::PositiveNumber);
+      ->check(gpipe::train::kPositive);
   add_torch_flags(c, o.torch);
   return c;
 }

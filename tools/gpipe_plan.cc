@@ -20,6 +20,7 @@
 #include "pipeline/plan.h"
 #include "tools/bench_cli.h"
 #include "tools/benchmarks.h"
+#include "tools/train/cli_checks.h"
 #include "tools/train/config.h"
 #include "tools/train/planning.h"
 #include "tools/train/task.h"
@@ -187,7 +188,8 @@ int main(int argc, char** argv) {
   app.add_option("--devices", f.devices, "K: devices (one cell each; interleaved and zb-v: v)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--memory", f.memory, "memory per device, e.g. 16GB, 512MiB (default: no limit)");
-  app.add_option("--batch", f.batch, "N: examples per step (default: the model's)");
+  app.add_option("--batch", f.batch, "N: examples per step (default: the model's)")
+      ->check(train::kPositive);
   app.add_option("--micro-batches", f.micro_batches, "M candidates (default 1, 2, 4, ... <= N)")
       ->delimiter(',');
   app.add_option("--schedules", f.schedules,

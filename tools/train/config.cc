@@ -24,6 +24,7 @@
 #include "pipeline/plan.h"
 #include "pipeline/remat.h"
 #include "pipeline/schedule.h"
+#include "tools/train/cli_checks.h"
 
 namespace gpipe::train {
 namespace {
@@ -410,7 +411,7 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
         std::tuple{"--heads", &c.heads, "transformer: A, attention heads"},
         std::tuple{"--dim", &c.dim, "transformer: model dimension"}})
     g.sizes.push_back(
-        app.add_option(flag, *field, help)->capture_default_str()->check(CLI::PositiveNumber));
+        app.add_option(flag, *field, help)->capture_default_str()->check(kPositive));
   app.add_option("--dropout", c.dropout, "transformer: dropout rate")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
@@ -420,16 +421,16 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
           ->check(CLI::Range(0.0, 0.99));
   app.add_option("--logit-clip", c.logit_clip, "transformer: soft-clip logits to (-c, c); 0 = off")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_flag("--scaled-init", c.scaled_init,
                "transformer: scale residual-branch weights by 1/sqrt(2L)");
   app.add_option("--normal-cells", c.normal_cells, "amoebanet: N, normal cells per stage")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--filters", c.filters,
                  "amoebanet: F (the stem has F/4 channels, F with --stem=small; multiple of 8)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--stem", c.stem,
                  "amoebanet: paper (ImageNet layout: stride-2 stem, two stem reduction cells) | "
                  "small (for 28-32 px images: stride-1 stem, cells at 32, 16, 8 px)")
@@ -459,7 +460,7 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->check(CLI::Range(4, 512));
   app.add_option("--train-limit", c.train_limit, "train on N training examples only (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_flag("--augment", c.augment,
                "image models: random flips and +-2 pixel shifts (a function of seed and step)");
   app.add_option("--image-size", c.image_size,
@@ -470,14 +471,14 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
 
 void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--batch", c.batch, "N, examples per step (model default: see below)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   auto* steps =
       app.add_option("--steps", c.steps, "total steps (a resumed run counts the steps before it)")
-          ->check(CLI::PositiveNumber);
+          ->check(kPositive);
   auto* epochs = app.add_option("--epochs", c.epochs, "total epochs over the training split")
-                     ->check(CLI::PositiveNumber);
+                     ->check(kPositive);
   steps->excludes(epochs);
-  g.lr_opt = app.add_option("--lr", g.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  g.lr_opt = app.add_option("--lr", g.lr, "peak learning rate")->check(kPositive);
   app.add_option("--lr-schedule", c.lr_schedule,
                  "constant | inverse_sqrt:warmup=W | noam:d_model=D,warmup=W | "
                  "cosine:total=T[,warmup=W][,floor=F] | step:every=K[,gamma=G]");
@@ -485,12 +486,12 @@ void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
       ->check(CLI::IsMember({"adam", "adamw", "sgd", "rmsprop"}));
   g.wd_opt = app.add_option("--weight-decay", g.weight_decay,
                             "L2 (adam, sgd, rmsprop) or decoupled (adamw)")
-                 ->check(CLI::NonNegativeNumber);
+                 ->check(kNonNegative);
   g.momentum_opt = app.add_option("--momentum", g.momentum, "sgd / rmsprop momentum")
                        ->check(CLI::Range(0.0, 0.999));
   app.add_option("--clip-norm", c.clip_norm, "clip the global gradient norm; 0 = off")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--precision", c.precision,
                  "fp32 | bf16 | fp16: activations between layers (and across cells) and matrix "
                  "products in 16 bits; master weights, gradients and optimizer state float32")
@@ -502,29 +503,29 @@ void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--seed", c.seed, "seeds weights, data order, dropout")->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads per stage; 0 = cores / K")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
 }
 
 void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--eval-every", c.eval_every, "evaluate every N steps (0 = only at the end)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--eval-batches", c.eval_batches,
                  "test batches per evaluation (0 = the whole test split)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--eval-sentences", c.eval_sentences,
                  "transformer: test sentences greedily decoded for chrF")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--samples", c.samples, "transformer: sample translations printed at the end")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--save", c.save,
                  "checkpoint written at the end (and every --save-every steps); {step} in it "
                  "becomes the step");
   app.add_option("--save-every", c.save_every, "also checkpoint every N steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--resume", c.resume, "continue from this checkpoint (same model and data flags)");
   app.add_flag("--final-eval,!--no-final-eval", c.final_eval,
                "evaluate on the test split at the end (default on)");
@@ -538,7 +539,7 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                  "for benchmarks/translation_torch.py, then exit without training");
   app.add_option("--log-every", c.log_every, "progress line every N steps")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 }
 
 void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {

@@ -1,0 +1,34 @@
+// CLI11 validators for the tools' numeric flags, with messages that say
+// what was expected and what was given ("--batch: expected a positive
+// number, got 0"), instead of CLI11's "Value 0 not in range 0.000000 to
+// 1.79769e+308".
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace gpipe::train {
+
+namespace cli_detail {
+// The flag's text as a finite number, or an error message.
+inline std::string number_check(const std::string& text, bool allow_zero) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const char* expected = allow_zero ? "a number >= 0" : "a positive number";
+  if (text.empty() || end == text.c_str() || *end != '\0' || !std::isfinite(v))
+    return std::string("expected ") + expected + ", got '" + text + "'";
+  if (v < 0 || (!allow_zero && v == 0)) return std::string("expected ") + expected + ", got " + text;
+  return "";
+}
+}  // namespace cli_detail
+
+// > 0 (counts, sizes, rates).
+inline const CLI::Validator kPositive(
+    [](std::string& s) { return cli_detail::number_check(s, false); }, "POSITIVE", "positive");
+// >= 0 (0 meaning "none" or "off").
+inline const CLI::Validator kNonNegative(
+    [](std::string& s) { return cli_detail::number_check(s, true); }, "NONNEGATIVE", "non-negative");
+
+}  // namespace gpipe::train
