@@ -8,6 +8,7 @@
 #include "ops/elementwise.h"
 #include "ops/linalg_kernels.h"
 #include "ops/shape.h"
+#include "ops/weight_cast.h"
 
 namespace gpipe::ops {
 namespace {
@@ -108,8 +109,10 @@ namespace {
 // in core/precision.h) y = x W^T multiplies 16-bit operands: x rounded to
 // the 16-bit format (differentiably: its gradient goes back through the
 // casts) and the float32 master weight rounded likewise. The rounded weight
-// is made again in backward instead of being kept: a pipeline's M
-// micro-batches in flight would otherwise hold M copies of every weight.
+// is not kept for backward by each micro-batch (M micro-batches in flight
+// would hold M copies of every weight): inside a pipeline step one rounding
+// per weight serves every use (Note [Weight casts]), elsewhere backward
+// rounds it again.
 // bf16 multiplies bfloat16 tensors with the bfloat16 GEMM; fp16 multiplies
 // the float16-rounded values in float32. The input gradient is a 16-bit
 // product of the upstream gradient rounded to 16 bits; the weight gradient
@@ -117,20 +120,42 @@ namespace {
 Tensor rounded(const Tensor& t, bool bf16) {
   return bf16 ? cast(t, DType::kBFloat16) : cast(cast(t, DType::kFloat16), DType::kFloat32);
 }
+// Once per step and weight inside a pipeline step (Note [Weight casts] in
+// ops/weight_cast.h).
 Tensor weight_operand(const Tensor& w, bool bf16) {
-  NoGradGuard no_grad;
-  return rounded(w, bf16);
+  return cached_weight_cast(w, bf16 ? 0 : 1, [&] {
+    NoGradGuard no_grad;
+    return rounded(w, bf16);
+  });
 }
 
 // x W^T for the 16-bit operands xh, w16, in `out` (float32, or a 16-bit
-// dtype: each float32 product rounded once). A large 16-bit result is made
-// a block of rows at a time, so its float32 form never exists whole (the
-// vocabulary projection's would be twice the 16-bit logits).
+// dtype: each float32 product rounded once). A device whose GEMM writes
+// bfloat16 (batched_gemm_bf16_out: CUDA) makes a bfloat16 result in one
+// call. Elsewhere a large 16-bit result is made a block of rows at a time,
+// so its float32 form never exists whole (the vocabulary projection's would
+// be twice the 16-bit logits); on a GPU those blocks cost a launch and a
+// cast each (about 40% of a bf16 T6 step before, docs/BENCHMARKS.md).
 constexpr int64_t kProductBlockBytes = 4 << 20;
 Tensor product_16bit(const Tensor& xh, const Tensor& w16, DType out) {
   if (!is_half(out)) return matmul(xh, w16, false, true);
   const Tensor rows = reshape(xh, {-1, xh.size(-1)});
   const int64_t n = rows.size(0), cols = w16.size(0);
+  std::vector<int64_t> dims(xh.shape().dims().begin(), xh.shape().dims().end());
+  dims.back() = cols;
+  // Where the GEMM writes bfloat16 itself (CUDA), one product, no float32 rows.
+  if (out == DType::kBFloat16 && xh.dtype() == DType::kBFloat16 &&
+      w16.dtype() == DType::kBFloat16 && batched_gemm_bf16_out.has(xh.device().type)) {
+    GemmShape s;
+    s.tb = true;
+    s.b_shared = true;
+    s.m = n;
+    s.n = cols;
+    s.k = rows.size(1);
+    Tensor y = Tensor::empty({n, cols}, out, xh.device());
+    batched_gemm_bf16_out(xh.device(), s, detail::dense(rows), detail::dense(w16), y);
+    return reshape(y, dims);
+  }
   const int64_t per = std::max<int64_t>(64, kProductBlockBytes / (4 * std::max<int64_t>(cols, 1)));
   if (n <= per) return cast(matmul(xh, w16, false, true), out);
   Tensor y = Tensor::empty({n, cols}, out, xh.device());
@@ -138,8 +163,6 @@ Tensor product_16bit(const Tensor& xh, const Tensor& w16, DType out) {
     const int64_t len = std::min(per, n - r0);
     narrow(y, 0, r0, len).copy_from(cast(matmul(narrow(rows, 0, r0, len), w16, false, true), out));
   }
-  std::vector<int64_t> dims(xh.shape().dims().begin(), xh.shape().dims().end());
-  dims.back() = cols;
   return reshape(y, dims);
 }
 

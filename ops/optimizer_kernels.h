@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/dispatch.h"
@@ -24,6 +25,16 @@ struct AdamStepArgs {
 GPIPE_DECLARE_KERNEL(adam_update,
                      void(const AdamStepArgs&, Tensor& param, const Tensor& grad, Tensor& exp_avg,
                           Tensor& exp_avg_sq, int64_t lo, int64_t hi));
+
+// Adam over a list of whole tensors in a few launches (Note [Multi-tensor
+// updates] in optim/optimizer.h): params[i], grads[i], exp_avgs[i] and
+// exp_avg_sqs[i] contiguous, of one float dtype, on the device, updated
+// with args[i] exactly as adam_update updates them. Devices that launch
+// kernels register it (CUDA); elsewhere optim/ cuts the tensors into pieces.
+GPIPE_DECLARE_KERNEL(adam_update_many,
+                     void(const std::vector<AdamStepArgs>& args, std::vector<Tensor>& params,
+                          const std::vector<Tensor>& grads, std::vector<Tensor>& exp_avgs,
+                          std::vector<Tensor>& exp_avg_sqs));
 
 // SGD: d = g + wd * p; with a momentum buffer b (defined): b = first ? d :
 // momentum * b + keep * d, d = nesterov ? d + momentum * b : b; p -= lr * d.

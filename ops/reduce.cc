@@ -130,8 +130,14 @@ double sum_of_squares(const std::vector<Tensor>& tensors, const char* what) {
   for (const auto& [device, positions] : by_device) {
     Tensor out =
         Tensor::zeros(Shape{static_cast<int64_t>(positions.size())}, DType::kFloat64, device);
-    for (size_t k = 0; k < positions.size(); ++k)
-      sum_squares_into(device, tensors[positions[k]].contiguous(), out, static_cast<int64_t>(k));
+    if (sum_squares_many.has(device.type)) {  // all of the device's tensors in a few launches
+      std::vector<Tensor> xs;
+      for (size_t k : positions) xs.push_back(tensors[k].contiguous());
+      sum_squares_many(device, xs, out);
+    } else {
+      for (size_t k = 0; k < positions.size(); ++k)
+        sum_squares_into(device, tensors[positions[k]].contiguous(), out, static_cast<int64_t>(k));
+    }
     const std::vector<double> host = out.to_vector<double>();
     for (size_t k = 0; k < positions.size(); ++k) sums[positions[k]] = host[k];
   }

@@ -23,5 +23,10 @@ GPIPE_DECLARE_KERNEL(reduce_max_backward, void(const Tensor& g, const Tensor& ar
 // The gradient norm of a step (ops::sum_of_squares), on the gradients' device.
 inline constexpr int64_t kSquaresBlock = int64_t{1} << 15;
 GPIPE_DECLARE_KERNEL(sum_squares_into, void(const Tensor& x, Tensor& out, int64_t index));
+// out[k] = what sum_squares_into puts in out[k] for xs[k], for every k, in a
+// few launches over all of them (each xs[k] contiguous, any float dtype,
+// on out's device; out float64 [xs.size()]). Devices that launch kernels
+// register it (CUDA); ops::sum_of_squares uses it where it exists.
+GPIPE_DECLARE_KERNEL(sum_squares_many, void(const std::vector<Tensor>& xs, Tensor& out));
 
 }  // namespace gpipe::ops

@@ -4,6 +4,7 @@
 // arithmetic matches it.
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/optimizer_kernels.h"
@@ -67,9 +68,40 @@ void Adam::update(const Update& u) { update_all({u}); }
 void Adam::update_all(const std::vector<Update>& updates) {
   std::vector<ops::AdamStepArgs> args;
   for (const Update& u : updates) args.push_back(adam_args(options_, lr(), u.step, decoupled_));
-  for_each_piece(updates, [&](size_t i, int64_t lo, int64_t hi) {
-    const Update& u = updates[i];
-    ops::adam_update(u.param.device(), args[i], u.param, u.grad, u.state[0], u.state[1], lo, hi);
+  // Devices with a multi-tensor kernel (CUDA): every parameter there in one call.
+  std::vector<Update> rest;
+  std::vector<ops::AdamStepArgs> rest_args;
+  std::vector<Device> many;
+  for (const Update& u : updates) {
+    const Device d = u.param.device();
+    if (!d.is_cpu() && ops::adam_update_many.has(d.type) &&
+        std::find(many.begin(), many.end(), d) == many.end())
+      many.push_back(d);
+  }
+  for (const Device& d : many) {
+    std::vector<ops::AdamStepArgs> a;
+    std::vector<Tensor> p, g, m, v;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Update& u = updates[i];
+      if (u.param.device() != d) continue;
+      a.push_back(args[i]);
+      p.push_back(u.param);
+      g.push_back(u.grad.contiguous());
+      m.push_back(u.state[0]);
+      v.push_back(u.state[1]);
+    }
+    ops::adam_update_many(d, a, p, g, m, v);
+    count_dispatch();
+  }
+  for (size_t i = 0; i < updates.size(); ++i)
+    if (std::find(many.begin(), many.end(), updates[i].param.device()) == many.end()) {
+      rest.push_back(updates[i]);
+      rest_args.push_back(args[i]);
+    }
+  for_each_piece(rest, [&](size_t i, int64_t lo, int64_t hi) {
+    const Update& u = rest[i];
+    ops::adam_update(u.param.device(), rest_args[i], u.param, u.grad, u.state[0], u.state[1], lo,
+                     hi);
   });
 }
 

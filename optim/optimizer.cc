@@ -121,10 +121,12 @@ void Optimizer::for_each_piece(
       cpu.push_back(i);
       offset.push_back(offset.back() + p.numel());
     } else if (p.numel() > 0) {
+      count_dispatch();
       piece(i, 0, p.numel());
     }
   }
   if (cpu.empty()) return;
+  count_dispatch();
   parallel_for(0, offset.back(), kGrain, [&](int64_t lo, int64_t hi) {
     size_t t = std::upper_bound(offset.begin(), offset.end(), lo) - offset.begin() - 1;
     for (; t < cpu.size() && offset[t] < hi; ++t) {

@@ -102,22 +102,36 @@ class Optimizer {
   // calls update() on each.
   virtual void update_all(const std::vector<Update>& updates);
 
+ public:
+  // Update work dispatched to devices since construction: per step, one for
+  // all CPU parameters and one per device with a multi-tensor kernel (one
+  // per tensor elsewhere). What the structural test of a step counts.
+  int64_t update_dispatches() const { return dispatches_; }
+
+ protected:
   // Note [Multi-tensor updates]: runs piece(i, lo, hi) over elements [lo, hi)
   // of updates[i], for every element of every update. A model has many small
   // tensors (biases, norms); a parallel_for each would run most of them on
   // one thread and pay a dispatch per tensor. So the CPU parameters are laid
   // end to end as one range, cut into chunks of about 16K elements across the
   // intra-op pool, and each chunk calls piece() for the parts of the tensors
-  // it covers; a parameter on another device is one piece. Element updates
-  // are independent, so the result equals one pass per tensor bit for bit.
+  // it covers; a parameter on another device is one piece (Adam passes the
+  // parameters of a device with a multi-tensor kernel, CUDA, to
+  // ops::adam_update_many instead: all of them in one launch per dtype).
+  // Element updates are independent, so the result equals one pass per
+  // tensor bit for bit.
   void for_each_piece(const std::vector<Update>& updates,
                       const std::function<void(size_t i, int64_t lo, int64_t hi)>& piece) const;
+  // Counts one dispatch of update work to a device (a multi-tensor launch,
+  // the CPU's joint pass, or one tensor's kernel): update_dispatches().
+  void count_dispatch() const { ++dispatches_; }
 
   // Throws gpipe::Error "<optimizer>: <what> must be <requirement>, got <value>"
   // unless `ok`.
   void check_hyper(bool ok, const char* what, const char* requirement, double value) const;
 
  private:
+  mutable int64_t dispatches_ = 0;
   struct Slot {
     std::string name;
     Tensor* param;

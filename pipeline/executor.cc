@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "ops/reduce.h"
+#include "ops/weight_cast.h"
 #include "pipeline/gradients.h"
 
 namespace gpipe {
@@ -191,6 +192,9 @@ StepTotals StageExecutor::run(const std::vector<Action>& actions, bool training,
   const auto timeout = std::chrono::duration<double>(opt_.timeout_seconds);
   const int s = opt_.info.stage;
   Tracer* tracer = opt_.tracer;
+  // The weights do not change during a program: each 16-bit weight is
+  // rounded once for all its micro-batches (Note [Weight casts] in ops/weight_cast.h).
+  const ops::WeightCastScope weight_casts;
   // Remat is in the program: a micro-batch with an R here keeps no graph from its F.
   std::unordered_set<int> recomputed;
   for (const Action& a : actions)

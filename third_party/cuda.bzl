@@ -51,9 +51,14 @@ def _cuda_objects_impl(ctx):
     objs = []
     for src in ctx.files.srcs:
         obj = ctx.actions.declare_file("_cuda_objs/%s/%s.o" % (ctx.label.name, src.basename))
-        ctx.actions.run(
-            executable = ctx.executable._nvcc,
-            arguments = flags + ["-c", src.path, "-o", obj.path],
+        # nvcc names its temporary files after its process id, which is the
+        # same small number in every sandbox, and the sandboxes share /tmp:
+        # two nvcc at once could take each other's files ("tmpxft_..._00000001
+        # ...cudafe1.cpp: No such file"). Each gets a fresh TMPDIR.
+        ctx.actions.run_shell(
+            command = 'T=$(mktemp -d) && trap \'rm -rf "$T"\' EXIT && TMPDIR="$T" "$@"',
+            arguments = [ctx.executable._nvcc.path] + flags + ["-c", src.path, "-o", obj.path],
+            tools = [ctx.executable._nvcc],
             inputs = inputs,
             outputs = [obj],
             mnemonic = "NvccCompile",

@@ -91,7 +91,8 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
       ->delimiter(',')
       ->check(gpipe::train::kPositive);
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
       ->check(gpipe::train::kPositive);
   c->add_option("--precision", o.precision,
@@ -115,7 +116,8 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
   c->add_option("--balance", o.balance,
                 "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_flag("!--no-pipe", o.try_pipe, "do not try torch.distributed.pipeline.sync.Pipe");
   add_torch_flags(c, o.torch);
   return c;
@@ -133,7 +135,8 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_option("--trace-dir", o.trace_dir, "write each run's Chrome trace and SVG here");
   return c;
 }
@@ -152,7 +155,8 @@ CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
       ->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   add_torch_flags(c, o.torch);
   return c;
 }
@@ -166,7 +170,8 @@ CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
   c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool,
               "both sides: torchgpipe's AvgPool for max_pool_3x3");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
       ->check(gpipe::train::kPositive);
   add_torch_flags(c, o.torch);
@@ -182,7 +187,8 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
       ->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "never | except_last | always");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_option("--rounds", o.rounds, "alternate the variants this many times")
       ->check(gpipe::train::kPositive);
   c->add_option("--mpirun", o.mpirun, "the MPI launcher");
@@ -198,9 +204,11 @@ CLI::App* add_skips(CLI::App& app, gpipe::bench::SkipsBenchOptions& o) {
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
   c->add_option("--micro-batches", o.micro_batches, "M")->check(gpipe::train::kPositive);
   c->add_option("--partitions", o.partitions, "K values")->delimiter(',')->check(CLI::Range(2, 12));
-  c->add_option("--threads", o.threads, "intra-op threads per stage")->check(gpipe::train::kPositive);
+  c->add_option("--threads", o.threads, "intra-op threads per stage")
+      ->check(gpipe::train::kPositive);
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
       ->check(gpipe::train::kPositive);
   return c;
@@ -212,9 +220,11 @@ CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
   c->add_option("--depth", o.depth, "50, 101 or 152")->check(CLI::IsMember({50, 101, 152}));
   c->add_option("--width", o.width, "W (torchvision: 64)")->check(gpipe::train::kPositive);
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
-  c->add_option("--micro-batches", o.micro_batches, "M of the K=2 run")->check(gpipe::train::kPositive);
+  c->add_option("--micro-batches", o.micro_batches, "M of the K=2 run")
+      ->check(gpipe::train::kPositive);
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps (median reported)")
+      ->check(gpipe::train::kPositive);
   c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
       ->check(gpipe::train::kPositive);
   add_torch_flags(c, o.torch);

@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints the message (or the help, rc 0)
+    return rc == 0 ? 0 : 2;      // a usage error, as gpipe_train's
   }
   try {
     if (m->parsed()) return gpipe::bench::run_measure(me);

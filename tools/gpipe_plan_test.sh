@@ -42,6 +42,7 @@ check 1 "--micro-batches: M = 64 for --batch=8 (expected 1 <= M <= N)" \
 check 1 "--link: 'soon' is not a latency in seconds" \
   --model=transformer "${tiny[@]}" --link=10GB,soon
 check 2 "--bogus" --model=transformer --bogus=1
+check 2 "--batch: expected a positive number, got 0" --model=transformer --batch=0
 check 2 "--paper takes no model flags; not expected: --bogus" --paper --bogus
 # a given link is used and said
 timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --devices=2 --batch=8 --link=pcie \

@@ -239,6 +239,18 @@ EOF
     else
       skip_step "gemm benchmark, W2 step" "skipped: SKIP_BENCH is set"
     fi
+    # PROFILE=T6:bf16: Nsight Compute's per-kernel time summary of that w2_bench run
+    # (kernels PROFILE_SKIP.. +PROFILE_COUNT), into $OUT/ncu_summary.txt when OUT is set.
+    if [ -n "${PROFILE:-}" ]; then
+      if command -v ncu >/dev/null; then
+        run_step "ncu per-kernel summary ($PROFILE)" limited 200 ncu --clock-control none \
+          --metrics gpu__time_duration.sum --launch-skip "${PROFILE_SKIP:-6000}" \
+          --launch-count "${PROFILE_COUNT:-2000}" --print-summary per-kernel \
+          --log-file "${OUT:-/tmp}/ncu_summary.txt" "$dir/w2_bench" --only="$PROFILE"
+      else
+        skip_step "ncu per-kernel summary" "skipped: no ncu on this machine"
+      fi
+    fi
     echo "not run by --prebuilt (no bazel, no OpenMPI build here): //tests/mpi:equivalence_test" \
       "on cuda:0 (NCCL between ranks); run tools/gpu_check.sh for it"
     ;;

@@ -69,8 +69,37 @@ void batched_gemm_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Ten
   });
 }
 
+// bfloat16 a, b and C, float32 sums: cuBLAS rounds each result once.
+void batched_gemm_bf16_out_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  GPIPE_ASSERT(a.dtype() == DType::kBFloat16 && b.dtype() == DType::kBFloat16 &&
+               c.dtype() == DType::kBFloat16);
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+  const int index = c.device().index;
+  gpipe::cuda::DeviceGuard guard(index);
+  const cudaStream_t stream = gpipe::cuda::compute_stream(index);
+  if (s.k == 0) {
+    GPIPE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), stream));
+    return;
+  }
+  const int m = as_int(s.m, "m", s), n = as_int(s.n, "n", s), k = as_int(s.k, "k", s);
+  const int batch = as_int(s.batch, "batch", s);
+  const int lda = as_int(s.ta ? s.m : s.k, "lda", s);
+  const int ldb = as_int(s.tb ? s.k : s.n, "ldb", s);
+  const int64_t stride_a = s.m * s.k, stride_b = s.b_shared ? 0 : s.k * s.n, stride_c = s.m * s.n;
+  const cublasOperation_t op_b = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  auto handle = gpipe::cuda::cublas_handle(index);
+  const float one = 1, zero = 0;
+  GPIPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle.get(), op_b, op_a, n, m, k, &one, b.data<bfloat16>(), CUDA_R_16BF, ldb, stride_b,
+      a.data<bfloat16>(), CUDA_R_16BF, lda, stride_a, &zero, c.data<bfloat16>(), CUDA_R_16BF, n,
+      stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
+GPIPE_REGISTER_KERNEL(batched_gemm_bf16_out, DeviceType::kCUDA, batched_gemm_bf16_out_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm_bf16_out, DeviceType::kCUDA, kBFloat16);
 GPIPE_REGISTER_KERNEL(batched_gemm, DeviceType::kCUDA, batched_gemm_cuda);
 GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCUDA, kBFloat16);
 

@@ -259,8 +259,81 @@ void sum_squares_cuda(const Tensor& x, Tensor& out, int64_t index) {
   GPIPE_CUDA_CHECK_LAUNCH();
 }
 
+// sum_squares_many: every tensor's kSquaresBlock blocks as the tasks of one
+// launch per dtype (table row t: the tensor's address, lo, hi), one double
+// per task; then thread k adds tensor k's tasks in block order, as
+// squares_finish_kernel does for one tensor: the same bits in two launches
+// instead of two per tensor.
+template <class T>
+__global__ void squares_tasks_kernel(const int64_t* table, int64_t tasks, double* partial) {
+  __shared__ double shared[32];
+  for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {  // uniform per block
+    const T* x = reinterpret_cast<const T*>(table[3 * t]);
+    const int64_t lo = table[3 * t + 1], hi = table[3 * t + 2];
+    double acc = 0;
+    for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+      const double v = static_cast<double>(load(x, k));
+      acc += v * v;
+    }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) partial[t] = acc;
+  }
+}
+
+// first[j] .. first[j + 1]: the tasks of the group's tensor j, summed into out[index[j]].
+__global__ void squares_finish_many_kernel(const int64_t* first, const int64_t* index,
+                                           int64_t tensors, const double* partial, double* out) {
+  GPIPE_KERNEL_LOOP(j, tensors) {
+    double acc = 0;
+    for (int64_t t = first[j]; t < first[j + 1]; ++t) acc += partial[t];
+    out[index[j]] = acc;
+  }
+}
+
+void sum_squares_many_cuda(const std::vector<Tensor>& xs, Tensor& out) {
+  KernelScope scope(out.device());
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+    std::vector<int64_t> table, first{0}, index;
+    for (size_t k = 0; k < xs.size(); ++k) {
+      const Tensor& x = xs[k];
+      if (x.dtype() != dt) continue;
+      GPIPE_ASSERT(x.is_contiguous() && x.device() == out.device());
+      for (int64_t lo = 0; lo < x.numel(); lo += kSquaresBlock) {
+        table.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(x.raw_data())));
+        table.push_back(lo);
+        table.push_back(std::min(x.numel(), lo + kSquaresBlock));
+      }
+      first.push_back(static_cast<int64_t>(table.size() / 3));
+      index.push_back(static_cast<int64_t>(k));
+    }
+    if (index.empty()) continue;
+    const int64_t tasks = first.back(), tensors = static_cast<int64_t>(index.size());
+    // One host-to-device copy of the tables, queued on the compute stream.
+    std::vector<int64_t> words = table;
+    words.insert(words.end(), first.begin(), first.end());
+    words.insert(words.end(), index.begin(), index.end());
+    const Tensor dev =
+        Tensor::from_vector(words, Shape{static_cast<int64_t>(words.size())}).to(out.device());
+    const int64_t* d = dev.data<int64_t>();
+    Tensor partial = workspace(std::max<int64_t>(tasks, 1), DType::kFloat64, out.device());
+    if (tasks > 0) {
+      dispatch_float_like(dt, "sum_of_squares", [&](auto z) {
+        using T = decltype(z);
+        squares_tasks_kernel<T><<<blocks_for(tasks, 1), kThreads, 0, scope.stream()>>>(
+            d, tasks, partial.data<double>());
+      });
+      GPIPE_CUDA_CHECK_LAUNCH();
+    }
+    squares_finish_many_kernel<<<blocks_for(tensors), kThreads, 0, scope.stream()>>>(
+        d + table.size(), d + table.size() + first.size(), tensors, partial.data<double>(),
+        out.data<double>());
+    GPIPE_CUDA_CHECK_LAUNCH();
+  }
+}
+
 }  // namespace
 
+GPIPE_REGISTER_KERNEL(sum_squares_many, DeviceType::kCUDA, sum_squares_many_cuda);
 GPIPE_REGISTER_KERNEL(sum_squares_into, DeviceType::kCUDA, sum_squares_cuda);
 GPIPE_REGISTER_KERNEL(reduce_sum, DeviceType::kCUDA, sum_cuda);
 GPIPE_REGISTER_KERNEL(reduce_max, DeviceType::kCUDA, max_cuda);

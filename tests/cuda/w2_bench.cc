@@ -9,14 +9,16 @@
 // peak of the precision's products (tests/cuda/peaks.h), the device's
 // allocator peak, and the first and last loss.
 //
-//   bazel run --config=cuda //tests/cuda:w2_bench [-- --quick]
+//   bazel run --config=cuda //tests/cuda:w2_bench [-- --quick | --only=T6:bf16]
 //
-// --quick: W2 only. Exit status 1 if a step fails or a loss is not finite.
+// --quick: W2 only; --only=SHAPE:MODE: one run (e.g. under ncu). Exit status 1 if a step fails or a
+// loss is not finite.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/allocator.h"
@@ -101,7 +103,22 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: no CUDA device found\n");
     return 0;
   }
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  std::string only;  // "T6:bf16": that shape and mode alone (for a profiler)
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (std::strncmp(argv[i], "--only=", 7) == 0)
+      only = argv[i] + 7;
+    else {
+      std::fprintf(stderr, "w2_bench: unknown argument '%s' (expected --quick or --only=T6:bf16)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  auto wanted = [&](const char* shape, const char* mode) {
+    return only.empty() || only == std::string(shape) + ":" + mode;
+  };
   const cudaDeviceProp& p = gpipe::cuda::device_properties(0);
   const gpipe::testing::Peaks peaks = gpipe::testing::device_peaks(p.name);
   std::printf("device cuda:0 = %s; MFU: model FLOPs (3 x forward) / step / dense peak\n", p.name);
@@ -128,9 +145,10 @@ int main(int argc, char** argv) {
   bool ok = true;
   try {
     for (const Shape2& s : shapes) {
-      ok = run(s, "fp32", Precision::kFloat32, false, peaks.fp32) && ok;
-      ok = run(s, "tf32", Precision::kFloat32, true, peaks.tf32) && ok;
-      ok = run(s, "bf16", Precision::kBFloat16, false, peaks.bf16) && ok;
+      if (wanted(s.name, "fp32")) ok = run(s, "fp32", Precision::kFloat32, false, peaks.fp32) && ok;
+      if (wanted(s.name, "tf32")) ok = run(s, "tf32", Precision::kFloat32, true, peaks.tf32) && ok;
+      if (wanted(s.name, "bf16"))
+        ok = run(s, "bf16", Precision::kBFloat16, false, peaks.bf16) && ok;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "w2_bench: %s\n", e.what());

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/precision.h"
+#include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/shape.h"
 #include "tests/ops/op_table.h"
@@ -82,6 +84,43 @@ GPIPE_OP_CASES({
     batched_case(false, false, true),
     batched_case(false, true, true),
     batched_case(true, false, true),
+    // Under bf16 precision (fp16 for float16 inputs) with a float32 weight
+    // (a layer's master weight):
+    // the 16-bit product of Note [16-bit linear]. With a bfloat16 input the
+    // result is bfloat16, made by batched_gemm_bf16_out where the device has
+    // it (CUDA) and by row blocks of float32 products elsewhere. In float64
+    // the product is exact (no 16-bit path), so the gradients are checked
+    // there; float32 inputs get bf16-rounded operands (hence tolerance32).
+    OpCase{
+        .name = "linear/bf16_precision_float32_weight",
+        .covers = {"batched_gemm", "batched_gemm_bf16_out"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 5, 8}, 8), rand64(Shape{6, 8}, 9)};
+            },
+        .fn =
+            [](const In& in) {
+              // float16 inputs run at fp16 precision (bf16 would round them further).
+              const PrecisionScope precision(
+                  in[0].dtype() == DType::kFloat16 ? Precision::kFloat16 : Precision::kBFloat16);
+              const Tensor w = is_half(in[1].dtype()) ? ops::cast(in[1], DType::kFloat32) : in[1];
+              return In{ops::linear(in[0], w, Tensor())};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              REQUIRE(out[0].shape() == Shape{2, 5, 6});
+              double worst = 0;
+              for (int64_t b = 0; b < 2; ++b)
+                for (int64_t t = 0; t < 5; ++t)
+                  for (int64_t o = 0; o < 6; ++o) {
+                    double s = 0;
+                    for (int64_t i = 0; i < 8; ++i) s += in[0].at({b, t, i}) * in[1].at({o, i});
+                    worst = std::max(worst, std::abs(out[0].at({b, t, o}) - s));
+                  }
+              CHECK(worst < 1e-12);
+            },
+        .tolerance32 = 2e-2,
+    },
     OpCase{
         .name = "linear/3d_input_with_bias",
         .covers = {"batched_gemm", "binary_elementwise"},

@@ -174,7 +174,51 @@ OpCase rmsprop_case(const char* name, double momentum, bool centered) {
   };
 }
 
+// Two parameters updated in one call (adam_update_many, where the device has
+// it: CUDA) against the per-tensor kernel over each whole tensor (the CPU);
+// the second is long enough for several of the multi-tensor chunks.
+constexpr int64_t kLong = 70000;
+
+In adam_two_tensors(const In& in) {
+  In t;
+  for (const Tensor& x : in) t.push_back(x.clone());
+  const std::vector<ops::AdamStepArgs> args{adam_args(true, false), adam_args(true, true)};
+  const Device dev = t[0].device();
+  if (ops::adam_update_many.has(dev.type) && !is_half(t[0].dtype())) {
+    std::vector<Tensor> p{t[0], t[4]}, g{t[1], t[5]}, m{t[2], t[6]}, v{t[3], t[7]};
+    ops::adam_update_many(dev, args, p, g, m, v);
+  } else {
+    ops::adam_update(dev, args[0], t[0], t[1], t[2], t[3], 0, t[0].numel());
+    ops::adam_update(dev, args[1], t[4], t[5], t[6], t[7], 0, t[4].numel());
+  }
+  return t;
+}
+
+OpCase adam_many_case() {
+  return OpCase{
+      .name = "adam_update_many/two_tensors (no gradient: an update)",
+      .covers = {"adam_update", "adam_update_many"},
+      .make_inputs =
+          [] {
+            return In{rand64(Shape{kN}, 65),    rand64(Shape{kN}, 66),
+                      rand64(Shape{kN}, 67),    rand64(Shape{kN}, 68, 0.1, 1.0),
+                      rand64(Shape{kLong}, 69), rand64(Shape{kLong}, 70),
+                      rand64(Shape{kLong}, 71), rand64(Shape{kLong}, 72, 0.1, 1.0)};
+          },
+      .fn = adam_two_tensors,
+      .check_forward =
+          [](const In& in, const In& out) {
+            // Each tensor as the two-piece single-tensor cases update it.
+            const In want = adam_two_tensors(in);
+            for (size_t i = 0; i < want.size(); ++i)
+              check_close(out[i].to_vector<double>(), want[i].to_vector<double>());
+          },
+      .check_grad = false,
+  };
+}
+
 GPIPE_OP_CASES({
+    adam_many_case(),
     adam_case("adam_update/plain", false, false),
     adam_case("adam_update/l2_decay", true, false),
     adam_case("adamw_update/decoupled_decay", true, true),

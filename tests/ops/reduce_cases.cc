@@ -111,7 +111,7 @@ GPIPE_OP_CASES({
     // (the last one partial), a small one, a matrix and an empty one.
     OpCase{
         .name = "sum_of_squares/blocks (no gradient: a norm, not an op)",
-        .covers = {"sum_squares_into"},
+        .covers = {"sum_squares_into", "sum_squares_many"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2 * ops::kSquaresBlock + 5}, 91), rand64(Shape{7}, 92),

@@ -19,7 +19,8 @@ inline std::string number_check(const std::string& text, bool allow_zero) {
   const char* expected = allow_zero ? "a number >= 0" : "a positive number";
   if (text.empty() || end == text.c_str() || *end != '\0' || !std::isfinite(v))
     return std::string("expected ") + expected + ", got '" + text + "'";
-  if (v < 0 || (!allow_zero && v == 0)) return std::string("expected ") + expected + ", got " + text;
+  if (v < 0 || (!allow_zero && v == 0))
+    return std::string("expected ") + expected + ", got " + text;
   return "";
 }
 }  // namespace cli_detail
@@ -29,6 +30,7 @@ inline const CLI::Validator kPositive(
     [](std::string& s) { return cli_detail::number_check(s, false); }, "POSITIVE", "positive");
 // >= 0 (0 meaning "none" or "off").
 inline const CLI::Validator kNonNegative(
-    [](std::string& s) { return cli_detail::number_check(s, true); }, "NONNEGATIVE", "non-negative");
+    [](std::string& s) { return cli_detail::number_check(s, true); }, "NONNEGATIVE",
+    "non-negative");
 
 }  // namespace gpipe::train

@@ -410,8 +410,7 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
         std::tuple{"--ffn", &c.ffn, "transformer: H, feed-forward width"},
         std::tuple{"--heads", &c.heads, "transformer: A, attention heads"},
         std::tuple{"--dim", &c.dim, "transformer: model dimension"}})
-    g.sizes.push_back(
-        app.add_option(flag, *field, help)->capture_default_str()->check(kPositive));
+    g.sizes.push_back(app.add_option(flag, *field, help)->capture_default_str()->check(kPositive));
   app.add_option("--dropout", c.dropout, "transformer: dropout rate")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
