@@ -3,7 +3,7 @@
 // A stream is named by a 64-bit key; element i of the stream is a pure
 // function of (key, i). Nothing is hidden mutable state, so a recomputed
 // forward draws exactly the numbers the first forward drew. See
-// Note [Remat RNG] in docs/ARCHITECTURE.md: dropout in layer l of micro-batch
+// Note [Remat RNG] in pipeline/stage.cc: dropout in layer l of micro-batch
 // m at step s uses the key (seed, s, m, l), whatever K or the schedule is.
 #pragma once
 

@@ -115,7 +115,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
   ops::BatchNormResult r =
       ops::batch_norm(x, gamma, beta, running_mean, running_var, training(), eps_);
   if (training() && !in_recomputation()) {
-    // Note [BatchNorm across micro-batches]: record sums, fold them in once per step.
+    // Record sums, fold them in once per step (Note [BatchNorm across micro-batches]).
     const int64_t n = x.numel() / channels_;
     const auto mean = r.mean.to_vector<double>(), var = r.var.to_vector<double>();
     std::lock_guard<std::mutex> lock(mu_);

@@ -138,7 +138,7 @@ class StageExecutor {
   std::shared_ptr<Communicator> world_, pipe_, replicas_;
   std::unique_ptr<Transport> act_in_, act_out_, grad_in_, grad_out_;
   std::map<int, std::unique_ptr<Transport>> turns_;  // other cell of this device -> link
-  // Note [Skips]: by peer cell, the links of direct skips: skips out to
+  // By peer cell (Note [Skips]), the links of direct skips: skips out to
   // consumers and their gradients back in, skips in from producers and
   // their gradients back out (two channels, so a GPU stream never holds a
   // send behind a receive of the other direction).

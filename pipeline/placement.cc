@@ -105,7 +105,7 @@ void Pipeline::build_ranks() {
 
   std::vector<std::vector<TiedWeight>> ties =
       place_cells(model_.layers, partition_, local, stage_devices_);
-  // Note [Skips]: which cells each skip connects, from the whole model's list.
+  // Which cells each skip connects, from the whole model's list (Note [Skips]).
   std::vector<int> cell_of_layer(model_.layers.size());
   for (int s = 0; s < k; ++s)
     for (int64_t i = partition_.begin(s); i < partition_.end(s); ++i)

@@ -332,7 +332,7 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
   const int cells = ch.cells();
   CostModel cm;
   const double slow = program.device_count() > 1 ? costs.concurrency_factor : 1.0;
-  // Note [Skips]: a cell keeps the skips it receives like its input.
+  // A cell keeps the skips it receives like its input (Note [Skips]).
   std::vector<int64_t> received(cells, 0);
   auto cell_of = [&](int64_t layer) {
     return static_cast<int>(std::upper_bound(ch.bounds.begin(), ch.bounds.end(), layer) -

@@ -1,5 +1,5 @@
-// Rematerialisation policy (the paper's "re-materialization"): which
-// micro-batches a cell runs without keeping its internal activations.
+// Note [Remat policy]: rematerialisation (the paper's "re-materialization"):
+// which micro-batches a cell runs without keeping its internal activations.
 //  - always:      every micro-batch keeps only its input; the cell's forward
 //                 is recomputed right before that micro-batch's backward;
 //  - except_last: as always, except for micro-batches whose backward follows

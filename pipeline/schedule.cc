@@ -161,7 +161,7 @@ const char* prefix(ActionKind kind) {
 
 // Appends one compute task of cell `stage` (of k cells) with its
 // communication, loss and the recomputation `remat` asks for; `previous`
-// is this cell's compute task before it (Note [Remat policy]: except_last
+// is this cell's compute task before it (Note [Remat policy] in pipeline/remat.h: except_last
 // keeps the graph exactly when a backward's compute comes right after its
 // own forward).
 void add_compute(std::vector<Action>& out, int stage, int k, const Compute& c,

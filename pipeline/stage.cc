@@ -47,7 +47,7 @@ Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device,
 
 Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
                   const StepContext& ctx, std::map<int, Bundle>* skips_out) {
-  // Note [Skips]: what arrives is put in the store the layers pop from;
+  // (Note [Skips]) What arrives is put in the store the layers pop from;
   // what is left in it after the last layer leaves for later cells.
   const size_t routed = routes_.in_bundle.size();
   GPIPE_ASSERT(x.size() >= routed, "stage ", index_, ": a message of ", x.size(),

@@ -474,7 +474,7 @@ std::vector<float> rounded_to(const Tensor& t, DType dtype) {
 }
 }  // namespace
 
-// Note [16-bit kernels]: an op given 16-bit tensors computes exactly what
+// Note [16-bit kernels] in ops/dispatch.h: an op given 16-bit tensors computes exactly what
 // its float32 kernel computes on the widened values, rounded once to the
 // 16-bit dtype; statistics, losses and parameter gradients stay float32;
 // an input's gradient has the input's dtype.

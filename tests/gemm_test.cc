@@ -236,7 +236,7 @@ TEST_CASE(
   }
 }
 
-// Note [Small products]: ops::cpu::gemm sends small or thin products to Eigen
+// Note [Small products] in ops/cpu/blas.cc: ops::cpu::gemm sends small or thin products to Eigen
 // and the rest to the packed kernels; both routes, serial and over 2 threads.
 TEST_CASE(
     "gemm: the float dispatch (small products to Eigen, large ones packed) equals the reference") {

@@ -1,9 +1,9 @@
 // The interface between the packed fp32 GEMM driver (gemm_packed.cc) and its
 // per-ISA micro-kernels (gemm_avx512.cc, gemm_avx2.cc, gemm_baseline.cc).
 //
-// Each ISA file is compiled with its own target flags. Note [GEMM ISA files]:
-// an inline or template function from a shared header instantiated in such a
-// file becomes a weak symbol the linker may also pick for ordinary code,
+// Each ISA file is compiled with its own target flags.
+// Note [GEMM ISA files]: an inline or template function from a shared header
+// instantiated in such a file becomes a weak symbol the linker may also pick for ordinary code,
 // which then executes AVX-512 on a CPU without it (SIGILL). So this header
 // holds only plain declarations, and the ISA files use nothing but
 // intrinsics and loops over raw pointers in their own namespaces.

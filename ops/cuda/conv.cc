@@ -13,7 +13,7 @@
 // tensor cores. Never an engine that converts inputs down or reduces in
 // reduced precision. Set GPIPE_CUDNN_LOG=1 to print each plan's engine and notes.
 // Workspace comes from the caching allocator, charged to kWorkspace.
-// bfloat16 operands (Note [16-bit convolution] in ops/conv.cc; CUDA side in
+// bfloat16 operands (Note [16-bit convolution] in ops/cpu/conv.cc; CUDA side in
 // Note [16-bit convolution on CUDA] below) take cuDNN's bfloat16 graphs.
 // Should cuDNN have no plan for a problem (or GPIPE_CONV_DIRECT=1), the
 // direct kernels of ops/cuda/conv_direct.cu run instead, with a note on
@@ -289,7 +289,7 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
 // Note [16-bit convolution on CUDA]. Under bf16 precision the front
 // function hands the kernels x, weight and grad_y as bfloat16 and y, grad_x
 // and grad_weight as float32 (one group or several; the CPU's contract is
-// Note [16-bit convolution] in ops/conv.cc).
+// Note [16-bit convolution] in ops/cpu/conv.cc).
 // - Forward and backward-data run cuDNN's all-bfloat16 graphs (bfloat16
 //   tensor cores, float32 sums) into a bfloat16 scratch that is widened into
 //   the float32 result: the result is rounded to bfloat16 once (before the

@@ -1,5 +1,5 @@
 // NCCL for a multi-process job whose stages live on GPUs (one process per
-// stage and replica, as with MPI; Note [Processes] in pipeline/pipeline.cc).
+// stage and replica, as with MPI; Note [Processes] in docs/ARCHITECTURE.md).
 //
 // NcclCommunicator wraps an MPI communicator: it bootstraps its NCCL
 // communicators by broadcasting an ncclUniqueId over MPI, sums CUDA tensors

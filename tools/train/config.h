@@ -135,7 +135,7 @@ struct TrainConfig {
   double timeout = 600;  // seconds a stage waits for a neighbour (or a collective) before failing
   double watchdog = 0;  // a step longer than this prints what each stage waits for; 0 = timeout / 2
 
-  // ---- processes (mpirun -np K*R gpipe_train ...; Note [Processes] in pipeline.cc) ----
+  // ---- processes (mpirun -np K*R gpipe_train ...; Note [Processes] in docs/ARCHITECTURE.md) ----
   int replicas = 1;                 // R: data-parallel copies of the K-stage pipeline
   std::string layout = "pipeline";  // pipeline | stage: which ranks form one pipeline
   bool sync_batchnorm = true;  // sum BatchNorm statistics over replicas (--no-sync-bn: per replica)
