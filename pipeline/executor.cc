@@ -110,7 +110,8 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
     act_out_ = pipe_->transport(s + 1, kActivations, mine, name("activations", s, s + 1));
   if (s + 1 < k) grad_in_ = pipe_->transport(s + 1, kGradients, mine, name("gradients", s + 1, s));
   if (s > 0) grad_out_ = pipe_->transport(s - 1, kGradients, mine, name("gradients", s, s - 1));
-  // A link to every other cell of this cell's device (Note [Device turns] in pipeline/placement.cc).
+  // A link to every other cell of this cell's device (Note [Device turns] in
+  // pipeline/placement.cc).
   for (int o : opt_.device_peers) {
     GPIPE_CHECK(o >= 0 && o < k && o != s, "stage ", s, ": bad device peer ", o);
     turns_[o] = pipe_->transport(o, kTurns, mine, name("device turns", s, o));
