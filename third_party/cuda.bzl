@@ -47,6 +47,8 @@ def _cuda_objects_impl(ctx):
     flags += ["-isystem=" + p for p in cc.system_includes.to_list()]
     flags += ["-D" + d for d in cc.defines.to_list()]
     flags += ctx.attr.copts
+    if ctx.var.get("werror") == "1":  # --config=werror: the host compiler's warnings are errors
+        flags.append("-Xcompiler=-Werror")
     inputs = depset(ctx.files.srcs + ctx.files.hdrs, transitive = [cc.headers])
     objs = []
     for src in ctx.files.srcs:

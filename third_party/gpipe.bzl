@@ -14,14 +14,36 @@ load("//third_party:cuda.bzl", _CUDA_ONLY = "CUDA_ONLY", _if_cuda = "if_cuda")
 CUDA_ONLY = _CUDA_ONLY
 if_cuda = _if_cuda
 
-# Warnings for all gpipe C++ targets (no -Werror). Eigen comes in as -isystem, so its
-# headers do not trigger them.
+# Warnings for all gpipe C++ targets; -Werror with --config=werror (CI). Eigen comes in as
+# -isystem, so its headers do not trigger them. The suppressions, each one warning of GCC 12
+# that is wrong for this code, all here:
+#  - missing-field-initializers: C++20 designated initializers (PipelineOptions{.cells = 2},
+#    the op table's OpCase{...}) leave the other fields at their defaults on purpose, and GCC
+#    12 reports every one of them (later GCCs do not warn for designated initializers);
+#  - restrict: a false positive inside libstdc++'s std::string concatenation at -O2 (GCC
+#    bug 105329), reported in every file that adds strings.
 COPTS = [
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
     "-Wno-sign-compare",
+    "-Wno-missing-field-initializers",
+    "-Wno-restrict",
 ]
+
+# For the files compiled with AVX-512 flags only: GCC 12's <avx512fintrin.h> makes its
+# "undefined" registers by initialising a variable from itself (`__m512 __Y = __Y;`), which
+# -W(maybe-)uninitialized then reports in every function that inlines such an intrinsic.
+ISA_COPTS = [
+    "-Wno-maybe-uninitialized",
+    "-Wno-uninitialized",
+]
+
+def _werror():
+    return select({
+        str(Label("//third_party:werror")): ["-Werror"],
+        "//conditions:default": [],
+    })
 
 _CATCH2_MAIN = "@catch2//:catch2_main"
 
@@ -30,7 +52,7 @@ def gpipe_cc_library(name, copts = [], **kwargs):
     each target lists the packages that use it, and the README's public targets say public."""
     native.cc_library(
         name = name,
-        copts = COPTS + copts,
+        copts = COPTS + copts + _werror(),
         **kwargs
     )
 
@@ -38,7 +60,7 @@ def gpipe_cc_binary(name, copts = [], **kwargs):
     """cc_binary with gpipe's COPTS."""
     native.cc_binary(
         name = name,
-        copts = COPTS + copts,
+        copts = COPTS + copts + _werror(),
         **kwargs
     )
 
@@ -74,6 +96,6 @@ def gpipe_cc_test(
         tags = tags,
         data = data,
         args = args,
-        copts = COPTS + copts,
+        copts = COPTS + copts + _werror(),
         **kwargs
     )

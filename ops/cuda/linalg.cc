@@ -9,6 +9,7 @@
 // float32 C) through cublasGemmStridedBatchedEx with CUDA_R_16BF inputs and
 // CUBLAS_COMPUTE_32F. A shared B has stride 0.
 #include <climits>
+#include <optional>
 #include <type_traits>
 
 #include "ops/linalg_kernels.h"
@@ -25,23 +26,43 @@ int as_int(int64_t v, const char* what, const GemmShape& s) {
   return static_cast<int>(v);
 }
 
+// One call's sizes in cuBLAS's column-major terms: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m].
+struct CublasGemm {
+  int m, n, k, batch, lda, ldb;
+  int64_t stride_a, stride_b, stride_c;
+  cublasOperation_t op_a, op_b;
+};
+
+// The sizes of `s` for cuBLAS, or nullopt when nothing is left to compute:
+// C is empty, or k == 0 and C has been zeroed on the device's stream.
+std::optional<CublasGemm> cublas_gemm(const GemmShape& s, Tensor& c) {
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return std::nullopt;
+  if (s.k == 0) {  // an empty sum: C = 0
+    GPIPE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(),
+                                     gpipe::cuda::compute_stream(c.device().index)));
+    return std::nullopt;
+  }
+  return CublasGemm{as_int(s.m, "m", s),
+                    as_int(s.n, "n", s),
+                    as_int(s.k, "k", s),
+                    as_int(s.batch, "batch", s),
+                    as_int(s.ta ? s.m : s.k, "lda", s),
+                    as_int(s.tb ? s.k : s.n, "ldb", s),
+                    s.m * s.k,
+                    s.b_shared ? 0 : s.k * s.n,
+                    s.m * s.n,
+                    s.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    s.tb ? CUBLAS_OP_T : CUBLAS_OP_N};
+}
+
 void batched_gemm_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
-  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   const int index = c.device().index;
   gpipe::cuda::DeviceGuard guard(index);
-  const cudaStream_t stream = gpipe::cuda::compute_stream(index);
-  if (s.k == 0) {  // an empty sum: C = 0
-    GPIPE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), stream));
-    return;
-  }
-  const int m = as_int(s.m, "m", s), n = as_int(s.n, "n", s), k = as_int(s.k, "k", s);
-  const int batch = as_int(s.batch, "batch", s);
-  const int lda = as_int(s.ta ? s.m : s.k, "lda", s);
-  const int ldb = as_int(s.tb ? s.k : s.n, "ldb", s);
-  const int64_t stride_a = s.m * s.k, stride_b = s.b_shared ? 0 : s.k * s.n, stride_c = s.m * s.n;
-  // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m].
-  const cublasOperation_t op_b = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const std::optional<CublasGemm> g = cublas_gemm(s, c);
+  if (!g) return;
+  const int m = g->m, n = g->n, k = g->k, batch = g->batch, lda = g->lda, ldb = g->ldb;
+  const int64_t stride_a = g->stride_a, stride_b = g->stride_b, stride_c = g->stride_c;
+  const cublasOperation_t op_a = g->op_a, op_b = g->op_b;
   auto handle = gpipe::cuda::cublas_handle(index);
   if (a.dtype() == DType::kBFloat16) {  // bfloat16 operands, float32 C and sums
     const float one = 1, zero = 0;
@@ -73,27 +94,17 @@ void batched_gemm_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Ten
 void batched_gemm_bf16_out_cuda(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
   GPIPE_ASSERT(a.dtype() == DType::kBFloat16 && b.dtype() == DType::kBFloat16 &&
                c.dtype() == DType::kBFloat16);
-  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   const int index = c.device().index;
   gpipe::cuda::DeviceGuard guard(index);
-  const cudaStream_t stream = gpipe::cuda::compute_stream(index);
-  if (s.k == 0) {
-    GPIPE_CUDA_CHECK(cudaMemsetAsync(c.raw_data(), 0, c.nbytes(), stream));
-    return;
-  }
-  const int m = as_int(s.m, "m", s), n = as_int(s.n, "n", s), k = as_int(s.k, "k", s);
-  const int batch = as_int(s.batch, "batch", s);
-  const int lda = as_int(s.ta ? s.m : s.k, "lda", s);
-  const int ldb = as_int(s.tb ? s.k : s.n, "ldb", s);
-  const int64_t stride_a = s.m * s.k, stride_b = s.b_shared ? 0 : s.k * s.n, stride_c = s.m * s.n;
-  const cublasOperation_t op_b = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const std::optional<CublasGemm> g = cublas_gemm(s, c);
+  if (!g) return;
   auto handle = gpipe::cuda::cublas_handle(index);
   const float one = 1, zero = 0;
   GPIPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle.get(), op_b, op_a, n, m, k, &one, b.data<bfloat16>(), CUDA_R_16BF, ldb, stride_b,
-      a.data<bfloat16>(), CUDA_R_16BF, lda, stride_a, &zero, c.data<bfloat16>(), CUDA_R_16BF, n,
-      stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      handle.get(), g->op_b, g->op_a, g->n, g->m, g->k, &one, b.data<bfloat16>(), CUDA_R_16BF,
+      g->ldb, g->stride_b, a.data<bfloat16>(), CUDA_R_16BF, g->lda, g->stride_a, &zero,
+      c.data<bfloat16>(), CUDA_R_16BF, g->n, g->stride_c, g->batch, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace

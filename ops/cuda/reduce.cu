@@ -213,6 +213,18 @@ void max_backward_cuda(const Tensor& g, const Tensor& argmax, int64_t outer, int
   GPIPE_CUDA_CHECK_LAUNCH();
 }
 
+// The squares of x[lo, hi) summed in double by the whole block (every
+// thread of the block calls it; thread 0 gets the sum).
+template <class T>
+__device__ double block_squares(const T* x, int64_t lo, int64_t hi, double* shared) {
+  double acc = 0;
+  for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+    const double v = static_cast<double>(load(x, k));
+    acc += v * v;
+  }
+  return block_sum(acc, shared);
+}
+
 // sum_squares_into, pass 1: block task b sums the squares of block b's
 // elements [b * kSquaresBlock, ...) in double (the CPU's blocks).
 template <class T>
@@ -220,12 +232,7 @@ __global__ void squares_block_kernel(const T* x, int64_t n, int64_t blocks, doub
   __shared__ double shared[32];
   for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {  // uniform per block
     const int64_t lo = b * kSquaresBlock, hi = min(n, lo + kSquaresBlock);
-    double acc = 0;
-    for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-      const double v = static_cast<double>(load(x, k));
-      acc += v * v;
-    }
-    acc = block_sum(acc, shared);
+    const double acc = block_squares(x, lo, hi, shared);
     if (threadIdx.x == 0) partial[b] = acc;
   }
 }
@@ -269,13 +276,7 @@ __global__ void squares_tasks_kernel(const int64_t* table, int64_t tasks, double
   __shared__ double shared[32];
   for (int64_t t = blockIdx.x; t < tasks; t += gridDim.x) {  // uniform per block
     const T* x = reinterpret_cast<const T*>(table[3 * t]);
-    const int64_t lo = table[3 * t + 1], hi = table[3 * t + 2];
-    double acc = 0;
-    for (int64_t k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-      const double v = static_cast<double>(load(x, k));
-      acc += v * v;
-    }
-    acc = block_sum(acc, shared);
+    const double acc = block_squares(x, table[3 * t + 1], table[3 * t + 2], shared);
     if (threadIdx.x == 0) partial[t] = acc;
   }
 }
