@@ -122,11 +122,12 @@ Tensor rounded(const Tensor& t, bool bf16) {
 }
 // Once per step and weight inside a pipeline step (Note [Weight casts] in
 // ops/weight_cast.h).
+// fp16 keeps the float16 rounding (half the bytes of its float32 form) and
+// widens it at each use: the float32 products need float32 operands.
 Tensor weight_operand(const Tensor& w, bool bf16) {
-  return cached_weight_cast(w, bf16 ? 0 : 1, [&] {
-    NoGradGuard no_grad;
-    return rounded(w, bf16);
-  });
+  NoGradGuard no_grad;
+  if (bf16) return cached_weight_cast(w, 0, [&] { return cast(w, DType::kBFloat16); });
+  return cast(cached_weight_cast(w, 1, [&] { return cast(w, DType::kFloat16); }), DType::kFloat32);
 }
 
 // x W^T for the 16-bit operands xh, w16, in `out` (float32, or a 16-bit
