@@ -6,7 +6,23 @@ of shared/BENCHMARKS.md, written from the workload definitions there.
     python transformer_torch.py pipe     --threads 2 --partitions 2 ...   # W3 Pipe (torch <= 2.3 only)
     python transformer_torch.py memory   --threads 2 --micro-batches 8 --remat layer   # W4
 
-Prints one JSON object on stdout. The caller fixes OMP_NUM_THREADS /
+    python transformer_torch.py step --device cuda --precision bf16 --attention sdpa \
+        --layers 6 --dim 1024 --ffn 4096 --heads 16 --vocab 32000 --batch 64 --src-len 128 --tgt-len 128
+
+`step --device cuda` is the PyTorch side of benchmarks/gpu_compare.py (gpipe's
+tests/cuda/w2_bench beside it): the same model on cuda:0 at any shape (the flags
+default to W2's), in fp32, TF32 (torch.backends.{cuda.matmul,cudnn}.allow_tf32)
+or bf16 (torch.autocast("cuda", torch.bfloat16)), with explicit attention
+(matmul + softmax, as on the CPU) or F.scaled_dot_product_attention; median of
+10 steps after 3, each step ending with the host read of its loss and
+torch.cuda.synchronize(). There --precision and --attention take lists
+(fp32,bf16 / explicit,sdpa): each pair is one run, in that order (precisions
+outer), with its own model (initialised on the GPU), optimizer and warm-up, and
+prints its own JSON line as soon as it ends (importing torch and starting CUDA
+cost about 10 s a process on an H200 machine: one process per shape keeps the
+side-by-side within its budget).
+
+Prints one JSON object on stdout (per run with --device cuda). The caller fixes OMP_NUM_THREADS /
 OPENBLAS_NUM_THREADS; this script also calls torch.set_num_threads(--threads)
 and torch.set_num_interop_threads(1) before any work.
 """
@@ -34,7 +50,32 @@ def parse_args():
     p.add_argument("--max-seconds", type=float, default=30.0)
     p.add_argument("--autocast", default="none", choices=["none", "bf16"],
                    help="step/seq: forward and loss under torch.autocast('cpu', bfloat16)")
-    return p.parse_args()
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="cuda: step mode only, on cuda:0")
+    p.add_argument("--precision", default="fp32",
+                   help="fp32 | tf32 | bf16 (a list with --device cuda); bf16: torch.autocast on --device "
+                        "(as --autocast bf16); tf32: CUDA only")
+    p.add_argument("--attention", default="explicit",
+                   help="explicit: matmul, softmax, matmul; sdpa: F.scaled_dot_product_attention (a list with "
+                        "--device cuda)")
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--ffn", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--src-len", type=int, default=32)
+    p.add_argument("--tgt-len", type=int, default=32)
+    a = p.parse_args()
+    a.precisions, a.attentions = a.precision.split(","), a.attention.split(",")
+    if a.device == "cuda" and a.mode != "step":
+        p.error("--device cuda: step mode only")
+    if any(x not in ("fp32", "tf32", "bf16") for x in a.precisions):
+        p.error("--precision: fp32, tf32 or bf16")
+    if any(x not in ("explicit", "sdpa") for x in a.attentions):
+        p.error("--attention: explicit or sdpa")
+    if a.device != "cuda" and (len(a.precisions) > 1 or len(a.attentions) > 1 or a.precision == "tf32"):
+        p.error("lists and --precision tf32: --device cuda only")
+    if a.dim % a.heads:
+        p.error("--dim must be a multiple of --heads")
+    return a
 
 
 ARGS = parse_args()
@@ -46,7 +87,11 @@ import torch.nn.functional as F  # noqa: E402
 torch.set_num_threads(ARGS.threads)
 torch.set_num_interop_threads(1)
 
-D_MODEL, HEADS, FFN, VOCAB, SRC_LEN, TGT_LEN = 256, 4, 1024, 8192, 32, 32
+D_MODEL, HEADS, FFN, VOCAB, SRC_LEN, TGT_LEN = ARGS.dim, ARGS.heads, ARGS.ffn, ARGS.vocab, ARGS.src_len, ARGS.tgt_len
+DEVICE = torch.device("cuda:0" if ARGS.device == "cuda" else "cpu")
+# The run's precision and attention (main() sets them per run with --device cuda).
+BF16 = ARGS.autocast == "bf16" or ARGS.precision == "bf16"
+ATTENTION = ARGS.attention
 
 
 def max_rss_bytes():
@@ -64,7 +109,8 @@ def sinusoid_table(length, dim):
 
 
 class Attention(nn.Module):
-    """4 separate Linear(256, 256) with bias; explicit scores, softmax, P V."""
+    """4 separate Linear(D, D) with bias; explicit scores, softmax, P V (--attention sdpa:
+    F.scaled_dot_product_attention, is_causal for the decoder's self-attention)."""
 
     def __init__(self, causal):
         super().__init__()
@@ -78,6 +124,9 @@ class Attention(nn.Module):
         q = self.q(x).view(b, t, HEADS, dh).transpose(1, 2)
         k = self.k(mem).view(b, s, HEADS, dh).transpose(1, 2)
         v = self.v(mem).view(b, s, HEADS, dh).transpose(1, 2)
+        if ATTENTION == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            return self.o(out.transpose(1, 2).reshape(b, t, D_MODEL))
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh)
         if self.causal:
             mask = torch.full((t, s), float("-inf"), device=x.device).triu(1)
@@ -126,7 +175,7 @@ class Embed(nn.Module):
     def __init__(self):
         super().__init__()
         self.weight = nn.Parameter(torch.randn(VOCAB, D_MODEL) * D_MODEL ** -0.5)
-        self.register_buffer("pe", sinusoid_table(512, D_MODEL), persistent=False)
+        self.register_buffer("pe", sinusoid_table(max(512, SRC_LEN, TGT_LEN), D_MODEL), persistent=False)
 
     def embed(self, tok):
         return self.weight[tok] * math.sqrt(D_MODEL) + self.pe[: tok.shape[1]]
@@ -202,7 +251,8 @@ def make_data(n):
     g = torch.Generator().manual_seed(1234)
     src = torch.randint(0, VOCAB, (n, SRC_LEN), generator=g)
     target = torch.randint(0, VOCAB, (n, TGT_LEN + 1), generator=g)
-    return src, target[:, :TGT_LEN].contiguous(), target[:, 1:].contiguous()
+    tgt_in, labels = target[:, :TGT_LEN].contiguous(), target[:, 1:].contiguous()
+    return src.to(DEVICE), tgt_in.to(DEVICE), labels.to(DEVICE)
 
 
 def param_count(model):
@@ -218,12 +268,14 @@ def seq_step_fn(model, opt, src, tgt_in, labels, micro):
         opt.zero_grad(set_to_none=False)
         total = 0.0
         for s, ti, lb in zip(srcs, tins, labs):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ARGS.autocast == "bf16"):
+            with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=BF16):
                 logits = model(s, ti)
                 loss = F.cross_entropy(logits.reshape(-1, VOCAB).float(), lb.reshape(-1)) / micro
             loss.backward()
-            total += loss.item()
+            total += loss.item()  # the host read of the loss, as gpipe's train_step
         opt.step()
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
         losses.append(total)
 
     return step, losses
@@ -242,15 +294,24 @@ def timed(step, warmup, steps, max_seconds):
 
 
 def run_seq(layers, n, micro, warmup, steps):
-    model = Chain(make_blocks(layers))
+    if DEVICE.type == "cuda" and hasattr(torch.device, "__enter__"):  # initialised on the GPU: fast
+        with DEVICE:
+            model = Chain(make_blocks(layers))
+    else:
+        model = Chain(make_blocks(layers)).to(DEVICE)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     src, tgt_in, labels = make_data(n)
     step, losses = seq_step_fn(model, opt, src, tgt_in, labels, micro)
     times = timed(step, warmup, steps, ARGS.max_seconds)
     med = statistics.median(times)
-    return {"median_s": med, "best_s": min(times), "steps": len(times), "params": param_count(model),
-            "loss_first": losses[0], "loss_last": losses[-1], "samples_per_s": n / med,
-            "tokens_per_s": n * TGT_LEN / med, "peak_rss": max_rss_bytes()}
+    r = {"median_s": med, "best_s": min(times), "steps": len(times), "params": param_count(model),
+         "loss_first": losses[0], "loss_last": losses[-1], "samples_per_s": n / med,
+         "tokens_per_s": n * TGT_LEN / med, "peak_rss": max_rss_bytes()}
+    if DEVICE.type == "cuda":  # tokens_per_s counts target tokens, as on the CPU; src_tgt_tokens_per_s both
+        r.update({"step_ms": med * 1e3, "src_tgt_tokens_per_s": n * (SRC_LEN + TGT_LEN) / med,
+                  "peak_mb": torch.cuda.max_memory_allocated() / 1e6,
+                  "device_name": torch.cuda.get_device_name(0)})
+    return r
 
 
 def run_pipe(layers, n, micro, k, checkpoint, warmup, steps):
@@ -327,7 +388,17 @@ def run_memory(layers, n, micro, remat, warmup, steps):
 
 def main():
     a = ARGS
-    if a.mode == "step":
+    if "sdpa" in a.attentions and not hasattr(F, "scaled_dot_product_attention"):
+        print(json.dumps({"error": "torch %s has no F.scaled_dot_product_attention" % torch.__version__,
+                          "torch": torch.__version__}), flush=True)
+        sys.exit(1)
+    if a.mode == "step" and a.device == "cuda":
+        if not torch.cuda.is_available():
+            print(json.dumps({"error": "torch %s: no CUDA device available" % torch.__version__,
+                              "torch": torch.__version__}), flush=True)
+            sys.exit(1)
+        sys.exit(run_cuda(a))
+    elif a.mode == "step":
         layers, n = a.layers or 3, a.batch or 32
         r = run_seq(layers, n, 1, 3 if a.warmup is None else a.warmup, 20 if a.steps is None else a.steps)
     elif a.mode == "seq":
@@ -344,6 +415,33 @@ def main():
     r.update({"torch": torch.__version__, "threads": torch.get_num_threads(), "mode": a.mode,
               "autocast": a.autocast})
     print(json.dumps(r), flush=True)
+
+
+def run_cuda(a):
+    """step --device cuda: one run per (precision, attention), one JSON line each; 1 if any failed."""
+    global BF16, ATTENTION
+    import gc
+    layers, n = a.layers or 3, a.batch or 32
+    failed = 0
+    for precision in a.precisions:
+        for attention in a.attentions:
+            BF16, ATTENTION = precision == "bf16", attention
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
+            try:
+                r = run_seq(layers, n, 1, 3 if a.warmup is None else a.warmup, 10 if a.steps is None else a.steps)
+            except RuntimeError as e:  # torch.cuda.OutOfMemoryError among them
+                r = {"error": "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:200])}
+                failed = 1
+            r.update({"precision": precision, "attention": attention, "layers": layers, "batch": n, "dim": D_MODEL,
+                      "ffn": FFN, "heads": HEADS, "vocab": VOCAB, "src_len": SRC_LEN, "tgt_len": TGT_LEN,
+                      "run_s": time.perf_counter() - t0, "torch": torch.__version__, "mode": a.mode})
+            print(json.dumps(r), flush=True)
+    return failed
 
 
 if __name__ == "__main__":

@@ -4,15 +4,17 @@
 #   tools/gpu_check.sh                  build with --config=cuda (needs bazel and /usr/local/cuda),
 #                                       run //tests/cuda/... and print the GEMM benchmark
 #   tools/gpu_check.sh --stage DIR      on a build machine (no GPU needed): build, then pack the GPU
-#                                       tests, the benchmark and the non-CUDA libraries they link
+#                                       tests, the benchmarks (with benchmarks/gpu_compare.py and
+#                                       transformer_torch.py) and the non-CUDA libraries they link
 #                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~45 MB)
 #   tools/gpu_check.sh --prebuilt DIR   on the GPU machine, without bazel: unpack and run what
 #                                       --stage packed; cudart, cuBLAS, cuDNN 9 and NCCL are looked
 #                                       up on the machine (/usr/local/cuda, pip's nvidia-* wheels, ...)
 #
 # Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
-# OUT (if set, a folder that receives gpu_check.log), SKIP_BENCH (set: no GEMM / W2
-# benchmark), TEST_ARGS (--prebuilt: arguments for every test binary, e.g. a Catch2 filter).
+# OUT (if set, a folder that receives gpu_check.log and gpu_compare.json), SKIP_BENCH (set: no
+# GEMM / W2 benchmark, no side-by-side), COMPARE_SECONDS (the side-by-side's limit, default 180),
+# TEST_ARGS (--prebuilt: arguments for every test binary, e.g. a Catch2 filter).
 # GPIPE_CUDNN_LOG=1 is set for the tests, so the log names the cuDNN engine of every
 # convolution.
 # Both modes run: the CUDA tests (the op table against the CPU; the pipeline on cuda:0 at
@@ -21,9 +23,11 @@
 # gpipe_train at K=2, M=4 on cuda:0 for 300 steps in fp32, bf16 and fp16 and the design
 # card's --K=8 --M=32 on cuda:0 (the loss must fall and the live bytes stay flat; --stage
 # packs the binary and the Transformer's catalogs); with two or more GPUs K=2 on two of
-# them ("skipped: one GPU" otherwise); the GEMM benchmark and W2's step (MFU). It ends with
-# a table: case, result, seconds. What --prebuilt cannot run (no bazel, no MPI build): the
-# MPI/NCCL equivalence test.
+# them ("skipped: one GPU" otherwise); the GEMM benchmark and W2's step (MFU); the GPU
+# side-by-side vs PyTorch (benchmarks/gpu_compare.py: W2, T6 and T12 in fp32, TF32 and bf16,
+# gpipe beside the machine's python3 with torch, within COMPARE_SECONDS; "skipped: no torch
+# with CUDA on this machine" when python3 has none). It ends with a table: case, result,
+# seconds. What --prebuilt cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass, and gpipe_train fails ("cuda:0 is not available");
 # the last line counts the failed steps.
@@ -36,7 +40,7 @@ JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
 
-usage() { sed -n '2,23p' "$0"; }
+usage() { sed -n '2,33p' "$0"; }
 
 mode=build
 dir=""
@@ -157,6 +161,32 @@ train_runs() {
   fi
 }
 
+# side_by_side W2_BENCH BENCH_DIR: BENCH_DIR/gpu_compare.py runs gpipe's w2_bench and PyTorch
+# (python3, with LD_LIBRARY_PATH as it was before --prebuilt added the staged libraries) on the
+# same shapes, at most COMPARE_SECONDS and never past the budget.
+side_by_side() {
+  local name="GPU side-by-side vs PyTorch" secs=${COMPARE_SECONDS:-180}
+  local torch_ld=${LD_LIBRARY_PATH:-}
+  local torch_env=(env -u LD_LIBRARY_PATH)
+  [ -n "${libdirs:-}" ] && torch_ld=${torch_ld#"$libdirs"} && torch_ld=${torch_ld#:}
+  [ -n "$torch_ld" ] && torch_env=(env LD_LIBRARY_PATH="$torch_ld")
+  if ! timeout 120 "${torch_env[@]}" python3 -c \
+    'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    skip_step "$name" "skipped: no torch with CUDA on this machine"
+    return 0
+  fi
+  if [ -n "$BUDGET" ] && [ "$(budget_left)" -lt $((secs + 10)) ]; then
+    secs=$(($(budget_left) - 10))
+    if [ "$secs" -lt 20 ]; then
+      skip_step "$name" "skipped: budget spent"
+      return 0
+    fi
+  fi
+  run_step "$name" limited $((secs + 10)) "${torch_env[@]}" python3 "$2/gpu_compare.py" \
+    --w2-bench "$1" --python python3 --budget-seconds "$secs" \
+    --gpipe-ld-library-path "${libdirs:-}" ${OUT:+--json-out "$OUT/gpu_compare.json"}
+}
+
 case "$mode" in
   build)
     run_step "build --config=cuda //..." bazel build --config=cuda --jobs="$JOBS" //...
@@ -166,9 +196,14 @@ case "$mode" in
     run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
       --test_env=GPIPE_TEST_DEVICES=cuda:0 //tests/mpi:equivalence_test
     train_runs bazel run --config=cuda //tools:gpipe_train --
-    # shellcheck disable=SC2086
-    run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
-    run_step "W2 step (MFU)" bazel run --config=cuda //tests/cuda:w2_bench
+    if [ -z "${SKIP_BENCH:-}" ]; then
+      # shellcheck disable=SC2086
+      run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
+      run_step "W2 step (MFU)" bazel run --config=cuda //tests/cuda:w2_bench
+      side_by_side bazel-bin/tests/cuda/w2_bench benchmarks
+    else
+      skip_step "gemm benchmark, W2 step, side-by-side" "skipped: SKIP_BENCH is set"
+    fi
     ;;
 
   stage)
@@ -193,6 +228,10 @@ case "$mode" in
       path=$(ldd "$pack/gpu_check/ops_test" | awk -v l="$lib" '$1 == l { print $3 }')
       [ -n "$path" ] && cp -fL "$path" "$pack/gpu_check/lib/$lib"
     done
+    # The side-by-side's Python (run by the GPU machine's python3 with its torch).
+    mkdir -p "$pack/gpu_check/bench" &&
+      cp -f benchmarks/gpu_compare.py benchmarks/transformer_torch.py "$pack/gpu_check/bench/" ||
+      failed=$((failed + 1))
     tar czf "$dir/gpu_check.tgz" -C "$pack" gpu_check || failed=$((failed + 1))
     rm -rf "$pack"
     ls -la "$dir/gpu_check.tgz"
@@ -236,8 +275,11 @@ EOF
       # shellcheck disable=SC2086
       run_step "gemm benchmark" limited 90 "$dir/gemm_bench" $BENCH_SIZES
       run_step "W2 step (MFU)" limited 90 "$dir/w2_bench"
+      bench=$dir/bench
+      [ -f "$bench/gpu_compare.py" ] || bench=benchmarks  # staged before the side-by-side existed
+      side_by_side "$dir/w2_bench" "$bench"
     else
-      skip_step "gemm benchmark, W2 step" "skipped: SKIP_BENCH is set"
+      skip_step "gemm benchmark, W2 step, side-by-side" "skipped: SKIP_BENCH is set"
     fi
     # PROFILE=T6:bf16: Nsight Compute's per-kernel time summary of that w2_bench run
     # (kernels PROFILE_SKIP.. +PROFILE_COUNT), into $OUT/ncu_summary.txt when OUT is set.
