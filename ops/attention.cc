@@ -78,16 +78,49 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
   return like_q(reshape(permute(matmul(p, split(v, tk)), {0, 2, 1, 3}), {b, tq, d}));
 }
 
+namespace {
+
+// Flash kernels (CUDA): only the row log-sum-exps are kept for backward, with
+// q, k, v and the output (Note [Flash attention on CUDA] in
+// ops/cuda/attention.cu).
+Tensor flash_attention(const Tensor& qd, const Tensor& kd, const Tensor& vd, const Tensor& pad,
+                       const std::vector<Tensor>& inputs, int64_t heads, bool causal) {
+  const Device dev = qd.device();
+  const int64_t b = qd.size(0), tq = qd.size(1);
+  Tensor out = Tensor::empty(qd.shape(), qd.dtype(), dev);
+  Tensor lse = Tensor::empty(
+      Shape{b * heads, tq}, qd.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32, dev);
+  flash_attention_forward(dev, qd, kd, vd, pad, heads, causal, out, lse);
+  const Tensor saved_out = out.detach();
+  record("attention", inputs, out,
+         [qd, kd, vd, pad, saved_out, lse, heads, causal](const std::vector<Tensor>& g) {
+           const Tensor gout = detail::dense(g[0]);
+           Tensor gq = Tensor::empty(qd.shape(), qd.dtype(), qd.device());
+           Tensor gk = Tensor::empty(kd.shape(), kd.dtype(), kd.device());
+           Tensor gv = Tensor::empty(vd.shape(), vd.dtype(), vd.device());
+           flash_attention_backward(qd.device(), qd, kd, vd, pad, saved_out, lse, gout, heads,
+                                    causal, gq, gk, gv);
+           return std::vector<Tensor>{gq, gk, gv};
+         });
+  return out;
+}
+
+}  // namespace
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
                  const Tensor& key_padding) {
   check_args(q, k, v, heads, key_padding);
   const Device dev = q.device();
-  if (!attention_forward.has(dev.type) || !attention_backward.has(dev.type))
+  const bool flash = flash_attention_forward.has(dev.type) &&
+                     flash_attention_backward.has(dev.type) &&
+                     q.size(2) / heads <= kFlashAttentionMaxHeadDim;
+  if (!flash && (!attention_forward.has(dev.type) || !attention_backward.has(dev.type)))
     return attention_composed(q, k, v, heads, causal, key_padding);
   const Tensor qd = detail::dense(q).detach(), kd = detail::dense(k).detach(),
                vd = detail::dense(v).detach();
   Tensor pad;
   if (key_padding.defined()) pad = detail::dense(key_padding.detach().to(q.dtype()));
+  if (flash) return flash_attention(qd, kd, vd, pad, {q, k, v}, heads, causal);
   const int64_t b = q.size(0), tq = q.size(1), tk = k.size(1);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);
   Tensor probs = Tensor::empty(Shape{b * heads, tq, tk}, q.dtype(), dev);

@@ -19,8 +19,11 @@
 
 namespace gpipe::ops {
 
-// Fused (one kernel per direction on devices that have one, CPU today; the
-// composed form below elsewhere). Note [Fused attention] in ops/cpu/attention.cc.
+// Fused: on the CPU one kernel per direction that keeps the probabilities
+// (Note [Fused attention] in ops/cpu/attention.cc); on CUDA flash kernels that
+// keep only each row's log-sum-exp (Note [Flash attention on CUDA] in
+// ops/cuda/attention.cu; heads up to 128 wide); the composed form below
+// elsewhere.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
                  const Tensor& key_padding = Tensor());
 

@@ -130,33 +130,45 @@ Tensor weight_operand(const Tensor& w, bool bf16) {
   return cast(cached_weight_cast(w, 1, [&] { return cast(w, DType::kFloat16); }), DType::kFloat32);
 }
 
+// a [.., k] times b^T [k, n] (tb: b is [n, k]) or b [k, n] as one bfloat16
+// result, where the device's GEMM writes bfloat16 itself
+// (batched_gemm_bf16_out: CUDA); undefined elsewhere or for other dtypes.
+Tensor product_bf16_out(const Tensor& a, const Tensor& b, bool tb) {
+  if (a.dtype() != DType::kBFloat16 || b.dtype() != DType::kBFloat16 ||
+      !batched_gemm_bf16_out.has(a.device().type))
+    return Tensor();
+  const Tensor rows = reshape(a, {-1, a.size(-1)});
+  GemmShape s;
+  s.tb = tb;
+  s.b_shared = true;
+  s.m = rows.size(0);
+  s.n = tb ? b.size(0) : b.size(1);
+  s.k = rows.size(1);
+  std::vector<int64_t> dims(a.shape().dims().begin(), a.shape().dims().end());
+  dims.back() = s.n;
+  Tensor y = Tensor::empty({s.m, s.n}, DType::kBFloat16, a.device());
+  batched_gemm_bf16_out(a.device(), s, detail::dense(rows), detail::dense(b), y);
+  return reshape(y, dims);
+}
+
 // x W^T for the 16-bit operands xh, w16, in `out` (float32, or a 16-bit
 // dtype: each float32 product rounded once). A device whose GEMM writes
-// bfloat16 (batched_gemm_bf16_out: CUDA) makes a bfloat16 result in one
-// call. Elsewhere a large 16-bit result is made a block of rows at a time,
+// bfloat16 makes a bfloat16 result in one call (product_bf16_out).
+// Elsewhere a large 16-bit result is made a block of rows at a time,
 // so its float32 form never exists whole (the vocabulary projection's would
 // be twice the 16-bit logits); on a GPU those blocks cost a launch and a
 // cast each (about 40% of a bf16 T6 step before, docs/BENCHMARKS.md).
 constexpr int64_t kProductBlockBytes = 4 << 20;
 Tensor product_16bit(const Tensor& xh, const Tensor& w16, DType out) {
   if (!is_half(out)) return matmul(xh, w16, false, true);
+  if (out == DType::kBFloat16) {
+    Tensor y = product_bf16_out(xh, w16, true);
+    if (y.defined()) return y;
+  }
   const Tensor rows = reshape(xh, {-1, xh.size(-1)});
   const int64_t n = rows.size(0), cols = w16.size(0);
   std::vector<int64_t> dims(xh.shape().dims().begin(), xh.shape().dims().end());
   dims.back() = cols;
-  // Where the GEMM writes bfloat16 itself (CUDA), one product, no float32 rows.
-  if (out == DType::kBFloat16 && xh.dtype() == DType::kBFloat16 &&
-      w16.dtype() == DType::kBFloat16 && batched_gemm_bf16_out.has(xh.device().type)) {
-    GemmShape s;
-    s.tb = true;
-    s.b_shared = true;
-    s.m = n;
-    s.n = cols;
-    s.k = rows.size(1);
-    Tensor y = Tensor::empty({n, cols}, out, xh.device());
-    batched_gemm_bf16_out(xh.device(), s, detail::dense(rows), detail::dense(w16), y);
-    return reshape(y, dims);
-  }
   const int64_t per = std::max<int64_t>(64, kProductBlockBytes / (4 * std::max<int64_t>(cols, 1)));
   if (n <= per) return cast(matmul(xh, w16, false, true), out);
   Tensor y = Tensor::empty({n, cols}, out, xh.device());
@@ -183,8 +195,10 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
         const Tensor gh = rounded(g[0], bf16);
         Tensor gx, gw;
         if (need_x && wanted[0]) {
-          gx = matmul(gh, weight_operand(wd, bf16), false, false);
-          if (bf16) gx = cast(gx, DType::kBFloat16);
+          const Tensor w16 = weight_operand(wd, bf16);
+          if (bf16) gx = product_bf16_out(gh, w16, false);  // one call where the GEMM writes bf16
+          if (!gx.defined()) gx = matmul(gh, w16, false, false);
+          if (bf16 && gx.dtype() != DType::kBFloat16) gx = cast(gx, DType::kBFloat16);
         }
         if (need_w && wanted[1])
           gw = matmul(reshape(gh, {-1, gh.size(-1)}), reshape(xd, {-1, xd.size(-1)}), true, false);

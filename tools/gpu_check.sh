@@ -14,7 +14,8 @@
 # Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
 # OUT (if set, a folder that receives gpu_check.log and gpu_compare.json), SKIP_BENCH (set: no
 # GEMM / W2 benchmark, no side-by-side), COMPARE_SECONDS (the side-by-side's limit, default 180),
-# TEST_ARGS (--prebuilt: arguments for every test binary, e.g. a Catch2 filter).
+# TEST_ARGS (--prebuilt: arguments for every test binary, e.g. a Catch2 filter), BAZEL_FLAGS
+# (--stage: more bazel flags, e.g. "--config=ci --config=werror" to reuse that build).
 # GPIPE_CUDNN_LOG=1 is set for the tests, so the log names the cuDNN engine of every
 # convolution.
 # Both modes run: the CUDA tests (the op table against the CPU; the pipeline on cuda:0 at
@@ -208,7 +209,7 @@ case "$mode" in
 
   stage)
     run_step "build --config=cuda //tests/cuda/... //tools:gpipe_train" bazel build --config=cuda \
-      --jobs="$JOBS" //tests/cuda/... //tools:gpipe_train
+      --jobs="$JOBS" ${BAZEL_FLAGS:-} //tests/cuda/... //tools:gpipe_train
     pack=$(mktemp -d)
     mkdir -p "$pack/gpu_check/lib" "$dir"
     for b in "${BINARIES[@]}" gpipe_train; do

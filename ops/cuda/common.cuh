@@ -47,6 +47,18 @@ __device__ inline double dpow(double x, double y) { return pow(x, y); }
 __device__ inline float dabs(float x) { return fabsf(x); }
 __device__ inline double dabs(double x) { return fabs(x); }
 
+// GELU (the erf form, as the CPU's) and its derivative.
+template <class T>
+__device__ inline T gelu_fn(T x) {
+  return T(0.5) * x * (T(1) + derf(x * T(0.70710678118654752440)));
+}
+template <class T>
+__device__ inline T gelu_grad(T x) {
+  const T cdf = T(0.5) * (T(1) + derf(x * T(0.70710678118654752440)));
+  const T pdf = dexp(T(-0.5) * x * x) * T(0.39894228040143267794);
+  return cdf + x * pdf;
+}
+
 template <class T>
 __device__ inline T neg_infinity() {
   return -static_cast<T>(INFINITY);

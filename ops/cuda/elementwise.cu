@@ -76,17 +76,6 @@ void binary_cuda(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
-template <class T>
-__device__ inline T gelu_fn(T x) {
-  return T(0.5) * x * (T(1) + derf(x * T(0.70710678118654752440)));
-}
-template <class T>
-__device__ inline T gelu_grad(T x) {
-  const T cdf = T(0.5) * (T(1) + derf(x * T(0.70710678118654752440)));
-  const T pdf = dexp(T(-0.5) * x * x) * T(0.39894228040143267794);
-  return cdf + x * pdf;
-}
-
 // f(x; alpha) for one op; `op` is uniform across the grid, so the switch does not diverge.
 template <class T>
 __device__ inline T unary_value(UnaryOp op, T v, T al) {

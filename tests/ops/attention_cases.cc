@@ -2,7 +2,8 @@
 // (ops::attention_composed: reshape, permute, matmul, masked_fill, softmax),
 // forward values, and its gradients against finite differences: causal
 // self-attention, cross-attention with padded keys (one example fully
-// padded), and one head.
+// padded), and one head. On CUDA the fused op runs the flash kernels
+// (tests/cuda/attention_test.cc has their larger shapes).
 #include <catch2/catch.hpp>
 
 #include "ops/attention.h"
@@ -27,7 +28,8 @@ Tensor padding() {  // [2, 5]: example 0 pads its last two keys, example 1 all o
 GPIPE_OP_CASES({
     OpCase{
         .name = "attention/causal_self",
-        .covers = {"attention_forward", "attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 4, 6}, 71), rand64(Shape{2, 4, 6}, 72),
@@ -39,7 +41,8 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "attention/cross_padded_keys",
-        .covers = {"attention_forward", "attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 3, 6}, 74), rand64(Shape{2, 5, 6}, 75),
@@ -50,9 +53,9 @@ GPIPE_OP_CASES({
                             const In& out) { check_against_composed(in, out, 3, false); },
         .grad_inputs = {0, 1, 2},
     },
-    // The composed form itself (what devices without a fused kernel run,
-    // CUDA today), with the fully padded example: in float16 a masked score
-    // of -1e9 became -inf and that example's row NaN (Note [Masked scores]).
+    // The composed form itself (what devices without a fused kernel run, and
+    // CUDA for heads wider than its flash kernel's), with the fully padded example: in float16 a
+    // masked score of -1e9 became -inf and that example's row NaN (Note [Masked scores]).
     OpCase{
         .name = "attention/composed_cross_padded_keys",
         .covers = {"masked_fill_apply", "softmax_forward", "softmax_backward"},
@@ -90,7 +93,8 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "attention/one_head",
-        .covers = {"attention_forward", "attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{1, 3, 4}, 77), rand64(Shape{1, 2, 4}, 78),

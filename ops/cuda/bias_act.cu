@@ -1,0 +1,179 @@
+// Fused bias + activation CUDA kernels (ops::bias_activation, the epilogue
+// of a linear layer), the formulas of ops/cpu/bias_act.cc.
+//
+// Forward: one flat pass y = act(z + bias[column]). Backward: one pass
+// computes gz = g * act'(.) and the bias gradient's column sums together: a
+// block per (tile of 256 columns, chunk of rows), a thread per column walking
+// its chunk's rows (neighbouring threads read neighbouring columns), summing
+// in double into the chunk's partial row; a second pass adds each column's
+// partials in chunk order. The chunks depend only on the shape, so the sums
+// are deterministic and atomic-free.
+//
+// 16-bit z, y, g and gz (float32 arithmetic, each output rounded once) take
+// a float32 bias (a layer's master weight, whose gradient is float32) or one
+// of their own dtype: a bf16 Transformer's linear layers run their epilogue
+// here on 16-bit activations, with no float32 copy of the product.
+#include "ops/cuda/common.cuh"
+#include "ops/elementwise_kernels.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+constexpr int kColumns = 256;       // threads per backward block: one column each
+constexpr int64_t kChunkRows = 32;  // rows per chunk, about
+constexpr int64_t kMaxChunks = 1024;
+
+template <FusedActivation kAct, class C>
+__device__ inline C apply(C u) {
+  if constexpr (kAct == FusedActivation::kRelu) return u > C(0) ? u : C(0);
+  if constexpr (kAct == FusedActivation::kGelu) return gelu_fn(u);
+  if constexpr (kAct == FusedActivation::kTanh) return dtanh(u);
+  if constexpr (kAct == FusedActivation::kSigmoid) return C(1) / (C(1) + dexp(-u));
+  return u;
+}
+
+// act'(u): from the output y (relu, tanh, sigmoid), u (gelu); 1 for none.
+template <FusedActivation kAct, class C>
+__device__ inline C derivative(C u, C y) {
+  if constexpr (kAct == FusedActivation::kRelu) return y > C(0) ? C(1) : C(0);
+  if constexpr (kAct == FusedActivation::kGelu) return gelu_grad(u);
+  if constexpr (kAct == FusedActivation::kTanh) return C(1) - y * y;
+  if constexpr (kAct == FusedActivation::kSigmoid) return y * (C(1) - y);
+  return C(1);
+}
+
+template <FusedActivation kAct, class T, class B, class C = compute_t<T>>
+__global__ void forward_kernel(const T* z, const B* bias, T* y, int64_t rows, int64_t n) {
+  GPIPE_KERNEL_LOOP(i, rows * n) {
+    C u = load(z, i);
+    if (bias != nullptr) u += static_cast<C>(load(bias, i % n));
+    store(y, i, apply<kAct>(u));
+  }
+}
+
+template <FusedActivation kAct, class T, class B, class C = compute_t<T>>
+__global__ void backward_kernel(const T* z, const B* bias, const T* y, const T* g, T* gz,
+                                double* partial, int64_t rows, int64_t n, int64_t chunks) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColumns + threadIdx.x;
+  if (col >= n) return;
+  const int64_t k = blockIdx.y, lo = k * rows / chunks, hi = (k + 1) * rows / chunks;
+  const C b = bias != nullptr ? static_cast<C>(load(bias, col)) : C(0);
+  double sum = 0;
+  for (int64_t r = lo; r < hi; ++r) {
+    const int64_t i = r * n + col;
+    C d = 1;
+    if constexpr (kAct == FusedActivation::kGelu)
+      d = derivative<kAct>(load(z, i) + b, C(0));
+    else if constexpr (kAct != FusedActivation::kNone)
+      d = derivative<kAct>(C(0), load(y, i));
+    const C v = load(g, i) * d;
+    if (gz != nullptr) store(gz, i, v);
+    sum += static_cast<double>(v);
+  }
+  if (partial != nullptr) partial[k * n + col] = sum;
+}
+
+template <class B>
+__global__ void finish_kernel(const double* partial, B* gbias, int64_t n, int64_t chunks) {
+  GPIPE_KERNEL_LOOP(col, n) {
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k) s += partial[k * n + col];
+    store(gbias, col, static_cast<compute_t<B>>(s));
+  }
+}
+
+template <class F>
+void dispatch_act(FusedActivation act, F&& f) {
+  switch (act) {
+    case FusedActivation::kNone:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kNone>{});
+    case FusedActivation::kRelu:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kRelu>{});
+    case FusedActivation::kGelu:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kGelu>{});
+    case FusedActivation::kTanh:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kTanh>{});
+    case FusedActivation::kSigmoid:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kSigmoid>{});
+  }
+}
+
+// Calls f(T{}, B{}): the activations' dtype and the bias's (T's own, or
+// float32 beside a 16-bit T).
+template <class F>
+void dispatch_types(DType t, const Tensor& bias, const char* op, F&& f) {
+  dispatch_float_like(t, op, [&](auto z) {
+    using T = decltype(z);
+    if constexpr (is_16bit_v<T>) {
+      if (bias.defined() && bias.dtype() == DType::kFloat32) return f(z, float{});
+    }
+    GPIPE_CHECK(!bias.defined() || bias.dtype() == t, op, ": a ", bias.dtype(), " bias beside ", t,
+                " activations (expected ", t,
+                t == DType::kBFloat16 || t == DType::kFloat16 ? " or float32)" : ")");
+    f(z, z);
+  });
+}
+
+template <class T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+void forward_cuda(FusedActivation act, const Tensor& z, const Tensor& bias, Tensor& y) {
+  const int64_t n = z.rank() == 0 ? 1 : z.size(-1);
+  if (z.numel() == 0 || n == 0) return;
+  const int64_t rows = z.numel() / n;
+  KernelScope scope(y.device());
+  dispatch_types(z.dtype(), bias, "bias_activation", [&](auto tz, auto tb) {
+    using T = decltype(tz);
+    using B = decltype(tb);
+    dispatch_act(act, [&](auto a) {
+      forward_kernel<decltype(a)::value, T, B>
+          <<<blocks_for(rows * n), kThreads, 0, scope.stream()>>>(
+              z.data<T>(), data_or_null<B>(bias), y.data<T>(), rows, n);
+    });
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+void backward_cuda(FusedActivation act, const Tensor& z, const Tensor& bias, const Tensor& y,
+                   const Tensor& g, Tensor& gz, Tensor& gbias) {
+  if (!gz.defined() && !gbias.defined()) return;
+  const int64_t n = g.rank() == 0 ? 1 : g.size(-1);
+  const int64_t rows = n == 0 ? 0 : g.numel() / n;
+  KernelScope scope(g.device());
+  if (rows == 0) {
+    if (gbias.defined())
+      GPIPE_CUDA_CHECK(cudaMemsetAsync(gbias.raw_data(), 0, gbias.nbytes(), scope.stream()));
+    return;
+  }
+  const int64_t chunks = std::clamp<int64_t>(rows / kChunkRows, 1, kMaxChunks);
+  Tensor partial;
+  if (gbias.defined()) partial = workspace(chunks * n, DType::kFloat64, g.device());
+  const Tensor& b = bias.defined() ? bias : gbias;  // the bias's dtype, for the dispatch
+  dispatch_types(g.dtype(), b, "bias_activation backward", [&](auto tz, auto tb) {
+    using T = decltype(tz);
+    using B = decltype(tb);
+    const dim3 grid(static_cast<unsigned>((n + kColumns - 1) / kColumns),
+                    static_cast<unsigned>(chunks));
+    dispatch_act(act, [&](auto a) {
+      backward_kernel<decltype(a)::value, T, B><<<grid, kColumns, 0, scope.stream()>>>(
+          data_or_null<T>(z), data_or_null<B>(bias), data_or_null<T>(y), g.data<T>(),
+          data_or_null<T>(gz), partial.defined() ? partial.data<double>() : nullptr, rows, n,
+          chunks);
+    });
+    if (gbias.defined())
+      finish_kernel<B><<<blocks_for(n), kThreads, 0, scope.stream()>>>(partial.data<double>(),
+                                                                       gbias.data<B>(), n, chunks);
+  });
+  GPIPE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+GPIPE_REGISTER_KERNEL(bias_act_forward, DeviceType::kCUDA, forward_cuda);
+GPIPE_REGISTER_KERNEL(bias_act_backward, DeviceType::kCUDA, backward_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_forward, DeviceType::kCUDA, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_backward, DeviceType::kCUDA, kBoth);
+
+}  // namespace gpipe::ops::cuda

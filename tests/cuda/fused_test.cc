@@ -1,0 +1,120 @@
+// Fused CUDA kernels at shapes and dtype mixes the op table's tiny cases do
+// not reach, against the CPU.
+//
+// The flash attention kernels (Note [Flash attention on CUDA] in
+// ops/cuda/attention.cu) against the CPU's fused kernel: several query and key blocks and tiles,
+// head widths padded to the kernel's width, Tq != Tk, causal masks with
+// padded keys, fully padded examples (uniform rows), and the composed form
+// beyond the kernel's widest head. Outputs and the gradients of q, k, v in
+// float64, float32, bfloat16 and float16 (tolerances: ops_test.cc's header).
+//
+// The linear layer's epilogue (ops/cuda/bias_act.cu) on bf16 and fp16
+// activations beside a float32 bias, as a 16-bit Transformer runs it, with
+// many row chunks.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+
+#include "core/autograd.h"
+#include "ops/attention.h"
+#include "ops/attention_kernels.h"
+#include "ops/elementwise.h"
+#include "tests/cuda/compare.h"
+#include "tests/ops/op_table.h"
+
+namespace gpipe::testing {
+namespace {
+
+struct AttentionShape {
+  const char* name;
+  int64_t b, tq, tk, heads, dh;
+  bool causal, padded;
+};
+
+// [b, tk] key padding: example e pads its last (e * 37) % tk keys, and the
+// last example pads them all (a row that sees no key).
+Tensor padding(int64_t b, int64_t tk) {
+  std::vector<double> v(b * tk, 0.0);
+  for (int64_t e = 0; e < b; ++e) {
+    const int64_t n = e == b - 1 ? tk : (e * 37) % tk;
+    for (int64_t j = tk - n; j < tk; ++j) v[e * tk + j] = 1.0;
+  }
+  return Tensor::from_vector(v, Shape{b, tk});
+}
+
+void check_shape(const AttentionShape& s) {
+  const int64_t d = s.heads * s.dh;
+  In in{rand64(Shape{s.b, s.tq, d}, 501, -2, 2), rand64(Shape{s.b, s.tk, d}, 502, -2, 2),
+        rand64(Shape{s.b, s.tk, d}, 503)};
+  if (s.padded) in.push_back(padding(s.b, s.tk));
+  const int64_t heads = s.heads;
+  const bool causal = s.causal;
+  const Fn fn = [heads, causal](const In& x) {
+    return In{ops::attention(x[0], x[1], x[2], heads, causal, x.size() > 3 ? x[3] : Tensor())};
+  };
+  for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    SECTION(std::string(s.name) + " / " + std::string(dtype_name(dtype))) {
+      const double tol = dtype == DType::kFloat64    ? 1e-9
+                         : dtype == DType::kFloat32  ? 1e-3
+                         : dtype == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8)
+                                                     : 8 * std::ldexp(1.0, -11);
+      compare(s.name, fn, in, dtype, tol, true, {0, 1, 2});
+    }
+  }
+}
+
+TEST_CASE("cuda attention: the flash kernels match the CPU's fused attention") {
+  REQUIRE(ops::flash_attention_forward.has(DeviceType::kCUDA));
+  const AttentionShape shapes[] = {
+      // name, b, tq, tk, heads, dh, causal, padded
+      {"self 300 tokens, dh 64", 2, 300, 300, 2, 64, false, false},
+      {"causal 300 tokens, dh 64", 2, 300, 300, 2, 64, true, false},
+      {"causal padded, dh 40 (padded to 64)", 3, 150, 150, 3, 40, true, true},
+      {"cross 70 queries x 333 keys, padded, dh 32", 3, 70, 333, 4, 32, false, true},
+      {"cross 260 queries x 5 keys, dh 128", 2, 260, 5, 2, 128, false, false},
+      {"dh 9 (padded to 16), 17 heads", 2, 33, 47, 17, 9, true, false},
+      {"dh 130: the composed form", 1, 20, 24, 1, 130, true, true},
+  };
+  for (const AttentionShape& s : shapes) check_shape(s);
+}
+
+TEST_CASE("cuda attention: a fully padded example attends uniformly, with finite gradients") {
+  // All keys padded: the mean of the values, as masked_fill's -1e9 gives
+  // (Note [Masked scores]); q and k get no gradient, v gets dout / Tk.
+  const Tensor q = rand64(Shape{1, 5, 8}, 511).to(kGpu), k = rand64(Shape{1, 7, 8}, 512).to(kGpu);
+  Tensor v = rand64(Shape{1, 7, 8}, 513).to(kGpu).detach();
+  v.set_requires_grad(true);
+  const Tensor pad = Tensor::from_vector<double>(std::vector<double>(7, 1.0), Shape{1, 7}).to(kGpu);
+  const Tensor out = ops::attention(q, k, v, 2, false, pad);
+  const auto got = out.to(kCpu).to_vector<double>();
+  const auto vals = v.detach().to(kCpu).to_vector<double>();
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t c = 0; c < 8; ++c) {
+      double mean = 0;
+      for (int64_t j = 0; j < 7; ++j) mean += vals[j * 8 + c] / 7;
+      CHECK(got[i * 8 + c] == Approx(mean).margin(1e-12));
+    }
+  backward({out}, {Tensor::full(out.shape(), 1.0, out.dtype(), kGpu)});
+  for (double g : v.grad().to(kCpu).to_vector<double>()) CHECK(g == Approx(5.0 / 7).margin(1e-12));
+}
+
+TEST_CASE("cuda bias_activation: 16-bit rows beside a float32 bias") {
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    for (ops::FusedActivation act : {ops::FusedActivation::kNone, ops::FusedActivation::kRelu,
+                                     ops::FusedActivation::kGelu, ops::FusedActivation::kTanh}) {
+      SECTION(std::string(dtype_name(half)) + " / activation " +
+              std::to_string(static_cast<int>(act))) {
+        // z is 16-bit, the bias float32 (its gradient too): the cast sits inside fn.
+        const Fn fn = [half, act](const In& x) {
+          return In{ops::bias_activation(ops::cast(x[0], half), x[1], act)};
+        };
+        compare("bias_activation", fn,
+                {rand64(Shape{3000, 520}, 531, -2, 2), rand64(Shape{520}, 532)}, DType::kFloat32,
+                half == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8) : 8 * std::ldexp(1.0, -11));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpipe::testing
