@@ -234,7 +234,7 @@ void Tensor::set(std::initializer_list<int64_t> index, double value) {
               device());
   const int64_t off = flat_offset(*this, index);
   dispatch_any(dtype(), [&](auto z) {
-    static_cast<decltype(z)*>(storage()->data())[off] = static_cast<decltype(z)>(value);
+    static_cast<decltype(z)*>(storage()->data())[off] = convert<decltype(z)>(value);
   });
 }
 

@@ -69,6 +69,10 @@ std::string file_name(const std::string& dir, bool train, const char* kind) {
 
 }  // namespace
 
+// The largest IDX payload read: 1 TiB (Fashion-MNIST's is 47 MB); a larger
+// header is corrupt.
+constexpr int64_t kMaxIdxBytes = int64_t{1} << 40;
+
 IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t limit) {
   std::error_code ec;
   GPIPE_CHECK(std::filesystem::is_regular_file(path, ec), path,
@@ -95,13 +99,30 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t l
   int64_t item_size = 1;
   for (int d = 0; d < ndims; ++d) {
     out.dims.push_back(static_cast<int64_t>(big_endian_u32(&sizes[static_cast<size_t>(d) * 4])));
-    if (d > 0) item_size *= out.dims.back();
+    if (d > 0)
+      GPIPE_CHECK(!__builtin_mul_overflow(item_size, out.dims.back(), &item_size) &&
+                      item_size <= kMaxIdxBytes,
+                  path, ": implausible IDX item size (dimensions ", Shape(out.dims),
+                  " make an item of over ", kMaxIdxBytes, " bytes)");
   }
   const int64_t count = ndims > 0 ? out.dims[0] : 1;
   const int64_t items = limit < 0 ? count : std::min(limit, count);
-  const size_t want = static_cast<size_t>(items * item_size);
-  out.data.resize(want);
-  got = read_some(f.get(), path, "data", out.data.data(), want);
+  int64_t want_bytes = 0;
+  GPIPE_CHECK(!__builtin_mul_overflow(items, item_size, &want_bytes) && want_bytes <= kMaxIdxBytes,
+              path, ": implausible IDX data size (", items, " items of ", item_size,
+              " bytes, over ", kMaxIdxBytes, " bytes)");
+  // Read in blocks, so a header that promises more than the file holds is
+  // reported as truncation without first allocating what it promised.
+  const size_t want = static_cast<size_t>(want_bytes);
+  got = 0;
+  while (got < want) {
+    const size_t block = std::min<size_t>(want - got, size_t{64} << 20);
+    out.data.resize(got + block);
+    const size_t n = read_some(f.get(), path, "data", out.data.data() + got, block);
+    got += n;
+    if (n < block) break;
+  }
+  out.data.resize(got);
   GPIPE_CHECK(got == want, path, ": truncated: expected ", want, " bytes of data for ", items,
               " items, got ", got);
   return out;

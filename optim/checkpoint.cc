@@ -260,6 +260,11 @@ SafetensorsFile read_checkpoint(const std::string& path) {
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   SafetensorsFile merged;
   for (const std::string& name : shards) {
+    // A shard is a file of the manifest's own folder: a name with a path in
+    // it ("../x", "/x", "a/b") would read outside the checkpoint.
+    GPIPE_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos,
+                where, "shard name '", name,
+                "' is not a plain file name (shards live in the manifest's folder)");
     const std::string shard_path = (dir / name).string();
     GPIPE_CHECK(std::filesystem::exists(shard_path), where, "shard '", shard_path,
                 "' is missing (a sharded checkpoint needs every shard the manifest lists)");

@@ -134,7 +134,7 @@ class Parser {
       skip_space();
       expect(':');
       Value member = value(depth + 1);
-      v.members.emplace_back(std::move(key), std::move(member));
+      v.members.push_back(Member{std::move(key), std::move(member)});
       skip_space();
       if (at_end()) fail("expected ',' or '}', got end of input");
       if (s_[pos_] == ',') {

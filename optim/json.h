@@ -14,17 +14,24 @@
 
 namespace gpipe::optim::json {
 
+struct Member;  // an object's key and value (below: Value is incomplete here)
+
 struct Value {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
   bool boolean = false;
-  std::string text;          // a string's decoded value, or a number's literal
-  std::vector<Value> items;  // array
-  std::vector<std::pair<std::string, Value>> members;  // object, in file order
+  std::string text;             // a string's decoded value, or a number's literal
+  std::vector<Value> items;     // array
+  std::vector<Member> members;  // object, in file order
 
   const Value* find(std::string_view key) const;  // object member or nullptr
   // The number as a non-negative integer, if it is written as one and fits.
   std::optional<uint64_t> as_uint() const;
+};
+
+struct Member {
+  std::string key;
+  Value value;
 };
 
 const char* kind_name(Value::Kind k);  // "object", "string", ...

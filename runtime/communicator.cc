@@ -82,27 +82,56 @@ std::string encode_header(const Message& m) {
 
 namespace {
 
-Message decode(const std::string& bytes, size_t& at, Device device) {
+// The largest tensor a header may describe: 2^40 elements (a larger one is a
+// corrupt or foreign header, refused before anything is allocated).
+constexpr int64_t kMaxMessageElements = int64_t{1} << 40;
+
+struct TensorHeader {
+  bool defined = false, requires_grad = false;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> dims;
+  size_t nbytes() const {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;  // bounded by decode's checks
+    return static_cast<size_t>(n) * dtype_size(dtype);
+  }
+};
+
+std::vector<TensorHeader> decode(const std::string& bytes, size_t& at) {
   GPIPE_CHECK(get<uint32_t>(bytes, at) == kMagic,
               "message header: bad magic number (not a gpipe message)");
   const uint32_t n = get<uint32_t>(bytes, at);
   GPIPE_CHECK(n < 4096, "message header: implausible tensor count ", n);
+  std::vector<TensorHeader> out(n);
+  for (TensorHeader& h : out) {
+    h.defined = get<uint8_t>(bytes, at) != 0;
+    h.requires_grad = get<uint8_t>(bytes, at) != 0;
+    if (!h.defined) continue;
+    const int dtype = get<uint8_t>(bytes, at);
+    GPIPE_CHECK(dtype <= static_cast<int>(DType::kFloat16), "message header: unknown dtype ",
+                dtype);
+    h.dtype = static_cast<DType>(dtype);
+    const int ndim = get<uint8_t>(bytes, at);
+    GPIPE_CHECK(ndim <= 8, "message header: implausible rank ", ndim, " (at most 8)");
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; ++d) {
+      h.dims.push_back(get<int64_t>(bytes, at));
+      GPIPE_CHECK(h.dims.back() >= 0 && !__builtin_mul_overflow(numel, h.dims.back(), &numel) &&
+                      numel <= kMaxMessageElements,
+                  "message header: implausible shape ", Shape(h.dims), " (non-negative sizes, ",
+                  "at most ", kMaxMessageElements, " elements)");
+    }
+  }
+  return out;
+}
+
+// Tensors allocated (uninitialised) on `device` for the headers.
+Message allocate(const std::vector<TensorHeader>& headers, Device device) {
   Message m;
   MemoryCategoryGuard cat(MemoryCategory::kActivation);
-  for (uint32_t i = 0; i < n; ++i) {
-    const bool defined = get<uint8_t>(bytes, at) != 0;
-    m.requires_grad.push_back(get<uint8_t>(bytes, at) != 0);
-    if (!defined) {
-      m.tensors.emplace_back();
-      continue;
-    }
-    const auto dtype = static_cast<DType>(get<uint8_t>(bytes, at));
-    GPIPE_CHECK(static_cast<int>(dtype) <= static_cast<int>(DType::kFloat16),
-                "message header: unknown dtype ", static_cast<int>(dtype));
-    const int ndim = get<uint8_t>(bytes, at);
-    std::vector<int64_t> dims;
-    for (int d = 0; d < ndim; ++d) dims.push_back(get<int64_t>(bytes, at));
-    m.tensors.push_back(Tensor::empty(Shape(dims), dtype, device));
+  for (const TensorHeader& h : headers) {
+    m.requires_grad.push_back(h.requires_grad);
+    m.tensors.push_back(h.defined ? Tensor::empty(Shape(h.dims), h.dtype, device) : Tensor());
   }
   return m;
 }
@@ -111,9 +140,9 @@ Message decode(const std::string& bytes, size_t& at, Device device) {
 
 Message decode_header(const std::string& header, Device device) {
   size_t at = 0;
-  Message m = decode(header, at, device);
+  const std::vector<TensorHeader> headers = decode(header, at);
   GPIPE_CHECK(at == header.size(), "message header: ", header.size() - at, " trailing bytes");
-  return m;
+  return allocate(headers, device);
 }
 
 std::string serialize_message(const Message& m) {
@@ -130,18 +159,24 @@ std::string serialize_message(const Message& m) {
 
 Message deserialize_message(const std::string& bytes, Device device) {
   size_t at = 0;
-  Message m = decode(bytes, at, kCpu);
+  const std::vector<TensorHeader> headers = decode(bytes, at);
   GPIPE_CHECK(get<uint64_t>(bytes, at) == at - sizeof(uint64_t), "message: header length mismatch");
+  // The payload sizes are checked before anything is allocated.
+  size_t payload = 0;
+  for (const TensorHeader& h : headers)
+    if (h.defined) payload += h.nbytes();
+  GPIPE_CHECK(payload <= bytes.size() - at, "message: payload truncated (", bytes.size() - at,
+              " bytes after the header, the header describes ", payload, ")");
+  GPIPE_CHECK(payload == bytes.size() - at, "message: ", bytes.size() - at - payload,
+              " trailing bytes");
+  Message m = allocate(headers, kCpu);
   NoGradGuard no_grad;
   for (Tensor& t : m.tensors) {
     if (!t.defined()) continue;
-    GPIPE_CHECK(at + t.nbytes() <= bytes.size(), "message: payload truncated (", bytes.size(),
-                " bytes)");
     std::memcpy(t.raw_data(), bytes.data() + at, t.nbytes());
     at += t.nbytes();
     if (device != kCpu) t = t.to(device);
   }
-  GPIPE_CHECK(at == bytes.size(), "message: ", bytes.size() - at, " trailing bytes");
   return m;
 }
 

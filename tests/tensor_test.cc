@@ -83,3 +83,15 @@ TEST_CASE("tensor: randn is deterministic in its seed") {
   CHECK(std::abs(mean) < 0.1);
   CHECK(std::abs(var - 1) < 0.15);
 }
+
+TEST_CASE("Tensor::set rounds the value into a 16-bit tensor (it wrote the number as bits)") {
+  // GCC's parenthesised aggregate initialisation made static_cast<bfloat16>(1.5)
+  // the bit pattern 1 (a subnormal); clang refused it, which is how it was found.
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    Tensor x = Tensor::zeros(Shape{2}, t);
+    x.set({1}, 1.5);
+    x.set({0}, -3.0);
+    CHECK(x.at({1}) == 1.5);
+    CHECK(x.at({0}) == -3.0);
+  }
+}

@@ -12,6 +12,8 @@ PACKAGES=(
   zlib1g-dev          # //third_party:zlib
   libopenblas-dev     # //third_party:openblas (cblas.h)
   clang-format        # tools/format_check.sh (CI): the tree follows .clang-format
+  clang               # tools/fuzz.sh (CI): the libFuzzer harnesses of tests/fuzz
+  libclang-rt-14-dev  # libFuzzer, ASan and UBSan runtimes for clang 14
   python3-numpy       # /usr/bin/python3 helper scripts (benchmarks, tests/mpi/compare_runs.py)
   libopenmpi-dev      # @mpi (runtime/mpi: one process per stage, replicas)
   openmpi-bin         # mpirun (tests/mpi, multi-process gpipe_train)

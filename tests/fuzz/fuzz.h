@@ -1,0 +1,46 @@
+// libFuzzer harnesses for what gpipe reads from outside (#34): each
+// harness_*.cc defines LLVMFuzzerTestOneInput for one reader or parser.
+//
+// Built two ways (tests/fuzz/BUILD):
+//  - <name>_fuzzer: clang with -fsanitize=fuzzer,address,undefined under
+//    --config=fuzz (tools/fuzz.sh, run by .ci/run for a fixed time each);
+//  - <name>_replay_test: any compiler, in the ordinary suite: every file of
+//    the harness's corpus (tests/fuzz/corpus/<name>/: valid files, the
+//    malformed cases the unit tests know, and every input that ever found a
+//    bug) goes through the harness once (replay_main.cc).
+// A harness accepts gpipe::Error (the readers' one clear error for bad
+// input) and nothing else: a crash, a sanitizer report, a hang, a leak or
+// any other exception is a bug.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace gpipe::fuzz {
+
+inline std::string_view bytes(const uint8_t* data, size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
+}
+
+// A private folder for this process (made once, removed at exit) and a file
+// in it holding `contents`; returns the file's path. For readers that take
+// a path.
+std::string write_file(const std::string& name, std::string_view contents);
+std::string scratch_dir();
+
+// Runs f, accepting gpipe::Error (the expected refusal of bad input).
+template <class F>
+void refusing_bad_input(F&& f) {
+  try {
+    f();
+  } catch (const gpipe::Error&) {
+  }
+}
+
+}  // namespace gpipe::fuzz

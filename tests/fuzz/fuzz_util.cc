@@ -1,0 +1,41 @@
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/fuzz/fuzz.h"
+
+namespace gpipe::fuzz {
+
+namespace {
+struct Scratch {
+  std::filesystem::path dir;
+  Scratch() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gpipe_fuzz_XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
+    dir = tmpl;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+Scratch& scratch() {
+  static Scratch s;
+  return s;
+}
+}  // namespace
+
+std::string scratch_dir() { return scratch().dir.string(); }
+
+std::string write_file(const std::string& name, std::string_view contents) {
+  const std::string path = (scratch().dir / name).string();
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  f.close();
+  if (!f) std::abort();
+  return path;
+}
+
+}  // namespace gpipe::fuzz

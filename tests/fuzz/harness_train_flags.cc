@@ -1,0 +1,34 @@
+// Fuzz harness: gpipe_train's command line. The input is split at newlines
+// into arguments (without the program name) and parsed and validated by
+// train::parse_train_flags, as gpipe_train does before anything runs. --help
+// is accepted (HelpRequested). Arguments naming files (--schedule=file:,
+// --checkpoint, --data-dir, ...) are dropped so the harness never reads the
+// machine's files; their readers have harnesses of their own.
+#include <string>
+#include <vector>
+
+#include "tests/fuzz/fuzz.h"
+#include "tools/train/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(gpipe::fuzz::bytes(data, size));
+  std::vector<std::string> args;
+  size_t at = 0;
+  while (at <= text.size() && args.size() < 64) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    std::string a = text.substr(at, end - at);
+    const bool names_file = a.find("file:") != std::string::npos ||
+                            a.rfind("--checkpoint", 0) == 0 || a.rfind("--data", 0) == 0 ||
+                            a.rfind("--resume", 0) == 0 || a.rfind("--trace", 0) == 0 ||
+                            a.rfind("--schedule-svg", 0) == 0 || a.rfind("--log", 0) == 0 ||
+                            a.rfind("--save", 0) == 0 || a.rfind("--out", 0) == 0 ||
+                            a.rfind("--plan", 0) == 0 || a.rfind("--config", 0) == 0;
+    if (!names_file) args.push_back(std::move(a));
+    at = end + 1;
+  }
+  try {
+    gpipe::fuzz::refusing_bad_input([&] { (void)gpipe::train::parse_train_flags(args); });
+  } catch (const gpipe::train::HelpRequested&) {
+  }
+  return 0;
+}

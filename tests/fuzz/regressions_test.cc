@@ -1,0 +1,77 @@
+// What the fuzz harnesses found (#34), as ordinary tests of the messages a
+// user gets: each input below once crashed or misbehaved; the replay tests
+// (tests/fuzz/corpus) run the same files through the harnesses.
+//  - IDX: a header whose dimensions multiply past 64 bits overflowed the item
+//    size, and one promising more data than the file holds allocated all of
+//    it first (std::length_error instead of a gpipe::Error).
+//  - Messages between ranks: sizes from the header were not checked (a
+//    negative or huge dimension, a product past 64 bits), and the payload was
+//    allocated before its length was compared with the bytes received.
+//  - A sharded checkpoint's manifest could name shards outside its folder
+//    ("../x", "/x"): read_checkpoint followed the path.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "data/fashion_mnist.h"
+#include "optim/checkpoint.h"
+#include "optim/safetensors.h"
+#include "runtime/communicator.h"
+
+using Catch::Matchers::Contains;
+
+namespace gpipe {
+namespace {
+
+std::string corpus(const std::string& harness, const std::string& file) {
+  return "tests/fuzz/corpus/" + harness + "/" + file;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST_CASE("fuzz regressions: IDX headers with impossible sizes are refused before allocating") {
+  REQUIRE_THROWS_WITH(read_idx_gz(corpus("idx", "huge_dims.idx"), 2051),
+                      Contains("implausible IDX item size"));
+  // A header that promises more items than the file holds: truncation.
+  REQUIRE_THROWS_WITH(read_idx_gz(corpus("idx", "truncated.idx"), 2051), Contains("truncated"));
+  const IdxArray ok = read_idx_gz(corpus("idx", "images.idx.gz"), 2051);
+  CHECK(ok.dims == std::vector<int64_t>{2, 2, 2});
+  CHECK(ok.data.size() == 8);
+}
+
+TEST_CASE("fuzz regressions: message headers with impossible shapes are refused") {
+  REQUIRE_THROWS_WITH(deserialize_message(read_all(corpus("message", "huge_dims.msg")), kCpu),
+                      Contains("implausible shape"));
+  REQUIRE_THROWS_WITH(deserialize_message(read_all(corpus("message", "negative_dim.msg")), kCpu),
+                      Contains("implausible shape"));
+  REQUIRE_THROWS_WITH(
+      deserialize_message(read_all(corpus("message", "truncated_payload.msg")), kCpu),
+      Contains("payload truncated"));
+  const Message m = deserialize_message(read_all(corpus("message", "valid_two.msg")), kCpu);
+  REQUIRE(m.tensors.size() == 3);
+  CHECK(m.tensors[0].to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  CHECK_FALSE(m.tensors[1].defined());
+  CHECK(m.tensors[2].to_vector<int64_t>() == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE("fuzz regressions: a manifest naming a shard outside its folder is refused") {
+  const auto dir = std::filesystem::temp_directory_path() / "gpipe_fuzz_regression";
+  std::filesystem::create_directories(dir / "inner");
+  optim::save_safetensors((dir / "secret").string(),
+                          {{"w", Tensor::from_vector<float>({1}, Shape{1})}},
+                          {{"gpipe.step", "1"}});
+  const std::string manifest = (dir / "inner" / "ckpt").string();
+  optim::save_safetensors(manifest, {},
+                          {{"gpipe.format", "checkpoint-manifest/1"},
+                           {"gpipe.step", "1"},
+                           {"gpipe.shards", "../secret"}});
+  REQUIRE_THROWS_WITH(optim::read_checkpoint(manifest), Contains("is not a plain file name"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpipe
