@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -52,6 +54,61 @@ void narrow_from_kernel(const Tensor& wide, Tensor& out) {
   out.copy_from(dense);
 }
 }  // namespace half_args
+
+namespace kernel_profile {
+namespace {
+struct Totals {
+  std::mutex mu;
+  std::map<std::string, Entry> by_name;
+};
+Totals& totals() {
+  static Totals t;
+  return t;
+}
+thread_local int t_depth = 0;
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void set_enabled(bool on) { g_active.store(on, std::memory_order_relaxed); }
+
+void reset() {
+  Totals& t = totals();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.by_name.clear();
+}
+
+std::vector<Entry> snapshot() {
+  Totals& t = totals();
+  std::vector<Entry> out;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (const auto& [name, e] : t.by_name) out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+Call::Call(const char* name, double bytes)
+    : name_(name), bytes_(bytes), start_ns_(now_ns()), outer_(t_depth++ == 0) {}
+
+Call::~Call() {
+  --t_depth;
+  if (!outer_) return;
+  const double seconds = static_cast<double>(now_ns() - start_ns_) * 1e-9;
+  Totals& t = totals();
+  std::lock_guard<std::mutex> lock(t.mu);
+  Entry& e = t.by_name[name_];
+  e.name = name_;
+  ++e.calls;
+  e.seconds += seconds;
+  e.bytes += bytes_;
+}
+}  // namespace kernel_profile
 
 void note_kernel(const char* name, DeviceType type) {
   Names& n = names();

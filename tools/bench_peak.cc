@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "core/cpu_isa.h"
 #include "core/error.h"
@@ -108,6 +109,32 @@ double measure_fma_peak(CpuIsa isa, int threads, double seconds) {
   return flops_per_iter(isa) * static_cast<double>(iters) * threads / best / 1e9;
 }
 
+double measure_bandwidth(int threads, double seconds) {
+  const int64_t n = int64_t{16} << 20;  // 64 MiB of float per array
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  ThreadPool pool(threads);
+  IntraOpScope scope(&pool);
+  auto triad = [&] {
+    parallel_for(0, n, n / (4 * threads), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) a[i] = b[i] + 0.5f * c[i];
+    });
+  };
+  triad();  // first touch
+  double best = 1e30;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 50; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    triad();
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (r >= 3 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)
+      break;
+  }
+  g_sink = a[n / 2];
+  return 12.0 * static_cast<double>(n) / best / 1e9;
+}
+
 int run_peak(const PeakBenchOptions& opt) {
   const CpuIsa active = cpu_isa();
   std::printf("# fp32 FMA peak, %d independent chains per thread, best of 5; %s\n", kChains,
@@ -122,6 +149,10 @@ int run_peak(const PeakBenchOptions& opt) {
       std::fflush(stdout);
     }
   }
+  std::printf("# memory bandwidth (triad over 3 x 64 MiB, 12 bytes per element):\n");
+  for (int threads : opt.threads)
+    std::printf("%9s %7d %10.1f GB/s\n", "memory", threads,
+                measure_bandwidth(threads, opt.seconds));
   std::printf(
       "# GEMM goal: >= 85%% of the 1-thread figure of the active level (%s), >= 1.9x that at 2 "
       "threads\n",

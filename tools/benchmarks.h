@@ -49,6 +49,22 @@ int run_peak(const PeakBenchOptions& opt);
 // FMA chains at `isa`, over about `seconds`; throws gpipe::Error if the CPU
 // lacks the level.
 double measure_fma_peak(CpuIsa isa, int threads, double seconds);
+// Memory bandwidth in GB/s of `threads` threads of an intra-op pool running
+// a triad a[i] = b[i] + s c[i] over three 64 MiB float arrays (12 bytes per
+// element counted, as STREAM does), best of repeats over about `seconds`.
+double measure_bandwidth(int threads, double seconds);
+
+// `gpipe_bench profile`: one workload's step per kernel slot (time, share,
+// bytes and bandwidth against measure_bandwidth; Note [Kernel profile]).
+struct ProfileBenchOptions {
+  std::string workload = "transformer";
+  int64_t layers = 3, batch = 32;
+  int threads = 1;
+  std::string precision = "fp32";
+  int warmup = 3, steps = 10;
+  std::string env_note;
+};
+int run_profile(const ProfileBenchOptions& opt);
 
 // ---- one gpipe measurement, in a fresh process -------------------------------
 // `gpipe_bench measure ...` (hidden) builds one workload, trains it through a

@@ -9,6 +9,8 @@
 //   bazel run //tools:gpipe_bench -- amoebanet     # W5 vs PyTorch
 //   bazel run //tools:gpipe_bench -- processes     # W3 over MPI ranks vs in-process; R=2 data
 //   parallel
+//   bazel run //tools:gpipe_bench -- profile [--threads 2] [--precision bf16]  # W2's step per
+//   kernel: time, share, bytes, bandwidth against the measured (peak prints the bandwidth too)
 // PyTorch comes from benchmarks/setup_torch.sh's virtualenv (--python to override).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -69,6 +71,20 @@ CLI::App* add_peak(CLI::App& app, gpipe::bench::PeakBenchOptions& o) {
       ->delimiter(',')
       ->check(gpipe::train::kPositive);
   c->add_option("--seconds", o.seconds, "time per measurement")->check(gpipe::train::kPositive);
+  return c;
+}
+
+CLI::App* add_profile(CLI::App& app, gpipe::bench::ProfileBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "profile", "a training step per kernel: time, share, bytes, bandwidth against the measured");
+  c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet");
+  c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N")
+      ->check(gpipe::train::kPositive);
+  c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
+  c->add_option("--threads", o.threads, "intra-op threads")->check(gpipe::train::kPositive);
+  c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
+  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", o.steps, "profiled steps")->check(gpipe::train::kPositive);
   return c;
 }
 
@@ -250,6 +266,8 @@ int main(int argc, char** argv) {
   gpipe::bench::ProcessesBenchOptions pr;
   gpipe::bench::SkipsBenchOptions sk;
   gpipe::bench::ResNetBenchOptions rn;
+  gpipe::bench::ProfileBenchOptions pf;
+  pf.env_note = env_note;
   gemm.env_note = peak.env_note = kn.env_note = tr.torch.env_note = pl.torch.env_note =
       rm.torch.env_note = am.torch.env_note = rn.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
@@ -264,6 +282,7 @@ int main(int argc, char** argv) {
   CLI::App* pc = add_processes(app, pr);
   CLI::App* skc = add_skips(app, sk);
   CLI::App* rnc = add_resnet(app, rn);
+  CLI::App* pfc = add_profile(app, pf);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -283,6 +302,7 @@ int main(int argc, char** argv) {
     if (pc->parsed()) return gpipe::bench::run_processes(pr);
     if (skc->parsed()) return gpipe::bench::run_skips(sk);
     if (rnc->parsed()) return gpipe::bench::run_resnet(rn);
+    if (pfc->parsed()) return gpipe::bench::run_profile(pf);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpipe_bench: %s\n", e.what());
     return 1;

@@ -1,0 +1,59 @@
+// The kernel profile (Note [Kernel profile] in ops/dispatch.h): what
+// gpipe_bench profile reads must count each call once, with its tensors'
+// bytes, and nothing while it is off.
+#include <catch2/catch.hpp>
+
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+namespace gpipe {
+namespace {
+
+const ops::kernel_profile::Entry* find(const std::vector<ops::kernel_profile::Entry>& es,
+                                       const std::string& name) {
+  for (const auto& e : es)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+TEST_CASE("kernel profile: calls, time and tensor bytes per slot, only while enabled") {
+  const Tensor a = Tensor::full(Shape{64, 32}, 1.0), b = Tensor::full(Shape{64, 32}, 2.0);
+  ops::kernel_profile::reset();
+  (void)ops::add(a, b);  // off: not counted
+  CHECK(ops::kernel_profile::snapshot().empty());
+
+  ops::kernel_profile::set_enabled(true);
+  (void)ops::add(a, b);
+  (void)ops::add(a, b);
+  (void)ops::matmul(a, b, false, true);
+  ops::kernel_profile::set_enabled(false);
+  const auto es = ops::kernel_profile::snapshot();
+  const auto* add = find(es, "binary_elementwise");
+  REQUIRE(add != nullptr);
+  CHECK(add->calls == 2);
+  CHECK(add->bytes == 2 * 3 * 64 * 32 * 4.0);  // two inputs and the output, float32
+  CHECK(add->seconds > 0);
+  const auto* mm = find(es, "batched_gemm");
+  REQUIRE(mm != nullptr);
+  CHECK(mm->calls == 1);
+  CHECK(mm->bytes == (64 * 32 + 64 * 32 + 64 * 64) * 4.0);
+  ops::kernel_profile::reset();
+  CHECK(ops::kernel_profile::snapshot().empty());
+}
+
+TEST_CASE("kernel profile: the 16-bit scratch casts inside a call count toward that call") {
+  // softmax has no 16-bit CPU kernel: a bfloat16 call widens its input and
+  // narrows its output through cast_into (Note [16-bit kernels]).
+  const Tensor x = ops::cast(Tensor::full(Shape{8, 16}, 0.5), DType::kBFloat16);
+  ops::kernel_profile::reset();
+  ops::kernel_profile::set_enabled(true);
+  (void)ops::softmax(x, -1);
+  ops::kernel_profile::set_enabled(false);
+  const auto es = ops::kernel_profile::snapshot();
+  REQUIRE(find(es, "softmax_forward") != nullptr);
+  CHECK(find(es, "softmax_forward")->calls == 1);
+  CHECK(find(es, "cast_into") == nullptr);
+}
+
+}  // namespace
+}  // namespace gpipe

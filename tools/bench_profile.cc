@@ -1,0 +1,90 @@
+// gpipe_bench profile: where a training step's time goes, kernel by kernel
+// (#33). Trains one workload (W2's Transformer by default) through a
+// Pipeline at K = 1, M = 1 with the kernel profile on (Note [Kernel
+// profile] in ops/dispatch.h) and prints, per kernel slot: calls and
+// milliseconds per step, share of the step, bytes its tensor arguments hold
+// (read + written, the least traffic the call can have), the bandwidth that
+// implies, and that as a share of the memory bandwidth measured here, so a
+// memory-bound kernel is judged against its own limit, next to the GEMMs'
+// GFLOP/s against the FMA peak. "outside the kernels" is the step's time no
+// kernel slot accounts for: autograd, allocation, the executor.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "core/cpu_isa.h"
+#include "core/parallel.h"
+#include "ops/dispatch.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "pipeline/pipeline.h"
+#include "tools/bench_common.h"
+#include "tools/benchmarks.h"
+
+namespace gpipe::bench {
+
+int run_profile(const ProfileBenchOptions& o) {
+  MeasureOptions m;
+  m.workload = o.workload;
+  m.layers = o.layers;
+  m.batch = o.batch;
+  m.threads = o.threads;
+  m.precision = o.precision;
+  MeasuredWorkload w = measure_workload(m);
+  set_default_intra_op_threads(o.threads);
+  PipelineOptions po;
+  po.threads_per_stage = o.threads;
+  po.precision = parse_precision(o.precision);
+  Pipeline pipe(std::move(w.model), po, w.batch);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.workload == "transformer")
+    opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
+  else
+    opt = std::make_unique<optim::Sgd>(pipe.parameters(),
+                                       optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  auto step = [&] {
+    pipe.zero_grad();
+    (void)pipe.train_step(w.batch);
+    opt->step();
+  };
+  for (int i = 0; i < o.warmup; ++i) step();
+
+  const double bandwidth = measure_bandwidth(o.threads, 0.5);
+  const double peak = measure_fma_peak(cpu_isa(), o.threads, 0.5);
+  ops::kernel_profile::reset();
+  ops::kernel_profile::set_enabled(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.steps; ++i) step();
+  const double step_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / o.steps;
+  ops::kernel_profile::set_enabled(false);
+  const std::vector<ops::kernel_profile::Entry> entries = ops::kernel_profile::snapshot();
+
+  std::printf("# profile: %s, %s, %d thread(s), %d steps after %d; %s\n", o.workload.c_str(),
+              o.precision.c_str(), o.threads, o.steps, o.warmup, o.env_note.c_str());
+  std::printf("# CPU: %s; kernels at %s\n", cpu_description().c_str(), cpu_isa_name(cpu_isa()));
+  std::printf("# measured here: FMA peak %.1f GFLOP/s, memory bandwidth %.1f GB/s (%d thread(s))\n",
+              peak, bandwidth, o.threads);
+  std::printf("# step %.2f ms (with the profile's timing on)\n", step_s * 1e3);
+  std::printf("%-28s %8s %10s %7s %12s %9s %9s\n", "kernel", "calls", "ms/step", "share",
+              "MB/step", "GB/s", "of bw");
+  double in_kernels = 0;
+  for (const auto& e : entries) {
+    const double s = e.seconds / o.steps, mb = e.bytes / o.steps / 1e6;
+    in_kernels += s;
+    const double gbs = s > 0 ? mb / 1e3 / s : 0;
+    std::printf("%-28s %8.1f %10.3f %6.1f%% %12.1f %9.1f %8.1f%%\n", e.name.c_str(),
+                static_cast<double>(e.calls) / o.steps, s * 1e3, 100 * s / step_s, mb, gbs,
+                100 * gbs / bandwidth);
+  }
+  std::printf("%-28s %8s %10.3f %6.1f%%\n", "(outside the kernels)", "",
+              (step_s - in_kernels) * 1e3, 100 * (step_s - in_kernels) / step_s);
+  std::printf(
+      "# GEMM rows (batched_gemm*) are bound by arithmetic: compare their time with the FLOP "
+      "count instead (gpipe_bench gemm); the others by memory: 'of bw' near 100%% is their "
+      "limit, and over 100%% means their tensors stayed in the caches\n");
+  return 0;
+}
+
+}  // namespace gpipe::bench
