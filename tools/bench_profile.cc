@@ -67,8 +67,8 @@ int run_profile(const ProfileBenchOptions& o) {
   std::printf("# measured here: FMA peak %.1f GFLOP/s, memory bandwidth %.1f GB/s (%d thread(s))\n",
               peak, bandwidth, o.threads);
   std::printf("# step %.2f ms (with the profile's timing on)\n", step_s * 1e3);
-  std::printf("%-28s %8s %10s %7s %12s %9s %9s\n", "kernel", "calls", "ms/step", "share",
-              "MB/step", "GB/s", "of bw");
+  std::printf("%-28s %8s %10s %7s %12s %9s %9s\n", "kernel", "calls", "ms/step", "share", "MB/step",
+              "GB/s", "of bw");
   double in_kernels = 0;
   for (const auto& e : entries) {
     const double s = e.seconds / o.steps, mb = e.bytes / o.steps / 1e6;

@@ -4,7 +4,8 @@
 #include "tests/fuzz/fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string path = gpipe::fuzz::write_file("in.safetensors", gpipe::fuzz::bytes(data, size));
+  const std::string path =
+      gpipe::fuzz::write_file("in.safetensors", gpipe::fuzz::bytes(data, size));
   gpipe::fuzz::refusing_bad_input([&] {
     const gpipe::optim::SafetensorsFile f = gpipe::optim::load_safetensors(path);
     for (const auto& [name, t] : f.tensors)

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     std::sort(files.begin(), files.end());
     for (const fs::path& p : files) {
       std::ifstream in(p, std::ios::binary);
-      const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string data((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
       std::printf("replay %s (%zu bytes)\n", p.c_str(), data.size());
       std::fflush(stdout);
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(data.data()), data.size());
