@@ -517,6 +517,13 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
             "optionally 'devices=D' last, with 1 <= D <= K, or 'devices=d0,d1,...' with one "
             "device per cell, numbered from 0 without gaps), got '",
             line, "'"));
+      // A program lists every stage on a line of its own and every
+      // micro-batch in its actions: a K or M beyond the text's length is
+      // not a program (and would size the lists below by the header alone).
+      if (static_cast<size_t>(k) > text.size() || static_cast<size_t>(m) > text.size())
+        throw ScheduleError(detail::concat(where, ": K=", k, " M=", m, " cannot be listed in ",
+                                           text.size(), " bytes (one line per stage, every ",
+                                           "micro-batch in its actions)"));
       s.micro_batches = m;
       bool identity = true;  // every cell on its own device, in order: no map
       for (int c = 0; c < static_cast<int>(map.size()); ++c) identity = identity && map[c] == c;

@@ -372,6 +372,13 @@ DryRun validate(const Schedule& s, int k, int m) {
               " stages but the pipeline has K = ", k, " cells");
   GPIPE_CHECK(s.micro_batches == m, "schedule: it is written for M = ", s.micro_batches,
               " micro-batches but the step has M = ", m);
+  // Every stage forwards every micro-batch: a stage with fewer actions than
+  // M cannot be complete (checked before the per-micro-batch tables are sized by M).
+  for (int st = 0; st < k; ++st)
+    if (s.stages[st].size() < static_cast<size_t>(m))
+      throw ScheduleError(detail::concat("schedule: stage ", st, " has ", s.stages[st].size(),
+                                         " actions, fewer than the M = ", m,
+                                         " forwards a complete program runs on every stage"));
   constexpr size_t npos = Seen::npos;
   std::vector<std::vector<Seen>> seen(k, std::vector<Seen>(m));
   std::vector<size_t> replicas_at(k, npos), tied_at(k, npos);
