@@ -9,6 +9,9 @@
 //    allocated before its length was compared with the bytes received.
 //  - A sharded checkpoint's manifest could name shards outside its folder
 //    ("../x", "/x"): read_checkpoint followed the path.
+//  - A schedule program's header sized the parser's stage list (K) and the
+//    dry run's per-micro-batch tables (M) before anything was checked: two
+//    lines asking for K = 2e9 or M = 1e9 ran out of memory.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include "data/fashion_mnist.h"
 #include "optim/checkpoint.h"
 #include "optim/safetensors.h"
+#include "pipeline/schedule.h"
 #include "runtime/communicator.h"
 
 using Catch::Matchers::Contains;
@@ -71,6 +75,18 @@ TEST_CASE("fuzz regressions: a manifest naming a shard outside its folder is ref
                            {"gpipe.shards", "../secret"}});
   REQUIRE_THROWS_WITH(optim::read_checkpoint(manifest), Contains("is not a plain file name"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fuzz regressions: a schedule header asking for more than its text lists is refused") {
+  REQUIRE_THROWS_WITH(parse_schedule_text(read_all(corpus("schedule", "huge_k.txt"))),
+                      Contains("cannot be listed"));
+  REQUIRE_THROWS_WITH(parse_schedule_text(read_all(corpus("schedule", "huge_m.txt"))),
+                      Contains("cannot be listed"));
+  // Built in code rather than parsed: the dry run refuses it before sizing its tables.
+  Schedule s;
+  s.micro_batches = 1000000000;
+  s.stages = {{Action{ActionKind::kForward, 0}}};
+  REQUIRE_THROWS_WITH(validate(s, 1, s.micro_batches), Contains("fewer than the M = 1000000000"));
 }
 
 }  // namespace
