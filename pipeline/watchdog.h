@@ -31,14 +31,22 @@ class Watchdog {
   // What local stage `row` is doing now ("waiting for ...").
   void set(int row, std::string what);
 
+  // One line per Watchdog of this process whose step is running: who, the
+  // step, for how long, and what each of its stages does or waits for; ""
+  // when no step runs. Thread-safe; for a process that is being ended from
+  // outside (Note [Ended by the launcher] in tools/gpipe_train.cc).
+  static std::string running_steps();
+
  private:
   void loop();
+  // "<who>: step S has run for T s; <what each stage does>" (mu_ held).
+  std::string report_locked(double secs, int precision) const;
 
   std::string who_;
   double limit_, hard_limit_;
   std::function<void()> hard_stop_;
   std::vector<std::string> state_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false, running_ = false, blocking_ = false;
   std::chrono::steady_clock::time_point blocking_since_;

@@ -4,6 +4,7 @@
 // its device and the action, never a crash or a hang; after a failed step
 // the pipeline trains again. Also: cells placed on devices other than the
 // one the model was built on (every original tensor replaced by a copy).
+// And what a rank ended from outside reports: Watchdog::running_steps.
 #include "pipeline/faults.h"
 
 #include <atomic>
@@ -15,6 +16,7 @@
 
 #include "models/transformer.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/watchdog.h"
 #include "tests/pipeline/tiny_transformer.h"
 
 using namespace gpipe;
@@ -115,4 +117,18 @@ TEST_CASE(
         CHECK(got[i] == Approx(grads[t.name][i]).margin(2e-5));
     }
   }
+}
+
+TEST_CASE("Watchdog::running_steps says what each running step waits for") {
+  // What a rank ended by mpirun prints (Note [Ended by the launcher] in tools/gpipe_train.cc).
+  Watchdog w("rank 0 (stage 0 of 2, replica 0 of 1)", /*limit=*/600, /*rows=*/1);
+  CHECK_THAT(Watchdog::running_steps(), !Contains("rank 0 (stage 0 of 2"));
+  w.start_step(2);
+  w.set(0, "waiting for gradients of stage 1 (rank 1) to stage 0 (rank 0), micro-batch 1");
+  const std::string now = Watchdog::running_steps();
+  CHECK_THAT(now, Contains("rank 0 (stage 0 of 2, replica 0 of 1): step 3 has run for "));
+  CHECK_THAT(now, Contains(" s; waiting for gradients of stage 1 (rank 1) to stage 0 (rank 0), "
+                           "micro-batch 1"));
+  w.end_step();
+  CHECK_THAT(Watchdog::running_steps(), !Contains("rank 0 (stage 0 of 2"));
 }
