@@ -27,8 +27,11 @@ targets=()
 for h in "${ALL[@]}"; do targets+=("//tests/fuzz:${h}_fuzzer"); done
 # --symlink_prefix=/: no convenience symlinks from this output base (they would replace the
 # main build's bazel-bin and friends; TOOLCHAIN.md pitfall 6).
+# The disk cache of --config=ci: a fresh clone (its own output base) reuses what an earlier
+# run compiled (clang's actions have their own keys).
 CC=clang bazel --output_base="$BASE" build --config=fuzz --repo_env=CC=clang --symlink_prefix=/ \
-  --jobs="${JOBS:-2}" --color=no --curses=no "${targets[@]}" ||
+  --disk_cache=/root/.cache/gpipe-bazel-disk --jobs="${JOBS:-2}" --color=no --curses=no \
+  "${targets[@]}" ||
   { echo "fuzz: the build failed"; exit 1; }
 bin=$(CC=clang bazel --output_base="$BASE" info --config=fuzz --repo_env=CC=clang bazel-bin 2>/dev/null)
 
