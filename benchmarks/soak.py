@@ -45,7 +45,7 @@ def main():
     print("# soak:", " ".join(cmd))
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    step_re = re.compile(r"^step (\d+)/\d+ .* ([\d.]+) ex/s .* live ([\d.]+) MB")
+    step_re = re.compile(r"^step\s+(\d+)/\d+ .* ([\d.]+) ex/s .* live ([\d.]+) MB")
     rows, saves = [], 0
     for line in proc.stdout:
         if line.startswith("saved checkpoint"):
