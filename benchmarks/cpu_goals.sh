@@ -29,7 +29,7 @@ for level in "${levels[@]}"; do
   run "gemm$sfx" gemm --min-seconds 0.5 --python "$py"
   for i in 1 2 3; do run "w2${sfx}_$i" transformer --python "$py"; done
   for i in 1 2 3; do run "w5${sfx}_$i" amoebanet --python "$py"; done
-  run "w3$sfx" pipeline --micro-batches 1 4 8 --remat never except_last --schedule gpipe 1f1b \
+  run "w3$sfx" pipeline --M 1 4 8 --remat never except_last --schedule gpipe 1f1b \
     --torch-threads 2 --python "$py"
   run "w4$sfx" remat --python "$py"
   [[ $level == native ]] && run kernels kernels --threads 1 2

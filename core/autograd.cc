@@ -194,19 +194,19 @@ void attach(const std::shared_ptr<Node>& node, const std::vector<Tensor*>& outpu
   }
 }
 
-class CheckpointNode final : public CountedNode {
+class RematNode final : public CountedNode {
  public:
-  CheckpointNode(ForwardFn fn, std::vector<Tensor> inputs)
+  RematNode(ForwardFn fn, std::vector<Tensor> inputs)
       : fn_(std::move(fn)), ctx_(current_rng_context()) {
     for (const Tensor& t : inputs) {
       requires_.push_back(t.defined() && t.requires_grad());
       saved_.push_back(t.defined() ? t.detach() : t);
     }
   }
-  std::string name() const override { return "Checkpoint"; }
+  std::string name() const override { return "Remat"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     GPIPE_CHECK(fn_ != nullptr,
-                "backward through a checkpoint a second time: its saved inputs "
+                "backward through a rematerialised forward a second time: its saved inputs "
                 "were freed by the first backward");
     EnableGradGuard enable;
     RngScope rng(ctx_);  // Note [Remat RNG]: the recompute draws what the forward drew
@@ -218,12 +218,12 @@ class CheckpointNode final : public CountedNode {
     }
     RecomputationScope recomputing;
     std::vector<Tensor> outs = fn_(leaves);
-    GPIPE_CHECK(outs.size() == num_outputs_, "checkpoint: the recomputed forward returned ",
+    GPIPE_CHECK(outs.size() == num_outputs_, "rematerialise: the recomputed forward returned ",
                 outs.size(), " tensors, the first forward ", num_outputs_);
     std::vector<Tensor> roots, root_grads;
     for (size_t j = 0; j < float_outputs_.size(); ++j) {
       const Tensor& o = outs[float_outputs_[j]];
-      GPIPE_CHECK(o.shape() == output_meta[j].shape, "checkpoint: recomputed output ",
+      GPIPE_CHECK(o.shape() == output_meta[j].shape, "rematerialise: recomputed output ",
                   float_outputs_[j], " has shape ", o.shape(), ", the first forward gave ",
                   output_meta[j].shape);
       if (o.requires_grad()) {
@@ -316,14 +316,14 @@ void record_accumulate_into(const char* name, const Tensor& leaf, Tensor& output
   attach(node, std::vector<Tensor*>{&output});
 }
 
-std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> rematerialise(const ForwardFn& fn, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> outs;
   {
     NoGradGuard no_grad;
     outs = fn(inputs);
   }
   if (!t_grad_mode) return outs;
-  auto node = std::make_shared<CheckpointNode>(fn, inputs);
+  auto node = std::make_shared<RematNode>(fn, inputs);
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   std::vector<Tensor*> ptrs;
   std::vector<size_t> float_outputs;

@@ -83,7 +83,7 @@ class EnableGradGuard {
   bool prev_;
 };
 
-// True while a checkpoint re-runs a forward for backward. Layers with side
+// True while rematerialise re-runs a forward for backward. Layers with side
 // effects (BatchNorm's running statistics) skip them then.
 bool in_recomputation();
 class RecomputationScope {
@@ -172,13 +172,13 @@ class WeightGradients {
 WeightGradients backward_input(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                                const std::vector<Tensor>& inputs);
 
-// Activation checkpointing: runs fn(inputs) without keeping its internals;
+// Rematerialisation (recomputation): runs fn(inputs) without keeping its internals;
 // backward re-runs fn from the saved inputs with grad enabled (same RNG
 // context, so dropout masks repeat) and backpropagates through it. Gradients
 // reach both `inputs` and any parameters fn uses. Integer outputs pass
 // through without gradient.
 using ForwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
-std::vector<Tensor> checkpoint(const ForwardFn& fn, const std::vector<Tensor>& inputs);
+std::vector<Tensor> rematerialise(const ForwardFn& fn, const std::vector<Tensor>& inputs);
 
 // Sum of a and b into a new tensor (same shape/dtype/device). Used for
 // gradient accumulation; a backend may register a kernel for its device.

@@ -16,8 +16,7 @@ int main() {
   Tensor labels = ops::argmax(ops::matmul(x, centers, false, true), 1);
   const Batch batch{{x}, {labels}};
 
-  Pipeline pipe(examples::glu_classifier(in, 32, classes, 4, 7), {.cells = 2, .micro_batches = 4},
-                batch);
+  Pipeline pipe(examples::glu_classifier(in, 32, classes, 4, 7), {.K = 2, .M = 4}, batch);
   std::printf("%s", pipe.describe().c_str());
   optim::Adam opt(pipe.parameters(), {.lr = 3e-3});
   for (int step = 0; step <= 150; ++step) {

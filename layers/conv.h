@@ -3,7 +3,7 @@
 // training normalises with its own (micro-)batch statistics and only records
 // them; finish_step() folds everything recorded since the last step into the
 // running statistics once, as if the whole mini-batch had been seen, and a
-// recomputed forward (inside a checkpoint) records nothing.
+// recomputed forward (inside rematerialise) records nothing.
 #pragma once
 
 #include <array>

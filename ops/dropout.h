@@ -5,7 +5,7 @@
 // u_i is element i (flat row-major index of x) of the counter-based Philox
 // stream current_rng_context().key(salt) (core/rng.h). The mask is thus a
 // pure function of (RngContext, salt, shape): a recomputation under the same
-// RngContext (gpipe::checkpoint, pipeline remat; Note [Remat RNG] in
+// RngContext (gpipe::rematerialise, pipeline remat; Note [Remat RNG] in
 // docs/ARCHITECTURE.md) draws the same mask, whatever the thread count or
 // dtype. Use distinct salts for distinct dropouts within one layer.
 // x: float32/float64, any shape and strides. p in [0, 1). With p == 0 or

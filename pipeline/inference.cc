@@ -26,7 +26,7 @@ double Pipeline::evaluate(const Batch& batch, int micro_batches) {
     const RankInfo& ri = r.info();
     const bool last = ri.stage == ri.cells - 1;
     const int64_t n = rows_from_first_stage(r, batch);
-    const int64_t per_replica = micro_batches > 0 ? micro_batches : opt_.micro_batches;
+    const int64_t per_replica = micro_batches > 0 ? micro_batches : opt_.M;
     const int pieces = static_cast<int>(std::min<int64_t>(n, opt_.replicas * per_replica));
     int64_t rows = 0;
     double terms = 0;
@@ -59,8 +59,8 @@ Bundle Pipeline::predict(const Bundle& inputs, const PredictOptions& options) {
     const int64_t n = rows_from_first_stage(r, batch);
     GPIPE_CHECK(options.micro_batches >= 0, "predict: micro_batches must be >= 0 (0 = M), got ",
                 options.micro_batches);
-    const int pieces = static_cast<int>(std::min<int64_t>(
-        n, options.micro_batches > 0 ? options.micro_batches : opt_.micro_batches));
+    const int pieces = static_cast<int>(
+        std::min<int64_t>(n, options.micro_batches > 0 ? options.micro_batches : opt_.M));
     const std::vector<Batch> micro =
         micro_for(r, batch, n, pieces, /*by_replica=*/false, nullptr, nullptr);
     const Schedule program = make_forward_schedule(k, pieces, /*with_loss=*/false);
@@ -88,7 +88,7 @@ Bundle Pipeline::predict(const Bundle& inputs, const PredictOptions& options) {
   };
   if (options.session && !inputs.empty()) {
     const int64_t n = batch_size(batch);
-    const int64_t per_call = options.micro_batches > 0 ? options.micro_batches : opt_.micro_batches;
+    const int64_t per_call = options.micro_batches > 0 ? options.micro_batches : opt_.M;
     options.session->check_layout({n, static_cast<int>(std::min<int64_t>(n, per_call))});
   }
   try {

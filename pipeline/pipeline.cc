@@ -40,8 +40,7 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
     : opt_(std::move(options)), model_(std::move(model)) {
   GPIPE_CHECK(!model_.layers.empty(), "pipeline: the model has no layers");
   GPIPE_CHECK(model_.loss != nullptr, "pipeline: the model has no loss");
-  GPIPE_CHECK(opt_.micro_batches >= 1, "pipeline: M (micro-batches) must be >= 1, got ",
-              opt_.micro_batches);
+  GPIPE_CHECK(opt_.M >= 1, "pipeline: M (micro-batches) must be >= 1, got ", opt_.M);
   GPIPE_CHECK(opt_.timeout_seconds > 0, "pipeline: timeout must be positive, got ",
               opt_.timeout_seconds);
   GPIPE_CHECK(opt_.replicas >= 1, "pipeline: the replica count R must be >= 1, got ",
@@ -61,16 +60,16 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
               schedule_name(opt_.schedule), ")");
   if (!opt_.balance.empty()) {
     const int given = static_cast<int>(opt_.balance.size());
-    GPIPE_CHECK(opt_.cells == 1 || opt_.cells * v == given, "pipeline: --balance has ", given,
+    GPIPE_CHECK(opt_.K == 1 || opt_.K * v == given, "pipeline: --balance has ", given,
                 " cells but ",
-                v > 1 ? detail::concat("K x v = ", opt_.cells, " x ", v, " = ", opt_.cells * v)
-                      : detail::concat("K = ", opt_.cells));
+                v > 1 ? detail::concat("K x v = ", opt_.K, " x ", v, " = ", opt_.K * v)
+                      : detail::concat("K = ", opt_.K));
     GPIPE_CHECK(given % v == 0, "pipeline: --balance has ", given,
                 " cells, not a multiple of v = ", v, " cells per device");
-    opt_.cells = given / v;
+    opt_.K = given / v;
   }
-  GPIPE_CHECK(opt_.cells >= 1, "pipeline: K (cells) must be >= 1, got ", opt_.cells);
-  const int k = opt_.cells * v;  // cells; opt_.cells devices
+  GPIPE_CHECK(opt_.K >= 1, "pipeline: K (devices) must be >= 1, got ", opt_.K);
+  const int k = opt_.K * v;  // cells; opt_.K devices
   std::set<std::string> names;
   for (const auto& l : model_.layers) {
     GPIPE_CHECK(names.insert(l->name()).second, "pipeline: two layers are named '", l->name(),
@@ -79,17 +78,15 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   }
   skip_edges(model_.layers);  // every stash popped once by a later layer, or a clear error
   // The program, checked before anything is built.
-  schedule_ = opt_.custom_schedule
-                  ? *opt_.custom_schedule
-                  : make_schedule(opt_.schedule, opt_.cells, opt_.micro_batches, opt_.remat, v);
+  schedule_ = opt_.custom_schedule ? *opt_.custom_schedule
+                                   : make_schedule(opt_.schedule, opt_.K, opt_.M, opt_.remat, v);
   GPIPE_CHECK(schedule_.training,
               "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
               "its header) is needed");
-  dry_run_ = validate(schedule_, k, opt_.micro_batches);
-  GPIPE_CHECK(schedule_.device_count() == opt_.cells, "pipeline: the program runs its ",
+  dry_run_ = validate(schedule_, k, opt_.M);
+  GPIPE_CHECK(schedule_.device_count() == opt_.K, "pipeline: the program runs its ",
               schedule_.cells(), " cells on ", schedule_.device_count(),
-              " devices but K = ", opt_.cells, " devices with v = ", v,
-              " cells each were asked for");
+              " devices but K = ", opt_.K, " devices with v = ", v, " cells each were asked for");
   // Under MPI each cell is a process; NCCL takes one rank per GPU.
   if (opt_.world && schedule_.device_count() < k)
     for (const Device& dev : opt_.devices)
@@ -108,8 +105,8 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
     const int size = opt_.world->size();
     GPIPE_CHECK(size == k * opt_.replicas, "pipeline: the job has ", size, " processes but ",
                 v > 1 ? "K x v x R = " : "K x R = ",
-                v > 1 ? detail::concat(opt_.cells, " x ", v) : std::to_string(k), " x ",
-                opt_.replicas, " = ", k * opt_.replicas, " (run mpirun -np ", k * opt_.replicas,
+                v > 1 ? detail::concat(opt_.K, " x ", v) : std::to_string(k), " x ", opt_.replicas,
+                " = ", k * opt_.replicas, " (run mpirun -np ", k * opt_.replicas,
                 ", or change --K/--replicas", v > 1 ? "/--virtual" : "", ")");
     info_ = rank_info_for(opt_.world->rank(), k, opt_.replicas, opt_.layout);
     who_ = detail::concat("rank ", info_.world_rank, " (stage ", info_.stage, " of ", k,
@@ -118,7 +115,7 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   partition_ = opt_.balance.empty() ? balanced_partition(measure_costs(sample), k)
                                     : explicit_partition(opt_.balance, measure_costs(sample));
 
-  const int d = opt_.cells;
+  const int d = opt_.K;
   if (opt_.devices.empty()) opt_.devices = devices("cpu", d);
   GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == d,
               "pipeline: got ", opt_.devices.size(), " devices for K = ", d,
@@ -160,7 +157,7 @@ std::vector<double> Pipeline::measure_costs(const Batch& sample) {
   const Batch shaped =
       info_.world_rank == 0 ? sample : Batch{decode_header(header, kCpu).tensors, {}};
   const std::vector<Batch> sample_micro =
-      split_micro_batches(shaped, std::min<int64_t>(opt_.micro_batches, batch_size(shaped)));
+      split_micro_batches(shaped, std::min<int64_t>(opt_.M, batch_size(shaped)));
   std::vector<BundleSpec> specs;
   const BundleSpec final_spec = infer_specs(model_.layers, spec_of(sample_micro[0].inputs), &specs);
   specs.push_back(final_spec);  // [input of layer 0, ..., the model's output]
@@ -340,7 +337,7 @@ StepResult Pipeline::train_step(const Batch& batch) {
     Watchdog* w;
     ~EndStep() { w->end_step(); }
   } end_step{watchdog_.get()};
-  const int m = opt_.micro_batches, replicas = opt_.replicas;
+  const int m = opt_.M, replicas = opt_.replicas;
   if (!opt_.trace) tracer_.clear();
   const double trace_from = tracer_.now_us();
   auto body = [&](StageExecutor& r) {

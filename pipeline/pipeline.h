@@ -1,7 +1,7 @@
 // Pipeline: GPipe's synchronous micro-batch pipeline over K devices.
 //
 //   Model model = models::transformer(cfg);
-//   Pipeline pipe(std::move(model), {.cells = 4, .micro_batches = 8}, sample_batch);
+//   Pipeline pipe(std::move(model), {.K = 4, .M = 8}, sample_batch);
 //   Adam opt(pipe.parameters(), {...});
 //   StepResult r = pipe.train_step(batch);  // forward + backward of all micro-batches
 //   opt.step(); pipe.zero_grad();
@@ -38,8 +38,8 @@ namespace gpipe {
 struct PipelineOptions {
   // K: devices, each holding `virtual_stages` cells (docs/GLOSSARY.md: cells
   // are the layer runs, stages their runtime); K cells unless interleaved.
-  int cells = 1;
-  int micro_batches = 1;  // M
+  int K = 1;
+  int M = 1;  // micro-batches per mini-batch
   // v: cells per device: the model is cut into K v cells and the cells of a
   // device take turns (Note [Device turns]). Interleaved: cell c on device
   // c mod K, any v; ZB-V: 2 (set when left at 1), in a V. 1 for every other

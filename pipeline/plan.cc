@@ -267,7 +267,7 @@ std::string PlanChoice::remat_text() const {
 
 std::string PlanChoice::describe() const {
   std::ostringstream os;
-  os << schedule_name(schedule) << " M=" << micro_batches;
+  os << schedule_name(schedule) << " M=" << M;
   if (virtual_stages > 1) os << " v=" << virtual_stages;
   std::string modes = remat_text();
   if (!uniform_remat() && remat.size() > 16) {
@@ -300,13 +300,12 @@ Schedule plan_program(const PlanChoice& ch) {
   std::map<RematMode, Schedule> built;
   for (RematMode m : ch.remat)
     if (!built.count(m))
-      built.emplace(m,
-                    make_schedule(ch.schedule, ch.devices, ch.micro_batches, m, ch.virtual_stages));
+      built.emplace(m, make_schedule(ch.schedule, ch.K, ch.M, m, ch.virtual_stages));
   Schedule out = built.at(ch.remat[0]);
-  GPIPE_CHECK(out.cells() == ch.cells(), "plan: ", schedule_name(ch.schedule),
-              " on K = ", ch.devices, " has ", out.cells(), " cells, the choice ", ch.cells());
+  GPIPE_CHECK(out.cells() == ch.cells(), "plan: ", schedule_name(ch.schedule), " on K = ", ch.K,
+              " has ", out.cells(), " cells, the choice ", ch.cells());
   for (int c = 0; c < ch.cells(); ++c) out.stages[c] = built.at(ch.remat[c]).stages[c];
-  (void)validate(out, out.cells(), ch.micro_batches);
+  (void)validate(out, out.cells(), ch.M);
   return out;
 }
 
@@ -366,7 +365,7 @@ PlanEstimate estimate_with(const ModelCosts& costs, const PlanChoice& ch, const 
     cm.links.push_back(l);
   }
   e.sim = simulate(program, cm);
-  e.step_seconds = e.sim.step_seconds + costs.optimizer_seconds / ch.devices;
+  e.step_seconds = e.sim.step_seconds + costs.optimizer_seconds / ch.K;
   e.memory.assign(program.device_count(), {});
   for (int c = 0; c < cells; ++c) {
     DeviceMemoryPrediction& d = e.memory[program.device_of(c)];
@@ -424,8 +423,7 @@ double combinations(int64_t n, int64_t k) {
 
 PlanEstimate estimate_plan(const ModelCosts& costs, const PlanChoice& choice, int64_t batch) {
   check_bounds(costs, choice);
-  return estimate_with(costs, choice, plan_program(choice),
-                       costs.at(rows_of(batch, choice.micro_batches)));
+  return estimate_with(costs, choice, plan_program(choice), costs.at(rows_of(batch, choice.M)));
 }
 
 PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, double memory_bytes,
@@ -435,7 +433,7 @@ PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, dou
   GPIPE_CHECK(cells >= 1 && cells <= n, "plan: ", cells,
               " cells need at least as many layers; the model has ", n);
   const Schedule program = plan_program(ch);
-  const ModelProfile p = costs.at(rows_of(batch, ch.micro_batches));
+  const ModelProfile p = costs.at(rows_of(batch, ch.M));
   auto eval = [&](const std::vector<int64_t>& bounds) {
     ch.bounds = bounds;
     return estimate_with(costs, ch, program, p);
@@ -464,7 +462,7 @@ PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, dou
   for (int64_t i = 0; i < n; ++i) {
     const LayerProfile& l = p.layers[i];
     time[i] = l.forward_seconds + l.backward_input_seconds + l.backward_weight_seconds;
-    memory[i] = static_cast<double>(l.activation_bytes) * ch.micro_batches +
+    memory[i] = static_cast<double>(l.activation_bytes) * ch.M +
                 (2 + costs.optimizer_state_factor) * static_cast<double>(l.parameter_bytes);
   }
   time[n - 1] += p.loss.forward_seconds + p.loss.backward_input_seconds;
@@ -512,7 +510,7 @@ int level(RematMode m) { return m == RematMode::kNever ? 0 : m == RematMode::kEx
 
 PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
   const int64_t n = costs.layers();
-  const int k = req.devices;
+  const int k = req.K;
   GPIPE_CHECK(k >= 1, "plan: --devices must be >= 1, got ", k);
   GPIPE_CHECK(n >= 1, "plan: the model has no layers");
   GPIPE_CHECK(k <= n, "plan: K = ", k, " devices but the model has ", n,
@@ -526,7 +524,7 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
               format_bytes(req.memory_bytes), " per device is below one device's share of the ",
               "parameters, gradients and optimizer state alone (", format_bytes(state),
               " / K = ", format_bytes(state / k), ")");
-  std::vector<int> ms = req.micro_batches;
+  std::vector<int> ms = req.M;
   if (ms.empty())
     for (int64_t m = 1; m <= req.batch; m *= 2) ms.push_back(static_cast<int>(m));
   for (int m : ms)
@@ -572,8 +570,8 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
       }
       PlanChoice ch;
       ch.schedule = kind;
-      ch.devices = k;
-      ch.micro_batches = m;
+      ch.K = k;
+      ch.M = m;
       ch.virtual_stages = v;
       // Every cell in one mode, then a mix: from the cheapest mode up, the
       // cells of the device that overflows most one level more each round.

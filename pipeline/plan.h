@@ -95,12 +95,12 @@ void measure_link(Device from, Device to, double* latency_seconds, double* bytes
 // One candidate: what gpipe_train would run.
 struct PlanChoice {
   ScheduleKind schedule = ScheduleKind::kGPipe;
-  int devices = 1;               // K
-  int micro_batches = 1;         // M
+  int K = 1;                     // devices of one pipeline
+  int M = 1;                     // micro-batches per mini-batch
   int virtual_stages = 1;        // v: cells per device (interleaved, ZB-V)
   std::vector<int64_t> bounds;   // cells + 1 layer offsets
   std::vector<RematMode> remat;  // per cell
-  int cells() const { return devices * virtual_stages; }
+  int cells() const { return K * virtual_stages; }
   std::vector<int64_t> balance() const;  // layers per cell ("--balance")
   std::string balance_text() const;      // "24,19"
   bool uniform_remat() const;            // every cell in one mode
@@ -134,10 +134,10 @@ Schedule plan_program(const PlanChoice& choice);
 PlanEstimate estimate_plan(const ModelCosts& costs, const PlanChoice& choice, int64_t batch);
 
 struct PlanRequest {
-  int devices = 1;                      // K
+  int K = 1;                            // devices of one pipeline
   int64_t batch = 0;                    // N, examples per step
   double memory_bytes = 0;              // per device; 0: no limit
-  std::vector<int> micro_batches;       // candidates; empty: 1, 2, 4, ... up to N
+  std::vector<int> M;                   // candidates for M; empty: 1, 2, 4, ... up to N
   std::vector<ScheduleKind> schedules;  // empty: all
   std::vector<RematMode> remat;         // modes a cell may take; empty: all three
   int virtual_stages = 2;               // v for interleaved (ZB-V always has 2)

@@ -38,10 +38,10 @@ std::string Pipeline::describe() const {
     os << line;
   }
   if (opt_.custom_schedule)
-    os << "schedule from text, M = " << opt_.micro_batches;
+    os << "schedule from text, M = " << opt_.M;
   else
-    os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.micro_batches
-       << ", remat " << remat_name(opt_.remat);
+    os << "schedule " << schedule_name(opt_.schedule) << ", M = " << opt_.M << ", remat "
+       << remat_name(opt_.remat);
   const BubbleFormula bubble = bubble_formula();
   os << ", ideal bubble " << bubble.text << " = " << bubble.value << "\n";
   os << "dry run: " << dry_run_.makespan << " ticks; peak live micro-batches per stage";
@@ -62,7 +62,7 @@ std::string Pipeline::describe() const {
 BubbleFormula Pipeline::bubble_formula() const {
   const int k = static_cast<int>(cells_.size()), devices = schedule_.device_count();
   if (!opt_.custom_schedule)
-    return gpipe::bubble_formula(opt_.schedule, devices, opt_.micro_batches, k / devices);
+    return gpipe::bubble_formula(opt_.schedule, devices, opt_.M, k / devices);
   const double per_cell = static_cast<double>(devices) / k;  // a device's work split over its cells
   const Simulation sim = simulate(schedule_, CostModel::uniform(k, per_cell, 2.0 * per_cell));
   return {sim.bubble_fraction, "simulated (F = 1, B = 2)"};

@@ -413,8 +413,7 @@ std::string to_string(const std::vector<Action>& actions) {
 
 std::string to_text(const Schedule& s) {
   std::ostringstream os;
-  os << "schedule K=" << s.cells() << " M=" << s.micro_batches
-     << (s.training ? " train" : " forward");
+  os << "schedule K=" << s.cells() << " M=" << s.M << (s.training ? " train" : " forward");
   if (!s.device_map.empty()) {
     bool round_robin = true;
     const int d = s.device_count();
@@ -524,7 +523,7 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
         throw ScheduleError(detail::concat(where, ": K=", k, " M=", m, " cannot be listed in ",
                                            text.size(), " bytes (one line per stage, every ",
                                            "micro-batch in its actions)"));
-      s.micro_batches = m;
+      s.M = m;
       bool identity = true;  // every cell on its own device, in order: no map
       for (int c = 0; c < static_cast<int>(map.size()); ++c) identity = identity && map[c] == c;
       if (!identity) s.device_map = map;
@@ -549,7 +548,7 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
     throw ScheduleError(detail::concat(
         source, ": empty (expected 'schedule K=.. M=.. train' and one line per stage)"));
   for (int stage = 0; stage < k; ++stage)
-    if (s.stages[stage].empty() && s.micro_batches > 0)
+    if (s.stages[stage].empty() && s.M > 0)
       throw ScheduleError(detail::concat(source, ": no line for stage ", stage, " (K=", k,
                                          " needs lines 0: to ", k - 1, ":)"));
   return s;

@@ -84,8 +84,8 @@ struct Action {
 };
 
 struct Schedule {
-  int micro_batches = 0;  // M
-  bool training = true;   // false: a forward-only program (evaluation, prediction)
+  int M = 0;             // micro-batches
+  bool training = true;  // false: a forward-only program (evaluation, prediction)
   std::vector<std::vector<Action>> stages;  // [stage] -> actions in order
   // The device of each cell when cells share devices (interleaved: c mod D;
   // ZB-V: the V shape); empty: cell c has device c to itself.

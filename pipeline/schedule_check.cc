@@ -370,7 +370,7 @@ std::string tick_grid(const Schedule& s, const std::vector<std::vector<int>>& ti
 DryRun validate(const Schedule& s, int k, int m) {
   GPIPE_CHECK(s.cells() == k, "schedule: it has ", s.cells(),
               " stages but the pipeline has K = ", k, " cells");
-  GPIPE_CHECK(s.micro_batches == m, "schedule: it is written for M = ", s.micro_batches,
+  GPIPE_CHECK(s.M == m, "schedule: it is written for M = ", s.M,
               " micro-batches but the step has M = ", m);
   // Every stage forwards every micro-batch: a stage with fewer actions than
   // M cannot be complete (checked before the per-micro-batch tables are sized by M).

@@ -84,7 +84,7 @@ CostModel CostModel::uniform(int k, double forward, double backward) {
 }
 
 Simulation simulate(const Schedule& schedule, const CostModel& costs) {
-  const int k = schedule.cells(), m = schedule.micro_batches;
+  const int k = schedule.cells(), m = schedule.M;
   const DryRun dry = validate(schedule, k, m);
   check_costs(costs, k);
   Simulation sim;

@@ -131,7 +131,7 @@ TEST_CASE("autograd: re-running a forward from a saved input (recomputation)") {
   CHECK(again.grad().to_vector<double>() == gx_ref);
 }
 
-TEST_CASE("autograd: checkpoint gives the same gradients and frees internals") {
+TEST_CASE("autograd: rematerialise gives the same gradients and frees internals") {
   Tensor w = leaf({0.5, -1.0, 2.0, 0.25}, Shape{2, 2});
   Tensor x = leaf({1, 2, 3, 4}, Shape{2, 2});
   RngScope rng(RngContext{.seed = 9});
@@ -142,17 +142,17 @@ TEST_CASE("autograd: checkpoint gives the same gradients and frees internals") {
   const auto gw = w.grad().to_vector<double>(), gx = x.grad().to_vector<double>();
   w.zero_grad();
   x.zero_grad();
-  Tensor out = checkpoint(body, {x})[0];
-  CHECK(out.grad_fn()->name() == "Checkpoint");
+  Tensor out = rematerialise(body, {x})[0];
+  CHECK(out.grad_fn()->name() == "Remat");
   ops::sum(out).backward();
   CHECK(w.grad().to_vector<double>() == gw);
   CHECK(x.grad().to_vector<double>() == gx);
 }
 
-TEST_CASE("autograd: checkpoint reaches parameters when the input needs no grad") {
+TEST_CASE("autograd: rematerialise reaches parameters when the input needs no grad") {
   Tensor w = leaf({1, 2}, Shape{2});
   Tensor x = Tensor::from_vector<double>({3, 4}, Shape{2});
-  Tensor out = checkpoint(
+  Tensor out = rematerialise(
       [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{ops::mul(in[0], w)}; },
       {x})[0];
   ops::sum(out).backward();

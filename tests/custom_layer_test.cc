@@ -39,7 +39,7 @@ TEST_CASE("custom layer: a pipeline of custom layers matches single-device train
   Model ref = examples::glu_classifier(6, 8, 3, 3, 4);
   ref.loss->mean(run_layers(ref.layers, batch.inputs), batch.targets).backward();
   Pipeline pipe(examples::glu_classifier(6, 8, 3, 3, 4),
-                {.cells = 2, .micro_batches = 3, .remat = RematMode::kAlways}, batch);
+                {.K = 2, .M = 3, .remat = RematMode::kAlways}, batch);
   CHECK(pipe.partition().cells() == 2);
   pipe.train_step(batch);
   auto got = pipe.parameters();

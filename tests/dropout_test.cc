@@ -1,6 +1,6 @@
 // dropout beyond the op table: the mask is a pure function of the RngContext
 // (and salt), so recomputation reproduces it; statistics of the mask; and
-// checkpointed vs plain gradients.
+// rematerialised vs plain gradients.
 #include "ops/dropout.h"
 
 #include <catch2/catch.hpp>
@@ -111,7 +111,7 @@ TEST_CASE("dropout: the gradient is the mask, even after the context changed") {
   for (size_t i = 0; i < g.size(); ++i) CHECK(std::abs(g[i] * xv[i] - v[i]) < 1e-12);
 }
 
-TEST_CASE("dropout: recomputation through checkpoint gives identical gradients") {
+TEST_CASE("dropout: recomputation through rematerialise gives identical gradients") {
   const RngContext ctx = context(1, 2);
   Tensor x0 = Tensor::randn({8, 16}, 3, 1.0, DType::kFloat32);
   Tensor gamma0 = Tensor::randn({16}, 4, 0.2, DType::kFloat32);
@@ -128,10 +128,10 @@ TEST_CASE("dropout: recomputation through checkpoint gives identical gradients")
   {
     RngScope scope(ctx);
     plain = block({x1, gamma1})[0];
-    remat = checkpoint(block, {x2, gamma2})[0];
+    remat = rematerialise(block, {x2, gamma2})[0];
   }
   CHECK(plain.to_vector<float>() == remat.to_vector<float>());
-  // Backward outside the scope: the checkpoint restores the forward's context.
+  // Backward outside the scope: rematerialise restores the forward's context.
   plain.backward(g);
   remat.backward(g);
   CHECK(x1.grad().to_vector<float>() == x2.grad().to_vector<float>());

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/benchmarks.h"
+#include "tools/train/cli_checks.h"
 
 namespace gpipe::bench {
 
@@ -19,8 +20,10 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
   c->add_option("--batch", o.batch, "N");
   c->add_option("--threads", o.threads, "intra-op threads per stage");
-  c->add_option("--partitions", o.partitions, "K");
-  c->add_option("--micro-batches", o.micro_batches, "M");
+  gpipe::train::add_renamed_flag(c, "--partitions", "--K");
+  c->add_option("--K", o.K, "K");
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M");
   c->add_option("--remat", o.remat, "never | except_last | always");
   c->add_option("--schedule", o.schedule,
                 "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v");

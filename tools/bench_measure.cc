@@ -232,10 +232,10 @@ int run_measure(const MeasureOptions& o) {
   std::shared_ptr<Communicator> world;
   if (mpi::launched_by_mpirun()) world = mpi::world();
   // The optimizer's thread budget: every stage's cores in one process, one stage's otherwise.
-  set_default_intra_op_threads(world ? o.threads : o.partitions * o.threads);
+  set_default_intra_op_threads(world ? o.threads : o.K * o.threads);
   PipelineOptions po;
-  po.cells = o.partitions;
-  po.micro_batches = o.micro_batches;
+  po.K = o.K;
+  po.M = o.M;
   po.remat = parse_remat(o.remat);
   po.schedule = parse_schedule(o.schedule);
   po.virtual_stages = o.virtual_stages;
@@ -248,7 +248,7 @@ int run_measure(const MeasureOptions& o) {
   po.precision = parse_precision(o.precision);
   // Boundary shapes of one micro-batch (to predict the bytes sent), before the model moves in.
   std::vector<BundleSpec> specs;
-  const int64_t micro = std::min<int64_t>(o.micro_batches * o.replicas, o.batch);
+  const int64_t micro = std::min<int64_t>(o.M * o.replicas, o.batch);
   specs.push_back({});
   const std::vector<Batch> one = split_micro_batches(w.batch, micro);
   infer_specs(w.model.layers, spec_of(one[0].inputs), &specs);
@@ -364,8 +364,8 @@ MeasureOptions w3_measure(int k, int m, const std::string& schedule, const std::
   mo.layers = 8;
   mo.batch = 64;
   mo.threads = threads;
-  mo.partitions = k;
-  mo.micro_batches = m;
+  mo.K = k;
+  mo.M = m;
   mo.remat = remat;
   mo.schedule = schedule;
   mo.warmup = warmup;
@@ -377,9 +377,8 @@ MeasureOptions w3_measure(int k, int m, const std::string& schedule, const std::
 std::string measure_in_child(const MeasureOptions& o) {
   std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " +
                     std::to_string(o.layers) + " --batch " + std::to_string(o.batch) +
-                    " --threads " + std::to_string(o.threads) + " --partitions " +
-                    std::to_string(o.partitions) + " --micro-batches " +
-                    std::to_string(o.micro_batches) + " --remat " + o.remat + " --warmup " +
+                    " --threads " + std::to_string(o.threads) + " --K " + std::to_string(o.K) +
+                    " --M " + std::to_string(o.M) + " --remat " + o.remat + " --warmup " +
                     std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
                     " --max-seconds " + std::to_string(o.max_seconds);
   if (!o.balance.empty()) cmd += " --balance " + o.balance;

@@ -62,7 +62,7 @@ SamplesPerSecond gpipe_sweep(const PipelineBenchOptions& opt, double gflop,
               "predicted", "error");
   for (const std::string& schedule : opt.schedules)
     for (const std::string& remat : opt.remat)
-      for (int m : opt.micro_batches) {
+      for (int m : opt.M) {
         const std::string row = schedule + "/" + remat;
         double sps[3] = {0, 0, 0};
         std::vector<double> cell_costs;
@@ -118,7 +118,7 @@ std::string torch_seq_table(const PipelineBenchOptions& opt, const std::string& 
   std::printf("%3s", "M");
   for (int t : opt.torch_threads) std::printf(" %11s%d", "threads=", t);
   std::printf("   gpipe K=2 (best remat) / torch seq at 2 threads\n");
-  for (int m : opt.micro_batches) {
+  for (int m : opt.M) {
     std::printf("%3d", m);
     double two = 0;
     for (int t : opt.torch_threads) {
@@ -145,7 +145,7 @@ void torch_pipe_table(const PipelineBenchOptions& opt, const std::string& python
   std::printf("# PyTorch Pipe (2 threads), samples/s\n%3s %12s %14s %14s\n", "M", "checkpoint",
               "K=1", "K=2");
   for (const std::string& ck : {std::string("never"), std::string("except_last")})
-    for (int m : opt.micro_batches) {
+    for (int m : opt.M) {
       double s[3] = {0, 0, 0};
       for (int k : {1, 2}) {
         const std::string j =

@@ -53,15 +53,15 @@ struct Config {
 // the planner's (by simulated step time), each as pipeline efficiency
 // t(K = 1) / (2 t(K = 2)); the runs alternate, medians of the rounds.
 void compare_cuts(const PlanValidateOptions& o, MeasureOptions base, const ModelCosts& costs) {
-  base.micro_batches = 8;
+  base.M = 8;
   base.remat = "never";
   base.schedule = "gpipe";
   base.warmup = o.warmup;
   base.steps = o.steps;
   base.max_seconds = o.max_seconds;
   PlanChoice ch;
-  ch.devices = 2;
-  ch.micro_batches = 8;
+  ch.K = 2;
+  ch.M = 8;
   ch.remat.assign(2, RematMode::kNever);
   const PlanEstimate planned = best_cut(costs, ch, o.batch, 0);
   const std::string balance = planned.choice.balance_text();
@@ -69,8 +69,8 @@ void compare_cuts(const PlanValidateOptions& o, MeasureOptions base, const Model
   std::string cost_partition;
   for (int round = 0; round < o.rounds; ++round) {
     MeasureOptions k1 = base, k2 = base;
-    k1.partitions = 1;
-    k2.partitions = 2;
+    k1.K = 1;
+    k2.K = 2;
     one.push_back(json_number(measure_in_child(k1), "median_s"));
     const std::string c = measure_in_child(k2);
     by_cost.push_back(json_number(c, "median_s"));
@@ -95,11 +95,11 @@ void compare_cuts(const PlanValidateOptions& o, MeasureOptions base, const Model
 
 int run_plan_validate(const PlanValidateOptions& o) {
   std::vector<Config> configs;
-  for (int k : o.partitions)
+  for (int k : o.K)
     for (const std::string& sched : o.schedules) {
       if (k == 1 && sched != "gpipe") continue;  // one stage: every schedule is GPipe's order
       const bool all_remat = o.every_remat || sched == "gpipe" || sched == "1f1b";
-      for (int m : o.micro_batches) {
+      for (int m : o.M) {
         if (sched == "interleaved" && m % k != 0) continue;
         for (const std::string& r : o.remat) {
           if (!all_remat && r != o.remat.front()) continue;
@@ -118,7 +118,7 @@ int run_plan_validate(const PlanValidateOptions& o) {
   train::TrainConfig tc;
   tc.optimizer = "adam";  // what measure trains with
   tc.lr = 1e-4;
-  std::vector<int> ms = o.micro_batches;
+  std::vector<int> ms = o.M;
   const ModelCosts costs = train::training_costs(tc, w.model, w.batch, ms, &other.model, 1);
   std::printf("# W3's model (Transformer %ld+%ld, N = %ld), one thread per stage; %zu runs\n",
               static_cast<long>(o.layers), static_cast<long>(o.layers), static_cast<long>(o.batch),
@@ -133,8 +133,8 @@ int run_plan_validate(const PlanValidateOptions& o) {
   int time_ok = 0, act_ok = 0, total_ok = 0;
   for (const Config& c : configs) {
     MeasureOptions mo = base;
-    mo.partitions = c.k;
-    mo.micro_batches = c.m;
+    mo.K = c.k;
+    mo.M = c.m;
     mo.remat = c.remat;
     mo.schedule = c.schedule;
     mo.virtual_stages = c.schedule == "interleaved" || c.schedule == "zb-v" ? 2 : 1;
@@ -144,8 +144,8 @@ int run_plan_validate(const PlanValidateOptions& o) {
     const std::string ours = measure_in_child(mo);
     PlanChoice ch;
     ch.schedule = parse_schedule(c.schedule);
-    ch.devices = c.k;
-    ch.micro_batches = c.m;
+    ch.K = c.k;
+    ch.M = c.m;
     ch.virtual_stages = mo.virtual_stages;
     ch.bounds = bounds_of(json_string(ours, "partition"));
     ch.remat.assign(ch.cells(), parse_remat(c.remat));

@@ -209,7 +209,7 @@ struct Setting {
 
 PlanRequest request(const Setting& s, int64_t batch, double memory) {
   PlanRequest r;
-  r.devices = s.k;
+  r.K = s.k;
   r.batch = batch;
   r.memory_bytes = memory;
   r.schedules = {ScheduleKind::kGPipe};
@@ -217,10 +217,10 @@ PlanRequest request(const Setting& s, int64_t batch, double memory) {
   r.mixed_remat = false;
   r.max_evaluations = s.k <= 8 ? 100 : 0;
   if (s.naive) {
-    r.micro_batches = {1};
+    r.M = {1};
     r.remat = {RematMode::kNever};
   } else {
-    r.micro_batches = {1, 2, 4, 8, 16, 32};
+    r.M = {1, 2, 4, 8, 16, 32};
     r.remat = {RematMode::kNever, RematMode::kAlways};
   }
   return r;
@@ -273,8 +273,8 @@ void print_table2(const ModelCosts& costs, int64_t batch,
                   const std::map<std::pair<int, int>, double>& paper) {
   auto step = [&](int k, int m) {
     PlanChoice ch;
-    ch.devices = k;
-    ch.micro_batches = m;
+    ch.K = k;
+    ch.M = m;
     ch.remat.assign(k, RematMode::kNever);
     return best_cut(costs, ch, batch, 0, 5000, 200).step_seconds;
   };

@@ -34,11 +34,10 @@ std::string mpirun(const ProcessesBenchOptions& opt, int np) {
 }
 
 std::string measure_args(const MeasureOptions& o) {
-  return " measure --workload transformer --layers 8 --batch 64 --threads 1 --partitions " +
-         std::to_string(o.partitions) + " --micro-batches " + std::to_string(o.micro_batches) +
-         " --remat " + o.remat + " --warmup " + std::to_string(o.warmup) + " --steps " +
-         std::to_string(o.steps) + " --max-seconds 1000000 --replicas " +
-         std::to_string(o.replicas) + " < /dev/null";
+  return " measure --workload transformer --layers 8 --batch 64 --threads 1 --K " +
+         std::to_string(o.K) + " --M " + std::to_string(o.M) + " --remat " + o.remat +
+         " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
+         " --max-seconds 1000000 --replicas " + std::to_string(o.replicas) + " < /dev/null";
 }
 
 struct Row {
@@ -56,17 +55,17 @@ int run_processes(const ProcessesBenchOptions& opt) {
   std::printf("%3s %11s %13s %11s %9s %12s %10s %12s %12s %12s\n", "M", "K=1 smp/s", "K=2 in-proc",
               "K=2 MPI", "MPI/in", "overhead ms", "MPI effic", "bytes/step", "in-process",
               "predicted");
-  for (int m : opt.micro_batches) {
+  for (int m : opt.M) {
     Row row;
     MeasureOptions mo;
-    mo.partitions = 2;
-    mo.micro_batches = m;
+    mo.K = 2;
+    mo.M = m;
     mo.remat = opt.remat;
     mo.warmup = opt.warmup;
     mo.steps = opt.steps;
     for (int round = 0; round < opt.rounds; ++round) {
       MeasureOptions one = mo;
-      one.partitions = 1;
+      one.K = 1;
       const std::string base = run_json(self_exe() + measure_args(one));
       const std::string in = run_json(self_exe() + measure_args(mo));
       const std::string mp = run_json(mpirun(opt, 2) + self_exe() + measure_args(mo));
@@ -100,8 +99,8 @@ int run_processes(const ProcessesBenchOptions& opt) {
       "replica\n");
   std::printf("%14s %14s %9s %8s\n", "1 proc smp/s", "R=2 smp/s", "speedup", "ideal");
   MeasureOptions dp;
-  dp.partitions = 1;
-  dp.micro_batches = 1;
+  dp.K = 1;
+  dp.M = 1;
   dp.remat = "never";
   dp.warmup = opt.warmup;
   dp.steps = opt.steps;

@@ -60,8 +60,8 @@ struct Row {
 std::vector<Row> gpipe_rows(const RematBenchOptions& opt) {
   std::vector<Row> rows;
   for (const std::string& schedule : opt.schedules)
-    for (int k : opt.partitions)
-      for (int m : opt.micro_batches)
+    for (int k : opt.K)
+      for (int m : opt.M)
         for (const std::string& remat : opt.remat) {
           if (remat == "except_last" && m == 1) continue;  // the same run as never
           // 1F1B at K = 1 or M = 1 is GPipe's program or plain accumulation,
@@ -123,7 +123,7 @@ std::string torch_rows(const RematBenchOptions& opt, const std::string& python) 
   std::printf("%3s %-6s %9s %10s %9s %12s %12s\n", "M", "remat", "step s", "act MB", "remat +%",
               "after st. MB", "peak RSS MB");
   std::string version;
-  for (int m : opt.micro_batches) {
+  for (int m : opt.M) {
     double none_s = 0;
     for (const std::string& remat : {std::string("none"), std::string("layer")}) {
       const std::string j = try_run_json(

@@ -52,7 +52,7 @@ int run_schedules(const SchedulesBenchOptions& opt) {
               "bubble", "formula", "formula text", "vs 1f1b", "predicted", "act peak MB",
               "cells (layers)");
   std::map<std::pair<std::string, int>, Row> rows;
-  for (int m : opt.micro_batches)
+  for (int m : opt.M)
     for (const std::string& schedule : opt.schedules) {
       const bool interleaved = parse_schedule(schedule) == ScheduleKind::kInterleaved;
       if (interleaved && m % kDevices != 0) {

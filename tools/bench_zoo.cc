@@ -52,11 +52,11 @@ int run_skips(const SkipsBenchOptions& o) {
       "# median of %d steps after %d warm-up; each run a fresh process; memory: peak per device "
       "(activations; everything: parameters, gradients, optimizer state, activations)\n",
       static_cast<long>(o.depth), static_cast<long>(o.channels), static_cast<long>(o.convs),
-      std::to_string(models::unet_parameter_count(u)).c_str(), static_cast<long>(o.batch),
-      o.micro_batches, o.threads, o.steps, o.warmup);
+      std::to_string(models::unet_parameter_count(u)).c_str(), static_cast<long>(o.batch), o.M,
+      o.threads, o.steps, o.warmup);
   std::printf("%2s %-14s %9s %7s %-22s %-22s %12s %s\n", "K", "skips", "img/s", "speed",
               "act peak MB", "total peak MB", "MB/step", "cells");
-  for (int k : o.partitions) {
+  for (int k : o.K) {
     double routed_rate = 0;
     for (const char* skips : {"through-cells", "direct"}) {
       MeasureOptions m;
@@ -65,8 +65,8 @@ int run_skips(const SkipsBenchOptions& o) {
       m.width = o.channels;
       m.convs = o.convs;
       m.batch = o.batch;
-      m.partitions = k;
-      m.micro_batches = o.micro_batches;
+      m.K = k;
+      m.M = o.M;
       m.threads = o.threads;
       m.remat = "never";
       m.warmup = o.warmup;
@@ -107,8 +107,8 @@ int run_resnet(const ResNetBenchOptions& o) {
     mo.layers = o.depth;
     mo.width = o.width;
     mo.batch = o.batch;
-    mo.partitions = k;
-    mo.micro_batches = m;
+    mo.K = k;
+    mo.M = m;
     mo.threads = threads;
     mo.remat = "never";
     mo.warmup = o.warmup;
@@ -116,7 +116,7 @@ int run_resnet(const ResNetBenchOptions& o) {
     mo.max_seconds = o.max_seconds;
     return measure_in_child(mo);
   };
-  const int mb = o.micro_batches;
+  const int mb = o.M;
   const std::string one = measure(1, 1, 1), two = measure(2, mb, 1);
   const double t1 = json_number(one, "median_s"), t2 = json_number(two, "median_s");
   const double speedup = t1 / t2, bound = 2.0 * mb / (mb + 1.0);

@@ -86,8 +86,8 @@ struct MeasureOptions {
   int64_t layers = 3;  // transformer: encoder (= decoder) layers; amoebanet: N
   int64_t batch = 32;  // N
   int threads = 1;     // intra-op threads per stage
-  int partitions = 1;  // K
-  int micro_batches = 1;           // M
+  int K = 1;
+  int M = 1;
   std::string remat = "never";     // never | except_last | always
   std::string schedule = "gpipe";  // gpipe | 1f1b | zb-h1 | interleaved
   int virtual_stages = 1;          // v: cells per device (interleaved)
@@ -142,7 +142,7 @@ int run_transformer(const TransformerBenchOptions& opt);
 // `seq` baseline (and Pipe where the installed torch still has it).
 struct PipelineBenchOptions {
   TorchSide torch;
-  std::vector<int> micro_batches{1, 8};
+  std::vector<int> M{1, 8};
   std::vector<std::string> remat{"except_last", "never"};
   std::vector<std::string> schedules{"gpipe"};
   std::vector<int> torch_threads{1, 2};
@@ -157,7 +157,7 @@ int run_pipeline(const PipelineBenchOptions& opt);
 // gain over 1F1B beside the gain the formulas predict, and the peak
 // activation memory per device.
 struct SchedulesBenchOptions {
-  std::vector<int> micro_batches{2, 4, 8, 16};
+  std::vector<int> M{2, 4, 8, 16};
   std::vector<std::string> schedules{"gpipe", "1f1b",         "interleaved",
                                      "zb-h1", "zb-h1-lowmem", "zb-v"};
   int virtual_stages = 2;  // v for interleaved
@@ -171,7 +171,7 @@ int run_schedules(const SchedulesBenchOptions& opt);
 // K=2 run, data parallelism (R=2, K=1) against one process, and the bytes
 // each boundary carries per step against the paper's communication model.
 struct ProcessesBenchOptions {
-  std::vector<int> micro_batches{4, 8};
+  std::vector<int> M{4, 8};
   std::string remat = "except_last";
   int warmup = 1, steps = 3;
   int rounds = 2;  // alternate the variants this many times; medians of the rounds
@@ -183,8 +183,8 @@ int run_processes(const ProcessesBenchOptions& opt);
 // activation and total memory peaks against measured runs of W3's model
 // (each K, schedule, M and remat mode; the measured run's cut).
 struct PlanValidateOptions {
-  std::vector<int> partitions{1, 2};
-  std::vector<int> micro_batches{1, 2, 4, 8, 16};
+  std::vector<int> K{1, 2};
+  std::vector<int> M{1, 2, 4, 8, 16};
   std::vector<std::string> remat{"never", "except_last", "always"};
   std::vector<std::string> schedules{"gpipe",        "1f1b",        "zb-h1",
                                      "zb-h1-lowmem", "interleaved", "zb-v"};
@@ -213,8 +213,8 @@ int run_plan_paper(const PaperPlanOptions& opt);
 struct RematBenchOptions {
   TorchSide torch;
   std::vector<std::string> schedules{"gpipe", "1f1b"};  // 1f1b only where it differs: K, M > 1
-  std::vector<int> partitions{1, 2};
-  std::vector<int> micro_batches{1, 8};
+  std::vector<int> K{1, 2};
+  std::vector<int> M{1, 8};
   std::vector<std::string> remat{"never", "except_last",
                                  "always"};  // except_last is skipped at M = 1 (= never)
   int warmup = 1, steps = 2;
@@ -256,8 +256,8 @@ int compare_steps(const StepComparison& c, const TorchSide& torch, const std::ve
 // through the cells between (tools/bench_zoo.cc).
 struct SkipsBenchOptions {
   int64_t depth = 5, channels = 64, convs = 5, batch = 16;
-  int micro_batches = 8;
-  std::vector<int> partitions = {2, 4};
+  int M = 8;
+  std::vector<int> K = {2, 4};
   int threads = 1, warmup = 1, steps = 3;
   double max_seconds = 60;
 };
@@ -267,7 +267,7 @@ int run_skips(const SkipsBenchOptions& opt);
 // (efficiency against 2M/(M+1)) and against PyTorch (benchmarks/resnet_torch.py).
 struct ResNetBenchOptions {
   int64_t depth = 101, width = 64, batch = 32;
-  int micro_batches = 8;
+  int M = 8;
   int warmup = 1, steps = 3;
   double max_seconds = 60;
   TorchSide torch;

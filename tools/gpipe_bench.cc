@@ -121,7 +121,8 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
 CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
   CLI::App* c =
       app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
-  c->add_option("--micro-batches", o.micro_batches, "M values (full sweep: 1,4,8,16)")
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M values (full sweep: 1,4,8,16)")
       ->delimiter(',')
       ->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
@@ -142,9 +143,8 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
 CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "schedules", "W3's model at K=2 under each schedule: bubble vs formula, gain over 1F1B");
-  c->add_option("--micro-batches", o.micro_batches, "M values")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--schedule", o.schedules,
                 "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v")
       ->delimiter(',');
@@ -163,12 +163,10 @@ CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
   c->add_option("--schedule", o.schedules, "schedules: gpipe, 1f1b (1f1b rows at K, M > 1)")
       ->delimiter(',')
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
-  c->add_option("--partitions", o.partitions, "K values (1 or 2)")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 2));
-  c->add_option("--micro-batches", o.micro_batches, "M values")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  gpipe::train::add_renamed_flag(c, "--partitions", "--K");
+  c->add_option("--K", o.K, "K values (1 or 2)")->delimiter(',')->check(CLI::Range(1, 2));
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
   c->add_option("--steps", o.steps, "timed steps (median reported)")
@@ -198,9 +196,8 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
   CLI::App* c = app.add_subcommand("processes",
                                    "W3 with one MPI rank per stage vs in-process K=2; R=2 data "
                                    "parallel vs one process; bytes sent");
-  c->add_option("--micro-batches", o.micro_batches, "M values")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "never | except_last | always");
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
   c->add_option("--steps", o.steps, "timed steps (median reported)")
@@ -218,8 +215,10 @@ CLI::App* add_skips(CLI::App& app, gpipe::bench::SkipsBenchOptions& o) {
   c->add_option("--channels", o.channels, "C (even)")->check(gpipe::train::kPositive);
   c->add_option("--convs", o.convs, "conv units per block")->check(gpipe::train::kPositive);
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
-  c->add_option("--micro-batches", o.micro_batches, "M")->check(gpipe::train::kPositive);
-  c->add_option("--partitions", o.partitions, "K values")->delimiter(',')->check(CLI::Range(2, 12));
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M")->check(gpipe::train::kPositive);
+  gpipe::train::add_renamed_flag(c, "--partitions", "--K");
+  c->add_option("--K", o.K, "K values")->delimiter(',')->check(CLI::Range(2, 12));
   c->add_option("--threads", o.threads, "intra-op threads per stage")
       ->check(gpipe::train::kPositive);
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
@@ -236,8 +235,8 @@ CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
   c->add_option("--depth", o.depth, "50, 101 or 152")->check(CLI::IsMember({50, 101, 152}));
   c->add_option("--width", o.width, "W (torchvision: 64)")->check(gpipe::train::kPositive);
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
-  c->add_option("--micro-batches", o.micro_batches, "M of the K=2 run")
-      ->check(gpipe::train::kPositive);
+  gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--M", o.M, "M of the K=2 run")->check(gpipe::train::kPositive);
   c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
   c->add_option("--steps", o.steps, "timed steps (median reported)")
       ->check(gpipe::train::kPositive);

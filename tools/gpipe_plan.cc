@@ -2,7 +2,7 @@
 // on K devices under a memory limit, predicted by the simulator over costs
 // measured here (pipeline/plan.h, Note [Planner] in docs/ARCHITECTURE.md).
 //
-//   bazel run //tools:gpipe_plan -- --model=transformer --devices=2 --memory=1GB --batch=32
+//   bazel run //tools:gpipe_plan -- --model=transformer --K=2 --memory=1GB --batch=32
 //       [any of gpipe_train's model flags: --layers=8 --dim=256 ... --optimizer=sgd]
 //   bazel run //tools:gpipe_plan -- --validate     # predicted vs measured, W3's model here
 //   bazel run //tools:gpipe_plan -- --paper        # the paper's Tables 1 and 2, on paper
@@ -54,9 +54,9 @@ Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
 
 struct Flags {
   std::string model, memory;
-  int devices = 1, threads = 1, top = 5, virtual_stages = 2;
+  int K = 1, threads = 1, top = 5, virtual_stages = 2;
   int64_t batch = 0;
-  std::vector<int> micro_batches;
+  std::vector<int> M;
   std::vector<std::string> schedules, remat;
   std::string svg;
   std::string link = "measured";  // measured | pcie | nvlink | infiniband | <bytes/s>[,<latency s>]
@@ -104,17 +104,16 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
   if (c.batch == 0) c.batch = train::default_batch(c.model);
   c = train::resolve_defaults(c, 1000);
   PlanRequest req;
-  req.devices = f.devices;
+  req.K = f.K;
   req.batch = c.batch;
   req.memory_bytes = f.memory.empty() ? 0 : parse_bytes(f.memory);
   req.top = f.top;
   req.virtual_stages = f.virtual_stages;
   for (const std::string& s : f.schedules) req.schedules.push_back(parse_schedule(s));
   for (const std::string& r : f.remat) req.remat.push_back(parse_remat(r));
-  req.micro_batches =
-      f.micro_batches.empty() ? train::candidate_micro_batches(c.batch) : f.micro_batches;
-  for (int m : req.micro_batches)
-    GPIPE_CHECK(m >= 1 && m <= c.batch, "--micro-batches: M = ", m, " for --batch=", c.batch,
+  req.M = f.M.empty() ? train::candidate_micro_batches(c.batch) : f.M;
+  for (int m : req.M)
+    GPIPE_CHECK(m >= 1 && m <= c.batch, "--M: M = ", m, " for --batch=", c.batch,
                 " (expected 1 <= M <= N)");
   set_default_intra_op_threads(f.threads);
   Model model, other;  // the second copy measures two devices computing at once
@@ -124,25 +123,25 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
     vocab = tc.vocab;
     params = models::transformer_parameter_count(tc);
     model = models::transformer(tc);
-    if (f.devices > 1) other = models::transformer(tc);
+    if (f.K > 1) other = models::transformer(tc);
   } else {
     params = train::parameter_count(c);
     model = train::make_model(c);
-    if (f.devices > 1) other = train::make_model(c);
+    if (f.K > 1) other = train::make_model(c);
   }
-  GPIPE_CHECK(static_cast<int64_t>(model.layers.size()) >= f.devices, "--devices: K = ", f.devices,
+  GPIPE_CHECK(static_cast<int64_t>(model.layers.size()) >= f.K, "--K: K = ", f.K,
               " devices but the ", c.model, " has ", model.layers.size(),
               " layers (each device needs at least one)");
   std::printf("# compute: %s\n", ops::cpu::compute_description().c_str());
   std::printf("# %s: %ld parameters, %zu layers; %s (state %.0f x the parameters); N = %ld, K = %d",
               c.model.c_str(), static_cast<long>(params), model.layers.size(), c.optimizer.c_str(),
-              train::optimizer_state_factor(c), static_cast<long>(c.batch), f.devices);
+              train::optimizer_state_factor(c), static_cast<long>(c.batch), f.K);
   std::printf(", memory %s per device; precision %s\n",
               req.memory_bytes > 0 ? format_bytes(req.memory_bytes).c_str() : "unlimited",
               c.precision.c_str());
   const Batch sample = synthetic_batch(c, vocab);
-  ModelCosts costs = train::training_costs(c, model, sample, req.micro_batches,
-                                           f.devices > 1 ? &other : nullptr, f.threads);
+  ModelCosts costs =
+      train::training_costs(c, model, sample, req.M, f.K > 1 ? &other : nullptr, f.threads);
   set_link(f.link, costs);
   std::printf("# costs: %s, %d thread(s); optimizer step %s; link %.1f us + %.2f GB/s\n",
               costs.describe.c_str(), f.threads, format_seconds(costs.optimizer_seconds).c_str(),
@@ -151,8 +150,8 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
   std::printf("%s", format_plan(r, req.memory_bytes).c_str());
   if (!r.plans.empty()) {
     const PlanEstimate& best = r.plans[0];
-    std::printf("# gpipe_train flags: --K=%d --M=%d --schedule=%s", f.devices,
-                best.choice.micro_batches, schedule_name(best.choice.schedule).c_str());
+    std::printf("# gpipe_train flags: --K=%d --M=%d --schedule=%s", f.K, best.choice.M,
+                schedule_name(best.choice.schedule).c_str());
     const bool uniform = best.choice.uniform_remat();
     if (uniform) std::printf(" --remat=%s", best.choice.remat_text().c_str());
     if (best.choice.schedule == ScheduleKind::kInterleaved)
@@ -185,13 +184,15 @@ int main(int argc, char** argv) {
   gpipe::bench::PlanValidateOptions vo;
   gpipe::bench::PaperPlanOptions po;
   app.add_option("--model", f.model, "transformer | amoebanet | amoebanet-b | resnet | unet");
-  app.add_option("--devices", f.devices, "K: devices (one cell each; interleaved and zb-v: v)")
+  gpipe::train::add_renamed_flag(&app, "--devices", "--K");
+  gpipe::train::add_renamed_flag(&app, "--micro-batches", "--M");
+  gpipe::train::add_renamed_flag(&app, "--validate-micro-batches", "--validate-M");
+  app.add_option("--K", f.K, "devices of one pipeline (one cell each; interleaved and zb-v: v)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--memory", f.memory, "memory per device, e.g. 16GB, 512MiB (default: no limit)");
   app.add_option("--batch", f.batch, "N: examples per step (default: the model's)")
       ->check(train::kPositive);
-  app.add_option("--micro-batches", f.micro_batches, "M candidates (default 1, 2, 4, ... <= N)")
-      ->delimiter(',');
+  app.add_option("--M", f.M, "M candidates (default 1, 2, 4, ... <= N)")->delimiter(',');
   app.add_option("--schedules", f.schedules,
                  "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v")
       ->delimiter(',');
@@ -211,7 +212,7 @@ int main(int argc, char** argv) {
       "--validate", validate,
       "predicted vs measured step time and memory for W3's model here (K = 1, 2; M; remat; "
       "schedules)");
-  app.add_option("--validate-micro-batches", vo.micro_batches, "M for --validate")->delimiter(',');
+  app.add_option("--validate-M", vo.M, "M for --validate")->delimiter(',');
   app.add_option("--validate-schedules", vo.schedules, "schedules for --validate")->delimiter(',');
   app.add_flag("--validate-every-remat", vo.every_remat,
                "--validate every remat mode for every schedule (else gpipe and 1f1b only)");

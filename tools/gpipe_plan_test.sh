@@ -8,7 +8,7 @@ PLAN="$1"
 fail=0
 tiny=(--layers=1 --dim=16 --ffn=32 --heads=2 --max-len=8)
 out="$TEST_TMPDIR/plan.log"
-if ! timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --devices=2 --batch=8 --memory=1GB \
+if ! timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --K=2 --batch=8 --memory=1GB \
     --top=3 --svg="$TEST_TMPDIR/best.svg" > "$out" 2>&1; then
   echo "FAILED: the plan exited non-zero:"; cat "$out"; fail=1
 fi
@@ -29,23 +29,25 @@ check() {
     echo "(wanted: $msg)"; fail=1
   fi
 }
-check 2 "--model: required (transformer, amoebanet, amoebanet-b, resnet or unet)" --devices=2
+check 2 "--model: required (transformer, amoebanet, amoebanet-b, resnet or unet)" --K=2
 check 2 "--model: foo not in {transformer,amoebanet,amoebanet-b,resnet,unet}" --model=foo
-check 1 "--devices: K = 40 devices but the transformer has 8 layers" \
-  --model=transformer "${tiny[@]}" --devices=40
+check 1 "--K: K = 40 devices but the transformer has 8 layers" \
+  --model=transformer "${tiny[@]}" --K=40
 check 1 "is below one device's share of the parameters, gradients and optimizer state alone" \
-  --model=transformer "${tiny[@]}" --devices=2 --memory=1kB
+  --model=transformer "${tiny[@]}" --K=2 --memory=1kB
 check 1 "'lots' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)" \
   --model=transformer "${tiny[@]}" --memory=lots
-check 1 "--micro-batches: M = 64 for --batch=8 (expected 1 <= M <= N)" \
-  --model=transformer "${tiny[@]}" --batch=8 --micro-batches=64
+check 1 "--M: M = 64 for --batch=8 (expected 1 <= M <= N)" \
+  --model=transformer "${tiny[@]}" --batch=8 --M=64
 check 1 "--link: 'soon' is not a latency in seconds" \
   --model=transformer "${tiny[@]}" --link=10GB,soon
 check 2 "--bogus" --model=transformer --bogus=1
+check 2 "--devices was renamed: use --K" --model=transformer --devices=2
+check 2 "--micro-batches was renamed: use --M" --model=transformer --micro-batches=2
 check 2 "--batch: expected a positive number, got 0" --model=transformer --batch=0
 check 2 "--paper takes no model flags; not expected: --bogus" --paper --bogus
 # a given link is used and said
-timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --devices=2 --batch=8 --link=pcie \
+timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --K=2 --batch=8 --link=pcie \
   > "$TEST_TMPDIR/pcie.log" 2>&1
 grep -qF "link 10.0 us + 25.00 GB/s" "$TEST_TMPDIR/pcie.log" ||
   { echo "FAILED: --link=pcie not used:"; cat "$TEST_TMPDIR/pcie.log"; fail=1; }
@@ -58,7 +60,7 @@ act_bytes() {  # the activations-at-their-peak figure of device 0 of plan 1, in 
 }
 for p in fp32 bf16; do
   timeout 300 "$PLAN" --model=transformer --layers=1 --dim=64 --ffn=128 --heads=2 --max-len=16 \
-    --devices=1 --batch=8 --micro-batches=2 --schedules=gpipe --remat=never --top=1 \
+    --K=1 --batch=8 --M=2 --schedules=gpipe --remat=never --top=1 \
     --precision=$p > "$TEST_TMPDIR/$p.log" 2>&1 || { echo "FAILED: --precision=$p:"; cat "$TEST_TMPDIR/$p.log"; fail=1; }
 done
 grep -qF -- "--precision=bf16 --balance=" "$TEST_TMPDIR/bf16.log" ||

@@ -53,7 +53,7 @@ int main() {
   model.layers.push_back(std::make_shared<Linear>("head", dim, classes, 99));
   model.loss = std::make_shared<CrossEntropyLoss>();
 
-  Pipeline pipe(std::move(model), {.cells = 2, .micro_batches = 4}, batch);
+  Pipeline pipe(std::move(model), {.K = 2, .M = 4}, batch);
   std::printf("%s", pipe.describe().c_str());
   optim::Adam opt(pipe.parameters(), {.lr = 3e-3});
   double first = 0, last = 0;

@@ -132,14 +132,13 @@ TEST_CASE("cuda pipeline: K cells on cuda:0 equal one cell, every schedule and r
       {2, ScheduleKind::kZBV, RematMode::kExceptLast, 2},
   };
   for (Precision p : {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16}) {
-    const Run one =
-        train(models::transformer(testing::tiny()), {.micro_batches = 4, .precision = p}, batch, 2);
+    const Run one = train(models::transformer(testing::tiny()), {.M = 4, .precision = p}, batch, 2);
     for (const ScheduleCase& c : cases) {
       INFO("precision " << precision_name(p) << ", K=" << c.k << ", " << schedule_name(c.kind)
                         << ", remat " << remat_name(c.remat) << ", v=" << c.v);
       const Run got = train(models::transformer(testing::tiny()),
-                            {.cells = c.k,
-                             .micro_batches = 4,
+                            {.K = c.k,
+                             .M = 4,
                              .virtual_stages = c.v,
                              .schedule = c.kind,
                              .remat = c.remat,
@@ -151,9 +150,8 @@ TEST_CASE("cuda pipeline: K cells on cuda:0 equal one cell, every schedule and r
     INFO("precision " << precision_name(p) << ", a program from text");
     auto program = std::make_shared<Schedule>(parse_schedule_text(
         to_text(make_schedule(ScheduleKind::k1F1B, 2, 4, RematMode::kExceptLast)), "test"));
-    const Run got = train(
-        models::transformer(testing::tiny()),
-        {.cells = 2, .micro_batches = 4, .custom_schedule = program, .precision = p}, batch, 2);
+    const Run got = train(models::transformer(testing::tiny()),
+                          {.K = 2, .M = 4, .custom_schedule = program, .precision = p}, batch, 2);
     check_same(got, one, tolerance(p));
   }
 }
@@ -163,9 +161,7 @@ TEST_CASE("cuda pipeline: fp32 cells on cuda:0 equal full-batch single-device tr
   const Run full = train(models::transformer(testing::tiny()), {}, batch, 1);
   for (int k : {2, 3}) {
     INFO("K=" << k);
-    check_same(
-        train(models::transformer(testing::tiny()), {.cells = k, .micro_batches = 4}, batch, 1),
-        full, 2e-5);
+    check_same(train(models::transformer(testing::tiny()), {.K = k, .M = 4}, batch, 1), full, 2e-5);
   }
 }
 
@@ -175,11 +171,10 @@ TEST_CASE("cuda pipeline: BatchNorm across micro-batches (AmoebaNet) and skips (
         .num_normal_cells = 1, .filters = 8, .in_channels = 1, .num_classes = 5, .seed = 2};
     const Batch batch{{Tensor::randn(Shape{8, 1, 32, 32}, 21)},
                       {Tensor::from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2}, Shape{8})}};
-    const Run one = train(models::amoebanet_d(cfg), {.micro_batches = 2}, batch, 2);
+    const Run one = train(models::amoebanet_d(cfg), {.M = 2}, batch, 2);
     for (int k : {2, 3}) {
       INFO("K=" << k);
-      check_same(train(models::amoebanet_d(cfg), {.cells = k, .micro_batches = 2}, batch, 2), one,
-                 1e-4);
+      check_same(train(models::amoebanet_d(cfg), {.K = k, .M = 2}, batch, 2), one, 1e-4);
     }
   }
   SECTION("U-Net, skips across cells") {
@@ -193,12 +188,11 @@ TEST_CASE("cuda pipeline: BatchNorm across micro-batches (AmoebaNet) and skips (
     std::vector<int64_t> labels;
     for (float v : x.to_vector<float>()) labels.push_back(v > 0.3f ? 1 : 0);
     const Batch batch{{x}, {Tensor::from_vector<int64_t>(labels, Shape{8, 8, 8})}};
-    const Run one = train(models::unet(cfg), {.micro_batches = 2}, batch, 2);
+    const Run one = train(models::unet(cfg), {.M = 2}, batch, 2);
     for (SkipTransport how : {SkipTransport::kDirect, SkipTransport::kThroughCells}) {
       INFO("skips " << (how == SkipTransport::kDirect ? "direct" : "through cells"));
-      check_same(train(models::unet(cfg), {.cells = 3, .micro_batches = 2, .skip_transport = how},
-                       batch, 2),
-                 one, 1e-4);
+      check_same(train(models::unet(cfg), {.K = 3, .M = 2, .skip_transport = how}, batch, 2), one,
+                 1e-4);
     }
   }
 }
@@ -207,8 +201,7 @@ TEST_CASE("cuda pipeline: replicas (threads as ranks, K = 2, R = 2, all on cuda:
   const Batch batch = testing::token_batch(8, 7);
   const int k = 2, r = 2, m = 2;
   // One pipeline with R x M micro-batches: the replicas' sum of gradients.
-  const Run want =
-      train(models::transformer(testing::tiny()), {.cells = k, .micro_batches = r * m}, batch, 2);
+  const Run want = train(models::transformer(testing::tiny()), {.K = k, .M = r * m}, batch, 2);
   LocalGroup group(k * r);
   std::mutex mu;
   Run got;
@@ -217,13 +210,10 @@ TEST_CASE("cuda pipeline: replicas (threads as ranks, K = 2, R = 2, all on cuda:
   for (int rank = 0; rank < k * r; ++rank)
     ranks.emplace_back([&, rank] {
       try {
-        Run mine = train(models::transformer(testing::tiny()),
-                         {.cells = k,
-                          .micro_batches = m,
-                          .timeout_seconds = 120,
-                          .world = group.rank(rank),
-                          .replicas = r},
-                         batch, 2);
+        Run mine = train(
+            models::transformer(testing::tiny()),
+            {.K = k, .M = m, .timeout_seconds = 120, .world = group.rank(rank), .replicas = r},
+            batch, 2);
         std::lock_guard<std::mutex> lock(mu);
         if (rank == 0) {
           got.losses = mine.losses;
@@ -243,8 +233,7 @@ TEST_CASE("cuda pipeline: replicas (threads as ranks, K = 2, R = 2, all on cuda:
 TEST_CASE("cuda pipeline: predict on K cells equals one cell") {
   const Batch batch = testing::token_batch(6, 8);
   auto predict = [&](int k) {
-    Pipeline pipe(models::transformer(testing::tiny()),
-                  {.cells = k, .micro_batches = 3, .devices = {kGpu}}, batch);
+    Pipeline pipe(models::transformer(testing::tiny()), {.K = k, .M = 3, .devices = {kGpu}}, batch);
     pipe.train(false);
     const Bundle out = pipe.predict(batch.inputs);
     REQUIRE(!out.empty());
@@ -263,18 +252,15 @@ TEST_CASE("cuda pipeline: K cells on K GPUs of one process equal one cell") {
   }
   const Batch batch = testing::token_batch(8, 9);
   for (Precision p : {Precision::kFloat32, Precision::kBFloat16}) {
-    const Run one =
-        train(models::transformer(testing::tiny()), {.micro_batches = 4, .precision = p}, batch, 2);
+    const Run one = train(models::transformer(testing::tiny()), {.M = 4, .precision = p}, batch, 2);
     for (int k = 2; k <= std::min(n, 4); ++k) {
       INFO("precision " << precision_name(p) << ", K=" << k << " GPUs");
       std::vector<Device> devs;
       for (int d = 0; d < k; ++d) devs.push_back(Device(DeviceType::kCUDA, d));
       for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1})
         check_same(
-            train(
-                models::transformer(testing::tiny()),
-                {.cells = k, .micro_batches = 4, .devices = devs, .schedule = kind, .precision = p},
-                batch, 2),
+            train(models::transformer(testing::tiny()),
+                  {.K = k, .M = 4, .devices = devs, .schedule = kind, .precision = p}, batch, 2),
             one, tolerance(p));
     }
   }
@@ -283,7 +269,7 @@ TEST_CASE("cuda pipeline: K cells on K GPUs of one process equal one cell") {
 TEST_CASE("cuda pipeline: a failure while connecting or in the tied sum is one clear message") {
   const Batch batch = testing::token_batch(8, 3);
   {
-    PipelineOptions o{.cells = 2, .micro_batches = 4, .devices = {kGpu}, .timeout_seconds = 60};
+    PipelineOptions o{.K = 2, .M = 4, .devices = {kGpu}, .timeout_seconds = 60};
     o.fault_hook = fault_hook_from_spec("rank=1,kind=throw,at=connect");
     CHECK_THROWS_WITH(Pipeline(models::transformer(testing::tiny()), o, batch),
                       Contains("pipeline setup failed in stage 1 (cuda:0, layers [") &&
@@ -291,7 +277,7 @@ TEST_CASE("cuda pipeline: a failure while connecting or in the tied sum is one c
                           Contains("injected fault"));
   }
   auto fired = std::make_shared<std::atomic<int>>(0);
-  PipelineOptions o{.cells = 2, .micro_batches = 4, .devices = {kGpu}, .timeout_seconds = 60};
+  PipelineOptions o{.K = 2, .M = 4, .devices = {kGpu}, .timeout_seconds = 60};
   o.fault_hook = [fired](const FaultPoint& p) {
     if (p.world_rank == 1 && std::string(p.where) == "tied" && fired->fetch_add(1) == 0)
       throw Error("injected fault in the tied sum");
@@ -310,7 +296,7 @@ TEST_CASE("cuda pipeline: training on cuda:0 lowers the loss and leaks no device
   for (Precision p : {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16}) {
     INFO("precision " << precision_name(p));
     Pipeline pipe(models::transformer(testing::tiny()),
-                  {.cells = 2, .micro_batches = 2, .devices = {kGpu}, .precision = p}, batch);
+                  {.K = 2, .M = 2, .devices = {kGpu}, .precision = p}, batch);
     optim::Adam opt(pipe.parameters(), {.lr = 1e-2});
     std::vector<double> losses;
     int64_t live_after_warmup = 0;

@@ -115,7 +115,7 @@ Result measure(const Shape2& s, Precision precision, bool tf32) {
   const Batch batch = token_batch(s, 1234);
   allocator_for(kGpu).reset_peak();
   Pipeline pipe(models::transformer(s.config),
-                {.cells = 1, .micro_batches = 1, .devices = {kGpu}, .precision = precision}, batch);
+                {.K = 1, .M = 1, .devices = {kGpu}, .precision = precision}, batch);
   optim::Adam opt(pipe.parameters(), {.lr = 1e-4});
   std::vector<double> losses, seconds;
   auto step = [&] {

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const gpipe::Schedule s =
         gpipe::parse_schedule_text(std::string(gpipe::fuzz::bytes(data, size)), "fuzz");
     if (!(gpipe::parse_schedule_text(gpipe::to_text(s), "round trip") == s)) std::abort();
-    (void)gpipe::validate(s, s.cells(), s.micro_batches);
+    (void)gpipe::validate(s, s.cells(), s.M);
   });
   return 0;
 }

@@ -84,9 +84,9 @@ TEST_CASE("fuzz regressions: a schedule header asking for more than its text lis
                       Contains("cannot be listed"));
   // Built in code rather than parsed: the dry run refuses it before sizing its tables.
   Schedule s;
-  s.micro_batches = 1000000000;
+  s.M = 1000000000;
   s.stages = {{Action{ActionKind::kForward, 0}}};
-  REQUIRE_THROWS_WITH(validate(s, 1, s.micro_batches), Contains("fewer than the M = 1000000000"));
+  REQUIRE_THROWS_WITH(validate(s, 1, s.M), Contains("fewer than the M = 1000000000"));
 }
 
 }  // namespace

@@ -49,8 +49,7 @@ void collect(Pipeline& pipe, std::map<std::string, std::vector<float>>* out) {
 
 Run one_process(int k, int m, const std::vector<Batch>& batches) {
   Run run;
-  Pipeline pipe(models::transformer(tiny(0.2)), {.cells = k, .micro_batches = m, .seed = 5},
-                batches[0]);
+  Pipeline pipe(models::transformer(tiny(0.2)), {.K = k, .M = m, .seed = 5}, batches[0]);
   train(pipe, batches, &run.losses);
   collect(pipe, &run.params);
   return run;
@@ -69,8 +68,8 @@ Run threads_as_ranks(int k, int r, int m, RankLayout layout, const std::vector<B
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
-                      {.cells = k,
-                       .micro_batches = m,
+                      {.K = k,
+                       .M = m,
                        .virtual_stages = v,
                        .schedule = kind,
                        .remat = remat,
@@ -152,9 +151,8 @@ TEST_CASE(
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank)
     ranks.emplace_back([&, rank] {
-      Pipeline pipe(
-          models::transformer(tiny(0.0)),
-          {.cells = 2, .micro_batches = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
+      Pipeline pipe(models::transformer(tiny(0.0)),
+                    {.K = 2, .M = 2, .timeout_seconds = 60, .world = group.rank(rank)}, b);
       // Poison one weight of stage 0: the loss becomes NaN.
       if (rank == 0)
         pipe.parameters()[0].tensor->copy_from(
@@ -177,7 +175,7 @@ TEST_CASE(
 
 TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one process") {
   const Batch b = token_batch(7, 11);
-  Pipeline one(models::transformer(tiny(0.2)), {.cells = 2, .micro_batches = 2, .seed = 5}, b);
+  Pipeline one(models::transformer(tiny(0.2)), {.K = 2, .M = 2, .seed = 5}, b);
   const double want = one.evaluate(b);
   const std::vector<float> want_out = one.predict(b.inputs)[0].to_vector<float>();
   LocalGroup group(4);
@@ -189,8 +187,8 @@ TEST_CASE("Threads as ranks: pipelined evaluate and predict with R=2 equal one p
     ranks.emplace_back([&, rank] {
       try {
         Pipeline pipe(models::transformer(tiny(0.2)),
-                      {.cells = 2,
-                       .micro_batches = 2,
+                      {.K = 2,
+                       .M = 2,
                        .seed = 5,
                        .timeout_seconds = 60,
                        .world = group.rank(rank),
@@ -224,8 +222,8 @@ TEST_CASE("Process count and layout errors name what was expected") {
     // Cells sharing a GPU cannot be separate processes (NCCL: one rank per GPU).
     LocalGroup four(4);
     CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)),
-                               {.cells = 2,
-                                .micro_batches = 2,
+                               {.K = 2,
+                                .M = 2,
                                 .virtual_stages = 2,
                                 .devices = {Device("cuda:0"), Device("cuda:1")},
                                 .schedule = ScheduleKind::kInterleaved,
@@ -235,10 +233,9 @@ TEST_CASE("Process count and layout errors name what was expected") {
   }
   Batch b = token_batch(4, 7);
   LocalGroup group(3);
-  CHECK_THROWS_WITH(
-      Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .world = group.rank(0)}, b),
-      Contains("the job has 3 processes but K x R = 2 x 1 = 2"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.cells = 2, .replicas = 2}, b),
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.K = 2, .world = group.rank(0)}, b),
+                    Contains("the job has 3 processes but K x R = 2 x 1 = 2"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny(0.0)), {.K = 2, .replicas = 2}, b),
                     Contains("one process per stage and replica"));
   const RankInfo r = rank_info_for(5, 3, 2, RankLayout::kStageMajor);
   CHECK((r.stage == 2 && r.replica == 1));

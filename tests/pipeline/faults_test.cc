@@ -37,7 +37,7 @@ TEST_CASE("faults: a throw while connecting the links is one message naming stag
   for (int failing : {0, 1}) {
     INFO("failing stage " << failing);
     const auto t0 = std::chrono::steady_clock::now();
-    PipelineOptions o{.cells = 2, .micro_batches = 4, .timeout_seconds = 60};
+    PipelineOptions o{.K = 2, .M = 4, .timeout_seconds = 60};
     o.fault_hook = fault_hook_from_spec(detail::concat("rank=", failing, ",kind=throw,at=connect"));
     CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), o, batch),
                       Contains("pipeline setup failed in stage " + std::to_string(failing)) &&
@@ -51,7 +51,7 @@ TEST_CASE("faults: a throw while connecting the links is one message naming stag
 
 TEST_CASE("faults: a throw in the tied gradients' sum fails the step cleanly; the next trains") {
   const Batch batch = token_batch(8, 3);
-  PipelineOptions o{.cells = 3, .micro_batches = 4, .timeout_seconds = 60};
+  PipelineOptions o{.K = 3, .M = 4, .timeout_seconds = 60};
   // The tiny Transformer ties its embedding (cell 0) to its output (cell 2).
   // Once (a failed step is retried with the same step number).
   auto fired = std::make_shared<std::atomic<int>>(0);
@@ -68,7 +68,7 @@ TEST_CASE("faults: a throw in the tied gradients' sum fails the step cleanly; th
   CHECK(seconds_since(t0) < 30);  // stages 0 and 1, waiting in the sum, were woken
   for (auto& p : pipe.parameters()) CHECK_FALSE(p.tensor->grad().defined());
   // The retried step equals a pipeline that never failed, bit for bit.
-  Pipeline clean(models::transformer(tiny()), {.cells = 3, .micro_batches = 4}, batch);
+  Pipeline clean(models::transformer(tiny()), {.K = 3, .M = 4}, batch);
   const double want = clean.train_step(batch).loss;
   CHECK(pipe.train_step(batch).loss == Approx(want).epsilon(1e-12));
   std::map<std::string, std::vector<float>> grads;
@@ -96,7 +96,7 @@ TEST_CASE(
   // the cells are placed: the tied list must not read a freed tensor (this
   // crashed, or mixed up the tied weights, on cuda:0).
   const Batch batch = token_batch(8, 4);
-  Pipeline one(models::transformer(tiny()), {.cells = 1, .micro_batches = 4}, batch);
+  Pipeline one(models::transformer(tiny()), {.K = 1, .M = 4}, batch);
   const double want = one.train_step(batch).loss;
   std::map<std::string, std::vector<float>> grads;
   for (const NamedTensor& t : one.named_state())
@@ -105,8 +105,7 @@ TEST_CASE(
     INFO("K=" << k);
     std::vector<Device> devs;
     for (int d = 1; d <= k; ++d) devs.push_back(Device(DeviceType::kCPU, d));
-    Pipeline pipe(models::transformer(tiny()), {.cells = k, .micro_batches = 4, .devices = devs},
-                  batch);
+    Pipeline pipe(models::transformer(tiny()), {.K = k, .M = 4, .devices = devs}, batch);
     CHECK(pipe.train_step(batch).loss == Approx(want).epsilon(1e-5));
     for (const NamedTensor& t : pipe.named_state()) {
       if (!grads.count(t.name)) continue;

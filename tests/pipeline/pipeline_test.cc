@@ -66,8 +66,8 @@ void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode rem
   double ref_loss = 0;
   const auto ref = reference_grads(models::transformer(tiny()), batch, &ref_loss);
   Pipeline pipe(models::transformer(tiny()),
-                {.cells = k,
-                 .micro_batches = m,
+                {.K = k,
+                 .M = m,
                  .virtual_stages = v,
                  .schedule = kind,
                  .remat = remat,
@@ -122,8 +122,8 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
 TEST_CASE("pipeline: interleaved cells go round-robin over the devices and report per device") {
   const Batch batch = token_batch(8, 4);
   Pipeline pipe(models::transformer(tiny()),
-                {.cells = 2,
-                 .micro_batches = 4,
+                {.K = 2,
+                 .M = 4,
                  .virtual_stages = 2,
                  .schedule = ScheduleKind::kInterleaved,
                  .threads_per_stage = 1,
@@ -141,16 +141,14 @@ TEST_CASE("pipeline: interleaved cells go round-robin over the devices and repor
   CHECK(r.bubble_fraction > 0);
   CHECK(r.bubble_fraction < 1);
   CHECK_THAT(pipe.describe(), Contains("schedule interleaved") && Contains("(K-1)/(vM+K-1)"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()),
-                             {.cells = 2, .micro_batches = 4, .virtual_stages = 2}, batch),
-                    Contains("v = 2 cells per device needs the interleaved schedule"));
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()),
-                             {.cells = 2,
-                              .micro_batches = 3,
-                              .virtual_stages = 2,
-                              .schedule = ScheduleKind::kInterleaved},
-                             batch),
-                    Contains("must be a multiple of K = 2 devices"));
+  CHECK_THROWS_WITH(
+      Pipeline(models::transformer(tiny()), {.K = 2, .M = 4, .virtual_stages = 2}, batch),
+      Contains("v = 2 cells per device needs the interleaved schedule"));
+  CHECK_THROWS_WITH(
+      Pipeline(models::transformer(tiny()),
+               {.K = 2, .M = 3, .virtual_stages = 2, .schedule = ScheduleKind::kInterleaved},
+               batch),
+      Contains("must be a multiple of K = 2 devices"));
 }
 
 TEST_CASE(
@@ -164,14 +162,10 @@ TEST_CASE(
     int i = 0;
     for (ScheduleKind kind :
          {ScheduleKind::k1F1B, ScheduleKind::kZBH1, ScheduleKind::kZBH1LowMem}) {
-      Pipeline pipe(models::transformer(tiny(0.2)),
-                    {.cells = 3,
-                     .micro_batches = 4,
-                     .schedule = kind,
-                     .remat = remat,
-                     .threads_per_stage = 1,
-                     .seed = 3},
-                    batch);
+      Pipeline pipe(
+          models::transformer(tiny(0.2)),
+          {.K = 3, .M = 4, .schedule = kind, .remat = remat, .threads_per_stage = 1, .seed = 3},
+          batch);
       loss[i] = pipe.train_step(batch).loss;
       for (auto& p : pipe.named_state())
         if (p.tensor->grad().defined()) grads[i][p.name] = p.tensor->grad().to_vector<float>();
@@ -194,8 +188,7 @@ TEST_CASE(
     "identical") {
   const Batch batch = token_batch(6, 9);
   Model ref = models::transformer(tiny());
-  Pipeline pipe(models::transformer(tiny()),
-                {.cells = 3, .micro_batches = 3, .threads_per_stage = 1}, batch);
+  Pipeline pipe(models::transformer(tiny()), {.K = 3, .M = 3, .threads_per_stage = 1}, batch);
   std::vector<Tensor> ref_params;
   std::unordered_set<TensorImpl*> seen;
   for (auto& l : ref.layers)
@@ -234,8 +227,8 @@ TEST_CASE("pipeline: with dropout, remat and no remat give identical gradients")
   std::map<std::string, std::vector<float>> grads[2];
   int i = 0;
   for (RematMode mode : {RematMode::kNever, RematMode::kAlways}) {
-    Pipeline pipe(models::transformer(tiny(0.3)),
-                  {.cells = 2, .micro_batches = 4, .remat = mode, .seed = 5}, batch);
+    Pipeline pipe(models::transformer(tiny(0.3)), {.K = 2, .M = 4, .remat = mode, .seed = 5},
+                  batch);
     pipe.train_step(batch);
     for (auto& p : pipe.named_state())
       if (p.tensor->grad().defined()) grads[i][p.name] = p.tensor->grad().to_vector<float>();
@@ -292,10 +285,8 @@ TEST_CASE(
     INFO(schedule_name(kind) << ", remat " << remat_name(mode) << ", v " << v);
     Model m = bn_model();
     auto* bn = dynamic_cast<BatchNorm*>(m.layers[1].get());
-    Pipeline pipe(
-        std::move(m),
-        {.cells = 2, .micro_batches = 4, .virtual_stages = v, .schedule = kind, .remat = mode},
-        batch);
+    Pipeline pipe(std::move(m),
+                  {.K = 2, .M = 4, .virtual_stages = v, .schedule = kind, .remat = mode}, batch);
     pipe.train_step(batch);
     const bool first = ref_grads.empty();
     for (auto& p : pipe.named_state()) {
@@ -344,8 +335,7 @@ TEST_CASE(
     };
     m.layers.insert(m.layers.begin() + 8,
                     std::make_shared<Wrap>(bomb));  // 14 layers; stage 2 is [8, 11)
-    Pipeline pipe(std::move(m),
-                  {.cells = 4, .micro_batches = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30},
+    Pipeline pipe(std::move(m), {.K = 4, .M = 4, .balance = {4, 4, 3, 3}, .timeout_seconds = 30},
                   batch);
     CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 2") &&
                                                   Contains("forward of micro-batch 2") &&
@@ -385,8 +375,7 @@ TEST_CASE(
   const Batch batch = token_batch(8, 3);
   Model m = models::transformer(tiny());
   m.layers.insert(m.layers.begin() + 2, std::make_shared<BackwardBomb>(&armed));  // cell 0 = [0, 7)
-  Pipeline pipe(std::move(m),
-                {.cells = 2, .micro_batches = 4, .balance = {7, 7}, .timeout_seconds = 60}, batch);
+  Pipeline pipe(std::move(m), {.K = 2, .M = 4, .balance = {7, 7}, .timeout_seconds = 60}, batch);
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(pipe.train_step(batch), Contains("failed in stage 0") &&
                                                 Contains("backward of micro-batch 0") &&
@@ -400,8 +389,8 @@ TEST_CASE(
 TEST_CASE("pipeline: a rank failing outside its program ends the run at once on every stage") {
   // Stages 0 and 2 cannot cut a 3-row batch into M = 4; stage 1 would wait
   // for activations until the timeout if their failure did not wake it.
-  Pipeline pipe(models::transformer(tiny()),
-                {.cells = 3, .micro_batches = 4, .timeout_seconds = 60}, token_batch(8, 1));
+  Pipeline pipe(models::transformer(tiny()), {.K = 3, .M = 4, .timeout_seconds = 60},
+                token_batch(8, 1));
   auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(pipe.train_step(token_batch(3, 1)),
                     Contains("cannot cut a mini-batch of N = 3 examples into M = 4"));
@@ -421,7 +410,7 @@ TEST_CASE("pipeline: a rank failing outside its program ends the run at once on 
        {"schedule K=1 M=2 train\n0: F0 L0 F1 L1 B0 B1 reduce_replicas reduce_tied\n",
         "schedule K=1 M=2 train\n0: F0 L0 I0 F1 L1 I1 W1 W0 reduce_replicas reduce_tied\n"}) {
     auto program = std::make_shared<Schedule>(parse_schedule_text(text, "test"));
-    Pipeline p(models::transformer(tiny()), {.micro_batches = 2, .custom_schedule = program}, good);
+    Pipeline p(models::transformer(tiny()), {.M = 2, .custom_schedule = program}, good);
     CHECK(std::isfinite(p.train_step(good).loss));
     for (auto& t : p.named_state())
       if (t.tensor->grad().defined()) grads[i][t.name] = t.tensor->grad().to_vector<float>();
@@ -436,18 +425,16 @@ TEST_CASE("pipeline: a rank failing outside its program ends the run at once on 
 
 TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
   const Batch batch = token_batch(4, 1);
-  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.cells = 14}, batch),
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.K = 14}, batch),
                     Contains("K = 14 cells need at least 14 layers"));
-  CHECK_THROWS_WITH(
-      Pipeline(models::transformer(tiny()), {.micro_batches = 5}, batch).train_step(batch),
-      Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
-  CHECK_THROWS_WITH(
-      Pipeline(models::transformer(tiny()), {.cells = 2, .balance = {3, 3, 1}}, batch),
-      Contains("--balance has 3 cells but K = 2"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.M = 5}, batch).train_step(batch),
+                    Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.K = 2, .balance = {3, 3, 1}}, batch),
+                    Contains("--balance has 3 cells but K = 2"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.balance = {3, 3}}, batch),
                     Contains("cell sizes sum to 6 but the model has 13 layers"));
   CHECK_THROWS_WITH(
-      Pipeline(models::transformer(tiny()), {.cells = 2, .devices = devices("cpu", 3)}, batch),
+      Pipeline(models::transformer(tiny()), {.K = 2, .devices = devices("cpu", 3)}, batch),
       Contains("got 3 devices for K = 2"));
 }
 
@@ -534,10 +521,8 @@ TEST_CASE(
   for (auto [kind, v] :
        {std::pair{ScheduleKind::kZBH1, 1}, std::pair{ScheduleKind::kInterleaved, 2}}) {
     INFO(schedule_name(kind));
-    Pipeline pipe(
-        models::transformer(tiny()),
-        {.cells = 2, .micro_batches = 4, .virtual_stages = v, .schedule = kind, .trace = true},
-        batch);
+    Pipeline pipe(models::transformer(tiny()),
+                  {.K = 2, .M = 4, .virtual_stages = v, .schedule = kind, .trace = true}, batch);
     pipe.train_step(batch);
     const std::string path =
         std::string(tmp ? tmp : "/tmp") + "/gpipe_svg_" + schedule_name(kind) + ".json";
@@ -564,8 +549,7 @@ TEST_CASE(
 
 TEST_CASE("pipeline: trace, bubble and memory report") {
   const Batch batch = token_batch(8, 2);
-  Pipeline pipe(models::transformer(tiny()), {.cells = 2, .micro_batches = 4, .trace = true},
-                batch);
+  Pipeline pipe(models::transformer(tiny()), {.K = 2, .M = 4, .trace = true}, batch);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.bubble_fraction > 0.0);
   CHECK(r.bubble_fraction < 1.0);
@@ -624,7 +608,7 @@ TEST_CASE(
     if (p.tensor->requires_grad()) want[p.name] = p.tensor->grad().to_vector<float>();
   for (auto [k, m] : {std::pair{2, 3}, std::pair{3, 7}, std::pair{4, 2}}) {
     INFO("K=" << k << " M=" << m);
-    Pipeline pipe(build(cfg), {.cells = k, .micro_batches = m, .threads_per_stage = 1}, batch);
+    Pipeline pipe(build(cfg), {.K = k, .M = m, .threads_per_stage = 1}, batch);
     pipe.train(false);
     const StepResult r = pipe.train_step(batch);
     CHECK(r.loss == Approx(loss.item()).epsilon(1e-5));
@@ -644,8 +628,7 @@ TEST_CASE("pipeline: the gradient norm and clipping equal optim's on the single-
   REQUIRE(want > 0);
   for (int k : {1, 2, 3}) {
     INFO("K=" << k);
-    Pipeline pipe(models::transformer(tiny()),
-                  {.cells = k, .micro_batches = 2, .threads_per_stage = 1}, batch);
+    Pipeline pipe(models::transformer(tiny()), {.K = k, .M = 2, .threads_per_stage = 1}, batch);
     pipe.train_step(batch);
     CHECK(pipe.grad_norm() == Approx(want).epsilon(1e-6));  // tied copies counted once
     // Clipping to half the norm scales every gradient by the same factor as optim's.
@@ -670,7 +653,7 @@ TEST_CASE("pipeline: evaluate and predict agree with single-device forward and k
     NoGradGuard ng;
     want_out = run_layers(ref.layers, batch.inputs)[0];
   }
-  Pipeline pipe(models::transformer(tiny()), {.cells = 3, .micro_batches = 2}, batch);
+  Pipeline pipe(models::transformer(tiny()), {.K = 3, .M = 2}, batch);
   CHECK(pipe.evaluate(batch) == Approx(want).epsilon(1e-5));
   const Bundle out = pipe.predict(batch.inputs);
   REQUIRE(out.size() == 1);
@@ -684,7 +667,7 @@ TEST_CASE("pipeline: evaluate and predict agree with single-device forward and k
   CHECK_THROWS_WITH(pipe.predict(batch.inputs, {.micro_batches = -1}),
                     Contains("micro_batches must be >= 0"));
   // More micro-batches than rows: evaluation uses one per row.
-  Pipeline many(models::transformer(tiny()), {.cells = 2, .micro_batches = 7}, batch);
+  Pipeline many(models::transformer(tiny()), {.K = 2, .M = 7}, batch);
   CHECK(many.evaluate(token_batch(3, 4)) ==
         Approx(Pipeline(models::transformer(tiny()), {}, batch).evaluate(token_batch(3, 4)))
             .epsilon(1e-5));
@@ -732,7 +715,7 @@ TEST_CASE(
   m.layers.insert(m.layers.begin() + 7,
                   gate("gate1", false));  // after gate0 goes in: layer 8, cell 1 = [8, 15)
   m.layers.insert(m.layers.begin(), gate("gate0", true));
-  Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 4, .balance = {8, 7}}, batch);
+  Pipeline pipe(std::move(m), {.K = 2, .M = 4, .balance = {8, 7}}, batch);
   REQUIRE(pipe.cells()[1].first_layer == 8);
   const double loss = pipe.evaluate(batch);
   CHECK(std::isfinite(loss));
@@ -766,13 +749,10 @@ TEST_CASE(
   CHECK(loss.activation_bytes > 0);
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1}) {
     INFO(schedule_name(kind));
-    Pipeline pipe(models::transformer(tiny()),
-                  {.cells = 2,
-                   .micro_batches = m,
-                   .schedule = kind,
-                   .remat = RematMode::kNever,
-                   .threads_per_stage = 1},
-                  batch);
+    Pipeline pipe(
+        models::transformer(tiny()),
+        {.K = 2, .M = m, .schedule = kind, .remat = RematMode::kNever, .threads_per_stage = 1},
+        batch);
     pipe.train_step(batch);
     pipe.zero_grad();
     pipe.reset_memory_peaks();
@@ -807,10 +787,8 @@ struct PrecisionRun {
 };
 
 PrecisionRun run_at(Precision p, int k, int m, RematMode remat, const Batch& batch) {
-  Pipeline pipe(
-      models::transformer(tiny()),
-      {.cells = k, .micro_batches = m, .remat = remat, .threads_per_stage = 1, .precision = p},
-      batch);
+  Pipeline pipe(models::transformer(tiny()),
+                {.K = k, .M = m, .remat = remat, .threads_per_stage = 1, .precision = p}, batch);
   PrecisionRun r;
   r.loss = pipe.train_step(batch).loss;
   for (const NamedTensor& t : pipe.named_state())
@@ -883,8 +861,7 @@ namespace {
 // fixed set of batches through K = 2, M = 2 at precision p (Adam).
 std::vector<double> curve(Model model, const std::vector<Batch>& batches, Precision p, int steps,
                           int window, double lr, double loss_scale = 1) {
-  Pipeline pipe(std::move(model),
-                {.cells = 2, .micro_batches = 2, .threads_per_stage = 1, .precision = p},
+  Pipeline pipe(std::move(model), {.K = 2, .M = 2, .threads_per_stage = 1, .precision = p},
                 batches[0]);
   optim::Adam opt(pipe.parameters(), {.lr = lr});
   pipe.set_loss_scale(loss_scale);

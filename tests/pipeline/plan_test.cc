@@ -74,13 +74,10 @@ TEST_CASE(
   costs.optimizer_state_factor = 2;  // Adam
   for (ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kZBH1}) {
     INFO(schedule_name(kind));
-    Pipeline pipe(models::transformer(tiny()),
-                  {.cells = 2,
-                   .micro_batches = 4,
-                   .schedule = kind,
-                   .remat = RematMode::kNever,
-                   .threads_per_stage = 1},
-                  batch);
+    Pipeline pipe(
+        models::transformer(tiny()),
+        {.K = 2, .M = 4, .schedule = kind, .remat = RematMode::kNever, .threads_per_stage = 1},
+        batch);
     optim::Adam opt(pipe.parameters(), {.lr = 1e-3});
     for (int step = 0; step < 2; ++step) {
       pipe.zero_grad();
@@ -90,8 +87,8 @@ TEST_CASE(
     }
     PlanChoice ch;
     ch.schedule = kind;
-    ch.devices = 2;
-    ch.micro_batches = 4;
+    ch.K = 2;
+    ch.M = 4;
     ch.bounds = pipe.partition().bounds;
     ch.remat.assign(2, RematMode::kNever);
     const PlanEstimate e = estimate_plan(costs, ch, 8);
@@ -126,8 +123,8 @@ TEST_CASE("plan: with one heavy layer the local search finds the cut brute force
       INFO(schedule_name(kind) << " K=" << k);
       PlanChoice ch;
       ch.schedule = kind;
-      ch.devices = k;
-      ch.micro_batches = 4;
+      ch.K = k;
+      ch.M = 4;
       ch.remat.assign(k, RematMode::kNever);
       const PlanEstimate brute = best_cut(costs, ch, 4, 0, /*exhaustive_limit=*/1 << 30);
       const PlanEstimate local = best_cut(costs, ch, 4, 0, /*exhaustive_limit=*/0);
@@ -154,8 +151,8 @@ TEST_CASE("plan: under a memory limit the search moves cuts off the time optimum
   ModelCosts costs = synthetic(f);
   costs.profiles[0].layers[0].activation_bytes = 50000;
   PlanChoice ch;
-  ch.devices = 2;
-  ch.micro_batches = 2;
+  ch.K = 2;
+  ch.M = 2;
   ch.remat.assign(2, RematMode::kNever);
   const PlanEstimate free = best_cut(costs, ch, 2, 0, 1 << 30);
   const double limit = 0.95 * free.peak_total();
@@ -171,7 +168,7 @@ TEST_CASE("plan: every plan returned fits; rejections say what did not and why")
   f[3] = 3.0;
   const ModelCosts costs = synthetic(f, 4000);
   PlanRequest req;
-  req.devices = 2;
+  req.K = 2;
   req.batch = 8;
   req.top = 100;
   // Somewhere between the leanest and the hungriest candidates.
@@ -208,14 +205,14 @@ TEST_CASE("plan: bad requests and sizes are clear errors") {
   const ModelCosts costs = synthetic(std::vector<double>(4, 1.0));
   PlanRequest req;
   req.batch = 4;
-  req.devices = 5;
+  req.K = 5;
   CHECK_THROWS_WITH(make_plan(costs, req), Contains("K = 5 devices but the model has 4 layers"));
-  req.devices = 2;
+  req.K = 2;
   req.memory_bytes = 100;  // 4 layers x 100 B x (1 + 1 + 2) = 1600 B of state over 2 devices
   CHECK_THROWS_WITH(make_plan(costs, req),
                     Contains("below one device's share") && Contains("1.6 kB / K = 0.8 kB"));
   req.memory_bytes = 0;
-  req.micro_batches = {8};
+  req.M = {8};
   CHECK_THROWS_WITH(make_plan(costs, req), Contains("M = 8 micro-batches of a batch of 4"));
   CHECK(parse_bytes("16GB") == 16e9);
   CHECK(parse_bytes("512MiB") == 512.0 * 1024 * 1024);
@@ -229,8 +226,8 @@ TEST_CASE("plan: bad requests and sizes are clear errors") {
 TEST_CASE("plan: per-cell remat programs keep each cell's own recomputation") {
   PlanChoice ch;
   ch.schedule = ScheduleKind::k1F1B;
-  ch.devices = 3;
-  ch.micro_batches = 4;
+  ch.K = 3;
+  ch.M = 4;
   ch.remat = {RematMode::kAlways, RematMode::kNever, RematMode::kExceptLast};
   const Schedule s = plan_program(ch);
   for (int c = 0; c < 3; ++c)
@@ -277,17 +274,14 @@ TEST_CASE(
   CHECK(costs.profiles[0].skip_bytes[0] == 2 * 8 * 16 * 16 * 4);
   costs.optimizer_state_factor = 1;  // SGD with momentum
   const std::vector<int64_t> balance = {2, 2, 2, 2};
-  Pipeline pipe(models::unet(u),
-                {.cells = 4,
-                 .micro_batches = 4,
-                 .remat = RematMode::kAlways,
-                 .balance = balance,
-                 .threads_per_stage = 1},
-                batch);
+  Pipeline pipe(
+      models::unet(u),
+      {.K = 4, .M = 4, .remat = RematMode::kAlways, .balance = balance, .threads_per_stage = 1},
+      batch);
   pipe.train_step(batch);
   PlanChoice ch;
-  ch.devices = 4;
-  ch.micro_batches = 4;
+  ch.K = 4;
+  ch.M = 4;
   ch.bounds = pipe.partition().bounds;
   ch.remat.assign(4, RematMode::kAlways);
   const PlanEstimate e = estimate_plan(costs, ch, 8);

@@ -108,8 +108,8 @@ void check_against(const Result& ref, const std::function<Model()>& make, const 
                   << ", remat " << remat_name(c.remat) << ", v " << c.v << ", skips "
                   << to_string(c.transport));
   Pipeline pipe(make(),
-                {.cells = static_cast<int>(c.balance.size()) / c.v,
-                 .micro_batches = micro,
+                {.K = static_cast<int>(c.balance.size()) / c.v,
+                 .M = micro,
                  .virtual_stages = c.v,
                  .schedule = c.schedule,
                  .remat = c.remat,
@@ -204,13 +204,10 @@ TEST_CASE("skips: a skip from cell 0 to cell 3 crosses one link once each way") 
   const Batch batch = unet_batch(8);
   const int micro = 2;
   auto bytes = [&](SkipTransport t) {
-    Pipeline pipe(models::unet(tiny_unet()),
-                  {.cells = 4,
-                   .micro_batches = micro,
-                   .balance = {2, 2, 2, 2},
-                   .skip_transport = t,
-                   .threads_per_stage = 1},
-                  batch);
+    Pipeline pipe(
+        models::unet(tiny_unet()),
+        {.K = 4, .M = micro, .balance = {2, 2, 2, 2}, .skip_transport = t, .threads_per_stage = 1},
+        batch);
     pipe.train_step(batch);
     std::map<std::string, int64_t> out;
     for (const auto& [name, b] : pipe.bytes_sent()) out[name] = b;
@@ -287,7 +284,7 @@ std::string pipeline_error(Model m) {
   const Batch b{{Tensor::randn(Shape{4, 3}, 1)},
                 {Tensor::from_vector<int64_t>({0, 1, 0, 1}, Shape{4})}};
   try {
-    Pipeline pipe(std::move(m), {.cells = 2, .micro_batches = 2}, b);
+    Pipeline pipe(std::move(m), {.K = 2, .M = 2}, b);
   } catch (const Error& e) {
     return e.what();
   }
@@ -353,7 +350,7 @@ TEST_CASE("skips: a stash popped in its own cell sends nothing; undeclared names
   const Batch b{{Tensor::randn(Shape{4, 3}, 1)},
                 {Tensor::from_vector<int64_t>({0, 1, 0, 1}, Shape{4})}};
   Pipeline pipe(skip_model({L("a", {"x"}, {}), L("b", {}, {"x"})}),
-                {.cells = 2, .micro_batches = 2, .balance = {3, 1}}, b);
+                {.K = 2, .M = 2, .balance = {3, 1}}, b);
   for (const SkipRoutes& r : pipe.skip_routes()) CHECK(r.empty());
   pipe.train_step(b);
   for (const auto& [name, bytes] : pipe.bytes_sent()) CHECK_FALSE(Contains("skip").match(name));
@@ -378,12 +375,12 @@ TEST_CASE("skips: a stash popped in its own cell sends nothing; undeclared names
   };
   {
     Pipeline lazy_stash(skip_model({std::make_shared<Lazy>("a", true), L("b", {}, {"x"})}),
-                        {.cells = 2, .micro_batches = 2, .balance = {2, 2}}, b);
+                        {.K = 2, .M = 2, .balance = {2, 2}}, b);
     CHECK_THROWS_WITH(lazy_stash.train_step(b),
                       Contains("layer 'a' declares a stash of skip '/x' but its forward did not "
                                "stash it"));
     Pipeline lazy_pop(skip_model({L("a", {"x"}, {}), std::make_shared<Lazy>("b", false)}),
-                      {.cells = 2, .micro_batches = 2, .balance = {2, 2}}, b);
+                      {.K = 2, .M = 2, .balance = {2, 2}}, b);
     CHECK_THROWS_WITH(lazy_pop.train_step(b),
                       Contains("layer 'b' declares a pop of skip '/x' but its forward did not "
                                "pop it"));

@@ -28,8 +28,7 @@ struct Counts {
 Counts second_step(int k, int m, RematMode remat) {
   const Batch batch = testing::token_batch(8, 5);
   Pipeline pipe(models::transformer(testing::tiny()),
-                {.cells = k, .micro_batches = m, .remat = remat, .precision = Precision::kBFloat16},
-                batch);
+                {.K = k, .M = m, .remat = remat, .precision = Precision::kBFloat16}, batch);
   optim::Adam opt(pipe.parameters(), {.lr = 1e-3});
   auto step = [&] {
     const double loss = pipe.train_step(batch).loss;

@@ -33,4 +33,15 @@ inline const CLI::Validator kNonNegative(
     [](std::string& s) { return cli_detail::number_check(s, true); }, "NONNEGATIVE",
     "non-negative");
 
+// A flag's old spelling, refused with its new name ("--partitions was
+// renamed: use --K"); hidden from --help.
+inline void add_renamed_flag(CLI::App* app, const std::string& old_name,
+                             const std::string& new_name) {
+  const std::string message = old_name + " was renamed: use " + new_name;
+  app->add_option(
+         old_name,
+         [message](const CLI::results_t&) -> bool { throw CLI::ValidationError(message); }, message)
+      ->group("");
+}
+
 }  // namespace gpipe::train

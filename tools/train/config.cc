@@ -176,10 +176,9 @@ static void validate_model(const TrainConfig& c) {
 
 static void validate_pipeline(const TrainConfig& c) {
   const int64_t batch = c.batch > 0 ? c.batch : default_batch(c.model);
-  usage(c.partitions >= 1, "--K: expected >= 1 partitions, got ", c.partitions);
-  usage(c.micro_batches >= 1, "--M: expected >= 1 micro-batches, got ", c.micro_batches);
-  usage(c.micro_batches <= batch, "--M: ", c.micro_batches,
-        " micro-batches need --batch >= M, but the batch is ", batch);
+  usage(c.K >= 1, "--K: expected >= 1 partitions, got ", c.K);
+  usage(c.M >= 1, "--M: expected >= 1 micro-batches, got ", c.M);
+  usage(c.M <= batch, "--M: ", c.M, " micro-batches need --batch >= M, but the batch is ", batch);
   const int64_t layers = model_layer_count(c);
   usage(c.virtual_stages >= 1, "--virtual: expected >= 1 cells per device, got ", c.virtual_stages);
   const bool from_file = c.schedule.rfind("file:", 0) == 0;
@@ -198,14 +197,13 @@ static void validate_pipeline(const TrainConfig& c) {
              : ": cells per device need --schedule=interleaved (or zb-v, 2 per device; got "
                "--schedule=" +
                    c.schedule + ")");
-  const int64_t cells = static_cast<int64_t>(c.partitions) * c.virtual_stages;
+  const int64_t cells = static_cast<int64_t>(c.K) * c.virtual_stages;
   usage(cells <= layers, "--K: ", cells, c.virtual_stages > 1 ? " cells (K x v)" : " partitions",
         " but the ", c.model, " has only ", layers, " layers to cut (expected ",
         c.virtual_stages > 1 ? "K x v" : "K", " <= ", layers, "; ",
         deeper_model_hint(c, static_cast<int>(cells)), ")");
   usage(c.replicas >= 1, "--replicas: expected >= 1, got ", c.replicas);
-  usage(c.micro_batches * c.replicas <= batch,
-        "--M and --replicas: R x M = ", c.replicas * c.micro_batches,
+  usage(c.M * c.replicas <= batch, "--M and --replicas: R x M = ", c.replicas * c.M,
         " micro-batches need --batch >= R x M, but the batch is ", batch);
   usage(c.timeout > 0, "--timeout: expected a positive number of seconds, got ", c.timeout);
   usage(c.watchdog >= 0, "--watchdog: expected >= 0 seconds (0 = timeout / 2), got ", c.watchdog);
@@ -215,14 +213,14 @@ static void validate_pipeline(const TrainConfig& c) {
   check_flag("--precision", [&] { parse_precision(c.precision); });
   check_flag("--loss-scale", [&] { loss_scale_setting(c); });
   if (c.balance_by != "plan") check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
-  int64_t k = c.partitions;  // devices
+  int64_t k = c.K;  // devices
   if (!c.balance.empty()) {
     std::vector<int64_t> sizes;
     check_flag("--balance", [&] { sizes = parse_balance(c.balance); });
     int64_t sum = 0;
     for (int64_t s : sizes) sum += s;
-    usage(static_cast<int64_t>(sizes.size()) == cells || c.partitions == 1,
-          "--balance: ", sizes.size(), " cells but --K=", c.partitions,
+    usage(static_cast<int64_t>(sizes.size()) == cells || c.K == 1, "--balance: ", sizes.size(),
+          " cells but --K=", c.K,
           c.virtual_stages > 1 ? detail::concat(" x --virtual=", c.virtual_stages) : "",
           " (give that many sizes, or leave --K out)");
     usage(sum == layers, "--balance: the sizes sum to ", sum, " but the ", c.model, " has ", layers,
@@ -230,18 +228,13 @@ static void validate_pipeline(const TrainConfig& c) {
     k = static_cast<int64_t>(sizes.size()) / c.virtual_stages;
   }
   if (c.devices.empty()) return;
-  int64_t count = 0;
-  if (all_digits(c.devices)) {
-    count = c.devices.size() > 6 ? 1 << 30 : std::stoi(c.devices);
-    usage(count >= 1, "--devices: expected a count >= 1 or a list like cpu:0,cpu:1, got ",
-          c.devices);
-  } else {
-    const auto specs = split_commas(c.devices);
-    check_flag("--devices", [&] {
-      for (const auto& s : specs) Device d(s);
-    });
-    count = static_cast<int64_t>(specs.size());
-  }
+  usage(!all_digits(c.devices), "--devices=", c.devices,
+        ": a count of devices is --K; --devices takes a list like cpu:0,cpu:1");
+  const auto specs = split_commas(c.devices);
+  check_flag("--devices", [&] {
+    for (const auto& s : specs) Device d(s);
+  });
+  const int64_t count = static_cast<int64_t>(specs.size());
   usage(count == 1 || count == k, "--devices: ", count, " devices for K = ", k,
         c.virtual_stages > 1 ? " devices" : " cells",
         " (expected K devices, or one shared by all cells)");
@@ -306,26 +299,25 @@ Schedule schedule_program(const TrainConfig& c) {
   const std::string file_prefix = "file:";
   Schedule s = c.schedule.rfind(file_prefix, 0) == 0
                    ? load_schedule_file(c.schedule.substr(file_prefix.size()))
-                   : make_schedule(parse_schedule(c.schedule), c.partitions, c.micro_batches,
-                                   parse_remat(c.remat), c.virtual_stages);
+                   : make_schedule(parse_schedule(c.schedule), c.K, c.M, parse_remat(c.remat),
+                                   c.virtual_stages);
   GPIPE_CHECK(
       s.training,
       "the schedule is a forward-only program; a training one ('train' in its header) is needed");
-  if (s.cells() != c.partitions * c.virtual_stages && s.device_count() < s.cells())
-    throw Error(
-        detail::concat("the program has ", s.cells(), " cells on ", s.device_count(),
-                       " devices but --K=", c.partitions, " --virtual=", c.virtual_stages,
-                       " asks for ", c.partitions * c.virtual_stages,
-                       s.cells() % s.device_count() == 0
-                           ? detail::concat(" (run it with --K=", s.device_count(),
-                                            " --virtual=", s.cells() / s.device_count(), ")")
-                           : std::string(" (the pipeline needs the same number of cells "
-                                         "on every device)")));
-  gpipe::validate(s, c.partitions * c.virtual_stages, c.micro_batches);
-  GPIPE_CHECK(s.device_count() == c.partitions, "the schedule runs its ", s.cells(), " cells on ",
-              s.device_count(), " devices but --K=", c.partitions,
+  if (s.cells() != c.K * c.virtual_stages && s.device_count() < s.cells())
+    throw Error(detail::concat(
+        "the program has ", s.cells(), " cells on ", s.device_count(), " devices but --K=", c.K,
+        " --virtual=", c.virtual_stages, " asks for ", c.K * c.virtual_stages,
+        s.cells() % s.device_count() == 0
+            ? detail::concat(" (run it with --K=", s.device_count(),
+                             " --virtual=", s.cells() / s.device_count(), ")")
+            : std::string(" (the pipeline needs the same number of cells "
+                          "on every device)")));
+  gpipe::validate(s, c.K * c.virtual_stages, c.M);
+  GPIPE_CHECK(s.device_count() == c.K, "the schedule runs its ", s.cells(), " cells on ",
+              s.device_count(), " devices but --K=", c.K,
               c.virtual_stages > 1 ? detail::concat(" --virtual=", c.virtual_stages) : "",
-              " asks for ", c.partitions, " devices");
+              " asks for ", c.K, " devices");
   return s;
 }
 
@@ -542,7 +534,9 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
 }
 
 void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
-  app.add_option("--K", c.partitions, "partitions: devices, one cell each (v with --virtual)")
+  add_renamed_flag(&app, "--partitions", "--K");
+  add_renamed_flag(&app, "--micro-batches", "--M");
+  app.add_option("--K", c.K, "devices of one pipeline, one cell each (v with --virtual)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   g.virtual_stages = app.add_option("--virtual", c.virtual_stages,
@@ -550,7 +544,7 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
                                     "device c mod K); zb-v implies 2")
                          ->capture_default_str()
                          ->check(CLI::Range(1, 64));
-  g.planned.push_back(app.add_option("--M", c.micro_batches, "micro-batches per mini-batch")
+  g.planned.push_back(app.add_option("--M", c.M, "micro-batches per mini-batch")
                           ->capture_default_str()
                           ->check(CLI::Range(1, 1 << 20)));
   g.planned.push_back(g.virtual_stages);
@@ -593,7 +587,7 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   g.memory = app.add_option(
       "--memory", c.memory,
       "per-device memory limit for --plan=auto or --balance-by=plan, e.g. 16GB, 512MiB");
-  app.add_option("--devices", c.devices, "cpu:0,cpu:1,... or a count (default cpu:0..cpu:K-1)");
+  app.add_option("--devices", c.devices, "cpu:0,cpu:1,... (default cpu:0..cpu:K-1)");
   app.add_option("--trace", c.trace, "write a Chrome trace of every step to this file at the end");
   app.add_option("--timeout", c.timeout,
                  "seconds a stage waits for a neighbour before the step fails")

@@ -112,9 +112,9 @@ struct TrainConfig {
   int64_t log_every = 10;
 
   // ---- pipeline ----
-  int partitions = 1;      // K: devices (one cell each unless --virtual)
+  int K = 1;               // devices of one pipeline (one cell each unless --virtual)
   int virtual_stages = 1;  // v: cells per device (--schedule=interleaved)
-  int micro_batches = 1;   // M
+  int M = 1;               // micro-batches per mini-batch
   std::string schedule =
       "gpipe";  // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH
   std::string remat = "except_last";

@@ -33,8 +33,8 @@ TEST_CASE("gpipe_train flags: a good command line parses") {
       {"--model=transformer", "--K=2", "--M=4", "--steps=200", "--languages=fr,de", "--lr=1e-3",
        "--layers=1", "--balance=4,4", "--devices=cpu:0,cpu:1", "--schedule=1f1b"});
   CHECK(c.model == "transformer");
-  CHECK(c.partitions == 2);
-  CHECK(c.micro_batches == 4);
+  CHECK(c.K == 2);
+  CHECK(c.M == 4);
   CHECK(c.steps == 200);
   CHECK(c.languages == std::vector<std::string>{"fr", "de"});
   REQUIRE(c.lr.has_value());
@@ -99,7 +99,7 @@ TEST_CASE("gpipe_train flags: the design card's commands run as typed, with a de
     INFO(model);
     for (const char* k : {"--K=8", "--K=9"}) {
       const TrainConfig c = parse_train_flags({model, k, "--M=32"});
-      CHECK(c.partitions <= model_layer_count(c));
+      CHECK(c.K <= model_layer_count(c));
     }
   }
   // The default Transformer can be cut into 32 cells.
@@ -147,7 +147,7 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--batch=4", "--M=8"}),
              Contains("--M") && Contains("batch"));
   // K beyond the layers there are to cut: the message names the flag that makes the model deeper.
-  CHECK(parse_train_flags({"--model=transformer", "--K=8", "--layers=1"}).partitions == 8);
+  CHECK(parse_train_flags({"--model=transformer", "--K=8", "--layers=1"}).K == 8);
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=9", "--layers=1"}),
              Contains("only 8 layers") && Contains("--layers=2 or more for K=9"));
   CHECK_THAT(usage_error({"--model=transformer", "--K=34"}),
@@ -175,7 +175,11 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=2", "--devices=tpu:0"}),
              Contains("--devices"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--K=3", "--devices=2"}),
-             Contains("--devices") && Contains("K = 3"));
+             Contains("--devices=2") && Contains("--K"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--partitions=2"}),
+             Contains("--partitions was renamed: use --K"));
+  CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--micro-batches=2"}),
+             Contains("--micro-batches was renamed: use --M"));
   CHECK_THAT(
       usage_error({"--model=transformer", "--steps=10", "--K=2", "--devices=cpu:0,cpu:1,cpu:2"}),
       Contains("--devices") && Contains("K = 2"));
@@ -218,8 +222,7 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
              Contains("--split-blocks gives three layers per block"));
   CHECK_THAT(usage_error({"--model=unet", "--steps=10", "--K=11"}),
              Contains("--unet-depth=B gives 2B+2 layers"));
-  CHECK(parse_train_flags({"--model=resnet", "--steps=1", "--split-blocks", "--K=40"}).partitions ==
-        40);
+  CHECK(parse_train_flags({"--model=resnet", "--steps=1", "--split-blocks", "--K=40"}).K == 40);
   CHECK(parse_train_flags({"--model=amoebanet-b", "--steps=1"}).optimizer.empty());
   CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--filters=12"}),
              Contains("--filters") && Contains("multiple of 8"));

@@ -44,8 +44,8 @@ std::unique_ptr<Pipeline> make(int k, int m) {
   const Batch sample{{src, Tensor::zeros(Shape{5, 3}, DType::kInt64)},
                      {Tensor::zeros(Shape{5, 3}, DType::kInt64)}};
   PipelineOptions options;
-  options.cells = k;
-  options.micro_batches = m;
+  options.K = k;
+  options.M = m;
   auto pipe = std::make_unique<Pipeline>(models::transformer(small()), options, sample);
   pipe->train(false);
   return pipe;

@@ -92,10 +92,10 @@ ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch
 
 PlanRequest plan_request(const TrainConfig& c, const std::vector<int>& ms) {
   PlanRequest r;
-  r.devices = c.partitions;
+  r.K = c.K;
   r.batch = c.batch;
   r.memory_bytes = c.memory.empty() ? 0 : parse_bytes(c.memory);
-  r.micro_batches = ms;
+  r.M = ms;
   return r;
 }
 

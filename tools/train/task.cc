@@ -55,7 +55,7 @@ std::vector<int64_t> StepRows::rows(int64_t step) const {
 }
 
 int eval_micro_batches(const TrainConfig& c, int64_t rows) {
-  const int64_t micro_rows = std::max<int64_t>(1, c.batch / std::max(1, c.micro_batches));
+  const int64_t micro_rows = std::max<int64_t>(1, c.batch / std::max(1, c.M));
   return static_cast<int>(std::max<int64_t>(1, (rows + micro_rows - 1) / micro_rows));
 }
 

@@ -72,8 +72,6 @@ std::string duration_text(double seconds) {
 
 std::vector<Device> parse_devices(const std::string& spec) {
   if (spec.empty()) return {};
-  if (std::all_of(spec.begin(), spec.end(), [](unsigned char ch) { return std::isdigit(ch); }))
-    return devices("cpu", std::stoi(spec));
   std::vector<Device> out;
   std::stringstream ss(spec);
   std::string item;
@@ -94,9 +92,9 @@ namespace {
 
 PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communicator> world) {
   PipelineOptions o;
-  o.cells = c.partitions;
+  o.K = c.K;
   o.virtual_stages = c.virtual_stages;
-  o.micro_batches = c.micro_batches;
+  o.M = c.M;
   o.devices = parse_devices(c.devices);
   o.remat = parse_remat(c.remat);
   o.precision = parse_precision(c.precision);
@@ -130,7 +128,7 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
   m["train.seed"] = std::to_string(c.seed);
   m["train.batch"] = std::to_string(c.batch);
   // K, R and the rank layout do not change the arithmetic; the job's R x M micro-batches do.
-  m["train.micro_batches"] = std::to_string(c.replicas * c.micro_batches);
+  m["train.micro_batches"] = std::to_string(c.replicas * c.M);
   m["train.optimizer"] = c.optimizer;
   m["train.lr_schedule"] = detail::concat(c.lr_schedule, " lr=", *c.lr);
   m["train.steps"] = std::to_string(c.steps);
@@ -142,7 +140,7 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
 // the dry run as comments.
 void print_schedule(const TrainConfig& c, std::ostream& log) {
   const Schedule s = schedule_program(c);
-  const DryRun run = gpipe::validate(s, s.cells(), c.micro_batches);
+  const DryRun run = gpipe::validate(s, s.cells(), c.M);
   log << to_text(s);
   log << "# dry run: " << run.makespan
       << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
@@ -155,8 +153,7 @@ void print_schedule(const TrainConfig& c, std::ostream& log) {
   log << "# on uniform stages (F = 1, B = I + W = 2, R = 1, free links): " << sim.step_seconds
       << " units, bubble " << sim.bubble_fraction;
   if (c.schedule.rfind("file:", 0) != 0) {
-    const BubbleFormula f =
-        bubble_formula(parse_schedule(c.schedule), c.partitions, c.micro_batches, c.virtual_stages);
+    const BubbleFormula f = bubble_formula(parse_schedule(c.schedule), c.K, c.M, c.virtual_stages);
     log << " (" << c.schedule << "'s formula " << f.text << " = " << f.value << ")";
   }
   log << "\n";
@@ -210,7 +207,7 @@ class Trainer {
         world_(world) {
     c_ = config;
     const int processes = world_ ? world_->size() : 1;
-    const int cells = c_.partitions * c_.virtual_stages;  // one process per cell and replica
+    const int cells = c_.K * c_.virtual_stages;  // one process per cell and replica
     const std::string kv = c_.virtual_stages > 1 ? "K x v x R" : "K x R";
     if (!world_ || world_->size() == 1)
       usage(c_.replicas == 1, "--replicas=", c_.replicas, ": R replicas of a ", cells,
@@ -219,7 +216,7 @@ class Trainer {
             " gpipe_train ...)");
     if (processes > 1)
       usage(processes == cells * c_.replicas, "the job has ", processes,
-            " processes but --K=", c_.partitions,
+            " processes but --K=", c_.K,
             c_.virtual_stages > 1 ? detail::concat(" x --virtual=", c_.virtual_stages) : "",
             " x --replicas=", c_.replicas, " = ", cells * c_.replicas, " (expected mpirun -np ", kv,
             ": one process per stage and replica)");
@@ -246,7 +243,7 @@ class Trainer {
       set_default_intra_op_threads(c_.threads > 0 ? c_.threads
                                                   : std::max(1, cores / world_->local_size()));
     } else if (c_.threads > 0) {
-      set_default_intra_op_threads(c_.threads * c_.partitions);
+      set_default_intra_op_threads(c_.threads * c_.K);
     }
     PipelineOptions po = pipeline_options(c_, world_);
     if (!c_.plan.empty() || c_.balance_by == "plan") apply_plan(po);
@@ -337,18 +334,17 @@ class Trainer {
     const auto t0 = std::chrono::steady_clock::now();
     Model fresh = task_->make_model();
     const std::vector<int> ms =
-        autoplan ? candidate_micro_batches(c_.batch) : std::vector<int>{c_.micro_batches};
+        autoplan ? candidate_micro_batches(c_.batch) : std::vector<int>{c_.M};
     Model other;  // a second copy: how much two devices computing at once slow each other
-    if (c_.partitions > 1) other = task_->make_model();
+    if (c_.K > 1) other = task_->make_model();
     // Profiled with the threads one stage gets (threads_per_stage: --threads, or cores / K).
     const int stage_threads =
-        c_.threads > 0
-            ? c_.threads
-            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c_.partitions);
+        c_.threads > 0 ? c_.threads
+                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c_.K);
     ThreadPool stage_pool(stage_threads);
     IntraOpScope scope(&stage_pool);
     const ModelCosts costs = training_costs(c_, fresh, task_->batch_at(0), ms,
-                                            c_.partitions > 1 ? &other : nullptr, stage_threads);
+                                            c_.K > 1 ? &other : nullptr, stage_threads);
     const PlanRequest req = plan_request(c_, ms);
     PlanEstimate best;
     if (autoplan) {
@@ -356,12 +352,12 @@ class Trainer {
       log_ << "plan: " << costs.describe << "\n" << format_plan(r, req.memory_bytes, 8);
       if (r.plans.empty())
         throw UsageError(detail::concat(
-            "--plan=auto: no plan for K=", c_.partitions, " and --batch=", c_.batch, " fits ",
+            "--plan=auto: no plan for K=", c_.K, " and --batch=", c_.batch, " fits ",
             req.memory_bytes > 0 ? "--memory=" + c_.memory : std::string("in memory"),
             r.rejected.empty() ? std::string()
                                : "; e.g. " + r.rejected[0].choice + ": " + r.rejected[0].why));
       best = r.plans[0];
-      po.micro_batches = c_.micro_batches = best.choice.micro_batches;
+      po.M = c_.M = best.choice.M;
       po.schedule = best.choice.schedule;
       c_.schedule = schedule_name(best.choice.schedule);
       po.virtual_stages = c_.virtual_stages = best.choice.virtual_stages;
@@ -371,8 +367,8 @@ class Trainer {
     } else {
       PlanChoice ch;
       ch.schedule = po.schedule;
-      ch.devices = c_.partitions;
-      ch.micro_batches = c_.micro_batches;
+      ch.K = c_.K;
+      ch.M = c_.M;
       ch.virtual_stages = c_.virtual_stages;
       ch.remat.assign(ch.cells(), po.remat);
       best = best_cut(costs, ch, c_.batch, req.memory_bytes);
@@ -645,7 +641,7 @@ class Trainer {
     settings.add_json("hyper_params", hyper.str());
     settings.add("lr", *c_.lr).add("lr_schedule", schedule_->str());
     settings.add("clip_norm", c_.clip_norm).add("seed", static_cast<int64_t>(c_.seed));
-    settings.add("partitions", c_.partitions).add("micro_batches", c_.micro_batches);
+    settings.add("partitions", c_.K).add("micro_batches", c_.M);
     task_->export_data(*pipe_, settings.str(), c_.steps, c_.export_data);
     const std::string weights =
         (std::filesystem::path(c_.export_data) / "init.safetensors").string();
@@ -685,7 +681,7 @@ class Trainer {
          << (pipe_->schedule().device_count() < static_cast<int>(pipe_->cells().size())
                  ? detail::concat(" devices, ", pipe_->cells().size(), " cells")
                  : std::string())
-         << ", M=" << c_.micro_batches << ")";
+         << ", M=" << c_.M << ")";
       if (summary_.skipped_steps > 0)
         os << "; " << summary_.skipped_steps << " steps skipped (not finite)";
       log_ << os.str() << "\n";
@@ -707,7 +703,7 @@ class Trainer {
     plot_rate_.name = "examples per second (each step)";
     const std::string svg = metrics_svg(
         detail::concat("gpipe_train --model=", c_.model, ": steps ", summary_.first_step + 1, "..",
-                       summary_.last_step, ", K=", c_.partitions, ", M=", c_.micro_batches),
+                       summary_.last_step, ", K=", c_.K, ", M=", c_.M),
         {plot_loss_, plot_lr_, plot_rate_, plot_eval_loss_, plot_metric_});
     std::ofstream out(c_.plot);
     out << svg;
