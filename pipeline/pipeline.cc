@@ -37,38 +37,15 @@ Bundle to_device(const Bundle& b, Device d) {
 }  // namespace
 
 Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
-    : opt_(std::move(options)), model_(std::move(model)) {
+    : Pipeline(std::move(model), resolve(std::move(options)), sample) {}
+
+Pipeline::Pipeline(Model model, ResolvedOptions resolved, const Batch& sample)
+    : opt_(std::move(resolved.options)), model_(std::move(model)) {
   GPIPE_CHECK(!model_.layers.empty(), "pipeline: the model has no layers");
   GPIPE_CHECK(model_.loss != nullptr, "pipeline: the model has no loss");
-  GPIPE_CHECK(opt_.M >= 1, "pipeline: M (micro-batches) must be >= 1, got ", opt_.M);
-  GPIPE_CHECK(opt_.timeout_seconds > 0, "pipeline: timeout must be positive, got ",
-              opt_.timeout_seconds);
-  GPIPE_CHECK(opt_.replicas >= 1, "pipeline: the replica count R must be >= 1, got ",
-              opt_.replicas);
   GPIPE_CHECK(opt_.replicas == 1 || opt_.world != nullptr, "pipeline: R = ", opt_.replicas,
               " replicas need one process per stage and replica (launch with mpirun -np K*R)");
-  // ZB-V holds two cells on each device (a V).
-  if (!opt_.custom_schedule && opt_.schedule == ScheduleKind::kZBV && opt_.virtual_stages == 1)
-    opt_.virtual_stages = 2;
   const int v = opt_.virtual_stages;
-  GPIPE_CHECK(v >= 1, "pipeline: v (cells per device) must be >= 1, got ", v);
-  GPIPE_CHECK(v == 1 || opt_.custom_schedule || opt_.schedule == ScheduleKind::kInterleaved ||
-                  (opt_.schedule == ScheduleKind::kZBV && v == 2),
-              "pipeline: v = ", v,
-              " cells per device needs the interleaved schedule (or v = 2 "
-              "with zb-v; got ",
-              schedule_name(opt_.schedule), ")");
-  if (!opt_.balance.empty()) {
-    const int given = static_cast<int>(opt_.balance.size());
-    GPIPE_CHECK(opt_.K == 1 || opt_.K * v == given, "pipeline: --balance has ", given,
-                " cells but ",
-                v > 1 ? detail::concat("K x v = ", opt_.K, " x ", v, " = ", opt_.K * v)
-                      : detail::concat("K = ", opt_.K));
-    GPIPE_CHECK(given % v == 0, "pipeline: --balance has ", given,
-                " cells, not a multiple of v = ", v, " cells per device");
-    opt_.K = given / v;
-  }
-  GPIPE_CHECK(opt_.K >= 1, "pipeline: K (devices) must be >= 1, got ", opt_.K);
   const int k = opt_.K * v;  // cells; opt_.K devices
   std::set<std::string> names;
   for (const auto& l : model_.layers) {
@@ -77,16 +54,9 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
     layer_names_.push_back(l->name());
   }
   skip_edges(model_.layers);  // every stash popped once by a later layer, or a clear error
-  // The program, checked before anything is built.
-  schedule_ = opt_.custom_schedule ? *opt_.custom_schedule
-                                   : make_schedule(opt_.schedule, opt_.K, opt_.M, opt_.remat, v);
-  GPIPE_CHECK(schedule_.training,
-              "pipeline: the schedule is a forward-only program; a training schedule ('train' in "
-              "its header) is needed");
-  dry_run_ = validate(schedule_, k, opt_.M);
-  GPIPE_CHECK(schedule_.device_count() == opt_.K, "pipeline: the program runs its ",
-              schedule_.cells(), " cells on ", schedule_.device_count(),
-              " devices but K = ", opt_.K, " devices with v = ", v, " cells each were asked for");
+  // The program, checked by resolve() before anything is built.
+  schedule_ = *resolved.program;
+  dry_run_ = std::move(resolved.dry_run);
   // Under MPI each cell is a process; NCCL takes one rank per GPU.
   if (opt_.world && schedule_.device_count() < k)
     for (const Device& dev : opt_.devices)
@@ -115,11 +85,7 @@ Pipeline::Pipeline(Model model, PipelineOptions options, const Batch& sample)
   partition_ = opt_.balance.empty() ? balanced_partition(measure_costs(sample), k)
                                     : explicit_partition(opt_.balance, measure_costs(sample));
 
-  const int d = opt_.K;
-  if (opt_.devices.empty()) opt_.devices = devices("cpu", d);
-  GPIPE_CHECK(opt_.devices.size() == 1 || static_cast<int>(opt_.devices.size()) == d,
-              "pipeline: got ", opt_.devices.size(), " devices for K = ", d,
-              v > 1 ? " devices" : " cells", " (give K devices, or one for all cells)");
+  if (opt_.devices.empty()) opt_.devices = devices("cpu", opt_.K);
   // The program places the cells (interleaved: s mod K; ZB-V: a V).
   for (int s = 0; s < k; ++s)
     stage_devices_.push_back(opt_.devices.size() == 1 ? opt_.devices[0]

@@ -22,6 +22,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/faults.h"
 #include "pipeline/microbatch.h"
+#include "pipeline/options.h"
 #include "pipeline/partition.h"
 #include "pipeline/ranks.h"
 #include "pipeline/remat.h"
@@ -34,51 +35,6 @@
 #include "runtime/worker.h"
 
 namespace gpipe {
-
-struct PipelineOptions {
-  // K: devices, each holding `virtual_stages` cells (docs/GLOSSARY.md: cells
-  // are the layer runs, stages their runtime); K cells unless interleaved.
-  int K = 1;
-  int M = 1;  // micro-batches per mini-batch
-  // v: cells per device: the model is cut into K v cells and the cells of a
-  // device take turns (Note [Device turns]). Interleaved: cell c on device
-  // c mod K, any v; ZB-V: 2 (set when left at 1), in a V. 1 for every other
-  // schedule.
-  int virtual_stages = 1;
-  std::vector<Device> devices;  // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
-  ScheduleKind schedule = ScheduleKind::kGPipe;
-  RematMode remat = RematMode::kExceptLast;
-  // A training program to run instead of the built-in one (e.g. from
-  // load_schedule_file); validated against K and M at construction.
-  std::shared_ptr<const Schedule> custom_schedule;
-  std::vector<int64_t> balance;  // explicit layers per cell; overrides balance_by
-  // How skips (layers/skip.h) between cells travel: straight from the
-  // producing cell to the consuming one, or through every cell between.
-  SkipTransport skip_transport = SkipTransport::kDirect;
-  BalanceBy balance_by = BalanceBy::kCost;
-  int threads_per_stage = 0;     // intra-op threads per stage worker; 0 = cores / K (at least 1)
-  uint64_t seed = 0;             // dropout key seed
-  double timeout_seconds = 600;  // longest a stage waits for a neighbour
-  // Compute precision of the layers (Note [Mixed precision] in
-  // core/precision.h): activations between layers, and so across cells, in
-  // bfloat16 or float16; parameters, gradients and optimizer state float32.
-  Precision precision = Precision::kFloat32;
-  bool check_finite = true;  // a non-finite loss fails the step
-  bool trace = false;        // record a timeline (see write_trace)
-  // A step running longer than this prints what every stage is waiting for
-  // (to stderr); 0 = timeout_seconds / 2.
-  double watchdog_seconds = 0;
-  FaultHook fault_hook;  // tests of failure handling (pipeline/faults.h); empty in normal runs
-
-  // Several processes (Note [Processes]): `world` holds K x R ranks; this
-  // process runs one stage of one replica, chosen from its rank by
-  // `layout`. Null: every stage runs in this process, each on its own
-  // thread as a rank of a LocalGroup (R must be 1); the same executor.
-  std::shared_ptr<Communicator> world;
-  int replicas = 1;  // R: data-parallel copies of the whole pipeline
-  RankLayout layout = RankLayout::kPipelineMajor;
-  bool sync_batchnorm = true;  // sum BatchNorm statistics over replicas before folding them
-};
 
 // How predict cuts and runs its inputs.
 struct PredictOptions {
@@ -119,7 +75,10 @@ class Pipeline {
  public:
   // `sample` gives the shapes used to estimate layer costs (and, for
   // balance_by = time, the data to profile with); it is not trained on.
+  // Throws gpipe::Error for options that break resolve()'s rules (pipeline/options.h).
   Pipeline(Model model, PipelineOptions options, const Batch& sample);
+  // Options already resolved (a tool's, resolved once with its flags' names).
+  Pipeline(Model model, ResolvedOptions options, const Batch& sample);
   ~Pipeline();
 
   // `batch` is the whole mini-batch (all replicas'). In a multi-process

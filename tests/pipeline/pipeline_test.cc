@@ -430,7 +430,7 @@ TEST_CASE("pipeline: bad configurations are rejected with clear messages") {
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.M = 5}, batch).train_step(batch),
                     Contains("cannot cut a mini-batch of N = 4 examples into M = 5"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.K = 2, .balance = {3, 3, 1}}, batch),
-                    Contains("--balance has 3 cells but K = 2"));
+                    Contains("balance has 3 cells but K = 2"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()), {.balance = {3, 3}}, batch),
                     Contains("cell sizes sum to 6 but the model has 13 layers"));
   CHECK_THROWS_WITH(

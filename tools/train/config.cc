@@ -174,70 +174,24 @@ static void validate_model(const TrainConfig& c) {
   }
 }
 
+// What the pipeline's own rules (pipeline/options.h, resolve_pipeline) cannot
+// know: the batch and the model's layers.
 static void validate_pipeline(const TrainConfig& c) {
   const int64_t batch = c.batch > 0 ? c.batch : default_batch(c.model);
-  usage(c.K >= 1, "--K: expected >= 1 partitions, got ", c.K);
-  usage(c.M >= 1, "--M: expected >= 1 micro-batches, got ", c.M);
   usage(c.M <= batch, "--M: ", c.M, " micro-batches need --batch >= M, but the batch is ", batch);
-  const int64_t layers = model_layer_count(c);
-  usage(c.virtual_stages >= 1, "--virtual: expected >= 1 cells per device, got ", c.virtual_stages);
-  const bool from_file = c.schedule.rfind("file:", 0) == 0;
-  auto kind_is = [&](ScheduleKind kind) {
-    try {
-      return !from_file && parse_schedule(c.schedule) == kind;
-    } catch (const Error&) {
-      return false;  // reported by --schedule's own check
-    }
-  };
-  const bool zb_v = kind_is(ScheduleKind::kZBV);
-  usage(c.virtual_stages == 1 || kind_is(ScheduleKind::kInterleaved) || from_file ||
-            (zb_v && c.virtual_stages == 2),
-        "--virtual=", c.virtual_stages,
-        zb_v ? ": zb-v holds exactly 2 cells per device (leave --virtual out)"
-             : ": cells per device need --schedule=interleaved (or zb-v, 2 per device; got "
-               "--schedule=" +
-                   c.schedule + ")");
-  const int64_t cells = static_cast<int64_t>(c.K) * c.virtual_stages;
-  usage(cells <= layers, "--K: ", cells, c.virtual_stages > 1 ? " cells (K x v)" : " partitions",
-        " but the ", c.model, " has only ", layers, " layers to cut (expected ",
-        c.virtual_stages > 1 ? "K x v" : "K", " <= ", layers, "; ",
-        deeper_model_hint(c, static_cast<int>(cells)), ")");
-  usage(c.replicas >= 1, "--replicas: expected >= 1, got ", c.replicas);
   usage(c.M * c.replicas <= batch, "--M and --replicas: R x M = ", c.replicas * c.M,
         " micro-batches need --batch >= R x M, but the batch is ", batch);
-  usage(c.timeout > 0, "--timeout: expected a positive number of seconds, got ", c.timeout);
-  usage(c.watchdog >= 0, "--watchdog: expected >= 0 seconds (0 = timeout / 2), got ", c.watchdog);
-  check_flag("--layout", [&] { parse_rank_layout(c.layout); });
-  check_flag("--schedule", [&] { schedule_program(c); });
-  check_flag("--remat", [&] { parse_remat(c.remat); });
-  check_flag("--precision", [&] { parse_precision(c.precision); });
+  check_flag("--precision", [&] { parse_precision(c.precision); });  // before --loss-scale's
   check_flag("--loss-scale", [&] { loss_scale_setting(c); });
-  if (c.balance_by != "plan") check_flag("--balance-by", [&] { parse_balance_by(c.balance_by); });
-  int64_t k = c.K;  // devices
   if (!c.balance.empty()) {
     std::vector<int64_t> sizes;
     check_flag("--balance", [&] { sizes = parse_balance(c.balance); });
     int64_t sum = 0;
     for (int64_t s : sizes) sum += s;
-    usage(static_cast<int64_t>(sizes.size()) == cells || c.K == 1, "--balance: ", sizes.size(),
-          " cells but --K=", c.K,
-          c.virtual_stages > 1 ? detail::concat(" x --virtual=", c.virtual_stages) : "",
-          " (give that many sizes, or leave --K out)");
+    const int64_t layers = model_layer_count(c);
     usage(sum == layers, "--balance: the sizes sum to ", sum, " but the ", c.model, " has ", layers,
           " layers (expected sizes summing to ", layers, ")");
-    k = static_cast<int64_t>(sizes.size()) / c.virtual_stages;
   }
-  if (c.devices.empty()) return;
-  usage(!all_digits(c.devices), "--devices=", c.devices,
-        ": a count of devices is --K; --devices takes a list like cpu:0,cpu:1");
-  const auto specs = split_commas(c.devices);
-  check_flag("--devices", [&] {
-    for (const auto& s : specs) Device d(s);
-  });
-  const int64_t count = static_cast<int64_t>(specs.size());
-  usage(count == 1 || count == k, "--devices: ", count, " devices for K = ", k,
-        c.virtual_stages > 1 ? " devices" : " cells",
-        " (expected K devices, or one shared by all cells)");
 }
 
 static void validate_optimisation(const TrainConfig& c) {
@@ -295,30 +249,71 @@ LossScaleSetting loss_scale_setting(const TrainConfig& c) {
   return {false, number(v)};
 }
 
-Schedule schedule_program(const TrainConfig& c) {
+OptionNames flag_names() {
+  return {.K = "--K",
+          .M = "--M",
+          .virtual_stages = "--virtual",
+          .schedule = "--schedule",
+          .balance = "--balance",
+          .devices = "--devices",
+          .replicas = "--replicas",
+          .timeout = "--timeout",
+          .watchdog = "--watchdog"};
+}
+
+PipelineOptions pipeline_options(const TrainConfig& c) {
+  PipelineOptions o;
+  o.K = c.K;
+  o.virtual_stages = c.virtual_stages;
+  o.M = c.M;
+  usage(!all_digits(c.devices), "--devices=", c.devices,
+        ": a count of devices is --K; --devices takes a list like cpu:0,cpu:1");
+  check_flag("--devices", [&] {
+    for (const std::string& d : split_commas(c.devices)) o.devices.emplace_back(d);
+  });
+  check_flag("--remat", [&] { o.remat = parse_remat(c.remat); });
+  check_flag("--precision", [&] { o.precision = parse_precision(c.precision); });
   const std::string file_prefix = "file:";
-  Schedule s = c.schedule.rfind(file_prefix, 0) == 0
-                   ? load_schedule_file(c.schedule.substr(file_prefix.size()))
-                   : make_schedule(parse_schedule(c.schedule), c.K, c.M, parse_remat(c.remat),
-                                   c.virtual_stages);
-  GPIPE_CHECK(
-      s.training,
-      "the schedule is a forward-only program; a training one ('train' in its header) is needed");
-  if (s.cells() != c.K * c.virtual_stages && s.device_count() < s.cells())
-    throw Error(detail::concat(
-        "the program has ", s.cells(), " cells on ", s.device_count(), " devices but --K=", c.K,
-        " --virtual=", c.virtual_stages, " asks for ", c.K * c.virtual_stages,
-        s.cells() % s.device_count() == 0
-            ? detail::concat(" (run it with --K=", s.device_count(),
-                             " --virtual=", s.cells() / s.device_count(), ")")
-            : std::string(" (the pipeline needs the same number of cells "
-                          "on every device)")));
-  gpipe::validate(s, c.K * c.virtual_stages, c.M);
-  GPIPE_CHECK(s.device_count() == c.K, "the schedule runs its ", s.cells(), " cells on ",
-              s.device_count(), " devices but --K=", c.K,
-              c.virtual_stages > 1 ? detail::concat(" --virtual=", c.virtual_stages) : "",
-              " asks for ", c.K, " devices");
-  return s;
+  check_flag("--schedule", [&] {
+    if (c.schedule.rfind(file_prefix, 0) == 0)
+      o.custom_schedule = std::make_shared<const Schedule>(
+          load_schedule_file(c.schedule.substr(file_prefix.size())));
+    else
+      o.schedule = parse_schedule(c.schedule);
+  });
+  if (!c.balance.empty()) check_flag("--balance", [&] { o.balance = parse_balance(c.balance); });
+  if (c.balance_by != "plan")  // plan: the trainer's planner sets the cuts
+    check_flag("--balance-by", [&] { o.balance_by = parse_balance_by(c.balance_by); });
+  check_flag("--skips", [&] { o.skip_transport = parse_skip_transport(c.skips); });
+  check_flag("--layout", [&] { o.layout = parse_rank_layout(c.layout); });
+  o.threads_per_stage = c.threads;
+  o.check_finite = true;  // a non-finite loss fails the step cleanly; train() skips it
+  o.trace = !c.trace.empty();
+  o.timeout_seconds = c.timeout;
+  o.watchdog_seconds = c.watchdog;
+  o.replicas = c.replicas;
+  o.sync_batchnorm = c.sync_batchnorm;
+  return o;
+}
+
+ResolvedOptions resolve_pipeline(PipelineOptions o) {
+  try {
+    return resolve(std::move(o), flag_names());
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+ResolvedOptions resolve_pipeline(const TrainConfig& c) {
+  ResolvedOptions r = resolve_pipeline(pipeline_options(c));
+  const int64_t cells = r.cells(), layers = model_layer_count(c);
+  const int v = r.options.virtual_stages;
+  usage(cells <= layers, "--K: ", cells, v > 1 ? " cells (K x v)" : " partitions", " but the ",
+        c.model, " has only ", layers, " layers to cut (expected ", v > 1 ? "K x v" : "K",
+        " <= ", layers, "; ", deeper_model_hint(c, static_cast<int>(cells)), ")");
+  return r;
 }
 
 void validate(const TrainConfig& c) {
@@ -683,19 +678,19 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   if (g.label_smoothing_opt->count()) c.label_smoothing = g.label_smoothing;
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
-  // ZB-V holds two cells on each device (a V): --virtual=2 is implied.
+  // zb-v holds two cells on each device (a V): resolve() implies --virtual=2,
+  // so an explicit --virtual=1 is refused here.
   bool zb_v = false;
-  if (c.schedule.rfind("file:", 0) != 0) try {
-      zb_v = parse_schedule(c.schedule) == ScheduleKind::kZBV;
-    } catch (const Error&) {
-      // an unknown name: validate() reports it
-    }
-  if (zb_v && c.virtual_stages == 1) {
-    usage(!g.virtual_stages->count(),
-          "--virtual=1: zb-v holds exactly 2 cells per device (leave --virtual out)");
-    c.virtual_stages = 2;
+  try {
+    zb_v = parse_schedule(c.schedule) == ScheduleKind::kZBV;
+  } catch (const Error&) {
+    // file:PATH or an unknown name (pipeline_options reports it)
   }
+  usage(!(zb_v && g.virtual_stages->count() && c.virtual_stages == 1),
+        "--virtual=1: zb-v holds exactly 2 cells per device (leave --virtual out)");
   validate(c);
+  c.pipeline = std::make_shared<const ResolvedOptions>(resolve_pipeline(c));
+  c.virtual_stages = c.pipeline->options.virtual_stages;
   if (canonical) *canonical = app.config_to_str(/*default_also=*/true);
 }
 

@@ -21,11 +21,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "pipeline/options.h"
 #include "pipeline/schedule.h"
 
 namespace gpipe::train {
@@ -143,6 +145,12 @@ struct TrainConfig {
   // ---- set by the trainer, not flags: the training data this process consumes ----
   bool train_inputs = true;   // the first stage's
   bool train_targets = true;  // the last stage's
+
+  // ---- set by parse_train_flags, not a flag ----
+  // The pipeline flags' options, resolved once (resolve_pipeline); null in a
+  // config built in code (the trainer resolves it then). Whoever changes a
+  // parsed config's pipeline flags resets it.
+  std::shared_ptr<const ResolvedOptions> pipeline;
 };
 
 // Parses gpipe_train's arguments (without the program name). Throws
@@ -158,9 +166,16 @@ std::string canonical_flags(const std::vector<std::string>& args);
 // Value and combination checks that need no data (also run by train()).
 // Throws UsageError naming the flag.
 void validate(const TrainConfig& c);
-// The step's program for --schedule (built in, or read from file:PATH), --K,
-// --M and --remat, validated; throws gpipe::Error (ScheduleError) when it cannot run.
-Schedule schedule_program(const TrainConfig& c);
+// The pipeline's options as the flags give them (the caller adds the
+// communicator, the fault hook and the dropout seed); a --schedule=file:PATH
+// program is read here. Throws UsageError naming the flag of a bad value.
+PipelineOptions pipeline_options(const TrainConfig& c);
+// resolve() (pipeline/options.h) with the flags' names in its messages
+// (--K, --virtual, ...), as UsageError; the first also checks that the
+// model has a layer per cell.
+ResolvedOptions resolve_pipeline(PipelineOptions options);
+ResolvedOptions resolve_pipeline(const TrainConfig& c);
+OptionNames flag_names();
 
 // --loss-scale resolved against --precision: dynamic (optim::LossScaler from
 // `scale`) or a fixed scale (1 = none). Throws gpipe::Error for anything else.

@@ -70,15 +70,6 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-std::vector<Device> parse_devices(const std::string& spec) {
-  if (spec.empty()) return {};
-  std::vector<Device> out;
-  std::stringstream ss(spec);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.emplace_back(item);
-  return out;
-}
-
 }  // namespace
 
 std::string checkpoint_path(const std::string& pattern, int64_t step) {
@@ -89,36 +80,6 @@ std::string checkpoint_path(const std::string& pattern, int64_t step) {
 }
 
 namespace {
-
-PipelineOptions pipeline_options(const TrainConfig& c, std::shared_ptr<Communicator> world) {
-  PipelineOptions o;
-  o.K = c.K;
-  o.virtual_stages = c.virtual_stages;
-  o.M = c.M;
-  o.devices = parse_devices(c.devices);
-  o.remat = parse_remat(c.remat);
-  o.precision = parse_precision(c.precision);
-  if (c.schedule.rfind("file:", 0) == 0)
-    o.custom_schedule = std::make_shared<Schedule>(schedule_program(c));
-  else
-    o.schedule = parse_schedule(c.schedule);
-  // Tests of failure handling set GPIPE_FAULT (Note [Fault injection] in pipeline/faults.h).
-  if (const char* fault = std::getenv("GPIPE_FAULT")) o.fault_hook = fault_hook_from_spec(fault);
-  if (!c.balance.empty()) o.balance = parse_balance(c.balance);
-  if (c.balance_by != "plan") o.balance_by = parse_balance_by(c.balance_by);  // plan: apply_plan
-  o.skip_transport = parse_skip_transport(c.skips);
-  o.threads_per_stage = c.threads;
-  o.seed = dropout_seed(c);
-  o.check_finite = true;  // a non-finite loss fails the step cleanly; train() skips it
-  o.trace = !c.trace.empty();
-  o.timeout_seconds = c.timeout;
-  o.watchdog_seconds = c.watchdog;
-  o.world = std::move(world);
-  o.replicas = c.replicas;
-  o.layout = parse_rank_layout(c.layout);
-  o.sync_batchnorm = c.sync_batchnorm;
-  return o;
-}
 
 // What a checkpoint records beyond the tensors: enough to tell whether a
 // resumed run continues the same trajectory.
@@ -139,8 +100,9 @@ std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task
 // The program in its text form (loadable with --schedule=file:PATH), then
 // the dry run as comments.
 void print_schedule(const TrainConfig& c, std::ostream& log) {
-  const Schedule s = schedule_program(c);
-  const DryRun run = gpipe::validate(s, s.cells(), c.M);
+  const ResolvedOptions resolved = c.pipeline ? *c.pipeline : resolve_pipeline(c);
+  const Schedule& s = *resolved.program;
+  const DryRun& run = resolved.dry_run;
   log << to_text(s);
   log << "# dry run: " << run.makespan
       << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
@@ -245,9 +207,19 @@ class Trainer {
     } else if (c_.threads > 0) {
       set_default_intra_op_threads(c_.threads * c_.K);
     }
-    PipelineOptions po = pipeline_options(c_, world_);
-    if (!c_.plan.empty() || c_.balance_by == "plan") apply_plan(po);
-    pipe_ = std::make_unique<Pipeline>(task_->make_model(), po, task_->batch_at(0));
+    // The pipeline's options, resolved once (by parse_train_flags, or here for
+    // a config built in code), and again only when the planner changes them.
+    ResolvedOptions po = c_.pipeline ? *c_.pipeline : resolve_pipeline(c_);
+    if (!c_.plan.empty() || c_.balance_by == "plan") {
+      apply_plan(po.options);
+      po = resolve_pipeline(std::move(po.options));
+    }
+    po.options.world = world_;
+    po.options.seed = dropout_seed(c_);
+    // Tests of failure handling set GPIPE_FAULT (Note [Fault injection] in pipeline/faults.h).
+    if (const char* fault = std::getenv("GPIPE_FAULT"))
+      po.options.fault_hook = fault_hook_from_spec(fault);
+    pipe_ = std::make_unique<Pipeline>(task_->make_model(), std::move(po), task_->batch_at(0));
     summary_.parameters = parameter_count(c_);
     opt_ = make_optimizer(c_, pipe_->parameters());
     if (const LossScaleSetting ls = loss_scale_setting(c_); ls.dynamic)
