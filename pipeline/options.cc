@@ -40,8 +40,7 @@ void resolve_virtual_stages(PipelineOptions& o, const OptionNames& n) {
   GPIPE_CHECK(!zb_v || v == 2, said(n.virtual_stages, v),
               ": zb-v holds exactly 2 cells per device (leave ", n.virtual_stages, " out)");
   GPIPE_CHECK(v == 1 || !built_in || zb_v || o.schedule == ScheduleKind::kInterleaved,
-              said(n.virtual_stages, v),
-              " cells per device needs the interleaved schedule (",
+              said(n.virtual_stages, v), " cells per device needs the interleaved schedule (",
               said(n.schedule, "interleaved"), ", or zb-v with 2 per device; got ",
               said(n.schedule, schedule_name(o.schedule)), ")");
 }
@@ -52,9 +51,9 @@ void resolve_balance(PipelineOptions& o, const OptionNames& n) {
   const int v = o.virtual_stages;
   const int given = static_cast<int>(o.balance.size());
   GPIPE_CHECK(o.K == 1 || o.K * v == given, n.balance, " has ", given, " cells but ",
-              v > 1 ? detail::concat(said(n.K, o.K), " x ", said(n.virtual_stages, v), " = ",
-                                     o.K * v)
-                    : said(n.K, o.K),
+              v > 1
+                  ? detail::concat(said(n.K, o.K), " x ", said(n.virtual_stages, v), " = ", o.K * v)
+                  : said(n.K, o.K),
               " (give that many sizes, or leave ", n.K, " out)");
   GPIPE_CHECK(given % v == 0, n.balance, " has ", given, " cells, not a multiple of ",
               said(n.virtual_stages, v), " cells per device");
@@ -64,8 +63,7 @@ void resolve_balance(PipelineOptions& o, const OptionNames& n) {
 void check_devices(const PipelineOptions& o, const OptionNames& n) {
   const size_t given = o.devices.size();
   GPIPE_CHECK(given <= 1 || static_cast<int>(given) == o.K, n.devices, ": got ", given,
-              " devices for ", said(n.K, o.K),
-              " (expected K devices, or one shared by all cells)");
+              " devices for ", said(n.K, o.K), " (expected K devices, or one shared by all cells)");
 }
 
 // The program: built in, or given (from a file); a training program whose
@@ -74,8 +72,8 @@ std::pair<Schedule, DryRun> resolve_program(const PipelineOptions& o, const Opti
   const int v = o.virtual_stages, cells = o.K * v;
   Schedule program;
   try {
-    program = o.custom_schedule ? *o.custom_schedule
-                                : make_schedule(o.schedule, o.K, o.M, o.remat, v);
+    program =
+        o.custom_schedule ? *o.custom_schedule : make_schedule(o.schedule, o.K, o.M, o.remat, v);
   } catch (const Error& e) {
     throw Error(detail::concat(n.schedule, ": ", e.what()));
   }
@@ -88,8 +86,7 @@ std::pair<Schedule, DryRun> resolve_program(const PipelineOptions& o, const Opti
         " devices but ", said(n.K, o.K), " ", said(n.virtual_stages, v), " asks for ", cells,
         program.cells() % program.device_count() == 0
             ? detail::concat(" (run it with ", said(n.K, program.device_count()), " ",
-                             said(n.virtual_stages, program.cells() / program.device_count()),
-                             ")")
+                             said(n.virtual_stages, program.cells() / program.device_count()), ")")
             : std::string(" (the pipeline needs the same number of cells on every device)")));
   DryRun dry_run;
   try {
@@ -97,10 +94,10 @@ std::pair<Schedule, DryRun> resolve_program(const PipelineOptions& o, const Opti
   } catch (const Error& e) {
     throw Error(detail::concat(n.schedule, ": ", e.what()));
   }
-  GPIPE_CHECK(program.device_count() == o.K, n.schedule, ": the program runs its ",
-              program.cells(), " cells on ", program.device_count(), " devices but ",
-              said(n.K, o.K), v > 1 ? " " + said(n.virtual_stages, v) : std::string(),
-              " asks for ", o.K, " devices");
+  GPIPE_CHECK(program.device_count() == o.K, n.schedule, ": the program runs its ", program.cells(),
+              " cells on ", program.device_count(), " devices but ", said(n.K, o.K),
+              v > 1 ? " " + said(n.virtual_stages, v) : std::string(), " asks for ", o.K,
+              " devices");
   return {std::move(program), std::move(dry_run)};
 }
 

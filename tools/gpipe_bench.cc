@@ -17,9 +17,9 @@
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
-#include "tools/bench_cli.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/cli.h"
+#include "tools/bench/common.h"
 #include "tools/train/cli_checks.h"
 
 namespace {

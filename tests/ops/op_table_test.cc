@@ -175,7 +175,7 @@ void check_16bit(const OpCase& c, DType half) {
   check_run(run_as(c, half, half), run_as(c, DType::kFloat64, half), c.tolerance16 * unit, unit);
 }
 
-// Note [Split backward] in core/autograd.cc: for each float input taken as the only "input"
+// Note [Split backward] in core/autograd_engine.cc: for each float input taken as the only "input"
 // (the others as weights), and for none, backward_input followed by
 // WeightGradients::run() gives exactly the full backward's gradients, and
 // backward_input alone fills the input's gradient and defers all others.

@@ -12,6 +12,7 @@
 #include "optim/optimizer.h"
 #include "pipeline/plan.h"
 #include "tools/train/config.h"
+#include "tools/train/task.h"
 
 namespace gpipe::train {
 
@@ -38,5 +39,13 @@ ModelCosts training_costs(const TrainConfig& c, Model& model, const Batch& batch
 
 // The planner's request for `c`: K = --K, N = --batch, --memory (0: none).
 PlanRequest plan_request(const TrainConfig& c, const std::vector<int>& ms);
+
+// --plan=auto and --balance-by=plan: profiles a fresh copy of the task's
+// model on its first batch, searches, and sets the cuts in `po` (and with
+// --plan=auto M, the schedule and each cell's remat, in `po` and `c`),
+// logging the choice. Throws UsageError when planning cannot apply
+// (`distributed`: under mpirun) or no plan fits --memory.
+void apply_plan(TrainConfig& c, const Task& task, bool distributed, std::ostream& log,
+                PipelineOptions& po);
 
 }  // namespace gpipe::train

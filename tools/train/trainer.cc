@@ -37,6 +37,7 @@
 #include "tools/train/metrics_log.h"
 #include "tools/train/planning.h"
 #include "tools/train/plot.h"
+#include "tools/train/report.h"
 
 namespace gpipe::train {
 namespace {
@@ -45,29 +46,6 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i > 0 && (s.size() - i) % 3 == 0 && s[i - 1] != '-') out += ',';
-    out += s[i];
-  }
-  return out;
-}
-
-std::string duration_text(double seconds) {
-  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", static_cast<long>(s / 3600),
-                  static_cast<long>(s / 60 % 60));
-  else if (s >= 60)
-    std::snprintf(buf, sizeof(buf), "%ldm%02lds", static_cast<long>(s / 60),
-                  static_cast<long>(s % 60));
-  else
-    std::snprintf(buf, sizeof(buf), "%lds", static_cast<long>(s));
-  return buf;
 }
 
 }  // namespace
@@ -80,80 +58,6 @@ std::string checkpoint_path(const std::string& pattern, int64_t step) {
 }
 
 namespace {
-
-// What a checkpoint records beyond the tensors: enough to tell whether a
-// resumed run continues the same trajectory.
-std::map<std::string, std::string> run_metadata(const TrainConfig& c, const Task& task) {
-  std::map<std::string, std::string> m = task.metadata();
-  m["train.model"] = c.model;
-  m["train.seed"] = std::to_string(c.seed);
-  m["train.batch"] = std::to_string(c.batch);
-  // K, R and the rank layout do not change the arithmetic; the job's R x M micro-batches do.
-  m["train.micro_batches"] = std::to_string(c.replicas * c.M);
-  m["train.optimizer"] = c.optimizer;
-  m["train.lr_schedule"] = detail::concat(c.lr_schedule, " lr=", *c.lr);
-  m["train.steps"] = std::to_string(c.steps);
-  m["train.precision"] = c.precision;
-  return m;
-}
-
-// The program in its text form (loadable with --schedule=file:PATH), then
-// the dry run as comments.
-void print_schedule(const TrainConfig& c, std::ostream& log) {
-  const ResolvedOptions resolved = c.pipeline ? *c.pipeline : resolve_pipeline(c);
-  const Schedule& s = *resolved.program;
-  const DryRun& run = resolved.dry_run;
-  log << to_text(s);
-  log << "# dry run: " << run.makespan
-      << " ticks (one per forward, recompute or backward); peak live micro-batches per stage:";
-  for (int p : run.peak_live) log << " " << p;
-  log << "\n";
-  // The simulator (pipeline/simulate.h) on uniform stages: the shape of the step.
-  // Interleaved: each of a device's v cells holds 1/v of its work.
-  const double per_cell = static_cast<double>(s.device_count()) / s.cells();
-  const Simulation sim = simulate(s, CostModel::uniform(s.cells(), per_cell, 2.0 * per_cell));
-  log << "# on uniform stages (F = 1, B = I + W = 2, R = 1, free links): " << sim.step_seconds
-      << " units, bubble " << sim.bubble_fraction;
-  if (c.schedule.rfind("file:", 0) != 0) {
-    const BubbleFormula f = bubble_formula(parse_schedule(c.schedule), c.K, c.M, c.virtual_stages);
-    log << " (" << c.schedule << "'s formula " << f.text << " = " << f.value << ")";
-  }
-  log << "\n";
-  std::istringstream rows(
-      render_timeline(sim, std::min(120, static_cast<int>(4 * sim.step_seconds))));
-  for (std::string row; std::getline(rows, row);) log << "# " << row << "\n";
-  if (!c.schedule_svg.empty()) {
-    std::vector<std::string> names;
-    for (int st = 0; st < sim.devices(); ++st)
-      names.push_back((s.device_count() < s.cells() ? "device " : "stage ") + std::to_string(st));
-    std::ofstream out(c.schedule_svg);
-    out << timeline_svg(timeline_events(sim), names, "units (F = 1, B = I + W = 2)");
-    GPIPE_CHECK(out.good(), "--schedule-svg: cannot write '", c.schedule_svg, "'");
-    log << "# wrote the planned timeline to " << c.schedule_svg << "\n";
-  }
-}
-
-int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
-  int64_t count = 0;
-  if (c.model == "transformer") {
-    const models::TransformerConfig t = transformer_config(c, /*paper_vocab=*/true);
-    count = models::transformer_parameter_count(t);
-    log << (c.preset.empty() ? "Transformer" : c.preset) << ": L=" << t.layers << " H=" << t.ffn
-        << " A=" << t.heads << " dim=" << t.dim << " vocab=" << t.vocab << ": "
-        << with_commas(count) << " parameters\n";
-    if (!c.preset.empty()) {
-      const int64_t ours = models::transformer_parameter_count(transformer_config(c));
-      log << "  (with this run's byte vocabulary of " << transformer_config(c).vocab << ": "
-          << with_commas(ours) << ")\n";
-    }
-  } else {
-    count = parameter_count(c);
-    log << model_title(c) << ", 1 input channel, "
-        << (c.model == "unet" ? "2 classes per pixel" : "10 classes") << ": " << with_commas(count)
-        << " parameters\n";
-  }
-  return count;
-}
 
 // Swallows everything (the log of ranks other than 0).
 class NullBuffer : public std::streambuf {
@@ -211,7 +115,7 @@ class Trainer {
     // a config built in code), and again only when the planner changes them.
     ResolvedOptions po = c_.pipeline ? *c_.pipeline : resolve_pipeline(c_);
     if (!c_.plan.empty() || c_.balance_by == "plan") {
-      apply_plan(po.options);
+      apply_plan(c_, *task_, world_ != nullptr, log_, po.options);
       po = resolve_pipeline(std::move(po.options));
     }
     po.options.world = world_;
@@ -287,79 +191,6 @@ class Trainer {
   }
 
  private:
-  // --plan=auto and --balance-by=plan: profile a fresh copy of the model on
-  // the first batch, search, and set the pipeline's cuts (and with auto M,
-  // the schedule and each cell's remat) to the best plan.
-  void apply_plan(PipelineOptions& po) {
-    const bool autoplan = !c_.plan.empty();
-    const char* flag = autoplan ? "--plan=auto" : "--balance-by=plan";
-    if (world_)
-      throw UsageError(detail::concat(
-          flag,
-          ": plans in one process only (under mpirun every rank would profile on its own and "
-          "could choose differently); run gpipe_plan once and give every rank its choice "
-          "(--M, --schedule, --remat, --balance)"));
-    if (!autoplan && c_.schedule.rfind("file:", 0) == 0)
-      throw UsageError(
-          "--balance-by=plan: cuts are planned for a built-in --schedule, not a "
-          "program from a file; give --balance with the file's program");
-    const auto t0 = std::chrono::steady_clock::now();
-    Model fresh = task_->make_model();
-    const std::vector<int> ms =
-        autoplan ? candidate_micro_batches(c_.batch) : std::vector<int>{c_.M};
-    Model other;  // a second copy: how much two devices computing at once slow each other
-    if (c_.K > 1) other = task_->make_model();
-    // Profiled with the threads one stage gets (threads_per_stage: --threads, or cores / K).
-    const int stage_threads =
-        c_.threads > 0 ? c_.threads
-                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c_.K);
-    ThreadPool stage_pool(stage_threads);
-    IntraOpScope scope(&stage_pool);
-    const ModelCosts costs = training_costs(c_, fresh, task_->batch_at(0), ms,
-                                            c_.K > 1 ? &other : nullptr, stage_threads);
-    const PlanRequest req = plan_request(c_, ms);
-    PlanEstimate best;
-    if (autoplan) {
-      const PlanResult r = make_plan(costs, req);
-      log_ << "plan: " << costs.describe << "\n" << format_plan(r, req.memory_bytes, 8);
-      if (r.plans.empty())
-        throw UsageError(detail::concat(
-            "--plan=auto: no plan for K=", c_.K, " and --batch=", c_.batch, " fits ",
-            req.memory_bytes > 0 ? "--memory=" + c_.memory : std::string("in memory"),
-            r.rejected.empty() ? std::string()
-                               : "; e.g. " + r.rejected[0].choice + ": " + r.rejected[0].why));
-      best = r.plans[0];
-      po.M = c_.M = best.choice.M;
-      po.schedule = best.choice.schedule;
-      c_.schedule = schedule_name(best.choice.schedule);
-      po.virtual_stages = c_.virtual_stages = best.choice.virtual_stages;
-      po.remat = best.choice.remat[0];  // the program (custom_schedule) has each cell's own
-      c_.remat = (best.choice.uniform_remat() ? "" : "per cell ") + best.choice.remat_text();
-      po.custom_schedule = std::make_shared<Schedule>(best.program);
-    } else {
-      PlanChoice ch;
-      ch.schedule = po.schedule;
-      ch.K = c_.K;
-      ch.M = c_.M;
-      ch.virtual_stages = c_.virtual_stages;
-      ch.remat.assign(ch.cells(), po.remat);
-      best = best_cut(costs, ch, c_.batch, req.memory_bytes);
-      for (size_t d = 0; d < best.memory.size(); ++d)
-        if (req.memory_bytes > 0 && best.memory[d].total() > req.memory_bytes)
-          throw UsageError(detail::concat(
-              "--balance-by=plan: no cut of ", ch.describe(), " fits --memory=", c_.memory,
-              ": device ", d, " needs at least ", format_bytes(best.memory[d].total())));
-    }
-    po.balance = best.choice.balance();
-    std::string mem;
-    for (const DeviceMemoryPrediction& d : best.memory)
-      mem += detail::concat(mem.empty() ? "" : " ", format_bytes(d.total()));
-    log_ << "plan: " << best.choice.describe() << ": predicted step "
-         << format_seconds(best.step_seconds) << ", bubble " << best.sim.bubble_fraction
-         << ", memory per device " << mem << " (planned in "
-         << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s)\n";
-  }
-
   // "transformer: 960,768 parameters; adam lr 0.002 (cosine:...); batch 32, 600 steps"
   std::string setup_line() {
     int64_t stored = 0;

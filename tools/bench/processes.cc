@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {

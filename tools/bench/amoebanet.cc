@@ -7,8 +7,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 

@@ -17,7 +17,7 @@
 #include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
 
 namespace gpipe::bench {
 namespace {

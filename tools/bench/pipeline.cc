@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "pipeline/simulate.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {

@@ -19,8 +19,8 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/common.h"
+#include "tools/bench/benchmarks.h"
 
 namespace gpipe::bench {
 

@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
 #include "tools/train/cli_checks.h"
 
 namespace gpipe::bench {

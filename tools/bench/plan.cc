@@ -2,6 +2,8 @@
 // W3's model here (one fresh process per run, as every benchmark), for each
 // K, M, remat mode and schedule; the cut is the measured run's, so the rows
 // test the simulator and the costs, not the search.
+#include "pipeline/plan.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -9,9 +11,8 @@
 #include <sstream>
 
 #include "core/parallel.h"
-#include "pipeline/plan.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 #include "tools/train/planning.h"
 
 namespace gpipe::bench {

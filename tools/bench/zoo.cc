@@ -18,8 +18,8 @@
 #include "core/error.h"
 #include "models/resnet.h"
 #include "models/unet.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {

@@ -25,7 +25,7 @@
 #include "models/transformer.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/plan.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
 
 namespace gpipe::bench {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/bench_common.h"
+#include "tools/bench/common.h"
 
 #include <unistd.h>
 

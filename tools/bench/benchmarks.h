@@ -253,7 +253,7 @@ int compare_steps(const StepComparison& c, const TorchSide& torch, const std::ve
 // Matmul FLOPs of one training step of the encoder-decoder Transformer
 // (3 x forward, dense attention), as BENCHMARKS.md counts them.
 // gpipe_bench skips: U-Net at K = 2 and 4 with its skips sent directly vs
-// through the cells between (tools/bench_zoo.cc).
+// through the cells between (tools/bench/zoo.cc).
 struct SkipsBenchOptions {
   int64_t depth = 5, channels = 64, convs = 5, batch = 16;
   int M = 8;

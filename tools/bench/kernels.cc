@@ -17,7 +17,7 @@
 #include "core/parallel.h"
 #include "ops/ops.h"
 #include "ops/optimizer_kernels.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
 
 namespace gpipe::bench {
 namespace {

@@ -34,8 +34,8 @@
 #include <tuple>
 #include <vector>
 
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {

@@ -16,8 +16,8 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemm_packed.h"
 #include "ops/linalg.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {

@@ -8,15 +8,15 @@
 // both, spread over (1 - bubble) of the devices' time, so
 // samples/s(S) / samples/s(1F1B) = (1 - b_S) / (1 - b_1F1B) with b the
 // formula's idle share (equal stage costs, free links). Every measurement
-// is a fresh process (tools/bench_measure.cc).
+// is a fresh process (tools/bench/measure.cc).
 #include <cstdio>
 #include <map>
 #include <sstream>
 #include <string>
 
 #include "pipeline/schedule.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {

@@ -24,8 +24,8 @@
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
 #include "runtime/mpi.h"
-#include "tools/bench_common.h"
-#include "tools/benchmarks.h"
+#include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 namespace {
