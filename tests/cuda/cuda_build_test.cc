@@ -23,7 +23,7 @@ namespace gpipe {
 namespace {
 
 TEST_CASE("philox: nvcc's build of core/philox.h matches the CPU bit for bit (no GPU needed)") {
-  // Random123 known-answer vectors, as in tests/rng_test.cc.
+  // Random123 known-answer vectors, as in tests/core/rng_test.cc.
   CHECK(testing::nvcc_host_philox({0, 0, 0, 0}, 0) ==
         std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
   CHECK(testing::nvcc_host_philox({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},

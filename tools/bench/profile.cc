@@ -19,8 +19,8 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
-#include "tools/bench/common.h"
 #include "tools/bench/benchmarks.h"
+#include "tools/bench/common.h"
 
 namespace gpipe::bench {
 
