@@ -23,6 +23,15 @@ int64_t Shape::numel() const {
   return n;
 }
 
+std::optional<int64_t> bounded_extent(const std::vector<int64_t>& dims, int64_t limit) {
+  int64_t extent = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || __builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent) || extent > limit)
+      return std::nullopt;
+  }
+  return extent;
+}
+
 std::vector<int64_t> Shape::contiguous_strides() const {
   std::vector<int64_t> s(dims_.size());
   int64_t acc = 1;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -56,6 +57,14 @@ inline AxisView axis_view(const Shape& s, int64_t axis) {
   for (int64_t i = axis + 1; i < s.rank(); ++i) v.inner *= s[i];
   return v;
 }
+
+// The product of max(d, 1) over `dims`: the element count of the shape with
+// its empty axes counted as 1, which bounds every contiguous stride as well as
+// numel. nullopt when a size is negative or the product passes `limit`.
+// Parsers of untrusted headers (messages, safetensors, IDX) check sizes with it
+// before building a Shape: checking numel alone lets a zero-sized axis hide
+// sizes whose strides overflow.
+std::optional<int64_t> bounded_extent(const std::vector<int64_t>& dims, int64_t limit);
 
 // numpy broadcasting of two shapes; throws gpipe::Error naming `op` if they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);

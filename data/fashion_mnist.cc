@@ -9,6 +9,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -96,15 +97,15 @@ IdxArray read_idx_gz(const std::string& path, uint32_t expected_magic, int64_t l
   got = read_some(f.get(), path, "header", sizes.data(), sizes.size());
   GPIPE_CHECK(got == sizes.size(), path, ": truncated: expected ", ndims,
               " dimension sizes in the header, got ", got, " of ", sizes.size(), " bytes");
-  int64_t item_size = 1;
-  for (int d = 0; d < ndims; ++d) {
+  for (int d = 0; d < ndims; ++d)
     out.dims.push_back(static_cast<int64_t>(big_endian_u32(&sizes[static_cast<size_t>(d) * 4])));
-    if (d > 0)
-      GPIPE_CHECK(!__builtin_mul_overflow(item_size, out.dims.back(), &item_size) &&
-                      item_size <= kMaxIdxBytes,
-                  path, ": implausible IDX item size (dimensions ", Shape(out.dims),
-                  " make an item of over ", kMaxIdxBytes, " bytes)");
-  }
+  // Empty axes count as 1 here, so a zero size cannot hide sizes whose
+  // strides would overflow.
+  GPIPE_CHECK(bounded_extent(out.dims, kMaxIdxBytes).has_value(), path,
+              ": implausible IDX dimensions ", Shape(out.dims), " (over ", kMaxIdxBytes,
+              " bytes, empty axes counted as 1)");
+  const int64_t item_size =
+      Shape(std::vector<int64_t>(out.dims.begin() + std::min(ndims, 1), out.dims.end())).numel();
   const int64_t count = ndims > 0 ? out.dims[0] : 1;
   const int64_t items = limit < 0 ? count : std::min(limit, count);
   int64_t want_bytes = 0;

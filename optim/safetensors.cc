@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -271,17 +272,18 @@ Entry parse_entry(const Reader& r, const std::string& name, const json::Value& i
            "' (supported: F32, F64, I32, I64, BF16, F16)");
   e.dtype = *dt;
   std::vector<int64_t> dims;
-  // numel * element size must fit in 63 bits; check as we multiply.
-  uint64_t bytes = dtype_size(e.dtype);
   for (const json::Value& d : shape->items) {
     const auto v = d.as_uint();
-    if (!v) r.fail("tensor '", name, "': shape entries must be non-negative integers");
-    if (*v != 0 && bytes > (uint64_t{1} << 62) / *v)
-      r.fail("tensor '", name, "': shape is too large");
-    bytes = *v == 0 ? 0 : bytes * *v;
+    if (!v || *v > static_cast<uint64_t>(INT64_MAX))
+      r.fail("tensor '", name, "': shape entries must be non-negative integers");
     dims.push_back(static_cast<int64_t>(*v));
   }
+  // The extent (empty axes counted as 1) times the element size must fit in
+  // 62 bits: it bounds the bytes and every stride of the tensor.
+  if (!bounded_extent(dims, (int64_t{1} << 62) / static_cast<int64_t>(dtype_size(e.dtype))))
+    r.fail("tensor '", name, "': shape is too large");
   e.shape = Shape(std::move(dims));
+  const uint64_t bytes = static_cast<uint64_t>(e.shape.numel()) * dtype_size(e.dtype);
   const auto begin = offsets->items[0].as_uint(), end = offsets->items[1].as_uint();
   if (!begin || !end) r.fail("tensor '", name, "': data_offsets must be non-negative integers");
   e.begin = *begin;

@@ -113,14 +113,10 @@ std::vector<TensorHeader> decode(const std::string& bytes, size_t& at) {
     h.dtype = static_cast<DType>(dtype);
     const int ndim = get<uint8_t>(bytes, at);
     GPIPE_CHECK(ndim <= 8, "message header: implausible rank ", ndim, " (at most 8)");
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; ++d) {
-      h.dims.push_back(get<int64_t>(bytes, at));
-      GPIPE_CHECK(h.dims.back() >= 0 && !__builtin_mul_overflow(numel, h.dims.back(), &numel) &&
-                      numel <= kMaxMessageElements,
-                  "message header: implausible shape ", Shape(h.dims), " (non-negative sizes, ",
-                  "at most ", kMaxMessageElements, " elements)");
-    }
+    for (int d = 0; d < ndim; ++d) h.dims.push_back(get<int64_t>(bytes, at));
+    GPIPE_CHECK(bounded_extent(h.dims, kMaxMessageElements).has_value(),
+                "message header: implausible shape ", Shape(h.dims), " (non-negative sizes, ",
+                "at most ", kMaxMessageElements, " elements, empty axes counted as 1)");
   }
   return out;
 }

@@ -95,3 +95,13 @@ TEST_CASE("Tensor::set rounds the value into a 16-bit tensor (it wrote the numbe
     CHECK(x.at({0}) == -3.0);
   }
 }
+
+TEST_CASE("shape: bounded_extent counts empty axes as 1 and refuses overflow") {
+  CHECK(bounded_extent({2, 3, 4}, 100) == std::optional<int64_t>(24));
+  CHECK(bounded_extent({0, 3}, 100) == std::optional<int64_t>(3));
+  CHECK(bounded_extent({}, 1) == std::optional<int64_t>(1));
+  CHECK_FALSE(bounded_extent({2, 3, 4}, 23).has_value());
+  CHECK_FALSE(bounded_extent({-1, 3}, 100).has_value());
+  // numel is 0, but the strides of [0, 5e18, 39] do not fit in 64 bits.
+  CHECK_FALSE(bounded_extent({0, 5000000000000000000, 39}, INT64_MAX).has_value());
+}

@@ -7,6 +7,10 @@
 //  - Messages between ranks: sizes from the header were not checked (a
 //    negative or huge dimension, a product past 64 bits), and the payload was
 //    allocated before its length was compared with the bytes received.
+//  - A zero-sized axis hid the other sizes from the checks of messages,
+//    safetensors headers and IDX headers (they bounded numel, which is 0):
+//    [0, 5e18, 39] passed, and the strides of the tensor built from it
+//    overflowed (UBSan, found by the message harness in CI).
 //  - A sharded checkpoint's manifest could name shards outside its folder
 //    ("../x", "/x"): read_checkpoint followed the path.
 //  - A schedule program's header sized the parser's stage list (K) and the
@@ -39,7 +43,7 @@ std::string read_all(const std::string& path) {
 
 TEST_CASE("fuzz regressions: IDX headers with impossible sizes are refused before allocating") {
   REQUIRE_THROWS_WITH(read_idx_gz(corpus("idx", "huge_dims.idx"), 2051),
-                      Contains("implausible IDX item size"));
+                      Contains("implausible IDX dimensions"));
   // A header that promises more items than the file holds: truncation.
   REQUIRE_THROWS_WITH(read_idx_gz(corpus("idx", "truncated.idx"), 2051), Contains("truncated"));
   const IdxArray ok = read_idx_gz(corpus("idx", "images.idx.gz"), 2051);
@@ -60,6 +64,38 @@ TEST_CASE("fuzz regressions: message headers with impossible shapes are refused"
   CHECK(m.tensors[0].to_vector<float>() == std::vector<float>{1, 2, 3, 4});
   CHECK_FALSE(m.tensors[1].defined());
   CHECK(m.tensors[2].to_vector<int64_t>() == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE("fuzz regressions: a zero-sized axis does not hide sizes whose strides overflow") {
+  REQUIRE_THROWS_WITH(deserialize_message(read_all(corpus("message", "zero_hides_huge.msg")), kCpu),
+                      Contains("implausible shape"));
+
+  const auto dir = std::filesystem::temp_directory_path() / "gpipe_fuzz_zero_axis";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream((dir / name).string(), std::ios::binary) << bytes;
+    return (dir / name).string();
+  };
+  // safetensors: an 8-byte little-endian header length, then the JSON header.
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,39],"data_offsets":[0,0]}})";
+  std::string st(8, '\0');
+  for (int i = 0; i < 8; ++i) st[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  REQUIRE_THROWS_WITH(optim::load_safetensors(write("zero.safetensors", st + header)),
+                      Contains("shape is too large"));
+  // An empty tensor with sane sizes still loads.
+  optim::save_safetensors((dir / "empty.safetensors").string(),
+                          {{"w", Tensor::empty(Shape{0, 3}, DType::kFloat32, kCpu)}}, {});
+  CHECK(optim::load_safetensors((dir / "empty.safetensors").string()).tensors.at("w").shape() ==
+        Shape{0, 3});
+
+  // IDX (gzopen reads a plain file too): magic 0x803, sizes [4e9, 0, 4e9].
+  std::string idx = {0, 0, 8, 3};
+  for (uint32_t d : {4000000000u, 0u, 4000000000u})
+    for (int shift : {24, 16, 8, 0}) idx.push_back(static_cast<char>((d >> shift) & 0xff));
+  REQUIRE_THROWS_WITH(read_idx_gz(write("zero.idx", idx), 2051),
+                      Contains("implausible IDX dimensions"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("fuzz regressions: a manifest naming a shard outside its folder is refused") {
