@@ -6,11 +6,15 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -158,5 +162,117 @@ bool cpu_bf16_dot() { return cpu_isa() == CpuIsa::kAvx512 && detected_bf16_dot()
 
 CpuIsaGuard::CpuIsaGuard(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }
 CpuIsaGuard::~CpuIsaGuard() { g_active = static_cast<int>(prev_); }
+
+CacheLeaf decode_cache_leaf(uint32_t eax, uint32_t ebx, uint32_t ecx) {
+  CacheLeaf leaf;
+  const uint32_t type = eax & 0x1f;  // 1 data, 2 instruction, 3 unified; 0: no more caches
+  leaf.level = static_cast<int>((eax >> 5) & 0x7);
+  leaf.shared_by = static_cast<int>((eax >> 14) & 0xfff) + 1;
+  if (type != 1 && type != 3) return leaf;
+  const int64_t ways = ((ebx >> 22) & 0x3ff) + 1, partitions = ((ebx >> 12) & 0x3ff) + 1;
+  const int64_t line = (ebx & 0xfff) + 1, sets = int64_t{ecx} + 1;
+  leaf.bytes = ways * partitions * line * sets;
+  return leaf;
+}
+
+namespace {
+
+void take_level(CpuCaches& c, int level, int64_t bytes) {
+  if (bytes <= 0) return;
+  if (level == 1) c.l1d = bytes;
+  if (level == 2) c.l2 = bytes;
+  if (level == 3) c.l3 = bytes;
+}
+
+// Leaf 4 (Intel) or 0x8000001D (AMD with topology extensions): one subleaf
+// per cache until type 0.
+bool caches_from_cpuid(CpuCaches& c) {
+  const CpuidRegs vendor = cpuid(0);
+  char name[13] = {};
+  std::memcpy(name, &vendor.ebx, 4);
+  std::memcpy(name + 4, &vendor.edx, 4);
+  std::memcpy(name + 8, &vendor.ecx, 4);
+  unsigned leaf = 0;
+  if (std::strcmp(name, "GenuineIntel") == 0 && vendor.eax >= 4) {
+    leaf = 4;
+  } else if (std::strcmp(name, "AuthenticAMD") == 0 && cpuid(0x80000000).eax >= 0x8000001d &&
+             bit(cpuid(0x80000001).ecx, 22)) {
+    leaf = 0x8000001d;
+  } else {
+    return false;
+  }
+  for (unsigned sub = 0; sub < 16; ++sub) {
+    const CpuidRegs r = cpuid(leaf, sub);
+    if ((r.eax & 0x1f) == 0) break;
+    const CacheLeaf l = decode_cache_leaf(r.eax, r.ebx, r.ecx);
+    take_level(c, l.level, l.level == 3 ? l.bytes / l.shared_by : l.bytes);
+  }
+  c.source = leaf == 4 ? "cpuid leaf 4" : "cpuid leaf 0x8000001d";
+  return c.l1d > 0 && c.l2 > 0;
+}
+
+// "48K", "2048K", "32M" as Linux writes cache sizes.
+int64_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || v <= 0) return 0;
+  if (*end == 'K') return v * 1024;
+  if (*end == 'M') return v * 1024 * 1024;
+  return v;
+}
+
+int count_cpus(const std::string& list) {  // "0-1,4" -> 3
+  int n = 0;
+  std::stringstream in(list);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    int lo = 0, hi = 0;
+    if (std::sscanf(part.c_str(), "%d-%d", &lo, &hi) == 2)
+      n += hi >= lo ? hi - lo + 1 : 0;
+    else if (!part.empty())
+      ++n;
+  }
+  return std::max(n, 1);
+}
+
+bool caches_from_sysfs(CpuCaches& c) {
+  const std::string base = "/sys/devices/system/cpu/cpu0/cache/index";
+  for (int i = 0; i < 8; ++i) {
+    auto read = [&](const char* name) {
+      std::ifstream in(base + std::to_string(i) + "/" + name);
+      std::string v;
+      std::getline(in, v);
+      return v;
+    };
+    const std::string type = read("type");
+    if (type.empty()) break;
+    if (type != "Data" && type != "Unified") continue;
+    const int level = std::atoi(read("level").c_str());
+    const int64_t bytes = parse_size(read("size"));
+    take_level(c, level, level == 3 ? bytes / count_cpus(read("shared_cpu_list")) : bytes);
+  }
+  c.source = "sysfs";
+  return c.l1d > 0 && c.l2 > 0;
+}
+
+}  // namespace
+
+const CpuCaches& cpu_caches() {
+  static const CpuCaches caches = [] {
+    CpuCaches c;
+    if (caches_from_cpuid(c)) return c;
+    c = CpuCaches{};
+    if (caches_from_sysfs(c)) return c;
+    return CpuCaches{32 * 1024, 1024 * 1024, 8 * 1024 * 1024, "assumed"};
+  }();
+  return caches;
+}
+
+std::string cache_description(const CpuCaches& c) {
+  std::ostringstream os;
+  os << "L1d " << c.l1d / 1024 << " KB, L2 " << c.l2 / 1024 << " KB, L3 " << c.l3 / 1024
+     << " KB per core (" << c.source << ")";
+  return os.str();
+}
 
 }  // namespace gpipe

@@ -14,6 +14,7 @@
 // gpipe::Error naming the request and what the CPU supports.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,31 @@ CpuIsa parse_cpu_isa(std::string_view name);
 // "AMD EPYC 9R14 96-Core Processor; supports avx512, avx2, baseline", for
 // benchmark headers.
 std::string cpu_description();
+
+// The data caches one core sees, for the GEMM's blocking (ops/cpu/gemm_kernels.h).
+// Read at first use from cpuid's deterministic cache parameters (leaf 4 on
+// Intel, 0x8000001D on AMD), else from Linux's
+// /sys/devices/system/cpu/cpu0/cache, else assumed (32 KB, 1 MB, 8 MB);
+// `source` says which ("cpuid leaf 4", "cpuid leaf 0x8000001d", "sysfs",
+// "assumed"). l3 is the share of one core: the cache's size over the logical
+// processors cpuid says share it.
+struct CpuCaches {
+  int64_t l1d = 0, l2 = 0, l3 = 0;  // bytes
+  std::string source;
+};
+const CpuCaches& cpu_caches();
+// One cache level from a deterministic-cache-parameters subleaf (eax, ebx,
+// ecx as cpuid returns them, the same layout on Intel and AMD): its level and
+// size in bytes, 0 when the subleaf is not a data or unified cache; and the
+// number of logical processors sharing it.
+struct CacheLeaf {
+  int level = 0;
+  int64_t bytes = 0;
+  int shared_by = 1;
+};
+CacheLeaf decode_cache_leaf(uint32_t eax, uint32_t ebx, uint32_t ecx);
+// "L1d 32 KB, L2 1024 KB, L3 16384 KB per core (cpuid leaf 0x8000001d)".
+std::string cache_description(const CpuCaches& caches);
 
 // Sets the active level for its lifetime and restores the previous one.
 class CpuIsaGuard {

@@ -48,6 +48,9 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
   c->add_flag("--no-torch", o.skip_torch, "skip the torch.mm reference");
   c->add_flag("--no-square", o.skip_square, "skip the square sizes");
   c->add_flag("--no-transformer", o.skip_transformer, "skip the Transformer shapes");
+  c->add_flag("--sweep-blocking", o.sweep_blocking,
+              "only measure the cache blocking: the model's kc, nc against a grid around it, "
+              "float32 and bfloat16, square --sizes at the first --threads count");
   c->add_flag("--no-bf16", o.skip_bf16,
               "skip the bfloat16 section (square and Transformer shapes, torch.mm in bfloat16)");
   c->add_option("--tokens", o.tokens, "FFN shapes: tokens (rows)")->check(gpipe::train::kPositive);

@@ -41,9 +41,7 @@ void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t 
 const KernelSet kAvx512Kernels = {"avx512",
                                   avx512::kMr,
                                   avx512::kNr,
-                                  384,  // kc: a 14 x 384 A panel (21 KB) stays in a 48 KB L1
-                                  512,  // nc: the 384 x 512 B block (768 KB) in a 1-2 MB L2
-                                  4096,
+                                  512,
                                   avx512::kernel_14x32,
                                   avx512::pack_transposed_avx,
                                   avx512::pack_copy_avx,

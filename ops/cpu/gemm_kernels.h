@@ -33,14 +33,13 @@ using PackFn = void (*)(const float* src, int64_t ld, int64_t lanes, int64_t kc,
 using PackBf16Fn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
                             int64_t stride);
 
-// One ISA's micro-kernel, its packing, its register tile (mr x nr) and the cache blocking
-// the driver uses with it: kc (depth of a packed panel; an mr x kc A panel
-// stays in L1), nc (columns of the packed B block, kc x nc stays in L2) and
-// mc (rows of the packed A block, which lives in L3).
+// One ISA's micro-kernel, its packing, its register tile (mr x nr) and the
+// deepest panel it was tuned for (kc_cap); the cache blocking itself comes
+// from the CPU's caches (gemm_blocking.h).
 struct KernelSet {
   const char* name;  // "avx512", "avx2", "baseline"
   int mr, nr;
-  int kc, nc, mc;
+  int kc_cap;
   MicroKernel kernel;
   PackFn pack_transposed, pack_copy;
   PackBf16Fn pack_transposed_bf16, pack_copy_bf16;
@@ -67,7 +66,7 @@ using PackPairsFn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int
 struct Bf16DotKernelSet {
   const char* name;  // "avx512-bf16"
   int mr, nr;
-  int kc, nc, mc;
+  int kc_cap;
   Bf16MicroKernel kernel;
   PackPairsFn pack_rows, pack_cols;
 };

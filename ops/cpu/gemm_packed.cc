@@ -33,6 +33,7 @@
 #include "core/cpu_isa.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/cpu/gemm_blocking.h"
 
 namespace gpipe::ops::cpu {
 namespace {
@@ -74,10 +75,12 @@ struct Engine {
   int64_t esize;  // bytes per packed element
 
   static Engine of(const KernelSet& k) {
-    return Engine{&k, nullptr, k.mr, k.nr, k.kc, k.nc, k.mc, 4};
+    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 4, k.kc_cap);
+    return Engine{&k, nullptr, k.mr, k.nr, b.kc, b.nc, b.mc, 4};
   }
   static Engine of(const Bf16DotKernelSet& k) {
-    return Engine{nullptr, &k, k.mr, k.nr, k.kc, k.nc, k.mc, 2};
+    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap);
+    return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2};
   }
   // Packed depth of a kc-deep slice: whole pairs for the dot kernel.
   int64_t depth(int64_t kc_) const { return dot ? kc_ + (kc_ & 1) : kc_; }

@@ -16,6 +16,7 @@
 #include "core/precision.h"
 #include "core/tensor.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_blocking.h"
 #include "ops/cpu/gemm_packed.h"
 #include "ops/ops.h"
 
@@ -127,6 +128,24 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
           }
     }
   }
+}
+
+TEST_CASE("bfloat16 GEMM: both paths under small and odd blockings (k slices of odd depth)") {
+  std::mt19937 rng(12);
+  std::vector<ops::cpu::Bf16Path> paths = {ops::cpu::Bf16Path::kConvert};
+  if (detected_bf16_dot()) paths.push_back(ops::cpu::Bf16Path::kDot);
+  for (const ops::cpu::GemmBlocking b :
+       {ops::cpu::GemmBlocking{7, 64, 30}, ops::cpu::GemmBlocking{16, 1, 1}}) {
+    ops::cpu::set_gemm_blocking(b);
+    for (auto path : paths)
+      for (int t = 0; t < 4; ++t) {
+        const Bf16Case g{(t & 1) != 0, (t & 2) != 0, 45, 77, 61, 0, t == 3 ? 0.5f : 0.0f, t == 1};
+        INFO("kc " << b.kc << " nc " << b.nc << " mc " << b.mc
+                   << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert") << " t=" << t);
+        check_bf16(g, path, rng);
+      }
+  }
+  ops::cpu::set_gemm_blocking(std::nullopt);
 }
 
 TEST_CASE(

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_blocking.h"
 #include "ops/cpu/gemm_packed.h"
 
 using namespace gpipe;
@@ -141,10 +142,10 @@ TEST_CASE("gemm: packed equals Eigen around every tile edge, all transpositions,
   for (CpuIsa isa : supported_levels()) {
     CpuIsaGuard guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
+    const int64_t kc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc;
     for (int64_t m : around(ks.mr, 100))
       for (int64_t n : around(ks.nr, 257))
-        for (int64_t k :
-             {int64_t{1}, int64_t{7}, int64_t{ks.kc} - 1, int64_t{ks.kc} + 1, int64_t{600}})
+        for (int64_t k : {int64_t{1}, int64_t{7}, kc - 1, kc + 1, int64_t{600}})
           for (int t = 0; t < 4; ++t) {
             GemmCase g;
             g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k;
@@ -174,7 +175,8 @@ TEST_CASE("gemm: packed across the row-block and column-chunk edges") {
   std::mt19937 rng(10);
   for (CpuIsa isa : supported_levels()) {
     CpuIsaGuard guard(isa);
-    const int64_t mc = ops::cpu::packed_kernels().mc;
+    const auto& ks = ops::cpu::packed_kernels();
+    const int64_t mc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).mc;
     for (int t = 0; t < 4; ++t) {
       GemmCase tall;  // more rows than one packed A block
       tall.ta = t & 1, tall.tb = t & 2, tall.m = mc + 5, tall.n = 21, tall.k = 40, tall.beta = 0.5f;
@@ -267,4 +269,72 @@ TEST_CASE("gemm: the compute line names the CPU, the active level and the GEMM p
                          Contains(std::string(ops::cpu::gemm_backend_name())) &&
                          Contains("supports"));
   }
+}
+
+TEST_CASE("gemm blocking: cache parameters decode as cpuid lays them out") {
+  // A 48 KB, 12-way L1d of 64-byte lines in 64 sets, shared by 2 threads.
+  const uint32_t eax = 1u | (1u << 5) | (1u << 14), ebx = (11u << 22) | (0u << 12) | 63u, ecx = 63;
+  const CacheLeaf l1 = decode_cache_leaf(eax, ebx, ecx);
+  CHECK(l1.level == 1);
+  CHECK(l1.bytes == 48 * 1024);
+  CHECK(l1.shared_by == 2);
+  // An instruction cache has no size here; a unified L2 of 2 MB (16-way, 2048 sets).
+  CHECK(decode_cache_leaf(2u | (1u << 5), ebx, ecx).bytes == 0);
+  CHECK(decode_cache_leaf(3u | (2u << 5), (15u << 22) | 63u, 2047).bytes == 2 * 1024 * 1024);
+  // This machine's caches: detected, plausible, and named in the description.
+  const CpuCaches& c = cpu_caches();
+  CHECK(c.l1d >= 8 * 1024);
+  CHECK(c.l1d <= 1024 * 1024);
+  CHECK(c.l2 >= c.l1d);
+  CHECK_THAT(cache_description(c), Contains("L1d") && Contains(c.source));
+}
+
+TEST_CASE(
+    "gemm blocking: the model gives the hand-tuned Zen 4 blocking and grows with the caches") {
+  using ops::cpu::GemmBlocking;
+  using ops::cpu::model_blocking;
+  const CpuCaches zen4{32 * 1024, 1024 * 1024, 16 * 1024 * 1024, "test"};
+  const CpuCaches xeon{48 * 1024, 2048 * 1024, 2 * 1024 * 1024, "test"};
+  // The AVX-512 float32 kernel (14 x 32) was tuned by hand on Zen 4 at kc 384, nc 512.
+  CHECK(model_blocking(zen4, 14, 32, 4, 512) == GemmBlocking{384, 512, 4088});
+  CHECK(model_blocking(xeon, 14, 32, 4, 512) == GemmBlocking{512, 768, 504});
+  // bfloat16 pairs: half the bytes per element.
+  CHECK(model_blocking(zen4, 14, 32, 2, 512) == GemmBlocking{512, 768, 4088});
+  // Tiny or unknown caches still give a usable blocking.
+  const GemmBlocking tiny = model_blocking(CpuCaches{}, 4, 8, 4, 256);
+  CHECK(tiny.kc >= 16);
+  CHECK(tiny.nc >= 32);
+  CHECK(tiny.mc >= 32);
+}
+
+namespace {
+struct BlockingGuard {
+  explicit BlockingGuard(ops::cpu::GemmBlocking b) { ops::cpu::set_gemm_blocking(b); }
+  ~BlockingGuard() { ops::cpu::set_gemm_blocking(std::nullopt); }
+};
+}  // namespace
+
+TEST_CASE("gemm blocking: any blocking gives the same products (small and odd slices)") {
+  std::mt19937 rng(11);
+  for (const ops::cpu::GemmBlocking b :
+       {ops::cpu::GemmBlocking{5, 40, 20}, ops::cpu::GemmBlocking{17, 1, 1},
+        ops::cpu::GemmBlocking{64, 96, 30}}) {
+    BlockingGuard guard(b);
+    for (CpuIsa isa : supported_levels()) {
+      CpuIsaGuard isa_guard(isa);
+      INFO("kc " << b.kc << " nc " << b.nc << " mc " << b.mc);
+      for (int t = 0; t < 4; ++t) {
+        GemmCase g;
+        g.ta = t & 1, g.tb = t & 2, g.m = 45, g.n = 131, g.k = 70, g.beta = t == 2 ? 0.5f : 0.0f;
+        check_case(g, rng);
+        g.parallel = true;
+        g.m = 150;
+        check_case(g, rng);
+      }
+    }
+  }
+  CHECK_THROWS_WITH(ops::cpu::set_gemm_blocking(ops::cpu::GemmBlocking{0, 512, 4096}),
+                    Contains("out of range"));
+  const auto& ks = ops::cpu::packed_kernels();
+  CHECK_THAT(ops::cpu::gemm_blocking_description(ks.mr, ks.nr, 4, ks.kc_cap), Contains("kc "));
 }

@@ -33,6 +33,7 @@ struct GemmBenchOptions {
           vocab_dim = 512;  // output projection shapes (smaller: vocab is wide)
   std::vector<int64_t> vocab{256, 32000};
   double shape_min_seconds = 0.5;  // timing budget per Transformer-shape measurement
+  bool sweep_blocking = false;     // only the blocking sweep (Note [GEMM blocking])
   std::string env_note;
 };
 int run_gemm(const GemmBenchOptions& opt);

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_blocking.h"
 #include "ops/cpu/gemm_packed.h"
 #include "ops/linalg.h"
 #include "tools/bench/benchmarks.h"
@@ -217,6 +218,74 @@ void run_bf16(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
   }
 }
 
+// Note [GEMM blocking]'s model against a grid of kc x nc (mc as the model
+// says) on square products, float32 and (where the CPU has them) bfloat16 dot
+// products: GF/s of each, the model's at its share of the best.
+void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
+  const int threads = opt.threads.front();
+  ThreadPool pool(threads);
+  IntraOpScope scope(&pool);
+  const auto& ks = ops::cpu::packed_kernels();
+  const auto& dot = ops::cpu::packed::kAvx512Bf16Kernels;
+  std::printf("\n# blocking sweep, %d thread%s (GF/s; * = the model's choice)\n", threads,
+              threads > 1 ? "s" : "");
+  std::printf("%-10s %6s %5s %5s %5s %9s %6s\n", "operands", "n", "kc", "nc", "mc", "GF/s",
+              "%peak");
+  for (const bool bf16 : {false, true}) {
+    if (bf16 && !cpu_bf16_dot()) continue;
+    const int mr = bf16 ? dot.mr : ks.mr, nr = bf16 ? dot.nr : ks.nr, es = bf16 ? 2 : 4;
+    const int cap = bf16 ? dot.kc_cap : ks.kc_cap;
+    const ops::cpu::GemmBlocking model = ops::cpu::model_blocking(cpu_caches(), mr, nr, es, cap);
+    std::vector<ops::cpu::GemmBlocking> grid = {model};
+    for (int kc : {128, 256, 384, 512, 768})
+      for (int nc : {256, 512, 768, 1024, 1536}) {
+        const ops::cpu::GemmBlocking b{kc, nc / nr * nr, model.mc};
+        if (!(b == model)) grid.push_back(b);
+      }
+    for (int64_t n : opt.sizes) {
+      const Tensor a32 = Tensor::randn(Shape{n * n}, 1), b32 = Tensor::randn(Shape{n * n}, 2);
+      const Tensor a16 = a32.to(DType::kBFloat16), b16 = b32.to(DType::kBFloat16);
+      Tensor c = Tensor::zeros(Shape{n * n});
+      // Three passes over the grid, best of each blocking's passes: a burst of
+      // noise on a shared machine then costs one pass, not a verdict.
+      std::vector<double> gf(grid.size(), 0.0);
+      for (int pass = 0; pass < 3; ++pass)
+        for (size_t g = 0; g < grid.size(); ++g) {
+          ops::cpu::set_gemm_blocking(grid[g]);
+          const Timing t = time_it(
+              [&] {
+                if (bf16)
+                  ops::cpu::packed_gemm_bf16(
+                      false, false, n, n, n, 1.0f,
+                      reinterpret_cast<const uint16_t*>(a16.data<bfloat16>()), n,
+                      reinterpret_cast<const uint16_t*>(b16.data<bfloat16>()), n, 0.0f,
+                      c.data<float>(), n, true, ops::cpu::Bf16Path::kDot);
+                else
+                  ops::cpu::packed_sgemm(false, false, n, n, n, 1.0f, a32.data<float>(), n,
+                                         b32.data<float>(), n, 0.0f, c.data<float>(), n, true);
+              },
+              2, opt.shape_min_seconds / 3);
+          gf[g] = std::max(gf[g], 2.0 * n * n * n / t.best_s / 1e9);
+        }
+      size_t best = 0;
+      for (size_t g = 0; g < grid.size(); ++g) {
+        if (gf[g] > gf[best]) best = g;
+        std::printf("%-10s %6ld %5d %5d %5d %9.1f %5.0f%%%s\n", bf16 ? "bf16-dot" : "float32",
+                    static_cast<long>(n), grid[g].kc, grid[g].nc, grid[g].mc, gf[g],
+                    100 * gf[g] / peak.at(threads), g == 0 ? " *" : "");
+      }
+      const double model_gf = gf[0];
+      const ops::cpu::GemmBlocking best_b = grid[best];
+      ops::cpu::set_gemm_blocking(std::nullopt);
+      std::printf(
+          "# %s n=%ld: model kc %d nc %d at %.1f GF/s, %.0f%% of the grid's best (kc %d "
+          "nc %d, %.1f GF/s)\n",
+          bf16 ? "bf16-dot" : "float32", static_cast<long>(n), model.kc, model.nc, model_gf,
+          100 * model_gf / gf[best], best_b.kc, best_b.nc, gf[best]);
+    }
+  }
+}
+
 }  // namespace
 
 int run_gemm(const GemmBenchOptions& opt) {
@@ -226,16 +295,19 @@ int run_gemm(const GemmBenchOptions& opt) {
   std::printf("# CPU: %s\n", cpu_description().c_str());
   std::printf(
       "# active ISA: %s (GPIPE_CPU_ISA=avx512|avx2|baseline forces one); GEMM path: %s, %dx%d "
-      "tile, "
-      "kc=%d nc=%d mc=%d\n",
-      cpu_isa_name(isa), std::string(ops::cpu::gemm_backend_name()).c_str(), ks.mr, ks.nr, ks.kc,
-      ks.nc, ks.mc);
+      "tile\n# blocking: %s (GPIPE_GEMM_BLOCKING=kc,nc,mc overrides)\n",
+      cpu_isa_name(isa), std::string(ops::cpu::gemm_backend_name()).c_str(), ks.mr, ks.nr,
+      ops::cpu::gemm_blocking_description(ks.mr, ks.nr, 4, ks.kc_cap).c_str());
   std::map<int, double> peak;
   for (int threads : opt.threads) peak[threads] = measure_fma_peak(isa, threads, 0.5);
   std::printf("# measured %s FMA peak:", cpu_isa_name(isa));
   for (const auto& [threads, gf] : peak)
     std::printf(" %d thread%s %.1f GF/s;", threads, threads > 1 ? "s" : "", gf);
   std::printf(" %%peak is against the figure for the row's thread count\n");
+  if (opt.sweep_blocking) {
+    run_blocking_sweep(opt, peak);
+    return 0;
+  }
   if (!opt.skip_square) run_square(opt, peak);
   if (!opt.skip_transformer) run_transformer_shapes(opt, peak);
   if (!opt.skip_bf16) run_bf16(opt, peak);

@@ -1,0 +1,120 @@
+// Note [GEMM blocking]. The driver (gemm_packed.cc) walks C in blocks of mc
+// rows and nc columns of B, k in slices of kc; for each A panel (mr x kc) it
+// runs every B panel (nr x kc) of the block, so the A panel is reused from
+// L1 while the B block (kc x nc) streams from L2, and the A block (mc x kc)
+// is re-read from L3 once per B block. The sizes follow from the caches:
+//   kc = 2/3 of L1d over an A panel's row of kc elements (mr x elem bytes),
+//        a multiple of 16, at most the kernel's kc_cap: the A panel takes
+//        two thirds of L1 and the streaming B panel the rest;
+//   nc = 3/4 of L2 over kc x elem bytes, a multiple of nr, in [4 nr, 4096];
+//   mc = half this core's share of L3 over kc x elem bytes, a multiple of mr,
+//        in [8 mr, 4096].
+// On Zen 4 (32 KB L1d, 1 MB L2) the AVX-512 kernel (14 x 32, float32) gets
+// kc 384, nc 512: the constants this kernel was tuned with there by hand.
+// A CPU with a 48 KB L1d and 2 MB L2 (Zen 5, Sapphire Rapids) gets kc 512,
+// nc 768. The blocking changes the order of the sums over k (slices of kc),
+// so it is a pure function of the caches: one machine, one blocking, the
+// same bits every run. gpipe_bench gemm prints it, and --sweep-blocking
+// measures the model's choice against its neighbours.
+#include "ops/cpu/gemm_blocking.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace gpipe::ops::cpu {
+namespace {
+
+int64_t round_down(int64_t v, int64_t step) { return std::max<int64_t>(step, v / step * step); }
+
+std::atomic<bool> has_override{false};  // the fast path of every product skips the lock
+std::mutex& override_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::optional<GemmBlocking>& override_value() {
+  static std::optional<GemmBlocking> v;
+  return v;
+}
+
+void check_blocking(const GemmBlocking& b, const std::string& what) {
+  constexpr int kMax = 1 << 20;
+  GPIPE_CHECK(b.kc >= 1 && b.kc <= kMax && b.nc >= 1 && b.nc <= kMax && b.mc >= 1 && b.mc <= kMax,
+              what, ": GEMM blocking kc ", b.kc, ", nc ", b.nc, ", mc ", b.mc,
+              " is out of range (each in [1, ", kMax, "])");
+}
+
+// GPIPE_GEMM_BLOCKING=kc,nc,mc, read once.
+const std::optional<GemmBlocking>& env_blocking() {
+  static const std::optional<GemmBlocking> env = []() -> std::optional<GemmBlocking> {
+    const char* text = std::getenv("GPIPE_GEMM_BLOCKING");
+    if (!text || !*text) return std::nullopt;
+    GemmBlocking b;
+    char tail = 0;
+    GPIPE_CHECK(std::sscanf(text, "%d,%d,%d%c", &b.kc, &b.nc, &b.mc, &tail) == 3,
+                "GPIPE_GEMM_BLOCKING='", text, "': expected three integers kc,nc,mc (e.g. ",
+                "384,512,4096)");
+    check_blocking(b, "GPIPE_GEMM_BLOCKING");
+    return b;
+  }();
+  return env;
+}
+
+}  // namespace
+
+GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_bytes, int kc_cap) {
+  GPIPE_CHECK(mr >= 1 && nr >= 1 && elem_bytes >= 1 && kc_cap >= 16,
+              "GEMM blocking: bad kernel shape mr ", mr, ", nr ", nr, ", element bytes ",
+              elem_bytes, ", kc cap ", kc_cap);
+  const int64_t l1 = std::max<int64_t>(caches.l1d, 16 * 1024);
+  const int64_t l2 = std::max<int64_t>(caches.l2, 256 * 1024);
+  const int64_t l3 = std::max<int64_t>(caches.l3, l2);
+  GemmBlocking b;
+  b.kc = static_cast<int>(std::min<int64_t>(kc_cap, round_down(l1 * 2 / 3 / (mr * elem_bytes), 16)));
+  const int64_t panel_bytes = int64_t{b.kc} * elem_bytes;
+  b.nc = static_cast<int>(std::clamp<int64_t>(round_down(l2 * 3 / 4 / panel_bytes, nr), 4 * nr,
+                                              std::max(4 * nr, 4096 / nr * nr)));
+  b.mc = static_cast<int>(std::clamp<int64_t>(round_down(l3 / 2 / panel_bytes, mr), 8 * mr,
+                                              std::max(8 * mr, 4096 / mr * mr)));
+  return b;
+}
+
+GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, std::string* source) {
+  if (has_override.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(override_mutex());
+    if (override_value()) {
+      if (source) *source = "set";
+      return *override_value();
+    }
+  }
+  if (env_blocking()) {
+    if (source) *source = "GPIPE_GEMM_BLOCKING";
+    return *env_blocking();
+  }
+  if (source) *source = "model";
+  return model_blocking(cpu_caches(), mr, nr, elem_bytes, kc_cap);
+}
+
+void set_gemm_blocking(std::optional<GemmBlocking> blocking) {
+  if (blocking) check_blocking(*blocking, "set_gemm_blocking");
+  std::lock_guard<std::mutex> lock(override_mutex());
+  override_value() = blocking;
+  has_override.store(blocking.has_value(), std::memory_order_release);
+}
+
+std::string gemm_blocking_description(int mr, int nr, int elem_bytes, int kc_cap) {
+  std::string source;
+  const GemmBlocking b = gemm_blocking(mr, nr, elem_bytes, kc_cap, &source);
+  std::ostringstream os;
+  os << "kc " << b.kc << ", nc " << b.nc << ", mc " << b.mc << " (" << source;
+  if (source == "model") os << ": " << cache_description(cpu_caches());
+  os << ")";
+  return os.str();
+}
+
+}  // namespace gpipe::ops::cpu
