@@ -177,7 +177,13 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& request);
 // "16GB", "512MiB", "8e9", "1.5G" -> bytes (GB = 1e9, GiB = 2^30); throws
 // gpipe::Error naming the text otherwise.
 double parse_bytes(const std::string& text);
-std::string format_bytes(double bytes);      // "1.23 GB"
+std::string format_bytes(double bytes);  // "1.23 GB"
+// gpipe_plan --link: "measured" leaves `costs` as profiled; "pcie" (PCIe 4.0
+// x16, about 25 GB/s and 10 us per direction), "nvlink" (NVLink 4, about 450
+// GB/s and 3 us), "infiniband" (NCCL over 400 Gb/s, about 45 GB/s and 8 us)
+// or "<bytes per second>[,<latency seconds>]" ("10GB,5e-6") set every
+// boundary's link. Throws gpipe::Error naming the text otherwise.
+void apply_link(const std::string& link, ModelCosts& costs);
 std::string format_seconds(double seconds);  // "1.234 s", "12.34 ms"
 
 // The plans and rejections as a table.

@@ -57,7 +57,45 @@ double parse_bytes(const std::string& text) {
   auto it = units.find(unit);
   GPIPE_CHECK(used > 0 && it != units.end() && std::isfinite(v) && v >= 0, "'", text,
               "' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)");
+  // The unit can carry a finite number past what a double holds ("1e300TB").
+  GPIPE_CHECK(v * it->second < 1e30, "'", text, "' is not a plausible size (at most 1e30 bytes)");
   return v * it->second;
+}
+
+void apply_link(const std::string& link, ModelCosts& costs) {
+  if (link == "measured") return;
+  if (link == "pcie") {
+    costs.link_bytes_per_second = 25e9, costs.link_latency_seconds = 10e-6;
+  } else if (link == "nvlink") {
+    costs.link_bytes_per_second = 450e9, costs.link_latency_seconds = 3e-6;
+  } else if (link == "infiniband") {
+    costs.link_bytes_per_second = 45e9, costs.link_latency_seconds = 8e-6;
+  } else {
+    const size_t comma = link.find(',');
+    try {
+      costs.link_bytes_per_second = parse_bytes(link.substr(0, comma));
+    } catch (const Error&) {
+      throw Error(detail::concat("--link: '", link, "' is not measured, pcie, nvlink, infiniband ",
+                                 "or BYTES_PER_S[,LATENCY_S] (e.g. 10GB,5e-6)"));
+    }
+    costs.link_latency_seconds = 0;
+    if (comma != std::string::npos) {
+      const std::string latency = link.substr(comma + 1);
+      size_t used = 0;
+      double seconds = -1;
+      try {
+        seconds = std::stod(latency, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      GPIPE_CHECK(used > 0 && used == latency.size() && std::isfinite(seconds) && seconds >= 0 &&
+                      seconds < 1e6,
+                  "--link: '", latency, "' is not a latency in seconds (expected e.g. 5e-6)");
+      costs.link_latency_seconds = seconds;
+    }
+    GPIPE_CHECK(costs.link_bytes_per_second > 0, "--link: the bandwidth must be > 0");
+  }
+  costs.describe += " (link: " + link + ")";
 }
 
 std::string format_bytes(double bytes) {

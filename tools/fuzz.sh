@@ -14,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-ALL=(safetensors checkpoint json idx mo schedule message train_flags)
+ALL=(safetensors checkpoint json idx mo schedule message train_flags plan_inputs)
 [ $# -gt 0 ] && ALL=("$@")
 SECS=${FUZZ_SECONDS:-60}
 OUT=${FUZZ_OUT:-/tmp/gpipe-fuzz-out}

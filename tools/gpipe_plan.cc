@@ -62,37 +62,6 @@ struct Flags {
   std::string link = "measured";  // measured | pcie | nvlink | infiniband | <bytes/s>[,<latency s>]
 };
 
-// Given figures for links this machine does not have (per direction, one
-// pair of devices): PCIe 4.0 x16 about 25 GB/s and 10 us; NVLink 4 (H100 /
-// H200) about 450 GB/s and 3 us; NCCL over 400 Gb/s InfiniBand about 45
-// GB/s and 8 us. Or "<bytes per second>[,<latency seconds>]", e.g. "10GB,5e-6".
-void set_link(const std::string& link, ModelCosts& costs) {
-  if (link == "measured") return;
-  if (link == "pcie") {
-    costs.link_bytes_per_second = 25e9, costs.link_latency_seconds = 10e-6;
-  } else if (link == "nvlink") {
-    costs.link_bytes_per_second = 450e9, costs.link_latency_seconds = 3e-6;
-  } else if (link == "infiniband") {
-    costs.link_bytes_per_second = 45e9, costs.link_latency_seconds = 8e-6;
-  } else {
-    const size_t comma = link.find(',');
-    costs.link_bytes_per_second = parse_bytes(link.substr(0, comma));
-    costs.link_latency_seconds = 0;
-    if (comma != std::string::npos) {
-      size_t used = 0;
-      try {
-        costs.link_latency_seconds = std::stod(link.substr(comma + 1), &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      GPIPE_CHECK(used > 0 && used == link.size() - comma - 1 && costs.link_latency_seconds >= 0,
-                  "--link: '", link.substr(comma + 1), "' is not a latency in seconds");
-    }
-    GPIPE_CHECK(costs.link_bytes_per_second > 0, "--link: the bandwidth must be > 0");
-  }
-  costs.describe += " (link: " + link + ")";
-}
-
 int plan(const Flags& f, const std::vector<std::string>& extra) {
   if (f.model.empty())
     throw train::UsageError(
@@ -142,7 +111,7 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
   const Batch sample = synthetic_batch(c, vocab);
   ModelCosts costs =
       train::training_costs(c, model, sample, req.M, f.K > 1 ? &other : nullptr, f.threads);
-  set_link(f.link, costs);
+  apply_link(f.link, costs);
   std::printf("# costs: %s, %d thread(s); optimizer step %s; link %.1f us + %.2f GB/s\n",
               costs.describe.c_str(), f.threads, format_seconds(costs.optimizer_seconds).c_str(),
               costs.link_latency_seconds * 1e6, costs.link_bytes_per_second / 1e9);

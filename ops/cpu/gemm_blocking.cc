@@ -75,7 +75,8 @@ GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_by
   const int64_t l2 = std::max<int64_t>(caches.l2, 256 * 1024);
   const int64_t l3 = std::max<int64_t>(caches.l3, l2);
   GemmBlocking b;
-  b.kc = static_cast<int>(std::min<int64_t>(kc_cap, round_down(l1 * 2 / 3 / (mr * elem_bytes), 16)));
+  b.kc =
+      static_cast<int>(std::min<int64_t>(kc_cap, round_down(l1 * 2 / 3 / (mr * elem_bytes), 16)));
   const int64_t panel_bytes = int64_t{b.kc} * elem_bytes;
   b.nc = static_cast<int>(std::clamp<int64_t>(round_down(l2 * 3 / 4 / panel_bytes, nr), 4 * nr,
                                               std::max(4 * nr, 4096 / nr * nr)));

@@ -11,6 +11,9 @@
 //    safetensors headers and IDX headers (they bounded numel, which is 0):
 //    [0, 5e18, 39] passed, and the strides of the tensor built from it
 //    overflowed (UBSan, found by the message harness in CI).
+//  - gpipe_plan --memory=1e300TB and --link=1e300TB passed the size check
+//    (the number was finite before its unit multiplied it) and became an
+//    infinite memory limit or bandwidth.
 //  - A sharded checkpoint's manifest could name shards outside its folder
 //    ("../x", "/x"): read_checkpoint followed the path.
 //  - A schedule program's header sized the parser's stage list (K) and the
@@ -24,6 +27,7 @@
 #include "data/fashion_mnist.h"
 #include "optim/checkpoint.h"
 #include "optim/safetensors.h"
+#include "pipeline/plan.h"
 #include "pipeline/schedule.h"
 #include "runtime/communicator.h"
 
@@ -96,6 +100,19 @@ TEST_CASE("fuzz regressions: a zero-sized axis does not hide sizes whose strides
   REQUIRE_THROWS_WITH(read_idx_gz(write("zero.idx", idx), 2051),
                       Contains("implausible IDX dimensions"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fuzz regressions: gpipe_plan's sizes and links stay finite") {
+  CHECK(parse_bytes("16GB") == 16e9);
+  CHECK_THROWS_WITH(parse_bytes("1e300TB"), Contains("not a plausible size"));
+  ModelCosts costs;
+  apply_link("10GB,5e-6", costs);
+  CHECK(costs.link_bytes_per_second == 10e9);
+  CHECK(costs.link_latency_seconds == 5e-6);
+  CHECK_THROWS_WITH(apply_link("1e300TB,1", costs), Contains("--link: '1e300TB,1'"));
+  CHECK_THROWS_WITH(apply_link("1GB,1e400", costs), Contains("not a latency in seconds"));
+  CHECK_THROWS_WITH(apply_link("1GB,nan", costs), Contains("not a latency in seconds"));
+  CHECK_THROWS_WITH(apply_link("fast", costs), Contains("pcie, nvlink, infiniband"));
 }
 
 TEST_CASE("fuzz regressions: a manifest naming a shard outside its folder is refused") {
