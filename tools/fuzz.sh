@@ -5,7 +5,12 @@
 #   tools/fuzz.sh                 # every harness
 #   tools/fuzz.sh mo schedule     # some
 #   FUZZ_SECONDS=600 tools/fuzz.sh json
+#   FUZZ_SEED=1 tools/fuzz.sh     # a fixed seed: the same mutations each run (CI)
 #
+# Without FUZZ_SEED libFuzzer picks a new seed each run: each run explores
+# further, which is what finds bugs. CI passes FUZZ_SEED=1 so that a
+# commit's verdict does not depend on a draw: on one machine a fixed seed
+# replays the same sequence of inputs (a slower machine runs a prefix of it).
 # Fails (exit 1) on any crash, hang (-timeout, 10 s per input), leak, out-of-memory
 # (-rss_limit_mb, 2048) or sanitizer report, and leaves the input that did it in
 # $FUZZ_OUT (default /tmp/gpipe-fuzz-out)/<harness>/ (add it to tests/fuzz/corpus/<harness>/ once
@@ -17,6 +22,8 @@ cd "$(dirname "$0")/.." || exit 2
 ALL=(safetensors checkpoint json idx mo schedule message train_flags plan_inputs)
 [ $# -gt 0 ] && ALL=("$@")
 SECS=${FUZZ_SECONDS:-60}
+SEED_ARGS=()
+[ -n "${FUZZ_SEED:-}" ] && SEED_ARGS=(-seed="$FUZZ_SEED")
 OUT=${FUZZ_OUT:-/tmp/gpipe-fuzz-out}
 BASE=${FUZZ_OUTPUT_BASE:-/root/.cache/gpipe-bazel-fuzz}
 if ! command -v clang >/dev/null; then
@@ -42,7 +49,7 @@ for h in "${ALL[@]}"; do
   cp -r "tests/fuzz/corpus/$h/." "$work/"
   mkdir -p "$OUT/$h"
   log="$OUT/$h/fuzz.log"
-  "$bin/tests/fuzz/${h}_fuzzer" "$work" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
+  "$bin/tests/fuzz/${h}_fuzzer" "$work" "${SEED_ARGS[@]}" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$OUT/$h/" >"$log" 2>&1
   rc=$?
   last=$(grep -E '^#[0-9]+' "$log" | tail -1)
@@ -59,5 +66,5 @@ for h in "${ALL[@]}"; do
   printf '%-12s %-8s %12s %8s %8s %8s\n' "$h" "$result" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$n"
   rm -rf "$work"
 done
-echo "fuzz: ${#ALL[@]} harness(es), ${SECS} s each, $failed failed (logs and crash inputs: $OUT)"
+echo "fuzz: ${#ALL[@]} harness(es), ${SECS} s each, seed ${FUZZ_SEED:-random}, $failed failed (logs and crash inputs: $OUT)"
 [ $failed -eq 0 ]
