@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 
@@ -33,6 +34,10 @@ inline std::string_view bytes(const uint8_t* data, size_t size) {
 // a path.
 std::string write_file(const std::string& name, std::string_view contents);
 std::string scratch_dir();
+
+// The input cut at newlines into at most `max` lines (a final line without a
+// newline counts; an empty input is one empty line).
+std::vector<std::string> split_lines(std::string_view text, size_t max);
 
 // Runs f, accepting gpipe::Error (the expected refusal of bad input).
 template <class F>

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +29,17 @@ Scratch& scratch() {
 }  // namespace
 
 std::string scratch_dir() { return scratch().dir.string(); }
+
+std::vector<std::string> split_lines(std::string_view text, size_t max) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at <= text.size() && lines.size() < max) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    lines.emplace_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return lines;
+}
 
 std::string write_file(const std::string& name, std::string_view contents) {
   const std::string path = (scratch().dir / name).string();

@@ -14,14 +14,7 @@
 #include "tests/fuzz/fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string text(gpipe::fuzz::bytes(data, size));
-  std::vector<std::string> lines;
-  size_t at = 0;
-  while (at <= text.size() && lines.size() < 4) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    lines.push_back(text.substr(at, end - at));
-    at = end + 1;
-  }
+  std::vector<std::string> lines = gpipe::fuzz::split_lines(gpipe::fuzz::bytes(data, size), 4);
   lines.resize(4);
   gpipe::fuzz::refusing_bad_input([&] {
     const double bytes = gpipe::parse_bytes(lines[0]);

@@ -11,12 +11,8 @@
 #include "tools/train/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string text(gpipe::fuzz::bytes(data, size));
   std::vector<std::string> args;
-  size_t at = 0;
-  while (at <= text.size() && args.size() < 64) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    std::string a = text.substr(at, end - at);
+  for (std::string& a : gpipe::fuzz::split_lines(gpipe::fuzz::bytes(data, size), 64)) {
     const bool names_file = a.find("file:") != std::string::npos ||
                             a.rfind("--checkpoint", 0) == 0 || a.rfind("--data", 0) == 0 ||
                             a.rfind("--resume", 0) == 0 || a.rfind("--trace", 0) == 0 ||
@@ -24,7 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                             a.rfind("--save", 0) == 0 || a.rfind("--out", 0) == 0 ||
                             a.rfind("--plan", 0) == 0 || a.rfind("--config", 0) == 0;
     if (!names_file) args.push_back(std::move(a));
-    at = end + 1;
   }
   try {
     gpipe::fuzz::refusing_bad_input([&] { (void)gpipe::train::parse_train_flags(args); });
