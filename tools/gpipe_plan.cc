@@ -9,7 +9,6 @@
 //
 // The model is profiled on synthetic inputs of its largest shapes
 // (Transformer: --max-len + 1 tokens per side; AmoebaNet: --image-size).
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 
@@ -19,15 +18,14 @@
 #include "ops/cpu/blas.h"
 #include "pipeline/plan.h"
 #include "tools/bench/benchmarks.h"
-#include "tools/bench/cli.h"
-#include "tools/train/cli_checks.h"
+#include "tools/plan_cli.h"
 #include "tools/train/config.h"
 #include "tools/train/planning.h"
 #include "tools/train/task.h"
 
-namespace {
-
 using namespace gpipe;
+
+namespace {
 
 Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
   const int64_t n = c.batch;
@@ -52,38 +50,10 @@ Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
           {Tensor::from_vector(labels, pixels ? Shape{n, s, s} : Shape{n})}};
 }
 
-struct Flags {
-  std::string model, memory;
-  int K = 1, threads = 1, top = 5, virtual_stages = 2;
-  int64_t batch = 0;
-  std::vector<int> M;
-  std::vector<std::string> schedules, remat;
-  std::string svg;
-  std::string link = "measured";  // measured | pcie | nvlink | infiniband | <bytes/s>[,<latency s>]
-};
-
-int plan(const Flags& f, const std::vector<std::string>& extra) {
-  if (f.model.empty())
-    throw train::UsageError(
-        "--model: required (transformer, amoebanet, amoebanet-b, resnet or unet)");
-  std::vector<std::string> args = extra;
-  args.push_back("--model=" + f.model);
-  if (f.batch > 0) args.push_back("--batch=" + std::to_string(f.batch));
-  train::TrainConfig c = train::parse_train_flags(args);
-  if (c.batch == 0) c.batch = train::default_batch(c.model);
-  c = train::resolve_defaults(c, 1000);
-  PlanRequest req;
-  req.K = f.K;
-  req.batch = c.batch;
-  req.memory_bytes = f.memory.empty() ? 0 : parse_bytes(f.memory);
-  req.top = f.top;
-  req.virtual_stages = f.virtual_stages;
-  for (const std::string& s : f.schedules) req.schedules.push_back(parse_schedule(s));
-  for (const std::string& r : f.remat) req.remat.push_back(parse_remat(r));
-  req.M = f.M.empty() ? train::candidate_micro_batches(c.batch) : f.M;
-  for (int m : req.M)
-    GPIPE_CHECK(m >= 1 && m <= c.batch, "--M: M = ", m, " for --batch=", c.batch,
-                " (expected 1 <= M <= N)");
+int plan(const plan_cli::PlanFlags& f) {
+  plan_cli::PlanSetup setup = plan_cli::prepare_plan(f);
+  const train::TrainConfig& c = setup.config;
+  PlanRequest& req = setup.request;
   set_default_intra_op_threads(f.threads);
   Model model, other;  // the second copy measures two devices computing at once
   int64_t vocab = 0, params = 0;
@@ -143,75 +113,20 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "gpipe_plan: the best cuts, M, remat and schedule for a model on K devices under a memory "
-      "limit, from the simulator over costs profiled here. Other flags are gpipe_train's model "
-      "and optimizer flags (--layers, --dim, --filters, --optimizer, ...)."};
-  app.allow_extras();
-  Flags f;
-  bool validate = false, paper = false;
-  gpipe::bench::PlanValidateOptions vo;
-  gpipe::bench::PaperPlanOptions po;
-  app.add_option("--model", f.model, "transformer | amoebanet | amoebanet-b | resnet | unet");
-  gpipe::train::add_renamed_flag(&app, "--devices", "--K");
-  gpipe::train::add_renamed_flag(&app, "--micro-batches", "--M");
-  gpipe::train::add_renamed_flag(&app, "--validate-micro-batches", "--validate-M");
-  app.add_option("--K", f.K, "devices of one pipeline (one cell each; interleaved and zb-v: v)")
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--memory", f.memory, "memory per device, e.g. 16GB, 512MiB (default: no limit)");
-  app.add_option("--batch", f.batch, "N: examples per step (default: the model's)")
-      ->check(train::kPositive);
-  app.add_option("--M", f.M, "M candidates (default 1, 2, 4, ... <= N)")->delimiter(',');
-  app.add_option("--schedules", f.schedules,
-                 "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v")
-      ->delimiter(',');
-  app.add_option("--remat", f.remat,
-                 "modes a cell may take (default all): never,except_last,always")
-      ->delimiter(',');
-  app.add_option("--virtual", f.virtual_stages, "v for interleaved")->check(CLI::Range(2, 64));
-  app.add_option("--threads", f.threads, "intra-op threads per stage while profiling")
-      ->check(CLI::Range(1, 1024));
-  app.add_option("--top", f.top, "plans to print")->check(CLI::Range(1, 1000));
-  app.add_option("--svg", f.svg, "write the best plan's predicted timeline here");
-  app.add_option("--link", f.link,
-                 "boundary links: measured (the in-process copy here), pcie (25 GB/s, 10 us), "
-                 "nvlink (450 GB/s, 3 us), infiniband (45 GB/s, 8 us) or BYTES_PER_S[,LATENCY_S]")
-      ->capture_default_str();
-  app.add_flag(
-      "--validate", validate,
-      "predicted vs measured step time and memory for W3's model here (K = 1, 2; M; remat; "
-      "schedules)");
-  app.add_option("--validate-M", vo.M, "M for --validate")->delimiter(',');
-  app.add_option("--validate-schedules", vo.schedules, "schedules for --validate")->delimiter(',');
-  app.add_flag("--validate-every-remat", vo.every_remat,
-               "--validate every remat mode for every schedule (else gpipe and 1f1b only)");
-  app.add_option("--validate-steps", vo.steps, "timed steps per --validate run");
-  app.add_flag("!--no-compare-cuts", vo.compare_cuts,
-               "--validate without W3's cost-balanced vs planned cut comparison");
-  app.add_flag("--paper", paper,
-               "the paper's Table 1 (largest model per K) and Table 2 (speedup per K and M) from "
-               "per-layer costs of those models");
-  gpipe::bench::MeasureOptions me;
-  CLI::App* m = gpipe::bench::add_measure(app, me);
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints the message (or the help, rc 0)
-    return rc == 0 ? 0 : 2;      // a usage error, as gpipe_train's
-  }
-  try {
-    if (m->parsed()) return gpipe::bench::run_measure(me);
-    if ((validate || paper) && !app.remaining().empty())
-      throw gpipe::train::UsageError(
-          gpipe::detail::concat(validate ? "--validate" : "--paper",
-                                " takes no model flags; not expected: ", app.remaining().front()));
-    if (validate) {
-      std::printf("# compute: %s\n", gpipe::ops::cpu::compute_description().c_str());
-      return gpipe::bench::run_plan_validate(vo);
+    const plan_cli::PlanFlags f =
+        plan_cli::parse_plan_flags(std::vector<std::string>(argv + 1, argv + argc));
+    if (f.measure) return bench::run_measure(f.measure_options);
+    if (f.validate) {
+      std::printf("# compute: %s\n", ops::cpu::compute_description().c_str());
+      return bench::run_plan_validate(f.validate_options);
     }
-    if (paper) return gpipe::bench::run_plan_paper(po);
-    return plan(f, app.remaining());
-  } catch (const gpipe::train::UsageError& e) {
+    if (f.paper) return bench::run_plan_paper(f.paper_options);
+    return plan(f);
+  } catch (const train::HelpRequested& h) {
+    std::printf("%s", h.text.c_str());
+    return 0;
+  } catch (const train::UsageError& e) {
     std::fprintf(stderr, "gpipe_plan: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

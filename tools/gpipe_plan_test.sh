@@ -35,17 +35,19 @@ check 1 "--K: K = 40 devices but the transformer has 8 layers" \
   --model=transformer "${tiny[@]}" --K=40
 check 1 "is below one device's share of the parameters, gradients and optimizer state alone" \
   --model=transformer "${tiny[@]}" --K=2 --memory=1kB
-check 1 "'lots' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)" \
+check 2 "--memory: 'lots' is not a memory size (expected e.g. 16GB, 512MiB, 8e9)" \
   --model=transformer "${tiny[@]}" --memory=lots
-check 1 "--M: M = 64 for --batch=8 (expected 1 <= M <= N)" \
+check 2 "--M: M = 64 for --batch=8 (expected 1 <= M <= N)" \
   --model=transformer "${tiny[@]}" --batch=8 --M=64
-check 1 "--link: 'soon' is not a latency in seconds" \
+check 2 "--link: 'soon' is not a latency in seconds" \
   --model=transformer "${tiny[@]}" --link=10GB,soon
 check 2 "--bogus" --model=transformer --bogus=1
 check 2 "--devices was renamed: use --K" --model=transformer --devices=2
 check 2 "--micro-batches was renamed: use --M" --model=transformer --micro-batches=2
 check 2 "--batch: expected a positive number, got 0" --model=transformer --batch=0
 check 2 "--paper takes no model flags; not expected: --bogus" --paper --bogus
+check 2 "--schedules: unknown schedule 'zz'" --model=transformer "${tiny[@]}" --schedules=zz
+check 2 "--remat: " --model=transformer "${tiny[@]}" --remat=sometimes
 # a given link is used and said
 timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --K=2 --batch=8 --link=pcie \
   > "$TEST_TMPDIR/pcie.log" 2>&1
