@@ -154,8 +154,10 @@ int plan(const Flags& f, const std::vector<std::string>& extra) {
                 schedule_name(best.choice.schedule).c_str());
     const bool uniform = best.choice.uniform_remat();
     if (uniform) std::printf(" --remat=%s", best.choice.remat_text().c_str());
-    if (best.choice.schedule == ScheduleKind::kInterleaved)
+    if (interleaved_kind(best.choice.schedule))
       std::printf(" --virtual=%d", best.choice.virtual_stages);
+    if (best.choice.order_latency > 0)
+      std::printf(" --order-latency=%.3g", best.choice.order_latency);
     if (c.precision != "fp32") std::printf(" --precision=%s", c.precision.c_str());
     std::printf(" --balance=%s%s\n", best.choice.balance_text().c_str(),
                 uniform ? "" : " (remat differs per cell: --plan=auto runs it)");
@@ -187,14 +189,15 @@ int main(int argc, char** argv) {
   gpipe::train::add_renamed_flag(&app, "--devices", "--K");
   gpipe::train::add_renamed_flag(&app, "--micro-batches", "--M");
   gpipe::train::add_renamed_flag(&app, "--validate-micro-batches", "--validate-M");
-  app.add_option("--K", f.K, "devices of one pipeline (one cell each; interleaved and zb-v: v)")
+  app.add_option("--K", f.K, "devices of one pipeline (one cell each; interleaved: v; the Vs: 2)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--memory", f.memory, "memory per device, e.g. 16GB, 512MiB (default: no limit)");
   app.add_option("--batch", f.batch, "N: examples per step (default: the model's)")
       ->check(train::kPositive);
   app.add_option("--M", f.M, "M candidates (default 1, 2, 4, ... <= N)")->delimiter(',');
   app.add_option("--schedules", f.schedules,
-                 "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v")
+                 "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v,"
+                 "zb-interleaved,v-half,v-min,dualpipev")
       ->delimiter(',');
   app.add_option("--remat", f.remat,
                  "modes a cell may take (default all): never,except_last,always")
