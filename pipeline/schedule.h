@@ -156,9 +156,9 @@ struct OrderCosts {
 // for ZB-H1 with F = I = W (exact for M >= K; fewer micro-batches leave
 // more idle); 2(K-1)/(3M+2(K-1)) for ZB-H1 within 1F1B's memory; (K-1)/(vM+K-1) for interleaved
 // 1F1B with v cells per device; (K-1)/(6M+K-1) for ZB-V and DualPipeV with F = I = W per
-// cell; 2(K-1)/(3vM+2(K-1)) for zb-interleaved (exact at M = K; within 3 ticks from
-// M = 2K); for V-Min (4K-5)/(6M+4K-5) and V-Half (5K-6)/(12M+5K-6), fitted to the builder's
-// makespans (Note [V schedules]).
+// cell; 2(K-1)/(3vM+2(K-1)) for zb-interleaved (a bound its order meets at M = K and,
+// within 3 ticks, from M = 2K on; often below); for V-Min (4K-5)/(6M+4K-5) and V-Half
+// (5K-6)/(12M+5K-6), fitted to the builder's makespans (Note [V schedules]).
 struct BubbleFormula {
   double value;
   std::string text;

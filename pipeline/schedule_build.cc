@@ -223,10 +223,8 @@ BuiltOrders build_orders(const OrderSpec& spec) {
         if (f[x] >= m || act_at[x][f[x]] > t) continue;
         const bool admits = x == own[0];
         if (x == own[0] && chain_due(c.forward)) continue;
-        const int need = spec.reserve             ? (admits ? reserved[d] + n : 0)
-                         : admits                 ? alive[d] + spec.admit_room
-                         : spec.cap_every_forward ? alive[d] + 1
-                                                  : 0;
+        const int need = spec.reserve ? (admits ? reserved[d] + n : 0)
+                                      : alive[d] + (admits ? spec.admit_room : 1);
         if (need > spec.cap[d]) continue;
         if (!spec.in_flight_cap.empty() && spec.in_flight_cap[d] > 0 &&
             in_flight[d] >= spec.in_flight_cap[d])

@@ -55,9 +55,6 @@ struct OrderSpec {
   // alive, at every forward (tighter packing, but the build can get stuck: `complete` says).
   bool reserve = true;
   int admit_room = 1;  // without `reserve`: a micro-batch is admitted while alive + this <= cap
-  // Without `reserve`: the cap holds back every forward (else only admissions, and a device
-  // may pass its cap by the forwards of micro-batches it holds).
-  bool cap_every_forward = true;
   // Admissions and weight-gradients wait rather than delay chain work (a held micro-batch's
   // forward, an input-gradient) due before they would end.
   bool protect_chain = false;
