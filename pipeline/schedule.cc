@@ -86,16 +86,18 @@ std::vector<std::vector<Compute>> zb_h1_orders(int k, int m, bool one_f_one_b_me
 // clock (the simulator's, with the same costs): packing by what is alive
 // (which can get stuck on some K, M and costs), and with reservation (never
 // stuck), each (`vary`) with forwards or input-gradients first, the
-// deeper or the shallower cell's forward first, and with or without
-// protect_chain. Every variant keeps the spec's cap.
+// deeper or the shallower cell's forward first, with or without
+// protect_chain, and admitting a micro-batch only with room for all its
+// cells on the device. Every variant keeps the spec's cap.
 std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, bool vary) {
   build::BuiltOrders best;
-  for (int variant = 0; variant < (vary ? 16 : 2); ++variant) {
+  for (int variant = 0; variant < (vary ? 32 : 2); ++variant) {
     build::OrderSpec s = spec;
     s.reserve = variant & 1;
     if (variant & 2) s.input_before_forward = !s.input_before_forward;
     if (variant & 4) s.protect_chain = !s.protect_chain;
     if (variant & 8) s.forward_deeper_first = !s.forward_deeper_first;
+    if (variant & 16) s.admit_room = static_cast<int>(s.device_of.size() / s.cap.size());
     build::BuiltOrders built = build::build_orders(s);
     if (built.complete && (!best.complete || built.makespan < best.makespan))
       best = std::move(built);
