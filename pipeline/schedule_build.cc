@@ -119,26 +119,32 @@ std::vector<int> v_device_map(int k) {
 
 // Note [Order builder]. One run of the step on a clock with the spec's
 // costs: per cell a forward takes F, an input-gradient I and a
-// weight-gradient W (a whole backward I + W), a message between two cells
-// on different devices arrives `latency` after its compute ends (between
-// cells of one device at once), and each device runs one task at a time.
-// Whenever a device is free it runs, of the tasks whose inputs have
-// arrived, in this priority: the next forward (of its deeper cell first),
-// if admitting it keeps the device within its cap; else the next
+// weight-gradient W (a whole backward I + W when not split), a message
+// between two cells on different devices arrives `latency` after its
+// compute ends (between cells of one device at once), and each device runs
+// one task at a time. Whenever a device is free it runs, of the tasks whose
+// inputs have arrived, in this priority: the next forward (of its deeper
+// cell first, or the shallower), if the cap allows it; else the next
 // input-gradient (of its shallower cell first: it unblocks the devices
 // before it); else the oldest weight-gradient (deeper cell first). With
-// input_before_forward the first two swap. Nothing waits for a message
-// that has not arrived while other work is ready, so the order is built
-// for the link: where a hop costs time the device fills it with weight
-// gradients and later forwards instead of stalling as an order built for
-// free links does. The cap counts cell-micro-batches alive on the device
-// (forwarded, weight-gradient not done) together with those its admitted
-// micro-batches will still bring (a micro-batch is admitted by the forward
-// of the first of the device's cells it reaches, and reserves a place on
-// each of the device's cells), so a forward is never held back by a cap
-// once its micro-batch is on the device and the build cannot deadlock. The
+// input_before_forward the first two swap; with protect_chain an admission
+// or a weight-gradient waits rather than run over chain work (a held
+// micro-batch's forward, an input-gradient) that arrives before it would
+// end; admit_period/admit_burst hold micro-batches back at the first cell.
+// Nothing waits for a message that has not arrived while other work is
+// ready, so the order is built for the link: where a hop costs time the
+// device fills it with weight-gradients and later forwards instead of
+// stalling as an order built for free links does. The cap counts
+// cell-micro-batches alive on the device (forwarded, weight-gradient not
+// done). With `reserve` it also counts those its admitted micro-batches
+// will still bring (a micro-batch is admitted by the forward of the first
+// of the device's cells it reaches, and reserves a place on each of them),
+// so a forward is never held back once its micro-batch is on the device
+// and the build never gets stuck. Without, every forward needs a free place
+// (an admission admit_room of them): tighter, but it can get stuck, and
+// says so (`complete`). The peak never passes the cap either way. The
 // simulator (simulate.h) replays the order with the same costs to the same
-// makespan.
+// makespan: a device starts each task when the builder did.
 BuiltOrders build_orders(const OrderSpec& spec) {
   const int cells = static_cast<int>(spec.device_of.size());
   const int m = spec.m;
@@ -170,7 +176,7 @@ BuiltOrders build_orders(const OrderSpec& spec) {
     events.insert(act_at[0][mb]);
   }
   std::vector<int> f(cells, 0), i(cells, 0), w(cells, 0);
-  std::vector<int> reserved(devices, 0), alive(devices, 0), in_flight(devices, 0);
+  std::vector<int> reserved(devices, 0), alive(devices, 0);
   std::vector<double> free_at(devices, 0);
   BuiltOrders out;
   out.orders.resize(devices);
@@ -222,13 +228,10 @@ BuiltOrders build_orders(const OrderSpec& spec) {
         const int x = own[spec.forward_deeper_first ? n - 1 - j : j];
         if (f[x] >= m || act_at[x][f[x]] > t) continue;
         const bool admits = x == own[0];
-        if (x == own[0] && chain_due(c.forward)) continue;
+        if (admits && chain_due(c.forward)) continue;
         const int need = spec.reserve ? (admits ? reserved[d] + n : 0)
                                       : alive[d] + (admits ? spec.admit_room : 1);
         if (need > spec.cap[d]) continue;
-        if (!spec.in_flight_cap.empty() && spec.in_flight_cap[d] > 0 &&
-            in_flight[d] >= spec.in_flight_cap[d])
-          continue;
         pick = x, task = Task::kF;
       }
     };
@@ -239,14 +242,7 @@ BuiltOrders build_orders(const OrderSpec& spec) {
         pick = x, task = spec.split ? Task::kI : Task::kB;
       }
     };
-    const bool full = !spec.reserve && alive[d] + spec.admit_room > spec.cap[d];
-    if (spec.weight_first_when_full && full && !chain_due(c.backward_weight))
-      for (int j = 0; j < n && pick < 0 && spec.split; ++j) {
-        const int x = own[n - 1 - j];
-        if (w[x] < i[x]) pick = x, task = Task::kW;
-      }
-    if (pick >= 0) {
-    } else if (spec.input_before_forward) {
+    if (spec.input_before_forward) {
       try_input();
       try_forward();
     } else {
@@ -269,7 +265,6 @@ BuiltOrders build_orders(const OrderSpec& spec) {
       end += c.forward;
       if (x == own[0]) reserved[d] += n;
       out.peak_alive[d] = std::max(out.peak_alive[d], ++alive[d]);
-      ++in_flight[d];
       if (x + 1 < cells) events.insert(act_at[x + 1][mb] = end + hop(x, x + 1));
       out.orders[d].push_back({x, {Task::kF, mb}});
     } else if (task == Task::kW) {
@@ -279,7 +274,6 @@ BuiltOrders build_orders(const OrderSpec& spec) {
     } else {
       const int mb = i[x]++;
       end += task == Task::kI ? c.backward_input : b_cost;
-      --in_flight[d];
       if (task == Task::kB) --reserved[d], --alive[d], ++w[x];
       if (x > 0) events.insert(grad_at[x - 1][mb] = end + hop(x, x - 1));
       out.orders[d].push_back({x, {task, mb}});

@@ -41,14 +41,11 @@ Schedule from_device_orders(int m, RematMode remat, int cells, std::vector<int> 
 
 // What build_orders places (Note [Order builder]).
 struct OrderSpec {
-  int m = 1;                   // micro-batches
-  std::vector<int> device_of;  // cell -> device; the cells form one chain 0 .. C-1
-  bool split = true;           // the backward as I and W (else one B = I + W)
-  OrderCosts costs;            // per cell; latency per hop between two devices
-  std::vector<int> cap;        // per device: most cell-micro-batches alive (reserved)
-  // Per device: most micro-batches forwarded on a cell and not yet through its I (or B),
-  // summed over the device's cells; <= 0: no limit.
-  std::vector<int> in_flight_cap;
+  int m = 1;                          // micro-batches
+  std::vector<int> device_of;         // cell -> device; the cells form one chain 0 .. C-1
+  bool split = true;                  // the backward as I and W (else one B = I + W)
+  OrderCosts costs;                   // per cell; latency per hop between two devices
+  std::vector<int> cap;               // per device: most cell-micro-batches alive (reserved)
   bool input_before_forward = false;  // priority: I (or B) before F when both are ready
   bool forward_deeper_first = true;   // among the device's cells, the deeper forward first
   // The cap counts what admitted micro-batches will bring (never stuck), or only what is
@@ -58,10 +55,9 @@ struct OrderSpec {
   // Admissions and weight-gradients wait rather than delay chain work (a held micro-batch's
   // forward, an input-gradient) due before they would end.
   bool protect_chain = false;
-  bool weight_first_when_full = false;
   // Micro-batch j enters the first cell no earlier than max(0, j - admit_burst) admit_period.
   double admit_period = 0;
-  int admit_burst = 0;  // at the cap, weight-gradients first (they free memory)
+  int admit_burst = 0;
 };
 struct BuiltOrders {
   std::vector<std::vector<DeviceTask>> orders;  // per device
