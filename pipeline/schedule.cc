@@ -114,8 +114,9 @@ std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, boo
 //  - ZB-V: at most 2K cell-micro-batches alive per device (K whole
 //    micro-batches: 1F1B's peak on its first stage, now on every device);
 //    the shortest of the builder's variants (orders_of). On free links
-//    6M + K - 1 cell-forwards for every M >= K (K <= 16, M <= 64 tested),
-//    the bound (an idle share of (K-1)/(6M+K-1)). With a hop of latency l
+//    6M + K - 1 cell-forwards for M = K and M >= 3K/2 (every K <= 16,
+//    M <= 64 checked), the bound (an idle share of (K-1)/(6M+K-1)); for
+//    K < M < 3K/2 up to 7 more. With a hop of latency l
 //    the bound is 6M + (K - 1)(1 + l) (the last device starts after K - 1
 //    forwards and hops and then has 6M of work); the order built for l is
 //    1-35% above it for K <= 16, M >= 2K, l <= 1 (schedule_build_test
