@@ -29,19 +29,20 @@ void check_counts(const PipelineOptions& o, const OptionNames& n) {
               ": expected >= 0 seconds (0 = timeout / 2)");
 }
 
-// v from the schedule: ZB-V holds two cells on each device (a V); more
+// v from the schedule: the V schedules hold two cells on each device; more
 // than one needs interleaving. A program from a file brings its own.
 void resolve_virtual_stages(PipelineOptions& o, const OptionNames& n) {
   const bool built_in = o.custom_schedule == nullptr;
-  const bool zb_v = built_in && o.schedule == ScheduleKind::kZBV;
-  if (zb_v && o.virtual_stages == 1) o.virtual_stages = 2;
+  const bool v_shape = built_in && v_shaped(o.schedule);
+  if (v_shape && o.virtual_stages == 1) o.virtual_stages = 2;
   const int v = o.virtual_stages;
   GPIPE_CHECK(v >= 1, said(n.virtual_stages, v), ": expected >= 1 cells per device");
-  GPIPE_CHECK(!zb_v || v == 2, said(n.virtual_stages, v),
-              ": zb-v holds exactly 2 cells per device (leave ", n.virtual_stages, " out)");
-  GPIPE_CHECK(v == 1 || !built_in || zb_v || o.schedule == ScheduleKind::kInterleaved,
+  GPIPE_CHECK(!v_shape || v == 2, said(n.virtual_stages, v), ": ", schedule_name(o.schedule),
+              " holds exactly 2 cells per device (leave ", n.virtual_stages, " out)");
+  GPIPE_CHECK(v == 1 || !built_in || v_shape || interleaved_kind(o.schedule),
               said(n.virtual_stages, v), " cells per device needs the interleaved schedule (",
-              said(n.schedule, "interleaved"), ", or zb-v with 2 per device; got ",
+              said(n.schedule, "interleaved"),
+              " or zb-interleaved, or zb-v with 2 per device; got ",
               said(n.schedule, schedule_name(o.schedule)), ")");
 }
 
@@ -72,8 +73,8 @@ std::pair<Schedule, DryRun> resolve_program(const PipelineOptions& o, const Opti
   const int v = o.virtual_stages, cells = o.K * v;
   Schedule program;
   try {
-    program =
-        o.custom_schedule ? *o.custom_schedule : make_schedule(o.schedule, o.K, o.M, o.remat, v);
+    program = o.custom_schedule ? *o.custom_schedule
+                                : make_schedule(o.schedule, o.K, o.M, o.remat, v, o.order_costs);
   } catch (const Error& e) {
     throw Error(detail::concat(n.schedule, ": ", e.what()));
   }

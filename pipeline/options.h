@@ -1,10 +1,10 @@
 // PipelineOptions: what a Pipeline is asked to run (K, M, v, the schedule,
 // remat, placement, ...) and resolve(), the one place its rules live: v
-// from the schedule (zb-v implies 2; v > 1 needs interleaved, or zb-v with
-// v = 2), the limits on K, M and R, the cells of an explicit balance, the
-// device list, and the program, built (or, from a file, taken) and dry-run
-// once. The tools build options from their flags and call resolve() once,
-// naming the fields as their flags (OptionNames) so a CLI user reads
+// from the schedule (the V schedules zb-v, v-half, v-min and dualpipev imply
+// 2; v > 1 needs interleaved or zb-interleaved, or a V with v = 2), the limits on K, M and R, the
+// cells of an explicit balance, the device list, and the program, built (or, from a file, taken)
+// and dry-run once. The tools build options from their flags and call resolve() once, naming the
+// fields as their flags (OptionNames) so a CLI user reads
 // "--K" where the library says "K".
 //
 //   ResolvedOptions r = resolve({.K = 2, .M = 4, .schedule = ScheduleKind::kZBV});
@@ -36,12 +36,18 @@ struct PipelineOptions {
   int M = 1;  // micro-batches per mini-batch
   // v: cells per device: the model is cut into K v cells and the cells of a
   // device take turns (Note [Device turns]). Interleaved: cell c on device
-  // c mod K, any v; ZB-V: 2 (resolve() sets it when left at 1), in a V. 1
-  // for every other schedule.
+  // c mod K, any v (interleaved, zb-interleaved); the V schedules (zb-v,
+  // v-half, v-min, dualpipev): 2 (resolve() sets it when left at 1), in a V.
+  // 1 for every other schedule.
   int virtual_stages = 1;
   std::vector<Device> devices;  // K devices, or 1 shared by all cells; default cpu:0..cpu:K-1
   ScheduleKind schedule = ScheduleKind::kGPipe;
   RematMode remat = RematMode::kExceptLast;
+  // What the cost-built orders (zb-v, zb-interleaved, v-half, v-min) are
+  // placed for: per-cell F, I, W and the latency of a hop between devices,
+  // in units of a forward (Note [Order builder]); the planner's choice
+  // carries its profiled link. Default: equal costs, free links.
+  OrderCosts order_costs;
   // A training program to run instead of the built-in one (e.g. from
   // load_schedule_file); resolve() validates it against K, v and M.
   std::shared_ptr<const Schedule> custom_schedule;

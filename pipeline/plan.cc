@@ -81,7 +81,8 @@ Schedule plan_program(const PlanChoice& ch) {
   std::map<RematMode, Schedule> built;
   for (RematMode m : ch.remat)
     if (!built.count(m))
-      built.emplace(m, make_schedule(ch.schedule, ch.K, ch.M, m, ch.virtual_stages));
+      built.emplace(m, make_schedule(ch.schedule, ch.K, ch.M, m, ch.virtual_stages,
+                                     OrderCosts{1, 1, 1, ch.order_latency}));
   Schedule out = built.at(ch.remat[0]);
   GPIPE_CHECK(out.cells() == ch.cells(), "plan: ", schedule_name(ch.schedule), " on K = ", ch.K,
               " has ", out.cells(), " cells, the choice ", ch.cells());
@@ -175,6 +176,17 @@ int64_t rows_of(int64_t batch, int m) {
   GPIPE_CHECK(m >= 1 && m <= batch, "plan: M = ", m, " micro-batches of a batch of ", batch,
               " (expected 1 <= M <= N)");
   return micro_batch_sizes(batch, m)[0];
+}
+
+// The link's latency in forwards of an average cell at M micro-batches: what
+// the cost-built orders are placed for (Note [Order builder]).
+double order_latency(const ModelCosts& costs, int64_t batch, int m, int cells) {
+  if (costs.link_latency_seconds <= 0) return 0;
+  const ModelProfile p = costs.at(rows_of(batch, m));
+  double forward = 0;
+  for (const LayerProfile& l : p.layers) forward += l.forward_seconds;
+  forward /= cells;
+  return forward > 0 ? costs.link_latency_seconds / forward : 0;
 }
 
 double overflow(const PlanEstimate& e, double limit) {
@@ -312,9 +324,7 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
     GPIPE_CHECK(m >= 1 && m <= req.batch, "plan: M = ", m, " micro-batches of a batch of ",
                 req.batch, " (expected 1 <= M <= N)");
   std::vector<ScheduleKind> kinds = req.schedules;
-  if (kinds.empty())
-    kinds = {ScheduleKind::kGPipe,      ScheduleKind::k1F1B,        ScheduleKind::kZBH1,
-             ScheduleKind::kZBH1LowMem, ScheduleKind::kInterleaved, ScheduleKind::kZBV};
+  if (kinds.empty()) kinds = all_schedules();
   std::vector<RematMode> modes = req.remat;
   if (modes.empty()) modes = {RematMode::kNever, RematMode::kExceptLast, RematMode::kAlways};
   std::sort(modes.begin(), modes.end(),
@@ -333,10 +343,8 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
       fits.push_back(std::move(e));
   };
   for (ScheduleKind kind : kinds) {
-    const int v = kind == ScheduleKind::kInterleaved ? req.virtual_stages
-                  : kind == ScheduleKind::kZBV       ? 2
-                                                     : 1;
-    if (kind == ScheduleKind::kInterleaved && v < 2) continue;
+    const int v = cells_per_device(kind, req.virtual_stages);
+    if (interleaved_kind(kind) && v < 2) continue;
     for (int m : ms) {
       const std::string base = detail::concat(schedule_name(kind), " M=", m);
       if (static_cast<int64_t>(k) * v > n) {
@@ -344,9 +352,8 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
             {base, detail::concat("needs K v = ", k * v, " cells; the model has ", n, " layers")});
         continue;
       }
-      if (kind == ScheduleKind::kInterleaved && m % k != 0) {
-        result.rejected.push_back(
-            {base, detail::concat("interleaved needs M to be a multiple of K = ", k)});
+      if (kind == ScheduleKind::kDualPipeV && m < 2 * k) {
+        result.rejected.push_back({base, detail::concat("dualpipev needs M >= 2K = ", 2 * k)});
         continue;
       }
       PlanChoice ch;
@@ -354,6 +361,7 @@ PlanResult make_plan(const ModelCosts& costs, const PlanRequest& req) {
       ch.K = k;
       ch.M = m;
       ch.virtual_stages = v;
+      ch.order_latency = order_latency(costs, req.batch, m, k * v);
       // Every cell in one mode, then a mix: from the cheapest mode up, the
       // cells of the device that overflows most one level more each round.
       PlanEstimate lowest;  // the cheapest mode's, where the mixing starts

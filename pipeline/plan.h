@@ -95,9 +95,11 @@ void measure_link(Device from, Device to, double* latency_seconds, double* bytes
 // One candidate: what gpipe_train would run.
 struct PlanChoice {
   ScheduleKind schedule = ScheduleKind::kGPipe;
-  int K = 1;                     // devices of one pipeline
-  int M = 1;                     // micro-batches per mini-batch
-  int virtual_stages = 1;        // v: cells per device (interleaved, ZB-V)
+  int K = 1;               // devices of one pipeline
+  int M = 1;               // micro-batches per mini-batch
+  int virtual_stages = 1;  // v: cells per device (interleaved, the V schedules)
+  // The link latency (in a cell's forwards) the cost-built orders are placed for.
+  double order_latency = 0;
   std::vector<int64_t> bounds;   // cells + 1 layer offsets
   std::vector<RematMode> remat;  // per cell
   int cells() const { return K * virtual_stages; }

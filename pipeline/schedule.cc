@@ -1,26 +1,20 @@
-// Building the built-in programs (the text form is schedule_text.cc's). A program is built in
-// two passes: first the order of compute per stage (which forward and which
-// backward when), then each compute task is expanded with its communication,
-// the loss, and the recomputation the remat policy asks for.
+// The built-in programs by name (the text form is schedule_text.cc's; the
+// pieces they are made of, schedule_build.cc's): each kind's order of
+// compute per device, expanded into a program by build::from_device_orders
+// or, one cell per device, by build::add_compute.
 #include "pipeline/schedule.h"
 
 #include <algorithm>
-#include <array>
-#include <cctype>
-#include <cstdio>
-#include <fstream>
-#include <optional>
-#include <sstream>
+#include <vector>
+
+#include "pipeline/schedule_build.h"
 
 namespace gpipe {
 namespace {
 
-// One compute task: a forward, a whole backward, or its input or weight half.
-enum class Task { kF, kB, kI, kW };
-struct Compute {
-  Task task;
-  int micro_batch;
-};
+using build::Compute;
+using build::DeviceTask;
+using build::Task;
 
 std::vector<Compute> compute_order(ScheduleKind kind, int k, int m, int stage) {
   std::vector<Compute> order;
@@ -88,223 +82,210 @@ std::vector<std::vector<Compute>> zb_h1_orders(int k, int m, bool one_f_one_b_me
   return orders;
 }
 
-// Note [Interleaved order]: Megatron-LM's order on device d of K with v
-// cells per device (chunk j is cell j K + d): the i-th forward runs chunk
-// (i mod vK) / K of micro-batch (i / vK) K + i mod K, the i-th backward the
-// same micro-batch's chunk v - 1 - (i mod vK) / K; a warm-up of
-// 2 (K - 1 - d) + (v - 1) K forwards (all of them when M = K), then one
-// forward and one backward in turn, then the remaining backwards.
-struct DeviceTask {
-  int chunk;
-  Compute compute;
-};
-std::vector<DeviceTask> interleaved_order(int k, int v, int m, int d) {
-  const int total = m * v;
-  auto chunk_of = [&](int i, bool forward) {
-    const int c = (i % (k * v)) / k;
-    return forward ? c : v - 1 - c;
-  };
-  auto mb_of = [&](int i) { return (i / (k * v)) * k + i % k; };
-  const int warmup = m == k ? total : std::min(total, 2 * (k - 1 - d) + (v - 1) * k);
-  std::vector<DeviceTask> order;
-  auto forward = [&](int i) { order.push_back({chunk_of(i, true), {Task::kF, mb_of(i)}}); };
-  auto backward = [&](int i) { order.push_back({chunk_of(i, false), {Task::kB, mb_of(i)}}); };
-  for (int i = 0; i < warmup; ++i) forward(i);
-  for (int i = 0; i < total - warmup; ++i) {
-    forward(warmup + i);
-    backward(i);
+// The shortest of the orders `spec` and its variants give on the spec's
+// clock (the simulator's, with the same costs): packing by what is alive
+// (which can get stuck on some K, M and costs), and with reservation (never
+// stuck), each (`vary`) with forwards or input-gradients first, the
+// deeper or the shallower cell's forward first, with or without
+// protect_chain, and admitting a micro-batch only with room for all its
+// cells on the device. Every variant keeps the spec's cap.
+std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, bool vary) {
+  build::BuiltOrders best;
+  for (int variant = 0; variant < (vary ? 32 : 2); ++variant) {
+    build::OrderSpec s = spec;
+    s.reserve = variant & 1;
+    if (variant & 2) s.input_before_forward = !s.input_before_forward;
+    if (variant & 4) s.protect_chain = !s.protect_chain;
+    if (variant & 8) s.forward_deeper_first = !s.forward_deeper_first;
+    if (variant & 16) s.admit_room = static_cast<int>(s.device_of.size() / s.cap.size());
+    build::BuiltOrders built = build::build_orders(s);
+    if (built.complete && (!best.complete || built.makespan < best.makespan))
+      best = std::move(built);
   }
-  for (int i = total - warmup; i < total; ++i) backward(i);
-  return order;
+  GPIPE_ASSERT(best.complete, "schedule: no order built (reservation never gets stuck)");
+  return best.orders;
 }
 
-void add_forward(std::vector<Action>& out, int stage, int k, int mb, bool with_loss) {
-  if (stage > 0) out.push_back({ActionKind::kRecvActivations, mb});
-  out.push_back({ActionKind::kForward, mb});
-  if (stage + 1 < k) out.push_back({ActionKind::kSendActivations, mb});
-  if (stage + 1 == k && with_loss) out.push_back({ActionKind::kLoss, mb});
+// Note [V schedules]. ZB-V, V-Half and V-Min put 2 K cells on K devices
+// in a V (build::v_device_map: device d holds cells d and 2K - 1 - d, so
+// device 0 both ends) with the split backward; each device's order comes
+// from the order builder (Note [Order builder] in schedule_build.cc) with
+// the given costs and link latency.
+//  - ZB-V: at most 2K cell-micro-batches alive per device (K whole
+//    micro-batches: 1F1B's peak on its first stage, now on every device);
+//    the shortest of the builder's variants (orders_of). On free links
+//    6M + K - 1 cell-forwards for M = K and M >= 3K/2 (every K <= 16,
+//    M <= 64 checked), the bound (an idle share of (K-1)/(6M+K-1)); for
+//    K < M < 3K/2 up to 7 more. With a hop of latency l
+//    the bound is 6M + (K - 1)(1 + l) (the last device starts after K - 1
+//    forwards and hops and then has 6M of work); the order built for l is
+//    1-35% above it for K <= 16, M >= 2K, l <= 1 (schedule_build_test
+//    prints the sweep; the published ZB-V is above it too: 215.5 and 233
+//    at K = 8, M = 32, against our 221 and 247), where the order built for
+//    free links and run over such links loses up to 65%.
+//  - V-Min: the micro-batch's own chain first (input-gradients, then the
+//    forwards of micro-batches the device holds, neither delayed by a
+//    weight-gradient or an admission that would still run when they are
+//    due) and a new micro-batch admitted every 2 (F + I + W), the time a
+//    device spends on one: the device never holds more than the chain's
+//    round trip needs, measured 2 ceil((K + 2) / 3) cell-micro-batches
+//    (about K/3 whole micro-batches) for K <= 16, for 6M + 4K - 5 (+- 2)
+//    cell-forwards: an idle share of about (4K-5)/(6M+4K-5), 2K/3M for large M.
+//  - V-Half: as V-Min with the first ceil(K/6) micro-batches admitted at
+//    once: about 6M + 5K/2 - 3 (+- 5) cell-forwards, (5K-6)/(12M+5K-6),
+//    for more memory (measured: ZB-V's 2K for K <= 8, 3K/2 for K = 12 and
+//    16; not the paper's K/2 whole micro-batches: the builder gets the
+//    shorter tail only by admitting early, which fills the device).
+// The paper's ZB-V, V-Half and V-Min are made by hand; these builders are ours.
+Schedule make_v(ScheduleKind kind, int k, int m, RematMode remat, const OrderCosts& costs) {
+  build::OrderSpec spec;
+  spec.m = m;
+  spec.device_of = build::v_device_map(k);
+  spec.costs = costs;
+  spec.cap.assign(k, 2 * k);
+  spec.reserve = false;
+  if (kind != ScheduleKind::kZBV) {
+    spec.input_before_forward = true;
+    spec.protect_chain = true;
+    spec.admit_period = 2 * (costs.forward + costs.backward_input + costs.backward_weight);
+    spec.admit_burst = kind == ScheduleKind::kVHalf ? (k + 5) / 6 : 0;
+  }
+  return build::from_device_orders(m, remat, 2 * k, spec.device_of,
+                                   orders_of(spec, kind == ScheduleKind::kZBV));
 }
 
-// Appends one compute task of cell `stage` (of k cells) with its
-// communication, loss and the recomputation `remat` asks for; `previous`
-// is this cell's compute task before it (Note [Remat policy] in pipeline/remat.h: except_last
-// keeps the graph exactly when a backward's compute comes right after its
-// own forward).
-void add_compute(std::vector<Action>& out, int stage, int k, const Compute& c,
-                 const Compute* previous, RematMode remat) {
-  const int mb = c.micro_batch;
-  if (c.task == Task::kF) {
-    add_forward(out, stage, k, mb, /*with_loss=*/true);
-    return;
-  }
-  if (c.task == Task::kW) {
-    out.push_back({ActionKind::kBackwardWeight, mb});
-    return;
-  }
-  const bool adjacent = previous && previous->task == Task::kF && previous->micro_batch == mb;
-  if (remat == RematMode::kAlways || (remat == RematMode::kExceptLast && !adjacent))
-    out.push_back({ActionKind::kRecompute, mb});
-  if (stage + 1 < k) out.push_back({ActionKind::kRecvGradients, mb});
-  out.push_back({c.task == Task::kI ? ActionKind::kBackwardInput : ActionKind::kBackward, mb});
-  if (stage > 0) out.push_back({ActionKind::kSendGradients, mb});
+// Looped zero bubble: interleaved cells (cell c on device c mod K, v per
+// device) with the split backward, each device's order from the order
+// builder, forwards first, with at most v K cell-micro-batches alive (K
+// whole micro-batches, as ZB-H1 on its first stage).
+Schedule make_zb_interleaved(int k, int m, RematMode remat, int v, const OrderCosts& costs) {
+  build::OrderSpec spec;
+  spec.m = m;
+  for (int c = 0; c < k * v; ++c) spec.device_of.push_back(c % k);
+  spec.costs = costs;
+  spec.cap.assign(k, v * k);
+  spec.reserve = false;
+  return build::from_device_orders(m, remat, k * v, spec.device_of, orders_of(spec, true));
 }
 
-void add_reductions(Schedule& s) {
-  for (auto& row : s.stages) {
-    row.push_back({ActionKind::kReduceReplicas});
-    row.push_back({ActionKind::kReduceTied});
-  }
-}
-
-// Note [ZB-V]. Cells 0..K-1 run on devices 0..K-1 and cells K..2K-1 back
-// on K-1..0, so device d holds cells d and 2K-1-d, and device 0 both ends.
-// Each device's order comes from one run on a unit clock (F = I = W = 1
-// tick per cell, free links): each tick a free device runs, among its two
-// cells, the next forward whose input has arrived while fewer than 2K of
-// its cell-micro-batches are alive (forwarded, weight-gradient not yet
-// done: 1F1B's peak on its first stage, K whole micro-batches, now on every
-// device), the deeper cell's first; else the next input-gradient whose
-// gradient has arrived, the shallower cell's first; else the oldest pending
-// weight-gradient, the deeper cell's first (then the shallower's). For
-// M = K and for M >= 3K/2 this takes 6M + K - 1 ticks (tested for K <= 8
-// and sampled M <= 31): an idle share of (K-1)/(6M+K-1), for large M about
-// half of ZB-H1's and a sixth of 1F1B's; for K < M < 3K/2 up to K - 2
-// ticks more. (The paper's ZB-V is made by hand; this greedy is ours,
-// checked against that bound.)
-std::vector<std::vector<DeviceTask>> zb_v_orders(int k, int m) {
-  constexpr int kNotYet = -1;
-  const int cells = 2 * k;
-  auto cell_of = [&](int d, int chunk) { return chunk == 0 ? d : cells - 1 - d; };
-  std::vector<std::vector<int>> f_end(cells, std::vector<int>(m, kNotYet));
-  std::vector<std::vector<int>> i_end(cells, std::vector<int>(m, kNotYet));
-  std::vector<int> f(cells, 0), i(cells, 0), w(cells, 0), alive(k, 0);
+// Note [DualPipeV]. DeepSeek's DualPipeV (DeepSeek-V3, 2024; the V form of
+// DualPipe) on the V map: device d holds the shallow cell d ("chunk 0") and
+// the deep cell 2K - 1 - d ("chunk 1"), and runs, in phases:
+//  1. 2 (K - 1 - d) forwards of chunk 0;
+//  2. d + 1 times: a forward of chunk 0 and one of chunk 1;
+//  3. K - 1 - d times: chunk 1's input-gradient (its weight-gradient queued),
+//     the oldest queued weight-gradient, a forward of chunk 1;
+//  4. M - 2K + d + 1 times: chunk 0's forward beside chunk 1's backward, then
+//     chunk 1's forward beside chunk 0's backward (the pairs DualPipeV
+//     overlaps on a GPU);
+//  5. K - 1 - d times: chunk 1's backward, then chunk 1's forward beside
+//     chunk 0's backward;
+//  6. d + 1 times: chunk 1's backward, then chunk 0's, from half-way on
+//     (odd d: from chunk 1's, even d: from chunk 0's) as input-gradients
+//     with their weight-gradients queued;
+//  7. K - 1 - d times: a queued weight-gradient, chunk 0's input-gradient;
+//  8. the d + 1 weight-gradients left.
+// It needs M >= 2K. Our executor runs one action at a time per device, so
+// the overlap of a forward with a backward (and of compute with the
+// messages) that DualPipeV gets from two streams is not there: the order
+// is, and with it DualPipeV's memory (at most 2K + 1 cell-micro-batches on
+// device 0 ... see schedule_test) and its bubble on a sequential device.
+Schedule make_dualpipev(int k, int m, RematMode remat) {
+  GPIPE_CHECK(m >= 2 * k, "schedule: dualpipev needs M >= 2K micro-batches (K = ", k,
+              " devices: M >= ", 2 * k, "), got M = ", m);
   std::vector<std::vector<DeviceTask>> orders(k);
-  const int64_t total = 3LL * cells * m;
-  int64_t done = 0;
-  auto arrived = [](int end, int t) { return end != kNotYet && end <= t; };
-  for (int t = 0; done < total; ++t) {
-    GPIPE_ASSERT(t <= 6LL * m * k + 4LL * k + 8, "ZB-V order: no progress at tick ", t);
-    for (int d = 0; d < k; ++d) {
-      int pick_chunk = -1;
-      Task pick = Task::kF;
-      for (Task task : {Task::kF, Task::kI, Task::kW}) {
-        // Forwards and weight-gradients of the deeper cell first, input-gradients of the shallower.
-        const std::array<int, 2> chunks =
-            task == Task::kI ? std::array<int, 2>{0, 1} : std::array<int, 2>{1, 0};
-        for (int chunk : chunks) {
-          const int c = cell_of(d, chunk);
-          bool ok = false;
-          if (task == Task::kF)
-            ok = f[c] < m && alive[d] < 2 * k && (c == 0 || arrived(f_end[c - 1][f[c]], t));
-          else if (task == Task::kI)
-            ok = i[c] < f[c] && arrived(f_end[c][i[c]], t) &&
-                 (c == cells - 1 || arrived(i_end[c + 1][i[c]], t));
-          else
-            ok = w[c] < i[c];
-          if (ok) {
-            pick_chunk = chunk;
-            pick = task;
-            break;
-          }
-        }
-        if (pick_chunk >= 0) break;
-      }
-      if (pick_chunk < 0) continue;
-      const int c = cell_of(d, pick_chunk);
-      if (pick == Task::kF) {
-        orders[d].push_back({pick_chunk, {Task::kF, f[c]}});
-        f_end[c][f[c]++] = t + 1;
-        ++alive[d];
-      } else if (pick == Task::kI) {
-        orders[d].push_back({pick_chunk, {Task::kI, i[c]}});
-        i_end[c][i[c]++] = t + 1;
-      } else {
-        orders[d].push_back({pick_chunk, {Task::kW, w[c]++}});
-        --alive[d];
-      }
-      ++done;
+  for (int d = 0; d < k; ++d) {
+    const int shallow = d, deep = 2 * k - 1 - d;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    std::vector<DeviceTask> queued;  // weight-gradients, oldest first
+    size_t next_w = 0;
+    auto& out = orders[d];
+    auto forward = [&](int cell, int& f) { out.push_back({cell, {Task::kF, f++}}); };
+    auto backward = [&](int cell, int& b, bool split) {
+      const int mb = b++;
+      out.push_back({cell, {split ? Task::kI : Task::kB, mb}});
+      if (split) queued.push_back({cell, {Task::kW, mb}});
+    };
+    auto weight = [&] { out.push_back(queued[next_w++]); };
+    for (int i = 0; i < 2 * (k - 1 - d); ++i) forward(shallow, f0);
+    for (int i = 0; i <= d; ++i) forward(shallow, f0), forward(deep, f1);
+    for (int i = 0; i < k - 1 - d; ++i) backward(deep, b1, true), weight(), forward(deep, f1);
+    for (int i = 0; i < m - 2 * k + d + 1; ++i) {
+      forward(shallow, f0), backward(deep, b1, false);
+      forward(deep, f1), backward(shallow, b0, false);
     }
-  }
-  return orders;
-}
-
-// A program from each device's order of its cells' compute (cell_of(d,
-// chunk) names the cell): the cells' actions with their communication and
-// remat, a turn (>T on the cell giving the device up, <T on the one taking
-// it) at every change of cell, then the reductions.
-template <class CellOf>
-Schedule from_device_orders(int m, RematMode remat, int cells, std::vector<int> device_map,
-                            const std::vector<std::vector<DeviceTask>>& orders, CellOf cell_of) {
-  Schedule s{m, true, std::vector<std::vector<Action>>(cells), std::move(device_map)};
-  for (int d = 0; d < static_cast<int>(orders.size()); ++d) {
-    std::vector<std::optional<Compute>> last(cells);
-    int holder = -1, turn = 0;
-    for (const DeviceTask& t : orders[d]) {
-      const int c = cell_of(d, t.chunk);
-      if (holder != c) {
-        if (holder >= 0) {
-          s.stages[holder].push_back({ActionKind::kSendTurn, turn});
-          s.stages[c].push_back({ActionKind::kRecvTurn, turn});
-          ++turn;
-        }
-        holder = c;
-      }
-      add_compute(s.stages[c], c, cells, t.compute, last[c] ? &*last[c] : nullptr, remat);
-      last[c] = t.compute;
+    for (int i = 0; i < k - 1 - d; ++i)
+      backward(deep, b1, false), forward(deep, f1), backward(shallow, b0, false);
+    const int half = (d + 1) / 2;
+    for (int i = 0; i <= d; ++i) {
+      backward(deep, b1, i > half || (i == half && d % 2 == 1));
+      backward(shallow, b0, i >= half);
     }
+    for (int i = 0; i < k - 1 - d; ++i) weight(), backward(shallow, b0, true);
+    while (next_w < queued.size()) weight();
   }
-  add_reductions(s);
-  return s;
+  return build::from_device_orders(m, remat, 2 * k, build::v_device_map(k), orders);
 }
 
 Schedule make_interleaved(int k, int m, RematMode remat, int v) {
-  GPIPE_CHECK(m % k == 0, "interleaved schedule: M = ", m, " micro-batches must be a multiple of ",
-              "K = ", k, " devices (they run in groups of K)");
-  std::vector<std::vector<DeviceTask>> orders;
-  for (int d = 0; d < k; ++d) orders.push_back(interleaved_order(k, v, m, d));
   std::vector<int> device_map;
   for (int c = 0; c < k * v; ++c) device_map.push_back(c % k);
-  return from_device_orders(m, remat, k * v, device_map, orders,
-                            [k](int d, int chunk) { return chunk * k + d; });
-}
-
-Schedule make_zb_v(int k, int m, RematMode remat) {
-  std::vector<int> device_map;
-  for (int c = 0; c < 2 * k; ++c) device_map.push_back(c < k ? c : 2 * k - 1 - c);
-  return from_device_orders(m, remat, 2 * k, device_map, zb_v_orders(k, m),
-                            [k](int d, int chunk) { return chunk == 0 ? d : 2 * k - 1 - d; });
+  return build::from_device_orders(m, remat, k * v, device_map, build::interleaved_orders(k, v, m));
 }
 
 }  // namespace
 
+namespace {
+struct Named {
+  ScheduleKind kind;
+  const char* name;
+  const char* alias;
+};
+constexpr Named kNames[] = {
+    {ScheduleKind::kGPipe, "gpipe", "fill-drain"},
+    {ScheduleKind::k1F1B, "1f1b", "1f1b"},
+    {ScheduleKind::kZBH1, "zb-h1", "zbh1"},
+    {ScheduleKind::kZBH1LowMem, "zb-h1-lowmem", "zb-h1-lowmem"},
+    {ScheduleKind::kInterleaved, "interleaved", "interleaved-1f1b"},
+    {ScheduleKind::kZBV, "zb-v", "zbv"},
+    {ScheduleKind::kZBInterleaved, "zb-interleaved", "looped-zb"},
+    {ScheduleKind::kVHalf, "v-half", "vhalf"},
+    {ScheduleKind::kVMin, "v-min", "vmin"},
+    {ScheduleKind::kDualPipeV, "dualpipev", "dualpipe-v"},
+};
+}  // namespace
+
 ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "gpipe" || name == "fill-drain") return ScheduleKind::kGPipe;
-  if (name == "1f1b") return ScheduleKind::k1F1B;
-  if (name == "zb-h1" || name == "zbh1") return ScheduleKind::kZBH1;
-  if (name == "zb-h1-lowmem") return ScheduleKind::kZBH1LowMem;
-  if (name == "interleaved" || name == "interleaved-1f1b") return ScheduleKind::kInterleaved;
-  if (name == "zb-v" || name == "zbv") return ScheduleKind::kZBV;
+  for (const Named& n : kNames)
+    if (name == n.name || name == n.alias) return n.kind;
   throw Error(detail::concat("unknown schedule '", name,
-                             "' (expected gpipe, 1f1b, zb-h1, zb-h1-lowmem, interleaved, zb-v or "
-                             "file:PATH)"));
+                             "' (expected gpipe, 1f1b, zb-h1, zb-h1-lowmem, interleaved, zb-v, "
+                             "zb-interleaved, v-half, v-min, dualpipev or file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGPipe:
-      return "gpipe";
-    case ScheduleKind::k1F1B:
-      return "1f1b";
-    case ScheduleKind::kZBH1:
-      return "zb-h1";
-    case ScheduleKind::kZBH1LowMem:
-      return "zb-h1-lowmem";
-    case ScheduleKind::kInterleaved:
-      return "interleaved";
-    case ScheduleKind::kZBV:
-      return "zb-v";
-  }
+  for (const Named& n : kNames)
+    if (n.kind == kind) return n.name;
   return "?";
+}
+
+std::vector<ScheduleKind> all_schedules() {
+  std::vector<ScheduleKind> out;
+  for (const Named& n : kNames) out.push_back(n.kind);
+  return out;
+}
+
+bool v_shaped(ScheduleKind kind) {
+  return kind == ScheduleKind::kZBV || kind == ScheduleKind::kVHalf ||
+         kind == ScheduleKind::kVMin || kind == ScheduleKind::kDualPipeV;
+}
+
+bool interleaved_kind(ScheduleKind kind) {
+  return kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kZBInterleaved;
+}
+
+int cells_per_device(ScheduleKind kind, int v) {
+  return v_shaped(kind) ? 2 : interleaved_kind(kind) ? v : 1;
 }
 
 int Schedule::device_count() const {
@@ -317,10 +298,21 @@ int Schedule::device_count() const {
 BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
   GPIPE_CHECK(k >= 1 && m >= 1 && v >= 1, "bubble formula: K, M and v must be >= 1, got K=", k,
               " M=", m, " v=", v);
-  if (kind == ScheduleKind::kZBH1)
+  if (kind == ScheduleKind::kZBH1 || (kind == ScheduleKind::kZBInterleaved && v == 1))
     return {static_cast<double>(k - 1) / (3.0 * m + k - 1), "(K-1)/(3M+K-1)"};
-  if (kind == ScheduleKind::kZBV)
+  if (kind == ScheduleKind::kZBV || kind == ScheduleKind::kDualPipeV)
     return {static_cast<double>(k - 1) / (6.0 * m + k - 1), "(K-1)/(6M+K-1)"};
+  if (kind == ScheduleKind::kVMin) {  // Note [V schedules]
+    const double tail = std::max(0, 4 * k - 5);
+    return {tail / (6.0 * m + tail), "(4K-5)/(6M+4K-5)"};
+  }
+  if (kind == ScheduleKind::kVHalf) {
+    const double tail = std::max(0, 5 * k - 6);
+    return {tail / (12.0 * m + tail), "(5K-6)/(12M+5K-6)"};
+  }
+  if (kind == ScheduleKind::kZBInterleaved && v > 1)
+    return {2.0 * (k - 1) / (3.0 * v * m + 2.0 * (k - 1)),
+            detail::concat("2(K-1)/(3vM+2(K-1)), v=", v)};
   if (kind == ScheduleKind::kZBH1LowMem)
     return {2.0 * (k - 1) / (3.0 * m + 2.0 * (k - 1)), "2(K-1)/(3M+2(K-1))"};
   if (kind == ScheduleKind::kInterleaved && v > 1)
@@ -329,16 +321,22 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
   return {static_cast<double>(k - 1) / (m + k - 1), "(K-1)/(M+K-1)"};
 }
 
-Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) {
+Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v,
+                       const OrderCosts& costs) {
   GPIPE_CHECK(k >= 1 && m >= 1, "schedule: K and M must be >= 1, got K=", k, " M=", m);
   GPIPE_CHECK(v >= 1, "schedule: v (cells per device) must be >= 1, got ", v);
-  if (kind == ScheduleKind::kZBV) {
-    GPIPE_CHECK(v == 1 || v == 2,
-                "schedule: zb-v places 2 cells on each device (a V), got v = ", v);
-    return make_zb_v(k, m, remat);
+  if (v_shaped(kind)) {
+    GPIPE_CHECK(v == 1 || v == 2, "schedule: ", schedule_name(kind),
+                " places 2 cells on each device (a V), got v = ", v);
+    if (kind == ScheduleKind::kDualPipeV) return make_dualpipev(k, m, remat);
+    return make_v(kind, k, m, remat, costs);
   }
-  GPIPE_CHECK(v == 1 || kind == ScheduleKind::kInterleaved, "schedule: ", schedule_name(kind),
+  GPIPE_CHECK(v == 1 || interleaved_kind(kind), "schedule: ", schedule_name(kind),
               " places one cell per device; v = ", v, " cells per device needs interleaved");
+  if (kind == ScheduleKind::kZBInterleaved) {
+    if (v > 1) return make_zb_interleaved(k, m, remat, v, costs);
+    kind = ScheduleKind::kZBH1;  // one cell per device: plain ZB-H1
+  }
   if (kind == ScheduleKind::kInterleaved) {
     if (v > 1) return make_interleaved(k, m, remat, v);
     kind = ScheduleKind::k1F1B;  // one cell per device: plain 1F1B
@@ -351,9 +349,10 @@ Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v) 
   for (int stage = 0; stage < k; ++stage) {
     const std::vector<Compute> order = zb_kind ? zb[stage] : compute_order(kind, k, m, stage);
     for (size_t i = 0; i < order.size(); ++i)
-      add_compute(s.stages[stage], stage, k, order[i], i > 0 ? &order[i - 1] : nullptr, remat);
+      build::add_compute(s.stages[stage], stage, k, order[i], i > 0 ? &order[i - 1] : nullptr,
+                         remat);
   }
-  add_reductions(s);
+  build::add_reductions(s);
   return s;
 }
 
@@ -361,7 +360,7 @@ Schedule make_forward_schedule(int k, int m, bool with_loss) {
   GPIPE_CHECK(k >= 1 && m >= 0, "schedule: K must be >= 1 and M >= 0, got K=", k, " M=", m);
   Schedule s{m, false, std::vector<std::vector<Action>>(k), {}};
   for (int stage = 0; stage < k; ++stage)
-    for (int mb = 0; mb < m; ++mb) add_forward(s.stages[stage], stage, k, mb, with_loss);
+    for (int mb = 0; mb < m; ++mb) build::add_forward(s.stages[stage], stage, k, mb, with_loss);
   return s;
 }
 

@@ -42,13 +42,28 @@
 //  - interleaved 1F1B (Narayanan et al. 2021): D devices hold v cells each
 //    (cell c on device c mod D, K = v D cells); each device runs its cells'
 //    forwards and backwards in Megatron-LM's order (micro-batches in groups
-//    of D, warm-up 2 (D - 1 - d) + (v - 1) D), the cells of a device handing
-//    it over with <T/>T. M must be a multiple of D.
+//    of D, the first group taking the M mod D left over; warm-up
+//    2 (D - 1 - d) + (v - 1) x the first group, also at M = D), the cells of
+//    a device handing it over with <T/>T. Any M >= 1 (Note [Interleaved
+//    order] in schedule_build.cc).
 //  - ZB-V (Zero Bubble, Qi et al. 2024): 2 K cells in a V, cell c on device
 //    c for c < K and 2K - 1 - c after (device 0 holds the first cell and
-//    the last), the split backward, each device's order from a unit-clock
-//    run with at most 2K cell-micro-batches alive per device (1F1B's peak on
-//    its first stage, on every device): Note [ZB-V] in schedule.cc.
+//    the last), the split backward, each device's order from the
+//    cost-aware order builder (OrderCosts: per-cell F, I, W and the link
+//    latency it is built for) with at most 2K cell-micro-batches alive per
+//    device (1F1B's peak on its first stage, on every device).
+//  - V-Half and V-Min (Qi et al. 2024, "controllable memory"): the V with
+//    the split backward, each micro-batch's chain first and one micro-batch
+//    admitted per device-time of work: V-Min holds about K/3 whole
+//    micro-batches per device, V-Half more for a shorter tail.
+//  - zb-interleaved (looped zero bubble): interleaved cells (v per device)
+//    with the split backward, ordered by the order builder with at most v K
+//    cell-micro-batches alive per device.
+//  - DualPipeV (DeepSeek-V3, 2024): the V, each device pairing a forward of
+//    one cell with a backward of the other in its steady state, both ends of
+//    the V at once; M >= 2K. The pairs run one after the other here (one
+//    action at a time per device): DualPipeV's order, not its overlap.
+//    Notes [V schedules], [DualPipeV] in schedule.cc.
 //  - forward-only: every stage runs F0..F(M-1) (evaluation and prediction).
 #pragma once
 
@@ -96,17 +111,54 @@ struct Schedule {
   bool operator==(const Schedule&) const = default;
 };
 
-enum class ScheduleKind { kGPipe, k1F1B, kZBH1, kZBH1LowMem, kInterleaved, kZBV };
-// "gpipe" | "1f1b" | "zb-h1" | "zb-h1-lowmem" | "interleaved" | "zb-v"
+enum class ScheduleKind {
+  kGPipe,
+  k1F1B,
+  kZBH1,
+  kZBH1LowMem,
+  kInterleaved,
+  kZBV,
+  kZBInterleaved,
+  kVHalf,
+  kVMin,
+  kDualPipeV,
+};
+// "gpipe" | "1f1b" | "zb-h1" | "zb-h1-lowmem" | "interleaved" | "zb-v" | "zb-interleaved" |
+// "v-half" | "v-min" | "dualpipev"
 ScheduleKind parse_schedule(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
+// Every built-in kind, in the order above (the planner's and the bench's list).
+std::vector<ScheduleKind> all_schedules();
+// The V schedules hold exactly 2 cells on each device (zb-v, v-half, v-min,
+// dualpipev); the interleaved ones (interleaved, zb-interleaved) take v >= 1
+// cells per device; the others one.
+bool v_shaped(ScheduleKind kind);
+bool interleaved_kind(ScheduleKind kind);
+// Cells per device the kind runs with when asked for v: 2 for a V, v for
+// the interleaved kinds, 1 otherwise.
+int cells_per_device(ScheduleKind kind, int v);
+
+// The costs a cost-built order is placed for (ZB-V, zb-interleaved, V-Half,
+// V-Min; Note [Order builder] in schedule_build.cc), per cell and in any one
+// unit: a forward, an input-gradient, a weight-gradient (a whole backward is
+// their sum), and the latency of one hop between two devices (a hop between
+// two cells of one device is free). The default: equal costs and a hop of
+// half a forward (a real link is never free; the order built for it loses
+// nothing on free links at M >= 2K, see schedule_test).
+struct OrderCosts {
+  double forward = 1, backward_input = 1, backward_weight = 1;
+  double link_latency = 0;
+};
 
 // The idle share of each device the schedule's paper gives for equal
 // per-stage costs (F, B = I + W), free links and no reductions, with its
 // text, for K devices: (K-1)/(M+K-1) for GPipe and 1F1B; (K-1)/(3M+K-1)
 // for ZB-H1 with F = I = W (exact for M >= K; fewer micro-batches leave
 // more idle); 2(K-1)/(3M+2(K-1)) for ZB-H1 within 1F1B's memory; (K-1)/(vM+K-1) for interleaved
-// 1F1B with v cells per device; (K-1)/(6M+K-1) for ZB-V with F = I = W per cell.
+// 1F1B with v cells per device; (K-1)/(6M+K-1) for ZB-V and DualPipeV with F = I = W per
+// cell; 2(K-1)/(3vM+2(K-1)) for zb-interleaved (a bound its order meets at M = K and,
+// within 3 ticks, from M = 2K on; often below); for V-Min (4K-5)/(6M+4K-5) and V-Half
+// (5K-6)/(12M+5K-6), fitted to the builder's makespans (Note [V schedules]).
 struct BubbleFormula {
   double value;
   std::string text;
@@ -116,7 +168,7 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v = 1);
 // The training program for K stages and M micro-batches under `remat`.
 // Interleaved: K is the number of devices and the program has v K cells.
 Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat = RematMode::kNever,
-                       int v = 1);
+                       int v = 1, const OrderCosts& costs = {});
 // The forward-only program; with_loss adds Lm on the last stage (evaluation).
 Schedule make_forward_schedule(int k, int m, bool with_loss);
 

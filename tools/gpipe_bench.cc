@@ -149,7 +149,8 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
   c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--schedule", o.schedules,
-                "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v")
+                "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v, zb-interleaved, "
+                "v-half, v-min, dualpipev")
       ->delimiter(',');
   c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");

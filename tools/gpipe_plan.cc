@@ -93,8 +93,10 @@ int plan(const plan_cli::PlanFlags& f) {
                 schedule_name(best.choice.schedule).c_str());
     const bool uniform = best.choice.uniform_remat();
     if (uniform) std::printf(" --remat=%s", best.choice.remat_text().c_str());
-    if (best.choice.schedule == ScheduleKind::kInterleaved)
+    if (interleaved_kind(best.choice.schedule))
       std::printf(" --virtual=%d", best.choice.virtual_stages);
+    if (best.choice.order_latency > 0)
+      std::printf(" --order-latency=%.3g", best.choice.order_latency);
     if (c.precision != "fp32") std::printf(" --precision=%s", c.precision.c_str());
     std::printf(" --balance=%s%s\n", best.choice.balance_text().c_str(),
                 uniform ? "" : " (remat differs per cell: --plan=auto runs it)");

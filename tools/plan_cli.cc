@@ -36,14 +36,15 @@ PlanFlags parse_plan_flags(const std::vector<std::string>& args) {
   train::add_renamed_flag(&app, "--devices", "--K");
   train::add_renamed_flag(&app, "--micro-batches", "--M");
   train::add_renamed_flag(&app, "--validate-micro-batches", "--validate-M");
-  app.add_option("--K", f.K, "devices of one pipeline (one cell each; interleaved and zb-v: v)")
+  app.add_option("--K", f.K, "devices of one pipeline (one cell each; interleaved: v; the Vs: 2)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--memory", f.memory, "memory per device, e.g. 16GB, 512MiB (default: no limit)");
   app.add_option("--batch", f.batch, "N: examples per step (default: the model's)")
       ->check(train::kPositive);
   app.add_option("--M", f.M, "M candidates (default 1, 2, 4, ... <= N)")->delimiter(',');
   app.add_option("--schedules", f.schedules,
-                 "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v")
+                 "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v,"
+                 "zb-interleaved,v-half,v-min,dualpipev")
       ->delimiter(',');
   app.add_option("--remat", f.remat,
                  "modes a cell may take (default all): never,except_last,always")
@@ -62,7 +63,8 @@ PlanFlags parse_plan_flags(const std::vector<std::string>& args) {
       "predicted vs measured step time and memory for W3's model here (K = 1, 2; M; remat; "
       "schedules)");
   app.add_option("--validate-M", f.validate_options.M, "M for --validate")->delimiter(',');
-  app.add_option("--validate-schedules", f.validate_options.schedules, "schedules for --validate")->delimiter(',');
+  app.add_option("--validate-schedules", f.validate_options.schedules, "schedules for --validate")
+      ->delimiter(',');
   app.add_flag("--validate-every-remat", f.validate_options.every_remat,
                "--validate every remat mode for every schedule (else gpipe and 1f1b only)");
   app.add_option("--validate-steps", f.validate_options.steps, "timed steps per --validate run");
@@ -85,8 +87,9 @@ PlanFlags parse_plan_flags(const std::vector<std::string>& args) {
   f.measure = m->parsed();
   f.extra = app.remaining();
   if ((f.validate || f.paper) && !f.extra.empty())
-    throw train::UsageError(detail::concat(f.validate ? "--validate" : "--paper",
-                                           " takes no model flags; not expected: ", f.extra.front()));
+    throw train::UsageError(
+        detail::concat(f.validate ? "--validate" : "--paper",
+                       " takes no model flags; not expected: ", f.extra.front()));
   return f;
 }
 
@@ -105,7 +108,8 @@ PlanSetup prepare_plan(const PlanFlags& f) {
   PlanRequest& req = s.request;
   req.K = f.K;
   req.batch = c.batch;
-  req.memory_bytes = f.memory.empty() ? 0 : as_usage("--memory", [&] { return parse_bytes(f.memory); });
+  req.memory_bytes =
+      f.memory.empty() ? 0 : as_usage("--memory", [&] { return parse_bytes(f.memory); });
   req.top = f.top;
   req.virtual_stages = f.virtual_stages;
   for (const std::string& name : f.schedules)
@@ -115,8 +119,8 @@ PlanSetup prepare_plan(const PlanFlags& f) {
   req.M = f.M.empty() ? train::candidate_micro_batches(c.batch) : f.M;
   for (int m : req.M)
     if (m < 1 || m > c.batch)
-      throw train::UsageError(detail::concat("--M: M = ", m, " for --batch=", c.batch,
-                                             " (expected 1 <= M <= N)"));
+      throw train::UsageError(
+          detail::concat("--M: M = ", m, " for --batch=", c.batch, " (expected 1 <= M <= N)"));
   ModelCosts link_check;  // --link is checked here, applied to the profiled costs later
   as_usage("--link", [&] {
     apply_link(f.link, link_check);

@@ -66,6 +66,21 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
   check_equivalence(2, 4, 8, ScheduleKind::kZBV, RematMode::kNever, 2);
   check_equivalence(3, 5, 7, ScheduleKind::kZBV, RematMode::kExceptLast, 2);
   check_equivalence(2, 2, 8, ScheduleKind::kZBV, RematMode::kAlways, 2);
+  // Interleaving with M not a multiple of K; looped zero bubble; V-Half and
+  // V-Min (the V with less memory); DualPipeV's order (M >= 2K).
+  check_equivalence(2, 3, 6, ScheduleKind::kInterleaved, RematMode::kNever, 2);
+  check_equivalence(2, 4, 8, ScheduleKind::kZBInterleaved, RematMode::kNever, 2);
+  check_equivalence(2, 3, 6, ScheduleKind::kZBInterleaved, RematMode::kExceptLast, 2);
+  check_equivalence(3, 3, 6, ScheduleKind::kZBInterleaved, RematMode::kAlways, 2);
+  check_equivalence(2, 4, 8, ScheduleKind::kVHalf, RematMode::kNever, 2);
+  check_equivalence(3, 5, 7, ScheduleKind::kVHalf, RematMode::kExceptLast, 2);
+  check_equivalence(2, 3, 6, ScheduleKind::kVHalf, RematMode::kAlways, 2);
+  check_equivalence(2, 4, 8, ScheduleKind::kVMin, RematMode::kNever, 2);
+  check_equivalence(3, 5, 7, ScheduleKind::kVMin, RematMode::kExceptLast, 2);
+  check_equivalence(2, 2, 8, ScheduleKind::kVMin, RematMode::kAlways, 2);
+  check_equivalence(2, 4, 8, ScheduleKind::kDualPipeV, RematMode::kNever, 2);
+  check_equivalence(2, 5, 7, ScheduleKind::kDualPipeV, RematMode::kExceptLast, 2);
+  check_equivalence(3, 6, 6, ScheduleKind::kDualPipeV, RematMode::kAlways, 2);
 }
 
 TEST_CASE("pipeline: interleaved cells go round-robin over the devices and report per device") {
@@ -93,11 +108,9 @@ TEST_CASE("pipeline: interleaved cells go round-robin over the devices and repor
   CHECK_THROWS_WITH(
       Pipeline(models::transformer(tiny()), {.K = 2, .M = 4, .virtual_stages = 2}, batch),
       Contains("v = 2 cells per device needs the interleaved schedule"));
-  CHECK_THROWS_WITH(
-      Pipeline(models::transformer(tiny()),
-               {.K = 2, .M = 3, .virtual_stages = 2, .schedule = ScheduleKind::kInterleaved},
-               batch),
-      Contains("must be a multiple of K = 2 devices"));
+  CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()),
+                             {.K = 2, .M = 3, .schedule = ScheduleKind::kDualPipeV}, batch),
+                    Contains("dualpipev needs M >= 2K micro-batches"));
 }
 
 TEST_CASE(

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 
 #include "models/transformer.h"
 #include "models/unet.h"
@@ -199,6 +200,44 @@ TEST_CASE("plan: every plan returned fits; rejections say what did not and why")
   const PlanResult tight = make_plan(costs, req);
   REQUIRE(!tight.plans.empty());
   CHECK(tight.plans[0].peak_total() <= lo);
+}
+
+TEST_CASE("plan: the newer schedules compete by predicted time and say why they lost") {
+  const ModelCosts costs = synthetic(std::vector<double>(16, 1.0), 4000);
+  PlanRequest req;
+  req.K = 2;
+  req.batch = 8;
+  req.M = {2, 8};
+  req.remat = {RematMode::kNever};
+  req.top = 1;
+  const PlanResult r = make_plan(costs, req);
+  REQUIRE(r.plans.size() == 1);
+  std::map<std::string, std::string> why;
+  for (const Rejection& x : r.rejected)  // "zb-v M=8 v=2 remat=never ..." -> "zb-v M=8"
+    why[x.choice.substr(0, std::min(x.choice.find(" v="), x.choice.find(" remat")))] = x.why;
+  // Every kind was considered at each M: the winner, or a rejection with its reason.
+  for (ScheduleKind kind : all_schedules())
+    for (int m : req.M) {
+      const std::string name = schedule_name(kind) + " M=" + std::to_string(m);
+      INFO(name);
+      const bool won = r.plans[0].choice.describe().rfind(name + " ", 0) == 0;
+      if (!won && kind != ScheduleKind::kInterleaved && kind != ScheduleKind::kZBInterleaved)
+        CHECK(why.count(name) == 1);
+    }
+  CHECK_THAT(why["dualpipev M=2"], Contains("dualpipev needs M >= 2K = 4"));
+  CHECK_THAT(why["v-min M=8"], Contains("worse time"));
+  // With the zero-bubble V's at M = 8 on equal layers, the winner has the split backward.
+  const ScheduleKind best = r.plans[0].choice.schedule;
+  CHECK(best != ScheduleKind::kGPipe);
+  CHECK(best != ScheduleKind::k1F1B);
+  // A link with latency reaches the cost-built orders (in forwards of a cell).
+  ModelCosts linked = costs;
+  linked.link_latency_seconds = 2.0;
+  req.schedules = {ScheduleKind::kZBV};
+  req.M = {8};
+  const PlanResult z = make_plan(linked, req);
+  REQUIRE(z.plans.size() == 1);
+  CHECK(z.plans[0].choice.order_latency == Approx(0.5));  // 2 s over 4 s of forward per cell
 }
 
 TEST_CASE("plan: bad requests and sizes are clear errors") {

@@ -61,7 +61,7 @@ TEST_CASE("simulate: interleaved 1F1B on uniform devices reproduces (K-1)/(vM+K-
   // ZB-V: 2K cells in a V; each holds half a device's work.
   for (int k = 1; k <= 8; ++k)
     for (int m = k; m <= 32; m += (m < 8 ? 1 : 5)) {
-      if (m != k && 2 * m < 3 * k) continue;  // Note [ZB-V]: a few ticks more there
+      if (m != k && 2 * m < 3 * k) continue;  // Note [V schedules]: a few ticks more there
       INFO("zb-v K=" << k << " M=" << m);
       const Simulation sim =
           simulate(make_schedule(ScheduleKind::kZBV, k, m), CostModel::uniform(2 * k, 0.5, 1.0));

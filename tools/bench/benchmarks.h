@@ -159,9 +159,10 @@ int run_pipeline(const PipelineBenchOptions& opt);
 // activation memory per device.
 struct SchedulesBenchOptions {
   std::vector<int> M{2, 4, 8, 16};
-  std::vector<std::string> schedules{"gpipe", "1f1b",         "interleaved",
-                                     "zb-h1", "zb-h1-lowmem", "zb-v"};
-  int virtual_stages = 2;  // v for interleaved
+  std::vector<std::string> schedules{"gpipe",        "1f1b",     "interleaved",    "zb-h1",
+                                     "zb-h1-lowmem", "zb-v",     "zb-interleaved", "v-half",
+                                     "v-min",        "dualpipev"};
+  int virtual_stages = 2;  // v for interleaved and zb-interleaved
   std::string remat = "never";
   int warmup = 1, steps = 5;
   std::string trace_dir;  // write each run's trace (and its SVG) here

@@ -48,27 +48,24 @@ int run_schedules(const SchedulesBenchOptions& opt) {
       "# schedules: W3's 8+8-layer Transformer, N=64, Adam(lr=1e-4), K=%d devices with 1 thread "
       "each, remat %s; median of %d steps after %d warm-up; interleaved with v=%d\n",
       kDevices, opt.remat.c_str(), opt.steps, opt.warmup, opt.virtual_stages);
-  std::printf("%-12s %3s %10s %9s %9s %16s %9s %10s %14s  %s\n", "schedule", "M", "samples/s",
+  std::printf("%-14s %3s %10s %9s %9s %22s %9s %10s %14s  %s\n", "schedule", "M", "samples/s",
               "bubble", "formula", "formula text", "vs 1f1b", "predicted", "act peak MB",
               "cells (layers)");
   std::map<std::pair<std::string, int>, Row> rows;
   for (int m : opt.M)
     for (const std::string& schedule : opt.schedules) {
-      const bool interleaved = parse_schedule(schedule) == ScheduleKind::kInterleaved;
-      if (interleaved && m % kDevices != 0) {
-        std::printf("%-12s %3d   (M must be a multiple of K = %d)\n", schedule.c_str(), m,
-                    kDevices);
+      const ScheduleKind kind = parse_schedule(schedule);
+      if (kind == ScheduleKind::kDualPipeV && m < 2 * kDevices) {
+        std::printf("%-14s %3d   (dualpipev needs M >= 2K = %d)\n", schedule.c_str(), m,
+                    2 * kDevices);
         continue;
       }
       MeasureOptions mo = w3_measure(kDevices, m, schedule, opt.remat, 1, opt.warmup, opt.steps);
-      mo.virtual_stages = interleaved                                      ? opt.virtual_stages
-                          : parse_schedule(schedule) == ScheduleKind::kZBV ? 2
-                                                                           : 1;
+      mo.virtual_stages = cells_per_device(kind, opt.virtual_stages);
       if (!opt.trace_dir.empty())
         mo.trace_path = opt.trace_dir + "/" + schedule + "_m" + std::to_string(m) + ".json";
       const std::string j = measure_in_child(mo);
-      const BubbleFormula f =
-          bubble_formula(parse_schedule(schedule), kDevices, m, mo.virtual_stages);
+      const BubbleFormula f = bubble_formula(kind, kDevices, m, mo.virtual_stages);
       Row r{64 / json_number(j, "median_s"), json_number(j, "bubble"), f.value,
             megabytes(json_string(j, "act_peak_devices")), json_string(j, "partition")};
       rows[{schedule, m}] = r;
@@ -80,7 +77,7 @@ int run_schedules(const SchedulesBenchOptions& opt) {
         std::snprintf(predicted, sizeof(predicted), "%.3f",
                       (1 - r.formula) / (1 - base->second.formula));
       }
-      std::printf("%-12s %3d %10.2f %9.3f %9.3f %16s %9s %10s %14s  %s\n", schedule.c_str(), m,
+      std::printf("%-14s %3d %10.2f %9.3f %9.3f %22s %9s %10s %14s  %s\n", schedule.c_str(), m,
                   r.sps, r.bubble, r.formula, f.text.c_str(), vs, predicted, r.memory.c_str(),
                   r.partition.c_str());
       std::fflush(stdout);
@@ -89,7 +86,8 @@ int run_schedules(const SchedulesBenchOptions& opt) {
       "# bubble: measured idle share of the %d devices from the first compute to the last (sends, "
       "receives and reductions idle)\n# formula: the schedule's own idle share for equal stages "
       "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), ZB-H1 within 1F1B's memory "
-      "2(K-1)/(3M+2(K-1)), interleaved (K-1)/(vM+K-1), ZB-V (K-1)/(6M+K-1))\n"
+      "2(K-1)/(3M+2(K-1)), interleaved (K-1)/(vM+K-1), ZB-V and DualPipeV (K-1)/(6M+K-1), "
+      "zb-interleaved 2(K-1)/(3vM+2(K-1)), V-Half (5K-6)/(12M+5K-6), V-Min (4K-5)/(6M+4K-5))\n"
       "# vs 1f1b: samples/s over 1F1B's at the same M; predicted: (1 - formula) / (1 - 1F1B's "
       "formula); goal at M=4: vs 1f1b >= predicted within 10%%\n"
       "# act peak MB: the peak activation bytes of each device during the timed steps\n",

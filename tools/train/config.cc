@@ -214,6 +214,7 @@ PipelineOptions pipeline_options(const TrainConfig& c) {
   PipelineOptions o;
   o.K = c.K;
   o.virtual_stages = c.virtual_stages;
+  o.order_costs.link_latency = c.order_latency;
   o.M = c.M;
   usage(!all_digits(c.devices), "--devices=", c.devices,
         ": a count of devices is --K; --devices takes a list like cpu:0,cpu:1");

@@ -117,8 +117,11 @@ struct TrainConfig {
   int K = 1;               // devices of one pipeline (one cell each unless --virtual)
   int virtual_stages = 1;  // v: cells per device (--schedule=interleaved)
   int M = 1;               // micro-batches per mini-batch
-  std::string schedule =
-      "gpipe";  // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH
+  // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | zb-interleaved | v-half | v-min |
+  // dualpipev | file:PATH
+  std::string schedule = "gpipe";
+  // The hop latency, in a cell's forwards, the cost-built orders are placed for (--order-latency).
+  double order_latency = 0;
   std::string remat = "except_last";
   // fp32 | bf16 | fp16 (Note [Mixed precision] in core/precision.h).
   std::string precision = "fp32";

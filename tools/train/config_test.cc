@@ -252,9 +252,19 @@ TEST_CASE("gpipe_train flags: schedules with several cells per device") {
       parse_train_flags(with({"--schedule=1f1b", "--virtual=2"})),
       Contains(
           "--virtual=2 cells per device needs the interleaved schedule (--schedule=interleaved"));
+  // Interleaving takes any M; the other V schedules imply 2 cells per device; dualpipev M >= 2K.
+  CHECK(parse_train_flags({"--model=transformer", "--steps=1", "--K=2", "--M=3",
+                           "--schedule=interleaved", "--virtual=2"})
+            .virtual_stages == 2);
+  for (const char* v : {"--schedule=v-half", "--schedule=v-min", "--schedule=dualpipev"})
+    CHECK(parse_train_flags(with({v})).virtual_stages == 2);
+  CHECK(parse_train_flags(with({"--schedule=zb-interleaved", "--virtual=3"})).virtual_stages == 3);
+  CHECK_THROWS_WITH(parse_train_flags(with({"--schedule=v-min", "--virtual=1"})),
+                    Contains("v-min holds exactly 2 cells per device"));
   CHECK_THROWS_WITH(parse_train_flags({"--model=transformer", "--steps=1", "--K=2", "--M=3",
-                                       "--schedule=interleaved", "--virtual=2"}),
-                    Contains("must be a multiple of K = 2 devices"));
+                                       "--schedule=dualpipev"}),
+                    Contains("dualpipev needs M >= 2K"));
+  CHECK(parse_train_flags(with({"--schedule=zb-v", "--order-latency=0.5"})).order_latency == 0.5);
 }
 
 TEST_CASE("gpipe_train flags: --help is not an error") {

@@ -203,18 +203,25 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   g.virtual_stages = app.add_option("--virtual", c.virtual_stages,
-                                    "v: cells per device for --schedule=interleaved (cell c on "
-                                    "device c mod K); zb-v implies 2")
+                                    "v: cells per device for --schedule=interleaved or "
+                                    "zb-interleaved (cell c on device c mod K); zb-v, v-half, "
+                                    "v-min and dualpipev imply 2")
                          ->capture_default_str()
                          ->check(CLI::Range(1, 64));
   g.planned.push_back(app.add_option("--M", c.M, "micro-batches per mini-batch")
                           ->capture_default_str()
                           ->check(CLI::Range(1, 1 << 20)));
   g.planned.push_back(g.virtual_stages);
+  app.add_option("--order-latency", c.order_latency,
+                 "the hop latency between devices, in a cell's forwards, that zb-v, "
+                 "zb-interleaved, v-half and v-min place their order for (gpipe_plan prints it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
   g.planned.push_back(
       app.add_option(
              "--schedule", c.schedule,
-             "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | file:PATH (a program in "
+             "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | zb-interleaved | v-half | "
+             "v-min | dualpipev | file:PATH (a program in "
              "the text form "
              "--print-schedule writes)")
           ->capture_default_str());
@@ -346,16 +353,16 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   if (g.label_smoothing_opt->count()) c.label_smoothing = g.label_smoothing;
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
-  // zb-v holds two cells on each device (a V): resolve() implies --virtual=2,
-  // so an explicit --virtual=1 is refused here.
-  bool zb_v = false;
+  // The V schedules hold two cells on each device: resolve() implies
+  // --virtual=2, so an explicit --virtual=1 is refused here.
+  bool v_shape = false;
   try {
-    zb_v = parse_schedule(c.schedule) == ScheduleKind::kZBV;
+    v_shape = v_shaped(parse_schedule(c.schedule));
   } catch (const Error&) {
     // file:PATH or an unknown name (pipeline_options reports it)
   }
-  usage(!(zb_v && g.virtual_stages->count() && c.virtual_stages == 1),
-        "--virtual=1: zb-v holds exactly 2 cells per device (leave --virtual out)");
+  usage(!(v_shape && g.virtual_stages->count() && c.virtual_stages == 1),
+        "--virtual=1: " + c.schedule + " holds exactly 2 cells per device (leave --virtual out)");
   validate(c);
   c.pipeline = std::make_shared<const ResolvedOptions>(resolve_pipeline(c));
   c.virtual_stages = c.pipeline->options.virtual_stages;

@@ -1,0 +1,290 @@
+// The pieces of the built-in programs (schedule_build.h): expanding compute
+// orders into programs, Megatron-LM's interleaved order, and the
+// cost-aware order builder behind ZB-H1's relatives on shared devices
+// (ZB-V, zb-interleaved, V-Half, V-Min).
+#include "pipeline/schedule_build.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <set>
+
+namespace gpipe::build {
+
+void add_forward(std::vector<Action>& out, int cell, int cells, int mb, bool with_loss) {
+  if (cell > 0) out.push_back({ActionKind::kRecvActivations, mb});
+  out.push_back({ActionKind::kForward, mb});
+  if (cell + 1 < cells) out.push_back({ActionKind::kSendActivations, mb});
+  if (cell + 1 == cells && with_loss) out.push_back({ActionKind::kLoss, mb});
+}
+
+// Note [Remat policy] in pipeline/remat.h: except_last keeps the graph
+// exactly when a backward's compute comes right after its own forward.
+void add_compute(std::vector<Action>& out, int cell, int cells, const Compute& c,
+                 const Compute* previous, RematMode remat) {
+  const int mb = c.micro_batch;
+  if (c.task == Task::kF) {
+    add_forward(out, cell, cells, mb, /*with_loss=*/true);
+    return;
+  }
+  if (c.task == Task::kW) {
+    out.push_back({ActionKind::kBackwardWeight, mb});
+    return;
+  }
+  const bool adjacent = previous && previous->task == Task::kF && previous->micro_batch == mb;
+  if (remat == RematMode::kAlways || (remat == RematMode::kExceptLast && !adjacent))
+    out.push_back({ActionKind::kRecompute, mb});
+  if (cell + 1 < cells) out.push_back({ActionKind::kRecvGradients, mb});
+  out.push_back({c.task == Task::kI ? ActionKind::kBackwardInput : ActionKind::kBackward, mb});
+  if (cell > 0) out.push_back({ActionKind::kSendGradients, mb});
+}
+
+void add_reductions(Schedule& s) {
+  for (auto& row : s.stages) {
+    row.push_back({ActionKind::kReduceReplicas});
+    row.push_back({ActionKind::kReduceTied});
+  }
+}
+
+Schedule from_device_orders(int m, RematMode remat, int cells, std::vector<int> device_map,
+                            const std::vector<std::vector<DeviceTask>>& orders) {
+  Schedule s{m, true, std::vector<std::vector<Action>>(cells), std::move(device_map)};
+  for (const auto& order : orders) {
+    std::vector<std::optional<Compute>> last(cells);
+    int holder = -1, turn = 0;
+    for (const DeviceTask& t : order) {
+      const int c = t.cell;
+      if (holder != c) {
+        if (holder >= 0) {
+          s.stages[holder].push_back({ActionKind::kSendTurn, turn});
+          s.stages[c].push_back({ActionKind::kRecvTurn, turn});
+          ++turn;
+        }
+        holder = c;
+      }
+      add_compute(s.stages[c], c, cells, t.compute, last[c] ? &*last[c] : nullptr, remat);
+      last[c] = t.compute;
+    }
+  }
+  add_reductions(s);
+  return s;
+}
+
+// Note [Interleaved order]: Megatron-LM's order on device d of K with v
+// cells per device (chunk j is cell j K + d). The micro-batches go in
+// groups of K (the last group holds the M mod K left over, when M is not a
+// multiple of K); within a group, the forwards run chunk 0 of each
+// micro-batch, then chunk 1, ..., and the backwards the same with the
+// chunks from v - 1 down. A warm-up of min(v M, 2 (K - 1 - d) + (v - 1) K)
+// forwards, then one forward and one backward in turn, then the remaining
+// backwards. The warm-up is the same at M = K (Megatron-LM runs every
+// forward first there, for no gain in time and v M micro-batches alive);
+// device d so holds at most min(v M, 2 (K - 1 - d) + (v - 1) K + 1)
+// cell-micro-batches.
+std::vector<std::vector<DeviceTask>> interleaved_orders(int k, int v, int m) {
+  // The sequence of (chunk, micro-batch) one device's forwards run in.
+  // Group sizes: K each, the first taking the M mod K left over (one group when M < 2K).
+  std::vector<int> groups(std::max(1, m / k), k);
+  groups[0] = m - k * (static_cast<int>(groups.size()) - 1);
+  std::vector<std::pair<int, int>> sequence;
+  for (int g = 0, first = 0; g < static_cast<int>(groups.size()); first += groups[g++])
+    for (int j = 0; j < v; ++j)
+      for (int mb = first; mb < first + groups[g]; ++mb) sequence.push_back({j, mb});
+  const int total = m * v;
+  std::vector<std::vector<DeviceTask>> orders(k);
+  for (int d = 0; d < k; ++d) {
+    const int warmup = std::min(total, 2 * (k - 1 - d) + (v - 1) * groups[0]);
+    auto& order = orders[d];
+    auto forward = [&](int i) {
+      order.push_back({sequence[i].first * k + d, {Task::kF, sequence[i].second}});
+    };
+    auto backward = [&](int i) {
+      order.push_back({(v - 1 - sequence[i].first) * k + d, {Task::kB, sequence[i].second}});
+    };
+    for (int i = 0; i < warmup; ++i) forward(i);
+    for (int i = 0; i < total - warmup; ++i) {
+      forward(warmup + i);
+      backward(i);
+    }
+    for (int i = total - warmup; i < total; ++i) backward(i);
+  }
+  return orders;
+}
+
+std::vector<int> v_device_map(int k) {
+  std::vector<int> map;
+  for (int c = 0; c < 2 * k; ++c) map.push_back(c < k ? c : 2 * k - 1 - c);
+  return map;
+}
+
+// Note [Order builder]. One run of the step on a clock with the spec's
+// costs: per cell a forward takes F, an input-gradient I and a
+// weight-gradient W (a whole backward I + W when not split), a message
+// between two cells on different devices arrives `latency` after its
+// compute ends (between cells of one device at once), and each device runs
+// one task at a time. Whenever a device is free it runs, of the tasks whose
+// inputs have arrived, in this priority: the next forward (of its deeper
+// cell first, or the shallower), if the cap allows it; else the next
+// input-gradient (of its shallower cell first: it unblocks the devices
+// before it); else the oldest weight-gradient (deeper cell first). With
+// input_before_forward the first two swap; with protect_chain an admission
+// or a weight-gradient waits rather than run over chain work (a held
+// micro-batch's forward, an input-gradient) that arrives before it would
+// end; admit_period/admit_burst hold micro-batches back at the first cell.
+// Nothing waits for a message that has not arrived while other work is
+// ready, so the order is built for the link: where a hop costs time the
+// device fills it with weight-gradients and later forwards instead of
+// stalling as an order built for free links does. The cap counts
+// cell-micro-batches alive on the device (forwarded, weight-gradient not
+// done). With `reserve` it also counts those its admitted micro-batches
+// will still bring (a micro-batch is admitted by the forward of the first
+// of the device's cells it reaches, and reserves a place on each of them),
+// so a forward is never held back once its micro-batch is on the device
+// and the build never gets stuck. Without, every forward needs a free place
+// (an admission admit_room of them): tighter, but it can get stuck, and
+// says so (`complete`). The peak never passes the cap either way. The
+// simulator (simulate.h) replays the order with the same costs to the same
+// makespan: a device starts each task when the builder did.
+BuiltOrders build_orders(const OrderSpec& spec) {
+  const int cells = static_cast<int>(spec.device_of.size());
+  const int m = spec.m;
+  int devices = 0;
+  for (int d : spec.device_of) devices = std::max(devices, d + 1);
+  GPIPE_ASSERT(static_cast<int>(spec.cap.size()) == devices, "build_orders: caps per device");
+  const OrderCosts& c = spec.costs;
+  GPIPE_CHECK(c.forward > 0 && c.backward_input > 0 && c.backward_weight > 0 && c.link_latency >= 0,
+              "schedule: the order's costs must be positive (F ", c.forward, ", I ",
+              c.backward_input, ", W ", c.backward_weight, ") and the link latency >= 0 (",
+              c.link_latency, ")");
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<int>> cells_of(devices);  // shallow to deep
+  for (int x = 0; x < cells; ++x) cells_of[spec.device_of[x]].push_back(x);
+  for (int d = 0; d < devices; ++d) {
+    GPIPE_ASSERT(!cells_of[d].empty(), "build_orders: device ", d, " has no cell");
+    GPIPE_ASSERT(spec.cap[d] >= static_cast<int>(cells_of[d].size()),
+                 "build_orders: a cap below one micro-batch deadlocks");
+  }
+  auto hop = [&](int a, int b) {
+    return spec.device_of[a] == spec.device_of[b] ? 0.0 : c.link_latency;
+  };
+  // Arrival times of each cell's inputs and output gradients, per micro-batch.
+  std::vector<std::vector<double>> act_at(cells, std::vector<double>(m, kNever)),
+      grad_at(cells, std::vector<double>(m, kNever));
+  std::multiset<double> events;  // times something arrives or ends
+  for (int mb = 0; mb < m; ++mb) {
+    act_at[0][mb] = spec.admit_period * std::max(0, mb - spec.admit_burst);
+    events.insert(act_at[0][mb]);
+  }
+  std::vector<int> f(cells, 0), i(cells, 0), w(cells, 0);
+  std::vector<int> reserved(devices, 0), alive(devices, 0);
+  std::vector<double> free_at(devices, 0);
+  BuiltOrders out;
+  out.orders.resize(devices);
+  out.peak_alive.assign(devices, 0);
+  const int64_t per_cell = spec.split ? 3LL * m : 2LL * m;
+  std::vector<int64_t> left(devices);
+  for (int d = 0; d < devices; ++d) left[d] = per_cell * static_cast<int64_t>(cells_of[d].size());
+  const double b_cost = spec.split ? c.backward_input : c.backward_input + c.backward_weight;
+  // stuck[d]: nothing to run at free_at[d] yet; it looks again once another device has acted.
+  std::vector<char> stuck(devices, 0);
+  for (;;) {
+    int d = -1;
+    for (int x = 0; x < devices; ++x)
+      if (left[x] > 0 &&
+          (d < 0 || std::pair(free_at[x], stuck[x]) < std::pair(free_at[d], stuck[d])))
+        d = x;
+    if (d < 0) break;
+    const double t = free_at[d];
+    if (stuck[d]) {  // every device free now waits: on to the next arrival or end
+      double next = kNever;
+      auto e = events.upper_bound(t);
+      if (e != events.end()) next = *e;
+      for (int x = 0; x < devices; ++x)
+        if (left[x] > 0 && free_at[x] > t) next = std::min(next, free_at[x]);
+      if (next == kNever && !spec.reserve) return {};  // stuck: the caller falls back
+      GPIPE_ASSERT(next < kNever, "build_orders: no progress at ", t);
+      for (int x = 0; x < devices; ++x)
+        if (left[x] > 0 && free_at[x] == t) free_at[x] = next, stuck[x] = 0;
+      continue;
+    }
+    const std::vector<int>& own = cells_of[d];
+    const int n = static_cast<int>(own.size());
+    int pick = -1;
+    Task task = Task::kF;
+    // Chain work (a forward of a micro-batch the device holds, an input-gradient) arriving
+    // before a task of `cost` started now would end: with protect_chain the task waits.
+    auto chain_due = [&](double cost) {
+      if (!spec.protect_chain) return false;
+      for (int x : own) {
+        if (x != own[0] && f[x] < m && act_at[x][f[x]] > t && act_at[x][f[x]] < t + cost)
+          return true;
+        if (i[x] < f[x] && x + 1 < cells && grad_at[x][i[x]] > t && grad_at[x][i[x]] < t + cost)
+          return true;
+      }
+      return false;
+    };
+    auto try_forward = [&] {
+      for (int j = 0; j < n && pick < 0; ++j) {
+        const int x = own[spec.forward_deeper_first ? n - 1 - j : j];
+        if (f[x] >= m || act_at[x][f[x]] > t) continue;
+        const bool admits = x == own[0];
+        if (admits && chain_due(c.forward)) continue;
+        const int need = spec.reserve ? (admits ? reserved[d] + n : 0)
+                                      : alive[d] + (admits ? spec.admit_room : 1);
+        if (need > spec.cap[d]) continue;
+        pick = x, task = Task::kF;
+      }
+    };
+    auto try_input = [&] {
+      for (int j = 0; j < n && pick < 0; ++j) {
+        const int x = own[j];
+        if (i[x] >= f[x] || (x + 1 < cells && grad_at[x][i[x]] > t)) continue;
+        pick = x, task = spec.split ? Task::kI : Task::kB;
+      }
+    };
+    if (spec.input_before_forward) {
+      try_input();
+      try_forward();
+    } else {
+      try_forward();
+      try_input();
+    }
+    for (int j = 0; j < n && pick < 0 && spec.split && !chain_due(c.backward_weight); ++j) {
+      const int x = own[n - 1 - j];
+      if (w[x] < i[x]) pick = x, task = Task::kW;
+    }
+    if (pick < 0) {
+      stuck[d] = 1;
+      continue;
+    }
+    std::fill(stuck.begin(), stuck.end(), 0);
+    const int x = pick;
+    double end = t;
+    if (task == Task::kF) {
+      const int mb = f[x]++;
+      end += c.forward;
+      if (x == own[0]) reserved[d] += n;
+      out.peak_alive[d] = std::max(out.peak_alive[d], ++alive[d]);
+      if (x + 1 < cells) events.insert(act_at[x + 1][mb] = end + hop(x, x + 1));
+      out.orders[d].push_back({x, {Task::kF, mb}});
+    } else if (task == Task::kW) {
+      out.orders[d].push_back({x, {Task::kW, w[x]++}});
+      end += c.backward_weight;
+      --reserved[d], --alive[d];
+    } else {
+      const int mb = i[x]++;
+      end += task == Task::kI ? c.backward_input : b_cost;
+      if (task == Task::kB) --reserved[d], --alive[d], ++w[x];
+      if (x > 0) events.insert(grad_at[x - 1][mb] = end + hop(x, x - 1));
+      out.orders[d].push_back({x, {task, mb}});
+    }
+    events.insert(end);
+    free_at[d] = end;
+    out.makespan = std::max(out.makespan, end);
+    --left[d];
+  }
+  out.complete = true;
+  return out;
+}
+
+}  // namespace gpipe::build
