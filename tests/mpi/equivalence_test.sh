@@ -42,6 +42,12 @@ check t_k4_zb 4 "--K=4 --M=4 --schedule=zb-h1 --remat=except_last" "--K=4 --M=4"
 # Interleaved: 2 devices x 2 cells = 4 processes; the cells of a device take turns.
 check t_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved" "--K=2 --M=2" "$T"
 check t_k2_zbv 4 "--K=2 --M=4 --schedule=zb-v --remat=except_last" "--K=2 --M=4" "$T"
+# The schedules of #36: interleaving at an M that is not a multiple of K, the
+# looped zero-bubble order, and the V schedules (2 cells per device).
+check t_k2v2_m3 4 "--K=2 --virtual=2 --M=3 --schedule=interleaved" "--K=2 --M=3" "$T"
+check t_k2_zbi 4 "--K=2 --virtual=2 --M=4 --schedule=zb-interleaved --remat=except_last" "--K=2 --M=4" "$T"
+check t_k2_vmin 4 "--K=2 --M=4 --schedule=v-min" "--K=2 --M=4" "$T"
+check t_k2_dualpipev 4 "--K=2 --M=4 --schedule=dualpipev --remat=always" "--K=2 --M=4" "$T"
 # M=1 per replica for AmoebaNet: then the replica sum g0 + g1 is the
 # reference's own order, and the comparison is exact. (With M=2 it is
 # (g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3; BatchNorm on near-
@@ -50,6 +56,7 @@ check a_k2r2 4 "--K=2 --M=1 --replicas=2" "--K=2 --M=2" "$A"
 check a_k2_zb 2 "--K=2 --M=2 --schedule=zb-h1 --remat=always" "--K=2 --M=2" "$A"
 check a_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved --remat=except_last" "--K=2 --M=2" "$A"
 check a_k2_zbv 4 "--K=2 --M=2 --schedule=zb-v --remat=never" "--K=2 --M=2" "$A"
+check a_k2_vhalf 4 "--K=2 --M=2 --schedule=v-half --remat=except_last" "--K=2 --M=2" "$A"
 check a_k1r2 2 "--K=1 --M=1 --replicas=2" "--K=1 --M=2" "$A"
 # Skips across cells (Note [Skips]): U-Net's long skips as messages of their
 # own between the producing and consuming processes (cells 0 -> 3 crosses 3
