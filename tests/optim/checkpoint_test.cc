@@ -14,9 +14,9 @@
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "optim/adam.h"
+#include "optim/lr_schedule.h"
 #include "optim/rmsprop.h"
 #include "optim/safetensors.h"
-#include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "runtime/communicator.h"
 

@@ -1,4 +1,4 @@
-#include "data/test_util.h"
+#include "tests/data/test_util.h"
 
 #include <zlib.h>
 
