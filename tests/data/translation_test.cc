@@ -6,7 +6,7 @@
 #include <set>
 
 #include "data/translation_batch.h"
-#include "tests/data/test_util.h"
+#include "tests/test_util.h"
 
 using namespace gpipe;
 using Catch::Matchers::Contains;
