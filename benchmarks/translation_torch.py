@@ -403,7 +403,7 @@ class Data:
 
 
 def lr_schedule(text, base):
-    """gpipe's optim/schedule.cc, in the form its str() prints; steps are 1-based."""
+    """gpipe's optim/lr_schedule.cc, in the form its str() prints; steps are 1-based."""
     kind, _, rest = text.partition(":")
     kv = {k: float(v) for k, v in (item.split("=") for item in rest.split(",") if item)}
     if kind == "constant":

@@ -8,28 +8,16 @@
 #include <sstream>
 
 #include "core/autograd.h"
+#include "core/dtype_dispatch.h"
 #include "core/rng.h"
 
 namespace gpipe {
 namespace {
 
+// Every dtype has CPU element access.
 template <class F>
 decltype(auto) dispatch_any(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return f(float{});
-    case DType::kFloat64:
-      return f(double{});
-    case DType::kInt32:
-      return f(int32_t{});
-    case DType::kInt64:
-      return f(int64_t{});
-    case DType::kBFloat16:
-      return f(bfloat16{});
-    case DType::kFloat16:
-      return f(float16{});
-  }
-  throw Error(detail::concat("dtype ", dtype, " has no CPU element access yet"));
+  return visit_dtype(dtype, "element access", std::forward<F>(f));
 }
 
 // One element converted between any two dtypes; the 16-bit formats go

@@ -12,10 +12,12 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/dtype.h"
+#include "core/dtype_dispatch.h"
 #include "core/error.h"
 #include "core/shape.h"
 #include "core/storage.h"
@@ -147,20 +149,16 @@ void register_copy(DeviceType type, DeviceCopyFn fn);
 void register_fill(DeviceType type, DeviceFillFn fn);
 
 // Calls f with a value of the C++ type matching `dtype` (float or double only);
-// throws naming `op` for other dtypes.
+// throws naming `op` for other dtypes (core/dtype_dispatch.h).
 template <class F>
 decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
-  if (dtype == DType::kFloat32) return f(float{});
-  if (dtype == DType::kFloat64) return f(double{});
-  throw Error(detail::concat(op, ": expected a float32 or float64 tensor, got ", dtype));
+  return visit_dtype<kFloatingDTypes>(dtype, op, std::forward<F>(f));
 }
 
 // Integer index dtypes (int32 / int64).
 template <class F>
 decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
-  if (dtype == DType::kInt64) return f(int64_t{});
-  if (dtype == DType::kInt32) return f(int32_t{});
-  throw Error(detail::concat(op, ": expected an int32 or int64 index tensor, got ", dtype));
+  return visit_dtype<kIndexDTypes>(dtype, op, std::forward<F>(f));
 }
 
 }  // namespace gpipe

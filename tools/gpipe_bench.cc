@@ -14,6 +14,7 @@
 // PyTorch comes from benchmarks/setup_torch.sh's virtualenv (--python to override).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
@@ -23,6 +24,24 @@
 #include "tools/train/cli_checks.h"
 
 namespace {
+
+// The flags most workloads share.
+void add_thread_counts(CLI::App* c, std::vector<int>& threads) {
+  c->add_option("--threads", threads, "intra-op thread counts")
+      ->delimiter(',')
+      ->check(gpipe::train::kPositive);
+}
+
+void add_warmup_steps(CLI::App* c, int& warmup, int& steps,
+                      const char* steps_text = "timed steps (median reported)") {
+  c->add_option("--warmup", warmup, "untimed steps")->check(gpipe::train::kNonNegative);
+  c->add_option("--steps", steps, steps_text)->check(gpipe::train::kPositive);
+}
+
+void add_max_seconds(CLI::App* c, double& max_seconds) {
+  c->add_option("--max-seconds", max_seconds, "stop timing after this long")
+      ->check(gpipe::train::kPositive);
+}
 
 void add_torch_flags(CLI::App* c, gpipe::bench::TorchSide& t) {
   c->add_option("--python", t.python,
@@ -38,9 +57,7 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
   c->add_option("--sizes", o.sizes, "square matrix sizes n")
       ->delimiter(',')
       ->check(gpipe::train::kPositive);
-  c->add_option("--threads", o.threads, "intra-op thread counts")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  add_thread_counts(c, o.threads);
   c->add_option("--min-seconds", o.min_seconds, "timing budget per square measurement")
       ->check(gpipe::train::kPositive);
   c->add_option("--python", o.python, "python with numpy for the reference");
@@ -70,9 +87,7 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
 
 CLI::App* add_peak(CLI::App& app, gpipe::bench::PeakBenchOptions& o) {
   CLI::App* c = app.add_subcommand("peak", "fp32 FMA peak GFLOP/s of each ISA level the CPU has");
-  c->add_option("--threads", o.threads, "intra-op thread counts")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  add_thread_counts(c, o.threads);
   c->add_option("--seconds", o.seconds, "time per measurement")->check(gpipe::train::kPositive);
   return c;
 }
@@ -86,17 +101,14 @@ CLI::App* add_profile(CLI::App& app, gpipe::bench::ProfileBenchOptions& o) {
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
   c->add_option("--threads", o.threads, "intra-op threads")->check(gpipe::train::kPositive);
   c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "profiled steps")->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps, "profiled steps");
   return c;
 }
 
 CLI::App* add_kernels(CLI::App& app, gpipe::bench::KernelsBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "kernels", "kernel lab: hot CPU kernels at W2/W3/W5 shapes, per ISA level, vs reference");
-  c->add_option("--threads", o.threads, "intra-op thread counts")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  add_thread_counts(c, o.threads);
   c->add_option("--seconds", o.seconds, "timing budget per kernel and level")
       ->check(gpipe::train::kPositive);
   c->add_option("--filter", o.filter, "only kernels whose name contains this text");
@@ -106,14 +118,9 @@ CLI::App* add_kernels(CLI::App& app, gpipe::bench::KernelsBenchOptions& o) {
 CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& o) {
   CLI::App* c =
       app.add_subcommand("transformer", "W2: 3+3 Transformer training step (N=32) vs PyTorch");
-  c->add_option("--threads", o.threads, "intra-op thread counts")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
-  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(gpipe::train::kPositive);
+  add_thread_counts(c, o.threads);
+  add_warmup_steps(c, o.warmup, o.steps);
+  add_max_seconds(c, o.max_seconds);
   c->add_option("--precision", o.precision,
                 "fp32 | bf16 (gpipe's bf16 against PyTorch's CPU autocast)")
       ->capture_default_str();
@@ -135,9 +142,7 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
       ->check(gpipe::train::kPositive);
   c->add_option("--balance", o.balance,
                 "explicit K=2 split in layers, e.g. 12,7 (default: by cost)");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
   c->add_flag("!--no-pipe", o.try_pipe, "do not try torch.distributed.pipeline.sync.Pipe");
   add_torch_flags(c, o.torch);
   return c;
@@ -154,9 +159,7 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
       ->delimiter(',');
   c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
   c->add_option("--trace-dir", o.trace_dir, "write each run's Chrome trace and SVG here");
   return c;
 }
@@ -172,9 +175,7 @@ CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
   gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
   c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "remat modes: never, except_last, always")->delimiter(',');
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
   add_torch_flags(c, o.torch);
   return c;
 }
@@ -182,16 +183,11 @@ CLI::App* add_remat(CLI::App& app, gpipe::bench::RematBenchOptions& o) {
 CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
   CLI::App* c = app.add_subcommand("amoebanet",
                                    "W5: AmoebaNet-D(2,32) training step (N=64, 32x32) vs PyTorch");
-  c->add_option("--threads", o.threads, "intra-op thread counts")
-      ->delimiter(',')
-      ->check(gpipe::train::kPositive);
+  add_thread_counts(c, o.threads);
   c->add_flag("--torchgpipe-maxpool", o.quirk_maxpool,
               "both sides: torchgpipe's AvgPool for max_pool_3x3");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
-  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
+  add_max_seconds(c, o.max_seconds);
   add_torch_flags(c, o.torch);
   return c;
 }
@@ -203,9 +199,7 @@ CLI::App* add_processes(CLI::App& app, gpipe::bench::ProcessesBenchOptions& o) {
   gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
   c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--remat", o.remat, "never | except_last | always");
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
   c->add_option("--rounds", o.rounds, "alternate the variants this many times")
       ->check(gpipe::train::kPositive);
   c->add_option("--mpirun", o.mpirun, "the MPI launcher");
@@ -225,11 +219,8 @@ CLI::App* add_skips(CLI::App& app, gpipe::bench::SkipsBenchOptions& o) {
   c->add_option("--K", o.K, "K values")->delimiter(',')->check(CLI::Range(2, 12));
   c->add_option("--threads", o.threads, "intra-op threads per stage")
       ->check(gpipe::train::kPositive);
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
-  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
+  add_max_seconds(c, o.max_seconds);
   return c;
 }
 
@@ -241,11 +232,8 @@ CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
   gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
   c->add_option("--M", o.M, "M of the K=2 run")->check(gpipe::train::kPositive);
-  c->add_option("--warmup", o.warmup, "untimed steps")->check(gpipe::train::kNonNegative);
-  c->add_option("--steps", o.steps, "timed steps (median reported)")
-      ->check(gpipe::train::kPositive);
-  c->add_option("--max-seconds", o.max_seconds, "stop timing after this long")
-      ->check(gpipe::train::kPositive);
+  add_warmup_steps(c, o.warmup, o.steps);
+  add_max_seconds(c, o.max_seconds);
   add_torch_flags(c, o.torch);
   return c;
 }

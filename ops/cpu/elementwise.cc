@@ -195,30 +195,12 @@ void unary_backward_cpu(UnaryOp op, double alpha, const Tensor& x, const Tensor&
 
 // ---- cast ------------------------------------------------------------------
 
-// Element i of a float-like tensor as float (double stays double for the
-// float64 <-> float32 cases, which never go through float).
-template <class F>
-decltype(auto) dispatch_cast(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return f(float{});
-    case DType::kFloat64:
-      return f(double{});
-    case DType::kBFloat16:
-      return f(bfloat16{});
-    case DType::kFloat16:
-      return f(float16{});
-    default:
-      isa_fail("cast: expected a float32, float64, bfloat16 or float16 tensor");
-  }
-  return f(float{});
-}
-
 void cast_cpu(const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
-  dispatch_cast(x.dtype(), [&](auto zx) {
+  // ops::cast checked both dtypes are float-like.
+  dispatch_floating_16(x.dtype(), "cast", [&](auto zx) {
     using X = decltype(zx);
-    dispatch_cast(out.dtype(), [&](auto zo) {
+    dispatch_floating_16(out.dtype(), "cast", [&](auto zo) {
       using O = decltype(zo);
       const X* src = x.data<X>();
       O* dst = out.data<O>();

@@ -39,9 +39,7 @@ int isa_intra_op_threads() { return intra_op_threads(); }
 void isa_fail(const char* message) { throw Error(message); }
 
 void isa_fail_dtype(const char* op, uint8_t dtype, bool index) {
-  const DType d = static_cast<DType>(dtype);
-  if (index) throw Error(detail::concat(op, ": expected an int32 or int64 index tensor, got ", d));
-  throw Error(detail::concat(op, ": expected a float32 or float64 tensor, got ", d));
+  throw_unsupported_dtype(op, static_cast<DType>(dtype), index ? kIndexDTypes : kFloatingDTypes);
 }
 
 void* isa_alloc(int32_t device, int64_t bytes) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/allocator.h"
+#include "core/dtype_dispatch.h"
 #include "core/tensor.h"
 #include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
@@ -152,9 +153,7 @@ inline int row_blocks(int64_t rows) {
 // kernels] in ops/dispatch.h); marked with GPIPE_KERNEL_ACCEPTS_16BIT.
 template <class F>
 decltype(auto) dispatch_float_like(DType dtype, const char* op, F&& f) {
-  if (dtype == DType::kBFloat16) return f(bfloat16{});
-  if (dtype == DType::kFloat16) return f(float16{});
-  return dispatch_floating(dtype, op, f);
+  return visit_dtype<kFloatLikeDTypes>(dtype, op, std::forward<F>(f));
 }
 
 // A contiguous scratch tensor charged to MemoryCategory::kWorkspace.

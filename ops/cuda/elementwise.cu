@@ -201,29 +201,12 @@ __global__ void cast_kernel(const X* x, O* out, int64_t n) {
   }
 }
 
-template <class F>
-void dispatch_cast_dtype(DType d, F&& f) {
-  switch (d) {
-    case DType::kFloat32:
-      return f(float{});
-    case DType::kFloat64:
-      return f(double{});
-    case DType::kBFloat16:
-      return f(bfloat16{});
-    case DType::kFloat16:
-      return f(float16{});
-    default:
-      throw Error(
-          detail::concat("cast: expected a float32, float64, bfloat16 or float16 tensor, got ", d));
-  }
-}
-
 void cast_cuda(const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
   KernelScope scope(out.device());
-  dispatch_cast_dtype(x.dtype(), [&](auto zx) {
-    dispatch_cast_dtype(out.dtype(), [&](auto zo) {
+  dispatch_float_like(x.dtype(), "cast", [&](auto zx) {
+    dispatch_float_like(out.dtype(), "cast", [&](auto zo) {
       using X = decltype(zx);
       using O = decltype(zo);
       cast_kernel<<<blocks_for(n), kThreads, 0, scope.stream()>>>(x.data<X>(), out.data<O>(), n);

@@ -31,22 +31,8 @@ void masked_fill_cuda(const Tensor& x, const Tensor& mask, double value, Tensor&
   dispatch_float_like(x.dtype(), "masked_fill", [&](auto z) {
     using T = decltype(z);
     const auto v = static_cast<compute_t<T>>(value);
-    switch (mask.dtype()) {
-      case DType::kFloat32:
-        return launch<T, float>(x, mask, v, out, scope.stream());
-      case DType::kFloat64:
-        return launch<T, double>(x, mask, v, out, scope.stream());
-      case DType::kInt32:
-        return launch<T, int32_t>(x, mask, v, out, scope.stream());
-      case DType::kInt64:
-        return launch<T, int64_t>(x, mask, v, out, scope.stream());
-      case DType::kBFloat16:
-        return launch<T, bfloat16>(x, mask, v, out, scope.stream());
-      case DType::kFloat16:
-        return launch<T, float16>(x, mask, v, out, scope.stream());
-      default:
-        throw Error(detail::concat("masked_fill: unsupported mask dtype ", mask.dtype()));
-    }
+    visit_dtype(mask.dtype(), "masked_fill's mask",
+                [&](auto zm) { launch<T, decltype(zm)>(x, mask, v, out, scope.stream()); });
   });
 }
 

@@ -4,6 +4,7 @@
 // the kernel and use cudaMemcpyAsync. 16-bit values convert through float32
 // (runtime/cuda/half.cuh), with the CPU's roundings; 16-bit gradients add in
 // float32 and round once, as the CPU's accumulation does.
+#include "core/dtype_dispatch.h"
 #include "runtime/cuda/copy_kernels.h"
 #include "runtime/cuda/half.cuh"
 #include "runtime/cuda/launch.cuh"
@@ -11,25 +12,10 @@
 namespace gpipe::cuda {
 namespace {
 
+// Every dtype has CUDA copy, fill and add kernels.
 template <class F>
 decltype(auto) dispatch_copyable(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return f(float{});
-    case DType::kFloat64:
-      return f(double{});
-    case DType::kInt32:
-      return f(int32_t{});
-    case DType::kInt64:
-      return f(int64_t{});
-    case DType::kBFloat16:
-      return f(bfloat16{});
-    case DType::kFloat16:
-      return f(float16{});
-    default:
-      break;
-  }
-  throw Error(detail::concat("dtype ", dtype, " has no CUDA copy kernel yet"));
+  return visit_dtype(dtype, "CUDA copy", std::forward<F>(f));
 }
 
 template <class T>

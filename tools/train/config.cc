@@ -19,7 +19,7 @@
 #include "models/resnet.h"
 #include "models/transformer.h"
 #include "models/unet.h"
-#include "optim/schedule.h"
+#include "optim/lr_schedule.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/plan.h"

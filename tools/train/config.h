@@ -89,7 +89,7 @@ struct TrainConfig {
       0;  // total steps of the run (resumed steps included); 0 = use epochs or the default budget
   int64_t epochs = 0;  // alternative to steps: epochs * batches per epoch
   std::optional<double> lr;
-  std::string lr_schedule;  // optim/schedule.h spec; "" = model default
+  std::string lr_schedule;  // optim/lr_schedule.h spec; "" = model default
   std::string optimizer;    // adam | adamw | sgd | rmsprop; "" = model default
   std::optional<double> weight_decay;
   std::optional<double> momentum;

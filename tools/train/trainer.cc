@@ -1,4 +1,5 @@
-// The training loop around Pipeline::train_step.
+// The training loop around Pipeline::train_step: setup, steps, evaluations,
+// checkpoints. What the run reports as it goes is run_log.h's.
 //
 // Exact resumption: everything a step depends on is a function of the step
 // number or is in the checkpoint. The batch is Task::batch_at(step); the
@@ -14,8 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iomanip>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -29,15 +28,15 @@
 #include "optim/checkpoint.h"
 #include "optim/clip.h"
 #include "optim/loss_scaler.h"
+#include "optim/lr_schedule.h"
 #include "optim/rmsprop.h"
 #include "optim/safetensors.h"
-#include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "pipeline/simulate.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/planning.h"
-#include "tools/train/plot.h"
 #include "tools/train/report.h"
+#include "tools/train/run_log.h"
 
 namespace gpipe::train {
 namespace {
@@ -124,7 +123,7 @@ class Trainer {
     if (const char* fault = std::getenv("GPIPE_FAULT"))
       po.options.fault_hook = fault_hook_from_spec(fault);
     pipe_ = std::make_unique<Pipeline>(task_->make_model(), std::move(po), task_->batch_at(0));
-    summary_.parameters = parameter_count(c_);
+    parameters_ = parameter_count(c_);
     opt_ = make_optimizer(c_, pipe_->parameters());
     if (const LossScaleSetting ls = loss_scale_setting(c_); ls.dynamic)
       scaler_.emplace(optim::LossScalerOptions{.initial_scale = ls.scale});
@@ -133,22 +132,18 @@ class Trainer {
     log_ << pipe_->describe() << setup_line() << "\n";
     schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
     if (!c_.resume.empty()) resume();
-    summary_.first_step = summary_.last_step = pipe_->steps_done();
+    run_log_.emplace(c_, *task_, log_, root());
+    summary().parameters = parameters_;
+    summary().first_step = summary().last_step = pipe_->steps_done();
     const BubbleFormula bubble = pipe_->bubble_formula();
-    summary_.ideal_bubble = bubble.value;
-    summary_.ideal_bubble_formula = bubble.text;
-    if (!c_.metrics.empty() && root())
-      metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
-    if (!c_.plot.empty() && root()) {  // found out now, not after the run
-      std::ofstream probe(c_.plot, std::ios::app);
-      GPIPE_CHECK(probe.good(), "--plot: cannot write '", c_.plot, "'");
-    }
+    summary().ideal_bubble = bubble.value;
+    summary().ideal_bubble_formula = bubble.text;
   }
 
   TrainSummary run() {
     if (!c_.export_data.empty()) {
       export_data();
-      return summary_;
+      return summary();
     }
     int64_t step = pipe_->steps_done();
     if (step >= c_.steps)
@@ -178,28 +173,31 @@ class Trainer {
       GPIPE_ASSERT(batch.has_value(), "the batch stream ended early at step ", step);
       train_one(*batch, step, t0);
       ++step;
-      summary_.seconds += since(t0);
-      summary_.last_step = step;
-      if (step % c_.log_every == 0 || step == c_.steps) log_progress(step);
+      summary().seconds += since(t0);
+      summary().last_step = step;
+      if (step % c_.log_every == 0 || step == c_.steps)
+        run_log_->progress(step, live_megabytes(), schedule_label());
       if (c_.save_every > 0 && step % c_.save_every == 0 && step < c_.steps) save(step);
       // The last step's evaluation is the final one, unless --no-final-eval.
       if (c_.eval_every > 0 && step % c_.eval_every == 0 && (step < c_.steps || !c_.final_eval))
         evaluate(step, /*final=*/false);
     }
     finish(step);
-    return summary_;
+    return summary();
   }
 
  private:
+  TrainSummary& summary() { return run_log_->summary(); }
+
   // "transformer: 960,768 parameters; adam lr 0.002 (cosine:...); batch 32, 600 steps"
   std::string setup_line() {
     int64_t stored = 0;
     for (const auto& p : pipe_->parameters()) stored += p.tensor->numel();
     std::ostringstream os;
-    os << c_.model << ": " << with_commas(summary_.parameters) << " parameters";
+    os << c_.model << ": " << with_commas(parameters_) << " parameters";
     if (pipe_->distributed())
       os << " (" << with_commas(stored) << " on rank 0's cell)";
-    else if (stored != summary_.parameters)
+    else if (stored != parameters_)
       os << " (" << with_commas(stored)
          << " stored: tied weights have a copy in each cell using them)";
     os << "; " << c_.optimizer << " lr " << *c_.lr << " (" << c_.lr_schedule << ")";
@@ -300,47 +298,11 @@ class Trainer {
         pipe_->tracer().add({"optimizer", "optimizer", static_cast<int>(s), t_opt,
                              pipe_->tracer().now_us() - t_opt, -1, static_cast<int>(step)});
     if (!skip_reason.empty()) {
-      ++summary_.skipped_steps;
+      ++summary().skipped_steps;
       log_ << "warning: step " << step + 1 << " skipped (" << skip_reason << "); "
-           << summary_.skipped_steps << " skipped so far\n";
+           << summary().skipped_steps << " skipped so far\n";
     }
-    record(r, step + 1, lr, !skip_reason.empty(), since(t0));
-  }
-
-  void record(const StepResult& r, int64_t step, double lr, bool skipped, double secs) {
-    summary_.losses.push_back(r.loss);
-    bubble_sum_ += r.bubble_fraction;
-    ++bubble_count_;
-    window_bubble_ += r.bubble_fraction;
-    ++window_bubble_steps_;
-    examples_ += r.examples;
-    tokens_ += r.loss_terms;
-    window_loss_ += std::isfinite(r.loss) ? r.loss : 0;
-    window_steps_ += std::isfinite(r.loss) ? 1 : 0;
-    window_examples_ += r.examples;
-    window_tokens_ += r.loss_terms;
-    window_seconds_ += secs;
-    std::vector<double> peaks;
-    for (const DeviceMemory& m : pipe_->memory()) peaks.push_back(m.peak_activation_bytes / 1e6);
-    if (window_peaks_.size() < peaks.size()) window_peaks_.resize(peaks.size(), 0);
-    for (size_t i = 0; i < peaks.size(); ++i)
-      window_peaks_[i] = std::max(window_peaks_[i], peaks[i]);
-    last_lr_ = lr;
-    plot_loss_.points.emplace_back(step, r.loss);
-    plot_lr_.points.emplace_back(step, lr);
-    plot_rate_.points.emplace_back(step, r.examples / std::max(secs, 1e-9));
-    if (!metrics_.enabled()) return;
-    JsonLine line;
-    line.add("type", "train").add("step", step).add("loss", r.loss).add("lr", lr);
-    line.add("examples_per_s", r.examples / std::max(secs, 1e-9));
-    if (task_->counts_tokens()) line.add("tokens_per_s", r.loss_terms / std::max(secs, 1e-9));
-    line.add("seconds", secs)
-        .add("elapsed", summary_.seconds + secs)
-        .add("peak_activation_mb", peaks);
-    line.add("bubble_fraction", r.bubble_fraction)
-        .add("bubble_ideal", summary_.ideal_bubble)
-        .add("skipped", skipped);
-    metrics_.write(line);
+    run_log_->step(r, step + 1, lr, !skip_reason.empty(), since(t0), pipe_->memory());
   }
 
   // The schedule in use, as the bubble figures name it.
@@ -354,84 +316,7 @@ class Trainer {
     return static_cast<double>(bytes) / 1e6;
   }
 
-  void log_progress(int64_t step) {
-    const double secs =
-        std::max(window_seconds_, 1e-9);  // training time only: evaluations excluded
-    const int64_t done = step - summary_.first_step;
-    const double eta = summary_.seconds / std::max<int64_t>(done, 1) * (c_.steps - step);
-    std::ostringstream os;
-    const int width = static_cast<int>(std::to_string(c_.steps).size());
-    os << "step " << std::setw(width) << step << "/" << c_.steps << "  loss " << std::fixed
-       << std::setprecision(4) << (window_steps_ > 0 ? window_loss_ / window_steps_ : NAN)
-       << "  lr " << std::scientific << std::setprecision(2) << last_lr_ << std::fixed
-       << std::setprecision(0);
-    if (task_->counts_tokens()) os << "  " << window_tokens_ / secs << " tok/s";
-    os << "  " << std::setprecision(1) << window_examples_ / secs << " ex/s  act peak";
-    for (size_t i = 0; i < window_peaks_.size(); ++i)
-      os << (i ? "/" : " ") << std::setprecision(1) << window_peaks_[i];
-    // Bytes the pipeline's devices hold between steps (parameters, gradients,
-    // optimizer state, caches): flat from one log line to the next unless
-    // something leaks (tools/gpu_check.sh checks that on cuda:0).
-    os << " MB  live " << std::setprecision(1) << live_megabytes();
-    os << " MB  bubble " << std::setprecision(3)
-       << (window_bubble_steps_ > 0 ? window_bubble_ / window_bubble_steps_ : NAN) << " ("
-       << schedule_label() << " " << summary_.ideal_bubble_formula << " " << summary_.ideal_bubble
-       << ")  ETA " << duration_text(eta) << "\n";
-    log_ << os.str() << std::flush;
-    window_loss_ = window_examples_ = window_tokens_ = window_seconds_ = window_bubble_ = 0;
-    window_steps_ = window_bubble_steps_ = 0;
-    window_peaks_.assign(window_peaks_.size(), 0.0);
-  }
-
-  void evaluate(int64_t step, bool final) {
-    const EvalResult r = task_->evaluate(*pipe_);
-    std::ostringstream os;
-    os << std::fixed << "eval at step " << step << ": held-out loss " << std::setprecision(4)
-       << r.loss << " (" << r.examples << " examples)";
-    if (r.accuracy)
-      os << (r.iou ? ", pixel accuracy " : ", accuracy ") << std::setprecision(2)
-         << 100 * *r.accuracy << "%";
-    if (r.iou) os << ", foreground IoU " << std::setprecision(3) << *r.iou;
-    if (r.token_accuracy)
-      os << ", token accuracy " << std::setprecision(2) << 100 * *r.token_accuracy << "%";
-    if (r.chrf)
-      os << ", chrF " << std::setprecision(2) << *r.chrf << " (" << r.sentences
-         << " greedy translations)";
-    os << "  [" << duration_text(r.seconds) << "]\n";
-    if (final)
-      for (int64_t i = 0; i < std::min<int64_t>(c_.samples, r.samples.size()); ++i) {
-        const SampleTranslation& s = r.samples[i];
-        os << "  <" << s.language << "> " << s.source << "\n    reference:  " << s.reference
-           << "\n    hypothesis: " << s.hypothesis << "\n";
-      }
-    log_ << os.str() << std::flush;
-    JsonLine line;
-    line.add("type", "eval").add("step", step).add("loss", r.loss).add("examples", r.examples);
-    if (r.accuracy) line.add("accuracy", *r.accuracy);
-    if (r.iou) line.add("iou", *r.iou);
-    if (r.token_accuracy) line.add("token_accuracy", *r.token_accuracy);
-    if (r.chrf) line.add("chrf", *r.chrf).add("sentences", r.sentences);
-    line.add("seconds", r.seconds);
-    metrics_.write(line);
-    // The final evaluation's translations, every one, for scoring elsewhere.
-    if (final)
-      for (const SampleTranslation& s : r.samples) {
-        JsonLine t;
-        t.add("type", "translation").add("step", step).add("language", s.language);
-        t.add("source", s.source).add("reference", s.reference).add("hypothesis", s.hypothesis);
-        metrics_.write(t);
-      }
-    plot_eval_loss_.points.emplace_back(step, r.loss);
-    const std::optional<double> metric = r.chrf       ? r.chrf
-                                         : r.iou      ? r.iou
-                                         : r.accuracy ? std::optional<double>(100 * *r.accuracy)
-                                                      : std::nullopt;
-    if (metric) plot_metric_.points.emplace_back(step, *metric);
-    plot_metric_.name = r.chrf  ? "held-out chrF"
-                        : r.iou ? "held-out foreground IoU"
-                                : "test accuracy (%)";
-    if (final) summary_.final_eval = r;
-  }
+  void evaluate(int64_t step, bool final) { run_log_->eval(task_->evaluate(*pipe_), step, final); }
 
   // --export-data: the task's data and settings, the initial weights as a
   // checkpoint at step 0; no step is taken.
@@ -468,27 +353,9 @@ class Trainer {
   }
 
   void finish(int64_t step) {
-    const int64_t done = step - summary_.first_step;
-    if (done > 0 && summary_.seconds > 0) {
-      summary_.examples_per_s = examples_ / summary_.seconds;
-      summary_.tokens_per_s = tokens_ / summary_.seconds;
-      summary_.measured_bubble = bubble_sum_ / std::max<int64_t>(bubble_count_, 1);
-      std::ostringstream os;
-      os << std::fixed << std::setprecision(1) << "trained " << done << " steps in "
-         << duration_text(summary_.seconds) << ": " << summary_.examples_per_s << " examples/s";
-      if (task_->counts_tokens())
-        os << ", " << std::setprecision(0) << summary_.tokens_per_s << " tokens/s";
-      os << std::setprecision(3) << "; bubble fraction measured " << summary_.measured_bubble
-         << ", " << schedule_label() << " ideal " << summary_.ideal_bubble_formula << " "
-         << summary_.ideal_bubble << " (K=" << pipe_->schedule().device_count()
-         << (pipe_->schedule().device_count() < static_cast<int>(pipe_->cells().size())
-                 ? detail::concat(" devices, ", pipe_->cells().size(), " cells")
-                 : std::string())
-         << ", M=" << c_.M << ")";
-      if (summary_.skipped_steps > 0)
-        os << "; " << summary_.skipped_steps << " steps skipped (not finite)";
-      log_ << os.str() << "\n";
-    }
+    const int64_t done = step - summary().first_step;
+    run_log_->finish(step, schedule_label(), pipe_->schedule().device_count(),
+                     static_cast<int>(pipe_->cells().size()));
     if (!c_.save.empty() && done > 0) save(step);
     if (!c_.trace.empty()) {
       // One file per rank in a multi-process job: <trace>.rank<r>.
@@ -499,19 +366,7 @@ class Trainer {
            << (world_ ? " (and one per other rank)" : "") << "\n";
     }
     if (c_.final_eval) evaluate(step, /*final=*/true);
-    if (!c_.plot.empty() && root()) write_plot();
-  }
-
-  void write_plot() {
-    plot_rate_.name = "examples per second (each step)";
-    const std::string svg = metrics_svg(
-        detail::concat("gpipe_train --model=", c_.model, ": steps ", summary_.first_step + 1, "..",
-                       summary_.last_step, ", K=", c_.K, ", M=", c_.M),
-        {plot_loss_, plot_lr_, plot_rate_, plot_eval_loss_, plot_metric_});
-    std::ofstream out(c_.plot);
-    out << svg;
-    GPIPE_CHECK(out.good(), "--plot: cannot write '", c_.plot, "'");
-    log_ << "wrote the run's plot to " << c_.plot << "\n";
+    run_log_->write_plot();
   }
 
   NullBuffer null_buffer_;
@@ -525,18 +380,8 @@ class Trainer {
   std::optional<optim::LossScaler> scaler_;  // --loss-scale=dynamic
   double static_scale_ = 1;                  // a fixed --loss-scale, else 1
   std::unique_ptr<optim::LrSchedule> schedule_;
-  MetricsLog metrics_;
-  // --plot: this run's series (a resumed run draws its own steps only).
-  PlotSeries plot_loss_{"training loss", {}, false}, plot_lr_{"learning rate", {}, false},
-      plot_rate_, plot_eval_loss_{"held-out loss", {}, true},
-      plot_metric_{"held-out metric", {}, true};
-  TrainSummary summary_;
-  double bubble_sum_ = 0, examples_ = 0, tokens_ = 0, window_bubble_ = 0;
-  int64_t bubble_count_ = 0;
-  double window_seconds_ = 0, window_loss_ = 0, window_examples_ = 0, window_tokens_ = 0,
-         last_lr_ = 0;
-  int64_t window_steps_ = 0, window_bubble_steps_ = 0;
-  std::vector<double> window_peaks_;
+  int64_t parameters_ = 0;         // the formula's count (tied weights once)
+  std::optional<RunLog> run_log_;  // made once the config is final
 };
 
 }  // namespace

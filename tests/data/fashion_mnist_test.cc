@@ -5,7 +5,7 @@
 #include <numeric>
 #include <set>
 
-#include "data/test_util.h"
+#include "tests/test_util.h"
 
 using namespace gpipe;
 using Catch::Matchers::Contains;

@@ -1,4 +1,4 @@
-#include "data/test_util.h"
+#include "tests/test_util.h"
 
 #include <zlib.h>
 
@@ -14,7 +14,7 @@ std::string scratch_dir(std::string_view name) {
   const char* root = std::getenv("TEST_TMPDIR");
   std::filesystem::path dir =
       root ? std::filesystem::path(root) : std::filesystem::temp_directory_path();
-  dir /= std::string("gpipe_data_") + std::string(name);
+  dir /= std::string("gpipe_test_") + std::string(name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();

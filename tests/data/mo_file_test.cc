@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/test_util.h"
+#include "tests/test_util.h"
 
 using namespace gpipe;
 using Catch::Matchers::Contains;

@@ -14,25 +14,18 @@
 #include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "optim/adam.h"
+#include "optim/lr_schedule.h"
 #include "optim/rmsprop.h"
 #include "optim/safetensors.h"
-#include "optim/schedule.h"
 #include "optim/sgd.h"
 #include "runtime/communicator.h"
+#include "tests/test_util.h"
 
 namespace gpipe::optim {
 namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-
-std::string fresh_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(base ? base : "/tmp") / ("checkpoint_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 // A tiny model: a float32 matrix, a float64 vector, an embedding tied
 // between two owners, and a buffer that is not trained.
@@ -114,7 +107,7 @@ void check_resume_is_exact(const MakeOptimizer& make, const std::string& dir) {
 }
 
 TEST_CASE("A resumed run continues the exact trajectory, for every optimizer") {
-  const std::string dir = fresh_dir("resume");
+  const std::string dir = testing::scratch_dir("checkpoint_resume");
   SECTION("Adam") {
     check_resume_is_exact(
         [](TinyModel& m) {
@@ -148,7 +141,7 @@ TEST_CASE("A resumed run continues the exact trajectory, for every optimizer") {
 }
 
 TEST_CASE("Checkpoint layout: tied tensors once, optimizer state under optim/, metadata") {
-  const std::string dir = fresh_dir("layout");
+  const std::string dir = testing::scratch_dir("checkpoint_layout");
   TinyModel m(1);
   Adam opt(m.parameters(), {.lr = 0.002, .beta2 = 0.99});
   save_checkpoint(dir + "/c.safetensors", m.tensors(), opt, 7, {{"run", "abc"}});
@@ -185,7 +178,7 @@ TEST_CASE("Checkpoint layout: tied tensors once, optimizer state under optim/, m
 }
 
 TEST_CASE("Loading restores tensors on other CPU devices in place") {
-  const std::string dir = fresh_dir("devices");
+  const std::string dir = testing::scratch_dir("checkpoint_devices");
   TinyModel src(1);
   save_checkpoint(dir + "/c.safetensors", src.tensors(), 0);
   const Device dev{DeviceType::kCPU, 2};
@@ -196,7 +189,7 @@ TEST_CASE("Loading restores tensors on other CPU devices in place") {
 }
 
 TEST_CASE("Checkpoint errors name the file and every problem; the model is untouched") {
-  const std::string dir = fresh_dir("errors");
+  const std::string dir = testing::scratch_dir("checkpoint_errors");
   const std::string path = dir + "/x.safetensors";
   TinyModel m(1);
   Adam opt(m.parameters());
@@ -292,7 +285,7 @@ class SoloCommunicator final : public Communicator {
 };
 
 TEST_CASE("A sharded checkpoint is a manifest over whole shards; any layout reads it") {
-  const std::string dir = fresh_dir("sharded");
+  const std::string dir = testing::scratch_dir("checkpoint_sharded");
   const std::string path = dir + "/ck.safetensors";
   TinyModel m(7);
   Sgd opt(m.parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -333,7 +326,7 @@ TEST_CASE("A sharded checkpoint is a manifest over whole shards; any layout read
 }
 
 TEST_CASE("A failed shard leaves no manifest and names the rank") {
-  const std::string dir = fresh_dir("sharded_fail");
+  const std::string dir = testing::scratch_dir("checkpoint_sharded_fail");
   TinyModel m(7);
   Sgd opt(m.parameters(), {.lr = 0.1});
   SoloCommunicator world;
@@ -344,7 +337,7 @@ TEST_CASE("A failed shard leaves no manifest and names the rank") {
 }
 
 TEST_CASE("Tied aliases let a cell's copy load from another cell's name") {
-  const std::string dir = fresh_dir("aliases");
+  const std::string dir = testing::scratch_dir("checkpoint_aliases");
   // Saved by one process: the tied tensor once, under "enc.emb".
   TinyModel m(3);
   Adam opt(m.parameters(), {.lr = 0.01});

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <set>
 
-#include "data/test_util.h"
 #include "data/translation_batch.h"
+#include "tests/test_util.h"
 
 using namespace gpipe;
 using Catch::Matchers::Contains;

@@ -1,4 +1,5 @@
-// Helpers for data/ tests: scratch files under Bazel's TEST_TMPDIR.
+// Helpers shared by tests in several folders: scratch directories and files
+// under Bazel's TEST_TMPDIR.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // Learning-rate schedules at a few steps, and spec parse errors.
-#include "optim/schedule.h"
+#include "optim/lr_schedule.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -14,21 +14,13 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "optim/json.h"
+#include "tests/test_util.h"
 
 namespace gpipe::optim {
 namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-
-// A fresh, empty directory under Bazel's TEST_TMPDIR.
-std::string fresh_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(base ? base : "/tmp") / ("safetensors_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -60,7 +52,7 @@ std::vector<std::string> listing(const std::string& dir) {
 }
 
 TEST_CASE("safetensors round trip: every dtype, scalars, empty and strided tensors") {
-  const std::string dir = fresh_dir("roundtrip");
+  const std::string dir = testing::scratch_dir("safetensors_roundtrip");
   const std::string path = dir + "/t.safetensors";
   Tensor f32 = Tensor::from_vector<float>({1.5f, -2.0f, 3.25f, 1e-30f, 7, 8}, Shape{2, 3});
   Tensor f64 = Tensor::from_vector<double>({0.1, -1e300}, Shape{2});
@@ -106,7 +98,7 @@ TEST_CASE("safetensors round trip: every dtype, scalars, empty and strided tenso
 }
 
 TEST_CASE("safetensors bytes: length, padded JSON header, raw little-endian data") {
-  const std::string dir = fresh_dir("bytes");
+  const std::string dir = testing::scratch_dir("safetensors_bytes");
   const std::string path = dir + "/t.safetensors";
   save_safetensors(path, {{"a", Tensor::from_vector<float>({1.0f, 2.0f}, Shape{2})}}, {{"k", "v"}});
   const std::string header =
@@ -125,7 +117,7 @@ TEST_CASE("safetensors bytes: length, padded JSON header, raw little-endian data
 }
 
 TEST_CASE("Corrupt safetensors files give one error naming the file and the problem") {
-  const std::string dir = fresh_dir("corrupt");
+  const std::string dir = testing::scratch_dir("safetensors_corrupt");
   const std::string f32x4 = std::string(16, '\0');
   auto load_error = [&](const std::string& path) {
     try {
@@ -193,7 +185,7 @@ TEST_CASE("Corrupt safetensors files give one error naming the file and the prob
 }
 
 TEST_CASE("save_safetensors is atomic: failures leave no partial file") {
-  const std::string dir = fresh_dir("atomic");
+  const std::string dir = testing::scratch_dir("safetensors_atomic");
   const Tensor t = Tensor::from_vector<float>({1, 2, 3}, Shape{3});
 
   // The directory does not exist.

@@ -2,7 +2,7 @@
 //
 // The parser is table-driven: each schedule lists its keys (required or with
 // a default) and a factory, so an error can always list what is allowed.
-#include "optim/schedule.h"
+#include "optim/lr_schedule.h"
 
 #include <charconv>
 #include <cmath>

@@ -14,10 +14,10 @@
 #include <sstream>
 
 #include "optim/checkpoint.h"
+#include "tests/train/trainer_testing.h"
 #include "tools/train/config.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/task.h"
-#include "tools/train/trainer_testing.h"
 
 using namespace gpipe;
 using namespace gpipe::train;
