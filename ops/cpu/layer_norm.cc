@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
+#include "ops/cpu/isa/rows.h"
 #include "ops/layer_norm_kernels.h"
 
 namespace gpipe::ops::cpu::GPIPE_ISA_NS {
@@ -27,11 +28,6 @@ namespace {
 
 constexpr int64_t kGrainElems = 1 << 14;
 constexpr int64_t kMaxChunks = 32;
-
-template <class T>
-using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 template <class T>
 const T* data_or_null(const Tensor& t) {

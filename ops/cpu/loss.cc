@@ -11,23 +11,13 @@
 #include <vector>
 
 #include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
+#include "ops/cpu/isa/rows.h"
 #include "ops/loss_kernels.h"
 
 namespace gpipe::ops::cpu::GPIPE_ISA_NS {
 namespace {
 
 constexpr int64_t kGrainElems = 1 << 14;
-
-template <class T>
-using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-// Eigen's exp is vectorised but clamps its argument, so exp(-inf) comes out
-// as ~1e-39 (float); harmless inside a sum, but the gradient of a masked
-// (-inf) logit must be exactly 0, so backward zeroes those entries.
-template <class T>
-constexpr T kExpCutoff = sizeof(T) == 4 ? T(-87) : T(-708);
 
 // How many rows are not ignored (the targets were validated before the
 // kernel ran: ops/cpu/isa_dispatch.cc).

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
+#include "ops/cpu/isa/rows.h"
 #include "ops/softmax_kernels.h"
 
 namespace gpipe::ops::cpu::GPIPE_ISA_NS {
@@ -20,18 +21,9 @@ namespace {
 constexpr int64_t kColBlock = 256;
 constexpr int64_t kGrainElems = 1 << 14;
 
-template <class T>
-using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-// Exponentials of a row, exactly 0 where the argument is below the underflow
-// cutoff. Eigen's exp is vectorised but clamps its argument, so alone it
-// would give ~1e-39 (float) for a masked -inf logit; the fix-up loop (which
-// the compiler vectorises) makes a masked key's probability exactly 0.
-template <class T>
-constexpr T kExpCutoff = sizeof(T) == 4 ? T(-87) : T(-708);
-
+// Exponentials of a row, exactly 0 where the argument is below kExpCutoff
+// (the fix-up loop, which the compiler vectorises, makes a masked key's
+// probability exactly 0).
 // out[i] = exp(a[i] - shift).
 template <class T>
 void exp_shifted(const T* a, T shift, T* out, int64_t n) {
