@@ -9,24 +9,15 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tests/pipeline/schedule_helpers.h"
 
 using namespace gpipe;
 using Catch::Contains;
 
 namespace {
 
-// Only the compute actions of one stage's list.
-std::string compute(const std::vector<Action>& actions) {
-  std::vector<Action> c;
-  for (const Action& a : actions)
-    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward ||
-        a.kind == ActionKind::kRecompute || a.kind == ActionKind::kBackwardInput ||
-        a.kind == ActionKind::kBackwardWeight)
-      c.push_back(a);
-  return to_string(c);
-}
-
-Schedule parse(const std::string& text) { return parse_schedule_text(text, "test"); }
+using testing::compute;
+using testing::parse;
 
 }  // namespace
 
