@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -130,9 +131,27 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
       words >> kk >> mm >> mode;
       int m = -1;
       const bool has_devices = static_cast<bool>(words >> dd);
-      bool ok = first == "schedule" && std::sscanf(kk.c_str(), "K=%d", &k) == 1 &&
-                std::sscanf(mm.c_str(), "M=%d", &m) == 1 &&
+      // K=<digits> and M=<digits> that fit an int (sscanf's %d overflows past it).
+      const auto count = [](const std::string& tok, const char* pre, int& out) {
+        const std::string digits = tok.rfind(pre, 0) == 0 ? tok.substr(2) : "";
+        if (digits.empty() || digits.size() > 10 ||
+            !std::all_of(digits.begin(), digits.end(),
+                         [](unsigned char c) { return std::isdigit(c); }))
+          return false;
+        const long long v = std::stoll(digits);
+        if (v > std::numeric_limits<int>::max()) return false;
+        out = static_cast<int>(v);
+        return true;
+      };
+      bool ok = first == "schedule" && count(kk, "K=", k) && count(mm, "M=", m) &&
                 (mode == "train" || mode == "forward") && k >= 1 && m >= 0 && !(words >> extra);
+      // A program lists every stage on a line of its own and every
+      // micro-batch in its actions: a K or M beyond the text's length is
+      // not a program (and would size the lists below by the header alone).
+      if (ok && (static_cast<size_t>(k) > text.size() || static_cast<size_t>(m) > text.size()))
+        throw ScheduleError(detail::concat(where, ": K=", k, " M=", m, " cannot be listed in ",
+                                           text.size(), " bytes (one line per stage, every ",
+                                           "micro-batch in its actions)"));
       std::vector<int> map;  // devices=D (cell c on c mod D) or devices=d0,d1,... (one per cell)
       if (ok && has_devices) {
         ok = dd.rfind("devices=", 0) == 0;
@@ -168,13 +187,6 @@ Schedule parse_schedule_text(const std::string& text, const std::string& source)
             "optionally 'devices=D' last, with 1 <= D <= K, or 'devices=d0,d1,...' with one "
             "device per cell, numbered from 0 without gaps), got '",
             line, "'"));
-      // A program lists every stage on a line of its own and every
-      // micro-batch in its actions: a K or M beyond the text's length is
-      // not a program (and would size the lists below by the header alone).
-      if (static_cast<size_t>(k) > text.size() || static_cast<size_t>(m) > text.size())
-        throw ScheduleError(detail::concat(where, ": K=", k, " M=", m, " cannot be listed in ",
-                                           text.size(), " bytes (one line per stage, every ",
-                                           "micro-batch in its actions)"));
       s.M = m;
       bool identity = true;  // every cell on its own device, in order: no map
       for (int c = 0; c < static_cast<int>(map.size()); ++c) identity = identity && map[c] == c;

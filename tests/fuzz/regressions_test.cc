@@ -16,6 +16,8 @@
 //    infinite memory limit or bandwidth.
 //  - A sharded checkpoint's manifest could name shards outside its folder
 //    ("../x", "/x"): read_checkpoint followed the path.
+//  - A schedule header's K past int (sscanf overflowed it) with devices=D
+//    sized the device map before K was checked against the text (OOM).
 //  - A schedule program's header sized the parser's stage list (K) and the
 //    dry run's per-micro-batch tables (M) before anything was checked: two
 //    lines asking for K = 2e9 or M = 1e9 ran out of memory.
@@ -131,6 +133,12 @@ TEST_CASE("fuzz regressions: a manifest naming a shard outside its folder is ref
 }
 
 TEST_CASE("fuzz regressions: a schedule header asking for more than its text lists is refused") {
+  // K past int (sscanf's %d overflowed into a large K) with devices=2: the
+  // device map was sized by K before K was checked against the text.
+  REQUIRE_THROWS_WITH(parse_schedule_text(read_all(corpus("schedule", "huge_k_with_devices"))),
+                      Contains("expected the header"));
+  REQUIRE_THROWS_WITH(parse_schedule_text("schedule K=99999 M=1 train devices=2\n0: F0\n"),
+                      Contains("cannot be listed"));
   REQUIRE_THROWS_WITH(parse_schedule_text(read_all(corpus("schedule", "huge_k.txt"))),
                       Contains("cannot be listed"));
   REQUIRE_THROWS_WITH(parse_schedule_text(read_all(corpus("schedule", "huge_m.txt"))),
