@@ -22,26 +22,7 @@ namespace {
 using testing::compute;
 using testing::parse;
 
-// The most cell-micro-batches alive at once on each device (forwarded, and
-// not yet through their B or W), from the dry run's ticks.
-std::vector<int> device_peaks(const Schedule& s, const DryRun& run) {
-  std::vector<std::vector<std::pair<int, int>>> per(s.device_count());
-  for (int c = 0; c < s.cells(); ++c)
-    for (size_t i = 0; i < s.stages[c].size(); ++i) {
-      const ActionKind k = s.stages[c][i].kind;
-      if (k == ActionKind::kForward) per[s.device_of(c)].push_back({run.ticks[c][i], +1});
-      if (k == ActionKind::kBackward || k == ActionKind::kBackwardWeight)
-        per[s.device_of(c)].push_back({run.ticks[c][i] + 1, -1});
-    }
-  std::vector<int> peaks;
-  for (auto& ev : per) {
-    std::sort(ev.begin(), ev.end());  // frees (-1) before starts (+1) at the same tick
-    int live = 0, best = 0;
-    for (auto& [t, d] : ev) best = std::max(best, live += d);
-    peaks.push_back(best);
-  }
-  return peaks;
-}
+using testing::device_peaks;
 
 // Uniform cells (F = f, I = W = f) and a hop of `latency` between cells on two devices.
 CostModel linked(const Schedule& s, double f, double latency) {

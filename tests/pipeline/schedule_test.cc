@@ -160,27 +160,7 @@ TEST_CASE("schedule: every interleaved program for K <= 8, v <= 3, M <= 32 is va
 }
 
 namespace {
-// The most cell-micro-batches alive at once on each device (forwarded, and
-// not yet through their B or W), from the dry run's ticks.
-std::vector<int> device_peaks(const Schedule& s, const DryRun& run) {
-  std::vector<std::pair<int, int>> events;  // (tick, +1 / -1), per device below
-  std::vector<std::vector<std::pair<int, int>>> per(s.device_count());
-  for (int c = 0; c < s.cells(); ++c)
-    for (size_t i = 0; i < s.stages[c].size(); ++i) {
-      const ActionKind k = s.stages[c][i].kind;
-      if (k == ActionKind::kForward) per[s.device_of(c)].push_back({run.ticks[c][i], +1});
-      if (k == ActionKind::kBackward || k == ActionKind::kBackwardWeight)
-        per[s.device_of(c)].push_back({run.ticks[c][i] + 1, -1});
-    }
-  std::vector<int> peaks;
-  for (auto& ev : per) {
-    std::sort(ev.begin(), ev.end());  // frees (-1) before starts (+1) at the same tick
-    int live = 0, best = 0;
-    for (auto& [t, d] : ev) best = std::max(best, live += d);
-    peaks.push_back(best);
-  }
-  return peaks;
-}
+using testing::device_peaks;
 }  // namespace
 
 TEST_CASE("schedule: ZB-V for K=2, M=4: cells in a V, 6M + K - 1 ticks, 2K alive per device") {
