@@ -39,6 +39,11 @@ std::string scratch_dir();
 // newline counts; an empty input is one empty line).
 std::vector<std::string> split_lines(std::string_view text, size_t max);
 
+// Whether a gpipe_train argument names a file or folder to read or write
+// (--schedule=file:, --checkpoint, --data-dir, --trace, ...): the command-line
+// harnesses drop those so they never touch the machine's files.
+bool names_file(const std::string& arg);
+
 // Runs f, accepting gpipe::Error (the expected refusal of bad input).
 template <class F>
 void refusing_bad_input(F&& f) {

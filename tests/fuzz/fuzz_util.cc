@@ -30,6 +30,14 @@ Scratch& scratch() {
 
 std::string scratch_dir() { return scratch().dir.string(); }
 
+bool names_file(const std::string& a) {
+  if (a.find("file:") != std::string::npos) return true;
+  for (const char* flag : {"--checkpoint", "--data", "--resume", "--trace", "--schedule-svg",
+                           "--log", "--save", "--out", "--plan", "--config"})
+    if (a.rfind(flag, 0) == 0) return true;
+  return false;
+}
+
 std::vector<std::string> split_lines(std::string_view text, size_t max) {
   std::vector<std::string> lines;
   size_t at = 0;

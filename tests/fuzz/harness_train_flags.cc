@@ -13,13 +13,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;
   for (std::string& a : gpipe::fuzz::split_lines(gpipe::fuzz::bytes(data, size), 64)) {
-    const bool names_file = a.find("file:") != std::string::npos ||
-                            a.rfind("--checkpoint", 0) == 0 || a.rfind("--data", 0) == 0 ||
-                            a.rfind("--resume", 0) == 0 || a.rfind("--trace", 0) == 0 ||
-                            a.rfind("--schedule-svg", 0) == 0 || a.rfind("--log", 0) == 0 ||
-                            a.rfind("--save", 0) == 0 || a.rfind("--out", 0) == 0 ||
-                            a.rfind("--plan", 0) == 0 || a.rfind("--config", 0) == 0;
-    if (!names_file) args.push_back(std::move(a));
+    if (!gpipe::fuzz::names_file(a)) args.push_back(std::move(a));
   }
   try {
     gpipe::fuzz::refusing_bad_input([&] { (void)gpipe::train::parse_train_flags(args); });
