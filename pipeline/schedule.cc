@@ -88,8 +88,13 @@ std::vector<std::vector<Compute>> zb_h1_orders(int k, int m, bool one_f_one_b_me
 // stuck), each (`vary`) with forwards or input-gradients first, the
 // deeper or the shallower cell's forward first, with or without
 // protect_chain, and admitting a micro-batch only with room for all its
-// cells on the device. Every variant keeps the spec's cap.
-std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, bool vary) {
+// cells on the device. Every variant keeps the spec's cap. Then each of
+// those and `extra` (orders made elsewhere: the published ZB-V) replayed
+// with their idle time filled by weight-gradients (Note [Weight-gradient
+// fill] in schedule_build.cc), which never raises a device's peak.
+std::vector<std::vector<DeviceTask>> orders_of(
+    const build::OrderSpec& spec, bool vary,
+    const std::vector<std::vector<std::vector<DeviceTask>>>& extra = {}) {
   build::BuiltOrders best;
   for (int variant = 0; variant < (vary ? 32 : 2); ++variant) {
     build::OrderSpec s = spec;
@@ -103,7 +108,20 @@ std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, boo
       best = std::move(built);
   }
   GPIPE_ASSERT(best.complete, "schedule: no order built (reservation never gets stuck)");
-  return best.orders;
+  std::vector<build::BuiltOrders> candidates;  // ties go to the first: the builder's
+  candidates.push_back(std::move(best));
+  for (const auto& orders : extra)
+    candidates.push_back(
+        build::replay_orders(orders, spec.device_of, spec.m, spec.costs, build::Fill::kNone));
+  const size_t plain = candidates.size();
+  for (size_t j = 0; j < plain; ++j)
+    for (build::Fill fill : {build::Fill::kFitting, build::Fill::kAny})
+      candidates.push_back(
+          build::replay_orders(candidates[j].orders, spec.device_of, spec.m, spec.costs, fill));
+  size_t pick = 0;
+  for (size_t j = 1; j < candidates.size(); ++j)
+    if (candidates[j].makespan < candidates[pick].makespan) pick = j;
+  return std::move(candidates[pick].orders);
 }
 
 // Note [V schedules]. ZB-V, V-Half and V-Min put 2 K cells on K devices
@@ -113,16 +131,21 @@ std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, boo
 // the given costs and link latency.
 //  - ZB-V: at most 2K cell-micro-batches alive per device (K whole
 //    micro-batches: 1F1B's peak on its first stage, now on every device);
-//    the shortest of the builder's variants (orders_of). On free links
-//    6M + K - 1 cell-forwards for M = K and M >= 3K/2 (every K <= 16,
-//    M <= 64 checked), the bound (an idle share of (K-1)/(6M+K-1)); for
-//    K < M < 3K/2 up to 7 more. With a hop of latency l
-//    the bound is 6M + (K - 1)(1 + l) (the last device starts after K - 1
-//    forwards and hops and then has 6M of work); the order built for l is
-//    1-35% above it for K <= 16, M >= 2K, l <= 1 (schedule_build_test
-//    prints the sweep; the published ZB-V is above it too: 215.5 and 233
-//    at K = 8, M = 32, against our 221 and 247), where the order built for
-//    free links and run over such links loses up to 65%.
+//    the shortest, on the costs' clock, of the builder's 32 variants, the
+//    published pattern (Note [Published ZB-V] in schedule_build.cc), and
+//    each of those with its idle time filled by weight-gradients (Note
+//    [Weight-gradient fill]): so never longer than the published ZB-V on
+//    the given costs. On free links 6M + K - 1 cell-forwards for
+//    M >= 2K - 1 and M = K, the bound (an idle share of (K-1)/(6M+K-1)).
+//    With a hop of latency l the bound is 6M + (K - 1)(1 + l) (the last
+//    device starts after K - 1 forwards and hops and then has 6M of work).
+//    Uniform costs, K <= 16, M in K .. 64 (schedule_build_test prints the
+//    sweep): at l = 0.5 the filled published pattern wins, 1-3% shorter
+//    than the published one (K = 8, M = 32: 212 against 215.5); at l = 1
+//    the published pattern itself (233), which no variant beats within
+//    its memory; at M = K the builder's order wins (K = 8, l = 1: 76
+//    against 90). The order built for free links and run over such links
+//    loses up to 65%.
 //  - V-Min: the micro-batch's own chain first (input-gradients, then the
 //    forwards of micro-batches the device holds, neither delayed by a
 //    weight-gradient or an admission that would still run when they are
@@ -136,7 +159,7 @@ std::vector<std::vector<DeviceTask>> orders_of(const build::OrderSpec& spec, boo
 //    for more memory (measured: ZB-V's 2K for K <= 8, 3K/2 for K = 12 and
 //    16; not the paper's K/2 whole micro-batches: the builder gets the
 //    shorter tail only by admitting early, which fills the device).
-// The paper's ZB-V, V-Half and V-Min are made by hand; these builders are ours.
+// The paper's V-Half and V-Min are made by hand; these builders are ours.
 Schedule make_v(ScheduleKind kind, int k, int m, RematMode remat, const OrderCosts& costs) {
   build::OrderSpec spec;
   spec.m = m;
@@ -150,8 +173,11 @@ Schedule make_v(ScheduleKind kind, int k, int m, RematMode remat, const OrderCos
     spec.admit_period = 2 * (costs.forward + costs.backward_input + costs.backward_weight);
     spec.admit_burst = kind == ScheduleKind::kVHalf ? (k + 5) / 6 : 0;
   }
-  return build::from_device_orders(m, remat, 2 * k, spec.device_of,
-                                   orders_of(spec, kind == ScheduleKind::kZBV));
+  std::vector<std::vector<std::vector<DeviceTask>>> published;
+  if (kind == ScheduleKind::kZBV) published.push_back(build::published_zbv_orders(k, m));
+  const std::vector<std::vector<DeviceTask>> orders =
+      orders_of(spec, kind == ScheduleKind::kZBV, published);
+  return build::from_device_orders(m, remat, 2 * k, spec.device_of, orders);
 }
 
 // Looped zero bubble: interleaved cells (cell c on device c mod K, v per

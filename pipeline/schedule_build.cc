@@ -111,6 +111,150 @@ std::vector<std::vector<DeviceTask>> interleaved_orders(int k, int v, int m) {
   return orders;
 }
 
+// Note [Published ZB-V]. The hand-made ZB-V pattern (Qi et al., Zero Bubble
+// Pipeline Parallelism, section 6), as PyTorch's ScheduleZBVZeroBubble
+// generates it, on the V map: device d (shallow cell d, deep cell
+// 2K - 1 - d) runs
+//  1. 2 (K - d) - 1 forwards of the shallow cell;
+//  2. d times: a deep forward, a shallow forward;
+//  3. K - d times: a deep forward, its input-gradient, its weight-gradient;
+//  4. until every forward has run: a shallow forward (while any is left),
+//     the shallow cell's next I and W, then the deep cell's F, I and W;
+//  5. d times: the shallow cell's next I, then the deep cell's;
+//  6. K - d times: the shallow cell's next I and its oldest pending W;
+//  7. the deep cell's pending weight-gradients, then the shallow cell's.
+// It is written for at least 2K - 1 micro-batches; for fewer, the pattern of
+// 2K - 1 is kept with the micro-batches >= M left out. Made for free links
+// and F = I = W, it is fixed: it does not move with the costs. It is the
+// yardstick (and a candidate) for the builder's ZB-V (Note [V schedules]).
+std::vector<std::vector<DeviceTask>> published_zbv_orders(int k, int m) {
+  const int n = std::max(2 * k - 1, m);
+  std::vector<std::vector<DeviceTask>> orders(k);
+  for (int d = 0; d < k; ++d) {
+    const int shallow = d, deep = 2 * k - 1 - d;
+    int f0 = 0, f1 = 0, i0 = 0, i1 = 0, w0 = 0, w1 = 0;
+    auto& out = orders[d];
+    auto put = [&](int cell, Task task, int& count) {
+      if (count < m) out.push_back({cell, {task, count}});
+      ++count;
+    };
+    for (int j = 0; j < 2 * (k - d) - 1; ++j) put(shallow, Task::kF, f0);
+    for (int j = 0; j < d; ++j) put(deep, Task::kF, f1), put(shallow, Task::kF, f0);
+    for (int j = 0; j < k - d; ++j)
+      put(deep, Task::kF, f1), put(deep, Task::kI, i1), put(deep, Task::kW, w1);
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n) put(shallow, Task::kF, f0);
+      put(shallow, Task::kI, i0), put(shallow, Task::kW, w0);
+      put(deep, Task::kF, f1), put(deep, Task::kI, i1), put(deep, Task::kW, w1);
+    }
+    for (int j = 0; j < d; ++j) put(shallow, Task::kI, i0), put(deep, Task::kI, i1);
+    for (int j = 0; j < k - d; ++j) put(shallow, Task::kI, i0), put(shallow, Task::kW, w0);
+    while (w1 < i1) put(deep, Task::kW, w1);
+    while (w0 < i0) put(shallow, Task::kW, w0);
+    GPIPE_ASSERT(f0 == n && i0 == n && w0 == n && f1 == n && i1 == n && w1 == n,
+                 "published ZB-V order: device ", d, " does not run every micro-batch");
+  }
+  return orders;
+}
+
+// Note [Weight-gradient fill]. A replay of fixed per-device orders on the
+// order builder's clock (Note [Order builder]) in which a device whose next
+// forward or input-gradient has not arrived runs a pending weight-gradient
+// of its own (one whose input-gradient has run, the first in its order)
+// instead of standing idle: with Fill::kFitting only one that ends before
+// the input can arrive (so the order's chain work is never late), with
+// kAny any (kNone: the order as it is, timed).
+// Forwards and input-gradients keep their order, weight-gradients only move
+// earlier, so no device holds more than before. When an input's producer
+// has not run yet, the producer's device being busy until T bounds its
+// arrival from below (T + its cost + the hop); that bound decides too.
+BuiltOrders replay_orders(const std::vector<std::vector<DeviceTask>>& orders,
+                          const std::vector<int>& device_of, int m, const OrderCosts& c,
+                          Fill fill) {
+  constexpr double kUnknown = -1;
+  const int cells = static_cast<int>(device_of.size());
+  const int devices = static_cast<int>(orders.size());
+  auto hop = [&](int a, int b) { return device_of[a] == device_of[b] ? 0.0 : c.link_latency; };
+  std::vector<std::vector<double>> f_end(cells, std::vector<double>(m, kUnknown)),
+      i_end(cells, std::vector<double>(m, kUnknown));
+  std::vector<size_t> pos(devices, 0);
+  std::vector<double> free_at(devices, 0);
+  std::vector<int> alive(devices, 0);
+  std::vector<std::set<size_t>> pending(devices);  // order positions of runnable Ws
+  std::vector<std::vector<char>> ran(devices);
+  for (int d = 0; d < devices; ++d) ran[d].assign(orders[d].size(), 0);
+  std::vector<std::vector<std::vector<size_t>>> w_pos(cells, std::vector<std::vector<size_t>>(m));
+  for (int d = 0; d < devices; ++d)
+    for (size_t j = 0; j < orders[d].size(); ++j)
+      if (orders[d][j].compute.task == Task::kW)
+        w_pos[orders[d][j].cell][orders[d][j].compute.micro_batch].push_back(j);
+  BuiltOrders out;
+  out.orders.resize(devices);
+  out.peak_alive.assign(devices, 0);
+  auto run = [&](int d, size_t j, double start) {
+    const DeviceTask& t = orders[d][j];
+    const int x = t.cell, mb = t.compute.micro_batch;
+    double end = start;
+    switch (t.compute.task) {
+      case Task::kF:
+        end += c.forward, f_end[x][mb] = end;
+        out.peak_alive[d] = std::max(out.peak_alive[d], ++alive[d]);
+        break;
+      case Task::kB:
+        end += c.backward_input + c.backward_weight, i_end[x][mb] = end, --alive[d];
+        break;
+      case Task::kI:
+        end += c.backward_input, i_end[x][mb] = end;
+        for (size_t wj : w_pos[x][mb]) pending[d].insert(wj);
+        break;
+      case Task::kW:
+        end += c.backward_weight, --alive[d], pending[d].erase(j);
+        break;
+    }
+    ran[d][j] = 1;
+    free_at[d] = end;
+    out.makespan = std::max(out.makespan, end);
+    out.orders[d].push_back(t);
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int d = 0; d < devices; ++d)
+      for (;;) {
+        while (pos[d] < orders[d].size() && ran[d][pos[d]]) ++pos[d];
+        if (pos[d] == orders[d].size()) break;
+        const DeviceTask& t = orders[d][pos[d]];
+        const int x = t.cell, mb = t.compute.micro_batch;
+        // When the task's input arrives (known), or no earlier than `ready` (not known).
+        double ready = 0;
+        bool known = true;
+        auto from = [&](const std::vector<std::vector<double>>& end, int producer, double cost) {
+          if (end[producer][mb] != kUnknown) {
+            ready = end[producer][mb] + hop(producer, x);
+          } else {
+            known = false;
+            ready = free_at[device_of[producer]] + cost + hop(producer, x);
+          }
+        };
+        if (t.compute.task == Task::kF && x > 0) from(f_end, x - 1, c.forward);
+        if (t.compute.task != Task::kF && t.compute.task != Task::kW && x + 1 < cells)
+          from(i_end, x + 1, c.backward_input);
+        if (fill != Fill::kNone && ready > free_at[d] && !pending[d].empty() &&
+            (fill == Fill::kAny || free_at[d] + c.backward_weight <= ready)) {
+          run(d, *pending[d].begin(), free_at[d]);
+          moved = true;
+          continue;
+        }
+        if (!known) break;
+        run(d, pos[d], std::max(free_at[d], ready));
+        moved = true;
+      }
+  }
+  for (int d = 0; d < devices; ++d)
+    GPIPE_ASSERT(pos[d] == orders[d].size(), "replay_orders: the order deadlocks");
+  out.complete = true;
+  return out;
+}
+
 std::vector<int> v_device_map(int k) {
   std::vector<int> map;
   for (int c = 0; c < 2 * k; ++c) map.push_back(c < k ? c : 2 * k - 1 - c);

@@ -67,8 +67,18 @@ struct BuiltOrders {
 };
 BuiltOrders build_orders(const OrderSpec& spec);
 
+// `orders` replayed on the builder's clock, idle time filled by pending
+// weight-gradients or not (Note [Weight-gradient fill]); `m` micro-batches,
+// the cells' devices in `device_of`.
+enum class Fill { kNone, kFitting, kAny };
+BuiltOrders replay_orders(const std::vector<std::vector<DeviceTask>>& orders,
+                          const std::vector<int>& device_of, int m, const OrderCosts& c, Fill fill);
+
 // Each device's order of the interleaved 1F1B programs (Note [Interleaved order]).
 std::vector<std::vector<DeviceTask>> interleaved_orders(int k, int v, int m);
+
+// Each device's order of the published ZB-V pattern on the V map (Note [Published ZB-V]).
+std::vector<std::vector<DeviceTask>> published_zbv_orders(int k, int m);
 
 // The V map of 2K cells on K devices: cell c on device c, then back (2K - 1 - c).
 std::vector<int> v_device_map(int k);

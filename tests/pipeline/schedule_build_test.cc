@@ -4,6 +4,8 @@
 // (zb-interleaved, V-Half, V-Min, DualPipeV) written out for a small case
 // and swept for validity, text round trip, makespan and memory against
 // their formulas.
+#include "pipeline/schedule_build.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -78,30 +80,83 @@ TEST_CASE("schedule: interleaved at M = K keeps the 1F1B-style warm-up, no longe
       }
 }
 
-TEST_CASE("schedule: ZB-V built for the link's latency stays near the bound where a hop costs") {
-  // Bound: 6M + (K-1)(1 + l) forwards. The issue's figures for the published ZB-V at K = 8,
-  // M = 32: 215.5 (l = 0.5) and 233 (l = 1), with the same 2K cell-micro-batches per device:
-  // ours is within 5% at l = 0.5 and 6% at l = 1 (the issue asks for 5%: not met there).
-  std::printf("# ZB-V makespan (cell forwards): built for l, built for free links, bound\n");
+Schedule published_zbv(int k, int m) {
+  return build::from_device_orders(m, RematMode::kNever, 2 * k, build::v_device_map(k),
+                                   build::published_zbv_orders(k, m));
+}
+
+TEST_CASE("schedule: the published ZB-V pattern, written out for K=2, M=4") {
+  const Schedule p = published_zbv(2, 4);
+  // Device 0 (cells 0 and 3): 3 shallow forwards, twice a deep F I W, then shallow F I W
+  // and deep F I W in turn.
+  CHECK(compute(p.stages[0]) == "F0 F1 F2 F3 I0 W0 I1 W1 I2 W2 I3 W3");
+  CHECK(compute(p.stages[3]) == "F0 I0 W0 F1 I1 W1 F2 I2 W2 F3 I3 W3");
+  // Device 1 (cells 1 and 2): a shallow forward, a deep and a shallow one, a deep F I W, ...
+  CHECK(compute(p.stages[1]) == "F0 F1 F2 I0 W0 F3 I1 W1 I2 I3 W2 W3");
+  CHECK(compute(p.stages[2]) == "F0 F1 I0 W0 F2 I1 W1 F3 I2 W2 I3 W3");
+  for (int k = 1; k <= 8; ++k)
+    for (int m = 1; m <= 24; ++m) {
+      INFO("K=" << k << " M=" << m);
+      const Schedule s = published_zbv(k, m);
+      const DryRun run = validate(s, 2 * k, m);
+      for (int peak : device_peaks(s, run)) CHECK(peak <= 2 * k);
+      // On free links, from 2K - 1 micro-batches on: the bound 6M + K - 1.
+      if (m >= 2 * k - 1) CHECK(simulate(s, linked(s, 1, 0)).step_seconds == 6.0 * m + k - 1);
+    }
+}
+
+TEST_CASE("schedule: ZB-V built for the link's latency: the bound, and the published pattern") {
+  // Bound: 6M + (K-1)(1 + l) forwards. ZB-V is the shorter of the builder's best order and the
+  // published pattern (Note [V schedules]), so never longer than the published one; the sweep
+  // prints both (the issue's figures for the published ZB-V at K = 8, M = 32, l = 0.5 and 1:
+  // 215.5 and 233, reproduced here).
+  std::printf(
+      "# ZB-V makespan (cell forwards): built for l, built for free links, bound; the "
+      "builder alone and the published pattern\n");
   for (double l : {0.5, 1.0})
     for (int k : {2, 4, 8, 16})
-      for (int m : std::set<int>{2 * k, 32, 64}) {
-        if (m < 2 * k) continue;
+      for (int m : std::set<int>{k, 2 * k, 3 * k, 32, 64}) {
+        if (m < k || m > 64) continue;
         INFO("K=" << k << " M=" << m << " latency " << l);
-        const Schedule built =
-            make_schedule(ScheduleKind::kZBV, k, m, RematMode::kNever, 2, OrderCosts{1, 1, 1, l});
+        const OrderCosts costs{1, 1, 1, l};
+        const Schedule built = make_schedule(ScheduleKind::kZBV, k, m, RematMode::kNever, 2, costs);
         const Schedule free = make_schedule(ScheduleKind::kZBV, k, m);
+        const Schedule pub = published_zbv(k, m);
         const double t = simulate(built, linked(built, 1, l)).step_seconds;
         const double t_free = simulate(free, linked(free, 1, l)).step_seconds;
+        const double t_pub = simulate(pub, linked(pub, 1, l)).step_seconds;
         const double bound = 6.0 * m + (k - 1) * (1 + l);
-        std::printf("#  l=%.1f K=%2d M=%2d  %6.1f %6.1f %6.1f (%.3f)\n", l, k, m, t, t_free, bound,
-                    t / bound);
+        std::printf("#  l=%.1f K=%2d M=%2d  %6.1f %6.1f %6.1f (%.3f)  published %6.1f\n", l, k, m,
+                    t, t_free, bound, t / bound, t_pub);
         CHECK(t <= t_free);
+        CHECK(t <= t_pub);
         CHECK(t >= bound);
-        CHECK(t <= 1.4 * bound);
+        CHECK(t <= 1.45 * bound);
         for (int p : device_peaks(built, validate(built, 2 * k, m))) CHECK(p <= 2 * k);
-        if (k == 8 && m == 32) CHECK(t <= (l == 0.5 ? 1.05 * 215.5 : 1.07 * 233));
+        if (k == 8 && m == 32) CHECK(t_pub == (l == 0.5 ? 215.5 : 233));
+        // The builder's clock is the simulator's, and filling idle time with weight-gradients
+        // gains where the published pattern waits on a hop.
+        const auto replay = [&](build::Fill fill) {
+          return build::replay_orders(build::published_zbv_orders(k, m), build::v_device_map(k), m,
+                                      costs, fill);
+        };
+        CHECK(replay(build::Fill::kNone).makespan == t_pub);
+        CHECK(replay(build::Fill::kFitting).makespan <= t_pub);
+        for (int p : replay(build::Fill::kAny).peak_alive) CHECK(p <= 2 * k);
+        if (l == 0.5 && k >= 4 && m >= 2 * k) CHECK(t < t_pub);
       }
+  // Costs the published pattern was not made for (I = 1.5 F, W = 0.5 F; a hop of a forward): the
+  // builder's order is the shorter, and ZB-V takes it.
+  for (int k : {4, 8}) {
+    const OrderCosts costs{1, 1.5, 0.5, 1};
+    const Schedule built = make_schedule(ScheduleKind::kZBV, k, 32, RematMode::kNever, 2, costs);
+    const Schedule pub = published_zbv(k, 32);
+    CostModel model = linked(built, 1, 1);
+    for (StageCosts& c : model.stages) c.backward_input = 1.5, c.backward_weight = 0.5;
+    const double t = simulate(built, model).step_seconds, t_pub = simulate(pub, model).step_seconds;
+    std::printf("#  I=1.5 W=0.5 l=1 K=%d M=32  %6.1f  published %6.1f\n", k, t, t_pub);
+    CHECK(t <= t_pub);
+  }
   // On free links the order is ZB-V's bound.
   for (int k = 1; k <= 8; ++k) {
     const Schedule s = make_schedule(ScheduleKind::kZBV, k, 4 * k);
