@@ -154,29 +154,31 @@ std::vector<std::vector<DeviceTask>> orders_of(
 //    round trip needs, measured 2 ceil((K + 2) / 3) cell-micro-batches
 //    (about K/3 whole micro-batches) for K <= 16, for 6M + 4K - 5 (+- 2)
 //    cell-forwards: an idle share of about (4K-5)/(6M+4K-5), 2K/3M for large M.
-//  - V-Half: as V-Min with the first ceil(K/6) micro-batches admitted at
-//    once: about 6M + 5K/2 - 3 (+- 5) cell-forwards, (5K-6)/(12M+5K-6),
-//    for more memory (measured: ZB-V's 2K for K <= 8, 3K/2 for K = 12 and
-//    16; not the paper's K/2 whole micro-batches: the builder gets the
-//    shorter tail only by admitting early, which fills the device).
+//  - V-Half: at most K + 2 cell-micro-batches per device (K/2 + 1 whole
+//    micro-batches, half of ZB-V's 2K: the paper's V-Half; 2K for K < 2),
+//    the micro-batch's chain first, no admission period; the shortest of
+//    the builder's variants and their weight-gradient fills: about
+//    6M + 7K/2 - 5 cell-forwards for M >= 2K (-5 .. +3; fewer for
+//    K < M < 2K), an idle share of (7K-10)/(12M+7K-10), about 7K/12M;
+//    never longer than V-Min (schedule_build_test, K <= 16, M <= 64).
 // The paper's V-Half and V-Min are made by hand; these builders are ours.
 Schedule make_v(ScheduleKind kind, int k, int m, RematMode remat, const OrderCosts& costs) {
   build::OrderSpec spec;
   spec.m = m;
   spec.device_of = build::v_device_map(k);
   spec.costs = costs;
-  spec.cap.assign(k, 2 * k);
+  spec.cap.assign(k, kind == ScheduleKind::kVHalf ? std::min(2 * k, k + 2) : 2 * k);
   spec.reserve = false;
   if (kind != ScheduleKind::kZBV) {
     spec.input_before_forward = true;
     spec.protect_chain = true;
-    spec.admit_period = 2 * (costs.forward + costs.backward_input + costs.backward_weight);
-    spec.admit_burst = kind == ScheduleKind::kVHalf ? (k + 5) / 6 : 0;
   }
+  if (kind == ScheduleKind::kVMin)
+    spec.admit_period = 2 * (costs.forward + costs.backward_input + costs.backward_weight);
   std::vector<std::vector<std::vector<DeviceTask>>> published;
   if (kind == ScheduleKind::kZBV) published.push_back(build::published_zbv_orders(k, m));
   const std::vector<std::vector<DeviceTask>> orders =
-      orders_of(spec, kind == ScheduleKind::kZBV, published);
+      orders_of(spec, kind != ScheduleKind::kVMin, published);
   return build::from_device_orders(m, remat, 2 * k, spec.device_of, orders);
 }
 
@@ -333,8 +335,8 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
     return {tail / (6.0 * m + tail), "(4K-5)/(6M+4K-5)"};
   }
   if (kind == ScheduleKind::kVHalf) {
-    const double tail = std::max(0, 5 * k - 6);
-    return {tail / (12.0 * m + tail), "(5K-6)/(12M+5K-6)"};
+    const double tail = std::max(0, 7 * k - 10);
+    return {tail / (12.0 * m + tail), "(7K-10)/(12M+7K-10)"};
   }
   if (kind == ScheduleKind::kZBInterleaved && v > 1)
     return {2.0 * (k - 1) / (3.0 * v * m + 2.0 * (k - 1)),

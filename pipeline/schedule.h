@@ -53,9 +53,10 @@
 //    latency it is built for) with at most 2K cell-micro-batches alive per
 //    device (1F1B's peak on its first stage, on every device).
 //  - V-Half and V-Min (Qi et al. 2024, "controllable memory"): the V with
-//    the split backward, each micro-batch's chain first and one micro-batch
-//    admitted per device-time of work: V-Min holds about K/3 whole
-//    micro-batches per device, V-Half more for a shorter tail.
+//    the split backward, each micro-batch's chain first: V-Half holds at
+//    most K + 2 cell-micro-batches per device (about K/2 whole
+//    micro-batches); V-Min admits one micro-batch per device-time of work
+//    and holds about K/3 whole ones, for a longer tail.
 //  - zb-interleaved (looped zero bubble): interleaved cells (v per device)
 //    with the split backward, ordered by the order builder with at most v K
 //    cell-micro-batches alive per device.
@@ -158,7 +159,7 @@ struct OrderCosts {
 // 1F1B with v cells per device; (K-1)/(6M+K-1) for ZB-V and DualPipeV with F = I = W per
 // cell; 2(K-1)/(3vM+2(K-1)) for zb-interleaved (a bound its order meets at M = K and,
 // within 3 ticks, from M = 2K on; often below); for V-Min (4K-5)/(6M+4K-5) and V-Half
-// (5K-6)/(12M+5K-6), fitted to the builder's makespans (Note [V schedules]).
+// (7K-10)/(12M+7K-10), fitted to the builder's makespans (Note [V schedules]).
 struct BubbleFormula {
   double value;
   std::string text;

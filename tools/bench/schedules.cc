@@ -87,7 +87,7 @@ int run_schedules(const SchedulesBenchOptions& opt) {
       "receives and reductions idle)\n# formula: the schedule's own idle share for equal stages "
       "(GPipe/1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1), ZB-H1 within 1F1B's memory "
       "2(K-1)/(3M+2(K-1)), interleaved (K-1)/(vM+K-1), ZB-V and DualPipeV (K-1)/(6M+K-1), "
-      "zb-interleaved 2(K-1)/(3vM+2(K-1)), V-Half (5K-6)/(12M+5K-6), V-Min (4K-5)/(6M+4K-5))\n"
+      "zb-interleaved 2(K-1)/(3vM+2(K-1)), V-Half (7K-10)/(12M+7K-10), V-Min (4K-5)/(6M+4K-5))\n"
       "# vs 1f1b: samples/s over 1F1B's at the same M; predicted: (1 - formula) / (1 - 1F1B's "
       "formula); goal at M=4: vs 1f1b >= predicted within 10%%\n"
       "# act peak MB: the peak activation bytes of each device during the timed steps\n",
