@@ -136,7 +136,7 @@ std::vector<std::vector<DeviceTask>> orders_of(
 //    each of those with its idle time filled by weight-gradients (Note
 //    [Weight-gradient fill]): so never longer than the published ZB-V on
 //    the given costs. On free links 6M + K - 1 cell-forwards for
-//    M >= 2K - 1 and M = K, the bound (an idle share of (K-1)/(6M+K-1)).
+//    M = K and M >= 3K/2, the bound (an idle share of (K-1)/(6M+K-1)).
 //    With a hop of latency l the bound is 6M + (K - 1)(1 + l) (the last
 //    device starts after K - 1 forwards and hops and then has 6M of work).
 //    Uniform costs, K <= 16, M in K .. 64 (schedule_build_test prints the

@@ -300,4 +300,45 @@ std::string render_timeline(const Simulation& sim, int width) {
   return os.str();
 }
 
+CostModel costs_from_trace(const Schedule& schedule, const std::vector<TraceEvent>& events) {
+  const int k = schedule.cells();
+  struct Mean {
+    double sum = 0;
+    int n = 0;
+    double get(double otherwise) const { return n > 0 ? sum / n : otherwise; }
+  };
+  const std::vector<std::string> kinds = {"forward",        "recompute",       "backward",
+                                          "backward-input", "backward-weight", "transfer"};
+  std::vector<std::vector<Mean>> mean(k, std::vector<Mean>(kinds.size()));
+  for (const TraceEvent& e : events) {
+    if (e.row < 0 || e.row >= k) continue;
+    const auto it = std::find(kinds.begin(), kinds.end(), e.category);
+    if (it == kinds.end()) continue;
+    Mean& m = mean[e.row][it - kinds.begin()];
+    m.sum += e.duration_us * 1e-6;
+    ++m.n;
+  }
+  CostModel c = CostModel::uniform(k, 0, 0);
+  for (int s = 0; s < k; ++s) {
+    const std::vector<Mean>& x = mean[s];
+    StageCosts& st = c.stages[s];
+    st.forward = x[0].get(0);
+    st.recompute = x[1].get(-1);
+    st.backward_input = x[3].get(-1);
+    st.backward_weight = x[4].get(-1);
+    const double split = st.backward_input >= 0 && st.backward_weight >= 0
+                             ? st.backward_input + st.backward_weight
+                             : 0;
+    st.backward = x[2].get(split);
+  }
+  c.links.resize(k > 0 ? k - 1 : 0);
+  for (int l = 0; l + 1 < k; ++l) {
+    Mean both = mean[l][5];
+    both.sum += mean[l + 1][5].sum;
+    both.n += mean[l + 1][5].n;
+    c.links[l].latency_seconds = both.get(0);
+  }
+  return c;
+}
+
 }  // namespace gpipe

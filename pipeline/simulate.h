@@ -92,4 +92,12 @@ std::string render_timeline(const Simulation& sim, int width = 100);
 // model's units, categories as the executor's trace), e.g. for timeline_svg.
 std::vector<TraceEvent> timeline_events(const Simulation& sim);
 
+// The cost model a run's trace (row = stage, as the executor writes it)
+// measured for `schedule`: per stage the mean seconds of its forwards,
+// recomputes, backwards and split backwards (a kind the trace lacks keeps
+// its default: recompute as the forward, I and W as half of B); per link
+// the mean seconds of the sends of the two stages it joins, as its latency
+// (an in-process link's copy). For the simulator's prediction of that run.
+CostModel costs_from_trace(const Schedule& schedule, const std::vector<TraceEvent>& events);
+
 }  // namespace gpipe

@@ -4,7 +4,7 @@
 //   (GPIPE_CPU_ISA=avx2 for that path) bazel run //tools:gpipe_bench -- peak          # FMA peak
 //   per ISA level, 1 and 2 threads bazel run //tools:gpipe_bench -- transformer   # W2 vs PyTorch
 //   bazel run //tools:gpipe_bench -- pipeline      # W3 K=1 vs K=2 (+ PyTorch seq)
-//   bazel run //tools:gpipe_bench -- schedules     # W3 at K=2 per schedule: bubble vs formula
+//   bazel run //tools:gpipe_bench -- schedules     # W3 at K (2) per schedule: bubble vs formula
 //   bazel run //tools:gpipe_bench -- remat         # W4 activation memory
 //   bazel run //tools:gpipe_bench -- amoebanet     # W5 vs PyTorch
 //   bazel run //tools:gpipe_bench -- processes     # W3 over MPI ranks vs in-process; R=2 data
@@ -150,8 +150,12 @@ CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
 
 CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
-      "schedules", "W3's model at K=2 under each schedule: bubble vs formula, gain over 1F1B");
+      "schedules",
+      "W3's model at K devices under each schedule: bubble vs formula and the simulator's "
+      "prediction, gain over 1F1B");
   gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
+  c->add_option("--K", o.K, "devices (one thread each; 2 cores here: K > 2 shares them)")
+      ->check(CLI::Range(1, 16));
   c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--schedule", o.schedules,
                 "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v, zb-interleaved, "

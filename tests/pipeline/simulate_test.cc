@@ -175,3 +175,42 @@ TEST_CASE(
   CHECK_THROWS_WITH(simulate(make_schedule(ScheduleKind::kGPipe, 2, 2), bad),
                     Contains("stage 0 has a negative cost"));
 }
+
+TEST_CASE("simulate: the cost model read back from a run's trace predicts that run") {
+  // A simulated run's timeline as trace events (microseconds), read back: the same per-stage
+  // costs (in seconds) and so the same step, for split and whole backwards with recompute.
+  for (ScheduleKind kind : {ScheduleKind::kZBH1, ScheduleKind::k1F1B}) {
+    const Schedule s = make_schedule(kind, 3, 6, RematMode::kAlways);
+    CostModel c = CostModel::uniform(3, 1, 2);
+    for (int st = 0; st < 3; ++st) {
+      c.stages[st].forward = 10 + st;
+      c.stages[st].recompute = 7 + st;
+      c.stages[st].backward = 25 + st;
+      c.stages[st].backward_input = 15 + st;
+      c.stages[st].backward_weight = 10;
+    }
+    const Simulation sim = simulate(s, c);
+    const CostModel back = costs_from_trace(s, timeline_events(sim));
+    INFO(schedule_name(kind));
+    for (int st = 0; st < 3; ++st) {
+      CHECK(back.stages[st].forward == Approx((10 + st) * 1e-6));
+      CHECK(back.stages[st].recompute == Approx((7 + st) * 1e-6));
+      if (kind == ScheduleKind::kZBH1) {
+        CHECK(back.stages[st].backward_input == Approx((15 + st) * 1e-6));
+        CHECK(back.stages[st].backward_weight == Approx(10e-6));
+      } else {
+        CHECK(back.stages[st].backward == Approx((25 + st) * 1e-6));
+      }
+    }
+    CHECK(back.links.size() == 2);
+    CHECK(simulate(s, back).step_seconds * 1e6 == Approx(sim.step_seconds));
+  }
+  // Sends are the links' latency.
+  const Schedule s = make_schedule(ScheduleKind::k1F1B, 2, 2);
+  std::vector<TraceEvent> events = {{"F0", "forward", 0, 0, 4, 0, 0},
+                                    {"send F0", "transfer", 0, 4, 2, 0, 0},
+                                    {"send B0", "transfer", 1, 9, 4, 0, 0}};
+  const CostModel c = costs_from_trace(s, events);
+  CHECK(c.stages[0].forward == Approx(4e-6));
+  CHECK(c.links[0].latency_seconds == Approx(3e-6));
+}

@@ -162,6 +162,7 @@ struct SchedulesBenchOptions {
   std::vector<std::string> schedules{"gpipe",        "1f1b",     "interleaved",    "zb-h1",
                                      "zb-h1-lowmem", "zb-v",     "zb-interleaved", "v-half",
                                      "v-min",        "dualpipev"};
+  int K = 2;               // devices, one thread each
   int virtual_stages = 2;  // v for interleaved and zb-interleaved
   std::string remat = "never";
   int warmup = 1, steps = 5;

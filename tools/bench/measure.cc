@@ -23,6 +23,7 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/simulate.h"
 #include "runtime/mpi.h"
 #include "tools/bench/benchmarks.h"
 #include "tools/bench/common.h"
@@ -139,6 +140,7 @@ namespace {
 
 struct Timed {
   std::vector<double> seconds, losses;
+  std::vector<double> pipeline_seconds;  // train_step alone
   double mean_bubble = 0;
 };
 
@@ -151,6 +153,7 @@ Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch,
     pipe.zero_grad();
     const StepResult r = pipe.train_step(batch);
     t.losses.push_back(r.loss);
+    t.pipeline_seconds.push_back(r.seconds);
     bubbles.push_back(r.bubble_fraction);
     opt.step();
   };
@@ -158,6 +161,7 @@ Timed run_steps(Pipeline& pipe, optim::Optimizer& opt, const Batch& batch,
   pipe.reset_memory_peaks();
   pipe.tracer().clear();
   bubbles.clear();
+  t.pipeline_seconds.clear();
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(t.seconds.size()) < o.steps &&
          (t.seconds.empty() || seconds_since(start) < o.max_seconds)) {
@@ -285,8 +289,20 @@ int run_measure(const MeasureOptions& o) {
   if (po.trace)
     pipe.write_trace(world ? detail::concat(o.trace_path, ".rank", world->rank()) : o.trace_path);
   if (world && world->rank() != 0) return 0;
+  // The simulator's prediction of the pipeline step from the costs this run's trace measured
+  // (each cell's mean F, R, B, I, W, and the sends as the links); in one process only (a rank
+  // traces its own cells).
+  double predicted_s = 0, predicted_bubble = 0;
+  if (!world) {
+    const Simulation sim =
+        simulate(pipe.schedule(), costs_from_trace(pipe.schedule(), pipe.tracer().events()));
+    predicted_s = sim.step_seconds;
+    predicted_bubble = sim.bubble_fraction;
+  }
   print_json(pipe, t, params, w.expected_params,
-             detail::concat(", \"bytes_per_step\": ", static_cast<int64_t>(bytes),
+             detail::concat(", \"pipeline_s\": ", median_of(t.pipeline_seconds),
+                            ", \"predicted_s\": ", predicted_s, ", \"predicted_bubble\": ",
+                            predicted_bubble, ", \"bytes_per_step\": ", static_cast<int64_t>(bytes),
                             ", \"predicted_bytes_per_step\": ",
                             predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas,
                                                      batch_size(one[0]), po.precision)));

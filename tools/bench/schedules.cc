@@ -1,8 +1,11 @@
 // gpipe_bench schedules: W3's model (8+8-layer Transformer, N = 64, Adam) at
-// K = 2 devices with one core each, for every schedule and M: samples/s,
-// the measured bubble (idle share of the devices over the step, from the
-// trace) beside the schedule's own formula, the gain over 1F1B beside the
-// gain the formulas predict, and the peak activation memory per device.
+// K devices (2 by default) with one thread each, for every schedule and M:
+// samples/s, the measured bubble (idle share of the devices over the step,
+// from the trace) beside the schedule's own formula, the pipeline step
+// beside the simulator's prediction of it from the costs the run measured
+// (each cell's F, R, B, I, W and the sends as the links, costs_from_trace),
+// the gain over 1F1B beside the gain the formulas predict, and the peak
+// activation memory per device.
 //
 // Predicted gain of schedule S over 1F1B: a step does the same work in
 // both, spread over (1 - bubble) of the devices' time, so
@@ -22,7 +25,7 @@ namespace gpipe::bench {
 namespace {
 
 struct Row {
-  double sps = 0, bubble = 0, formula = 0;
+  double sps = 0, bubble = 0, formula = 0, step_ms = 0, sim_ms = 0, sim_bubble = 0;
   std::string memory, partition;
 };
 
@@ -43,14 +46,14 @@ std::string megabytes(const std::string& per_device) {
 }  // namespace
 
 int run_schedules(const SchedulesBenchOptions& opt) {
-  constexpr int kDevices = 2;
+  const int kDevices = opt.K;
   std::printf(
       "# schedules: W3's 8+8-layer Transformer, N=64, Adam(lr=1e-4), K=%d devices with 1 thread "
       "each, remat %s; median of %d steps after %d warm-up; interleaved with v=%d\n",
       kDevices, opt.remat.c_str(), opt.steps, opt.warmup, opt.virtual_stages);
-  std::printf("%-14s %3s %10s %9s %9s %22s %9s %10s %14s  %s\n", "schedule", "M", "samples/s",
-              "bubble", "formula", "formula text", "vs 1f1b", "predicted", "act peak MB",
-              "cells (layers)");
+  std::printf("%-14s %3s %10s %9s %9s %9s %8s %8s %24s %8s %9s %16s  %s\n", "schedule", "M",
+              "samples/s", "bubble", "sim bub", "formula", "step ms", "sim ms", "formula text",
+              "vs 1f1b", "predicted", "act peak MB", "cells (layers)");
   std::map<std::pair<std::string, int>, Row> rows;
   for (int m : opt.M)
     for (const std::string& schedule : opt.schedules) {
@@ -66,8 +69,14 @@ int run_schedules(const SchedulesBenchOptions& opt) {
         mo.trace_path = opt.trace_dir + "/" + schedule + "_m" + std::to_string(m) + ".json";
       const std::string j = measure_in_child(mo);
       const BubbleFormula f = bubble_formula(kind, kDevices, m, mo.virtual_stages);
-      Row r{64 / json_number(j, "median_s"), json_number(j, "bubble"), f.value,
-            megabytes(json_string(j, "act_peak_devices")), json_string(j, "partition")};
+      Row r{64 / json_number(j, "median_s"),
+            json_number(j, "bubble"),
+            f.value,
+            1e3 * json_number(j, "pipeline_s"),
+            1e3 * json_number(j, "predicted_s"),
+            json_number(j, "predicted_bubble"),
+            megabytes(json_string(j, "act_peak_devices")),
+            json_string(j, "partition")};
       rows[{schedule, m}] = r;
       const auto base = rows.find({"1f1b", m});
       const bool has_base = base != rows.end() && schedule != "1f1b";
@@ -77,9 +86,9 @@ int run_schedules(const SchedulesBenchOptions& opt) {
         std::snprintf(predicted, sizeof(predicted), "%.3f",
                       (1 - r.formula) / (1 - base->second.formula));
       }
-      std::printf("%-14s %3d %10.2f %9.3f %9.3f %22s %9s %10s %14s  %s\n", schedule.c_str(), m,
-                  r.sps, r.bubble, r.formula, f.text.c_str(), vs, predicted, r.memory.c_str(),
-                  r.partition.c_str());
+      std::printf("%-14s %3d %10.2f %9.3f %9.3f %9.3f %8.1f %8.1f %24s %8s %9s %16s  %s\n",
+                  schedule.c_str(), m, r.sps, r.bubble, r.sim_bubble, r.formula, r.step_ms,
+                  r.sim_ms, f.text.c_str(), vs, predicted, r.memory.c_str(), r.partition.c_str());
       std::fflush(stdout);
     }
   std::printf(
@@ -90,6 +99,9 @@ int run_schedules(const SchedulesBenchOptions& opt) {
       "zb-interleaved 2(K-1)/(3vM+2(K-1)), V-Half (7K-10)/(12M+7K-10), V-Min (4K-5)/(6M+4K-5))\n"
       "# vs 1f1b: samples/s over 1F1B's at the same M; predicted: (1 - formula) / (1 - 1F1B's "
       "formula); goal at M=4: vs 1f1b >= predicted within 10%%\n"
+      "# step ms: the pipeline step (train_step, median); sim ms, sim bub: the simulator's step "
+      "and idle share over the costs this run's trace measured (each cell's mean F, R, B, I, W; "
+      "each link the mean send of its two cells)\n"
       "# act peak MB: the peak activation bytes of each device during the timed steps\n",
       kDevices);
   return 0;
