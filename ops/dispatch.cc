@@ -60,6 +60,7 @@ namespace {
 struct Totals {
   std::mutex mu;
   std::map<std::string, Entry> by_name;
+  std::map<std::string, Detail> details;
 };
 Totals& totals() {
   static Totals t;
@@ -79,6 +80,29 @@ void reset() {
   Totals& t = totals();
   std::lock_guard<std::mutex> lock(t.mu);
   t.by_name.clear();
+  t.details.clear();
+}
+
+void add_detail(const std::string& name, double seconds, double flops) {
+  Totals& t = totals();
+  std::lock_guard<std::mutex> lock(t.mu);
+  Detail& d = t.details[name];
+  d.name = name;
+  ++d.calls;
+  d.seconds += seconds;
+  d.flops += flops;
+}
+
+std::vector<Detail> details() {
+  Totals& t = totals();
+  std::vector<Detail> out;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (const auto& [name, d] : t.details) out.push_back(d);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Detail& a, const Detail& b) { return a.seconds > b.seconds; });
+  return out;
 }
 
 std::vector<Entry> snapshot() {

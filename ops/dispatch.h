@@ -130,6 +130,17 @@ void set_enabled(bool on);
 void reset();
 std::vector<Entry> snapshot();  // by time, longest first
 
+// A finer account inside a slot's call, listed apart from the slots (one
+// GEMM shape: its calls, seconds and FLOPs for a rate). Recorded by the
+// kernel itself while the profile is enabled.
+struct Detail {
+  std::string name;
+  int64_t calls = 0;
+  double seconds = 0, flops = 0;
+};
+void add_detail(const std::string& name, double seconds, double flops);
+std::vector<Detail> details();  // by time, longest first
+
 // Times one call (only the outermost on this thread records).
 class Call {
  public:
