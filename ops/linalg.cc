@@ -6,6 +6,7 @@
 #include "core/precision.h"
 #include "ops/common.h"
 #include "ops/elementwise.h"
+#include "ops/elementwise_kernels.h"
 #include "ops/linalg_kernels.h"
 #include "ops/shape.h"
 #include "ops/weight_cast.h"
@@ -207,6 +208,63 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
   return y;
 }
 
+// Note [Fused linear]. A float32 linear layer with a bias or ReLU on a
+// device with linear_bias_act (the CPU) runs as one GEMM whose epilogue adds
+// the bias and applies the activation in cache (Note [GEMM epilogue] in
+// ops/cpu/gemm_kernels.h), instead of a GEMM and a bias_activation pass over
+// memory. It records one node that splits (Note [Split backward]): gz = g
+// act'(y) (bias_act_backward, which also sums the bias gradient), then
+// gx = gz w now, gw = gz^T x and the bias gradient with the weights: the
+// kernels and operand orders of the composed matmul + bias_activation, so
+// forward and backward have the same bits as the composed form.
+bool fused_linear_applies(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          FusedActivation act) {
+  return (act == FusedActivation::kRelu || (act == FusedActivation::kNone && bias.defined())) &&
+         x.rank() >= 2 && x.dtype() == DType::kFloat32 && weight.dtype() == DType::kFloat32 &&
+         (!bias.defined() || bias.dtype() == DType::kFloat32) &&
+         current_precision() == Precision::kFloat32 && weight.device() == x.device() &&
+         (!bias.defined() || bias.device() == x.device()) && linear_bias_act.has(x.device().type) &&
+         bias_act_backward.has(x.device().type);
+}
+
+Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    FusedActivation act) {
+  const int64_t in = weight.size(1), out = weight.size(0);
+  const Tensor x2 = detail::dense(reshape(x, {-1, in}));
+  const Tensor wd = detail::dense(weight);
+  const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
+  std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
+  dims.push_back(out);
+  Tensor y = Tensor::empty(Shape(dims), DType::kFloat32, x.device());
+  linear_bias_act(x.device(), x2, wd, bd, act == FusedActivation::kRelu, y);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  const bool relu = act == FusedActivation::kRelu;
+  record_split("linear", inputs, y,
+               [xd = x2.detach(), wd = wd.detach(), ys = relu ? y.detach() : Tensor(), act, relu,
+                has_bias = bias.defined(), need_x = x.requires_grad(),
+                need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](
+                   const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
+                 NoGradGuard no_grad;
+                 const Tensor gy = detail::dense(g[0]);
+                 const bool want_x = need_x && wanted[0], want_w = need_w && wanted[1];
+                 const bool want_b = need_b && wanted[2];
+                 Tensor gz = gy, gb;
+                 if (relu && (want_x || want_w))
+                   gz = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+                 if (want_b) gb = Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device());
+                 Tensor gz_out = relu && (want_x || want_w) ? gz : Tensor();
+                 if (gz_out.defined() || gb.defined())
+                   bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz_out, gb);
+                 std::vector<Tensor> out(has_bias ? 3 : 2);
+                 if (want_x) out[0] = matmul(gz, wd, false, false);
+                 if (want_w) out[1] = matmul(reshape(gz, {-1, gz.size(-1)}), xd, true, false);
+                 if (has_bias) out[2] = gb;
+                 return out;
+               });
+  return y;
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act) {
@@ -214,6 +272,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
               " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
               ")");
+  if (bias.defined())
+    GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
+                " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");
+  if (fused_linear_applies(x, weight, bias, act)) return fused_linear(x, weight, bias, act);
   const Precision p = current_precision();
   const bool half = p != Precision::kFloat32 &&
                     (x.dtype() == DType::kFloat32 || is_half(x.dtype())) &&
@@ -228,9 +290,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   };
   Tensor y = x.rank() == 1 ? reshape(product(reshape(x, {1, -1})), {weight.size(0)}) : product(x);
   if (is_half(out) && y.dtype() != out) y = cast(y, out);
-  if (bias.defined())
-    GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
-                " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");
   // The bias and activation as one fused epilogue pass.
   if (bias.defined() || act != FusedActivation::kNone) y = bias_activation(y, bias, act);
   return y;

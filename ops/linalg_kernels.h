@@ -20,5 +20,12 @@ GPIPE_DECLARE_KERNEL(batched_gemm,
 // ops::linear's 16-bit products use it where it exists (Note [16-bit linear]).
 GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
                      void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
+// y = act(x w^T + bias) for float32 x [rows, in], w [out, in], bias [out] or
+// undefined, act ReLU (relu) or none: the bias and activation done in the
+// GEMM's epilogue (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same
+// bits as the GEMM followed by bias_act_forward. CPU only; ops::linear uses
+// it where it is registered (Note [Fused linear] in ops/linalg.cc).
+GPIPE_DECLARE_KERNEL(linear_bias_act, void(const Tensor& x, const Tensor& w, const Tensor& bias,
+                                           bool relu, Tensor& y));
 
 }  // namespace gpipe::ops

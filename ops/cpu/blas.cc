@@ -211,6 +211,17 @@ void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, c
   }
 }
 
+void parallel_gemm_epilogue(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                            int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                            const GemmEpilogue& epilogue) {
+  if (backend_for<float>() == GemmBackend::kPacked && !small_product(m, n, k)) {
+    packed_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc, true, &epilogue);
+    return;
+  }
+  parallel_gemm<float>(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (epilogue.active()) packed_kernels().epilogue(epilogue, c, ldc, 0, 0, m, n);
+}
+
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
                bool parallel) {

@@ -16,7 +16,11 @@
 #include <string>
 #include <string_view>
 
+#include "ops/cpu/gemm_kernels.h"
+
 namespace gpipe::ops::cpu {
+
+using packed::GemmEpilogue;
 
 enum class GemmBackend { kPacked, kBlas, kEigen };
 void set_gemm_backend(GemmBackend backend);
@@ -39,6 +43,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
 template <class T>
 void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+
+// C = epilogue(op(A) op(B)) over the intra-op pool (Note [GEMM epilogue] in
+// gemm_kernels.h: act(C + bias) + residual): in the packed GEMM's tiles
+// while they are in cache, or (other backends, small products) as a pass
+// after the product, with the same bits either way.
+void parallel_gemm_epilogue(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                            int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                            const GemmEpilogue& epilogue);
 
 // bfloat16 operands (raw bits), float32 C, over the intra-op pool when
 // `parallel` (packed_gemm_bf16 in gemm_packed.h: AVX512_BF16 dot products

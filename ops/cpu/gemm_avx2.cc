@@ -10,6 +10,7 @@ namespace gpipe::ops::cpu::packed {
 namespace avx2 {
 namespace {
 
+#include "ops/cpu/gemm_epilogue.inc"
 #include "ops/cpu/gemm_pack_avx.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"
 
@@ -64,6 +65,7 @@ const KernelSet kAvx2Kernels = {"avx2",
                                 avx2::pack_transposed_avx,
                                 avx2::pack_copy_avx,
                                 avx2::pack_transposed_bf16,
-                                avx2::pack_copy_bf16};
+                                avx2::pack_copy_bf16,
+                                avx2::epilogue};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -11,6 +11,7 @@ namespace gpipe::ops::cpu::packed {
 namespace avx512 {
 namespace {
 
+#include "ops/cpu/gemm_epilogue.inc"
 #include "ops/cpu/gemm_pack_avx.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"
 #include "ops/cpu/gemm_tile_avx512.inc"
@@ -46,6 +47,7 @@ const KernelSet kAvx512Kernels = {"avx512",
                                   avx512::pack_transposed_avx,
                                   avx512::pack_copy_avx,
                                   avx512::pack_transposed_bf16,
-                                  avx512::pack_copy_bf16};
+                                  avx512::pack_copy_bf16,
+                                  avx512::epilogue};
 
 }  // namespace gpipe::ops::cpu::packed

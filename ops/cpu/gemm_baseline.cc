@@ -10,6 +10,7 @@ namespace gpipe::ops::cpu::packed {
 namespace baseline {
 namespace {
 
+#include "ops/cpu/gemm_epilogue.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"
 
 constexpr int kMr = 4, kNr = 8;
@@ -100,6 +101,7 @@ const KernelSet kBaselineKernels = {"baseline",
                                     baseline::pack_transposed_sse,
                                     baseline::pack_copy_sse,
                                     baseline::pack_transposed_bf16,
-                                    baseline::pack_copy_bf16};
+                                    baseline::pack_copy_bf16,
+                                    baseline::epilogue};
 
 }  // namespace gpipe::ops::cpu::packed

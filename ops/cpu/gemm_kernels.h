@@ -33,6 +33,25 @@ using PackFn = void (*)(const float* src, int64_t ld, int64_t lanes, int64_t kc,
 using PackBf16Fn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, float* dst,
                             int64_t stride);
 
+// Note [GEMM epilogue]. What a product does to its C tile after the last
+// slice of k, while the tile is still in the L1 cache (the packed GEMM with
+// beta = 0): C = act(C + bias) + residual, with bias a float per column of C
+// (or none), act ReLU or none, and residual an m x n matrix of row stride
+// ld_residual (or none). The same float operations in the same order as the
+// separate passes (bias_activation, then add), so the fused product has
+// the same bits as the composed one.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* residual = nullptr;
+  int64_t ld_residual = 0;
+  bool active() const { return bias != nullptr || relu || residual != nullptr; }
+};
+// The epilogue on rows x cols of C at c (row stride ldc), whose first element
+// is C's (i0, j0).
+using EpilogueFn = void (*)(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0,
+                            int64_t rows, int64_t cols);
+
 // One ISA's micro-kernel, its packing, its register tile (mr x nr) and the
 // deepest panel it was tuned for (kc_cap); the cache blocking itself comes
 // from the CPU's caches (gemm_blocking.h).
@@ -43,6 +62,7 @@ struct KernelSet {
   MicroKernel kernel;
   PackFn pack_transposed, pack_copy;
   PackBf16Fn pack_transposed_bf16, pack_copy_bf16;
+  EpilogueFn epilogue;  // Note [GEMM epilogue], compiled for this level
 };
 
 extern const KernelSet kAvx512Kernels;

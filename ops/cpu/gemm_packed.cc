@@ -65,6 +65,8 @@ struct Problem {
   int64_t ldc;
   bool ct = false;  // C stored transposed: element (i, j) of this product lives at c[j * ldc + i]
   Src src = Src::kF32;
+  const GemmEpilogue* ep = nullptr;  // applied after the last k-slice (Note [GEMM epilogue])
+  EpilogueFn epilogue = nullptr;     // the active level's
 };
 
 // The kernels of one product and their blocking.
@@ -224,17 +226,18 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
   float* c = P.c + i * P.ldc + j;
   if (rows == mr && cols == nr) {
     ks.micro(blk.kc, pa, pb, c, P.ldc, P.alpha, blk.beta);
-    return;
+  } else {
+    ks.micro(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* cr = c + r * P.ldc;
+      const float* tr = tile + r * nr;
+      if (blk.beta == 0.0f)
+        for (int64_t q = 0; q < cols; ++q) cr[q] = tr[q];
+      else
+        for (int64_t q = 0; q < cols; ++q) cr[q] = tr[q] + blk.beta * cr[q];
+    }
   }
-  ks.micro(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* cr = c + r * P.ldc;
-    const float* tr = tile + r * nr;
-    if (blk.beta == 0.0f)
-      for (int64_t q = 0; q < cols; ++q) cr[q] = tr[q];
-    else
-      for (int64_t q = 0; q < cols; ++q) cr[q] = tr[q] + blk.beta * cr[q];
-  }
+  if (P.ep != nullptr && blk.p0 + blk.kc == P.k) P.epilogue(*P.ep, c, P.ldc, i, j, rows, cols);
 }
 
 // ---- one block, split over the pool ---------------------------------------
@@ -342,6 +345,7 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0 || P.alpha == 0.0f) {
     scale_c(P);
+    if (P.ep != nullptr) P.epilogue(*P.ep, P.c, P.ldc, 0, 0, m, n);
     return;
   }
   // Note [Transposed small products]. A product with few rows or columns
@@ -353,7 +357,7 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
     return static_cast<double>(ceil_div(rows, ks.mr) * ks.mr) *
            static_cast<double>(ceil_div(cols, ks.nr) * ks.nr);
   };
-  if (padded(n, m) < 0.8 * padded(m, n)) {
+  if (P.ep == nullptr && padded(n, m) < 0.8 * padded(m, n)) {  // the epilogue works on rows
     P = Problem{!P.tb, !P.ta, n,      m,   k,     P.alpha,     P.b,  P.ldb,
                 P.a,   P.lda, P.beta, P.c, P.ldc, /*ct=*/true, P.src};
     m = P.m;
@@ -399,9 +403,14 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
 
 void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                  bool parallel) {
-  run_product(Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc},
-              Engine::of(packed_kernels()), parallel);
+                  bool parallel, const GemmEpilogue* epilogue) {
+  Problem p{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  if (epilogue != nullptr && epilogue->active()) {
+    GPIPE_ASSERT(beta == 0.0f, "packed_sgemm: an epilogue needs beta = 0");
+    p.ep = epilogue;
+    p.epilogue = packed_kernels().epilogue;
+  }
+  run_product(p, Engine::of(packed_kernels()), parallel);
 }
 
 void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -15,11 +15,16 @@
 
 namespace gpipe::ops::cpu {
 
+using packed::EpilogueFn;
+using packed::GemmEpilogue;
+
 // parallel: split the product over the calling thread's intra-op pool
 // (core/parallel.h); small products run on the caller either way.
+// epilogue: applied to each tile after its last k-slice (Note [GEMM
+// epilogue] in gemm_kernels.h); needs beta == 0.
 void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                  bool parallel);
+                  bool parallel, const GemmEpilogue* epilogue = nullptr);
 
 // The kernel set packed_sgemm uses now (tile sizes for tests, name for logs).
 const packed::KernelSet& packed_kernels();

@@ -64,8 +64,19 @@ void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tens
       seconds, 2.0 * s.batch * s.m * s.n * s.k);
 }
 
+void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
+                         Tensor& y) {
+  const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  GemmEpilogue ep;
+  ep.bias = bias.defined() ? bias.data<float>() : nullptr;
+  ep.relu = relu;
+  parallel_gemm_epilogue(false, true, rows, out, in, x.data<float>(), in, w.data<float>(), in,
+                         y.data<float>(), out, ep);
+}
+
 }  // namespace
 
 GPIPE_ISA_KERNEL(batched_gemm, batched_gemm_cpu);
+GPIPE_ISA_KERNEL(linear_bias_act, linear_bias_act_cpu);
 
 }  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

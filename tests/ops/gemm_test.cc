@@ -338,3 +338,65 @@ TEST_CASE("gemm blocking: any blocking gives the same products (small and odd sl
   const auto& ks = ops::cpu::packed_kernels();
   CHECK_THAT(ops::cpu::gemm_blocking_description(ks.mr, ks.nr, 4, ks.kc_cap), Contains("kc "));
 }
+
+namespace {
+
+// Note [GEMM epilogue]'s passes as the composed ops do them, after a plain product.
+void epilogue_reference(const ops::cpu::GemmEpilogue& ep, std::vector<float>& c, int64_t m,
+                        int64_t n) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float& x = c[i * n + j];
+      if (ep.bias) x = x + ep.bias[j];
+      if (ep.relu) x = x > 0.0f ? x : 0.0f;
+      if (ep.residual) x = ep.residual[i * ep.ld_residual + j] + x;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gemm: the epilogue (bias, ReLU, residual) has the bits of the product then the passes") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  auto fill = [&](std::vector<float>& v) {
+    for (float& x : v) x = normal(rng);
+  };
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const auto& ks = ops::cpu::packed_kernels();
+    const int64_t kc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc;
+    for (int64_t m : {int64_t{1}, int64_t{ks.mr + 1}, int64_t{100}})
+      for (int64_t n : {int64_t{3}, int64_t{ks.nr - 1}, int64_t{2 * ks.nr + 1}})
+        for (int64_t k : {int64_t{7}, kc + 1})
+          for (int t = 0; t < 4; ++t)
+            for (int variant = 1; variant < 8; ++variant)
+              for (bool parallel : {false, true}) {
+                const bool ta = t & 1, tb = t & 2;
+                std::vector<float> a(m * k), b(k * n), bias(n), res(m * n), c(m * n), ref(m * n);
+                fill(a), fill(b), fill(bias), fill(res);
+                ops::cpu::GemmEpilogue ep;
+                ep.bias = variant & 1 ? bias.data() : nullptr;
+                ep.relu = variant & 2;
+                ep.residual = variant & 4 ? res.data() : nullptr;
+                ep.ld_residual = n;
+                INFO(cpu_isa_name(isa)
+                     << " m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb
+                     << " variant " << variant << (parallel ? " parallel" : ""));
+                const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+                ops::cpu::packed_sgemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                                       ref.data(), n, parallel);
+                epilogue_reference(ep, ref, m, n);
+                ops::cpu::packed_sgemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                                       c.data(), n, parallel, &ep);
+                CHECK(c == ref);
+                // Through the dispatcher: packed, or Eigen then the epilogue for small products.
+                std::fill(c.begin(), c.end(), -1.0f);
+                ops::cpu::parallel_gemm<float>(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb,
+                                               0.0f, ref.data(), n);
+                epilogue_reference(ep, ref, m, n);
+                ops::cpu::parallel_gemm_epilogue(ta, tb, m, n, k, a.data(), lda, b.data(), ldb,
+                                                 c.data(), n, ep);
+                CHECK(c == ref);
+              }
+  }
+}

@@ -141,6 +141,31 @@ GPIPE_OP_CASES({
                   }
             },
     },
+    // Note [Fused linear]: in the float32 run this is one GEMM with the bias and ReLU in its
+    // epilogue (float64 takes the composed ops).
+    OpCase{
+        .name = "linear/3d_input_bias_relu",
+        .covers = {"linear_bias_act", "bias_act_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 4}, 8), rand64(Shape{6, 4}, 9), rand64(Shape{6}, 10)};
+            },
+        .fn =
+            [](const In& in) {
+              return In{ops::linear(in[0], in[1], in[2], ops::FusedActivation::kRelu)};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              REQUIRE(out[0].shape() == Shape{2, 3, 6});
+              for (int64_t b = 0; b < 2; ++b)
+                for (int64_t t = 0; t < 3; ++t)
+                  for (int64_t o = 0; o < 6; ++o) {
+                    double s = in[2].at({o});
+                    for (int64_t i = 0; i < 4; ++i) s += in[0].at({b, t, i}) * in[1].at({o, i});
+                    CHECK(std::abs(out[0].at({b, t, o}) - std::max(s, 0.0)) < 1e-12);
+                  }
+            },
+    },
 });
 
 }  // namespace
