@@ -3,6 +3,8 @@
 // with the four transpose cases written out in Note [Matmul gradients].
 #include "ops/linalg.h"
 
+#include <chrono>
+
 #include "core/precision.h"
 #include "ops/common.h"
 #include "ops/elementwise.h"
@@ -26,6 +28,21 @@ Tensor grad_a(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool t
 Tensor grad_b(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   if (!tb) return matmul(a, g, !ta, false);
   return matmul(g, a, true, ta);
+}
+
+// batched_gemm; with the kernel profile on, each shape's time and rate
+// apart as well (gpipe_bench profile's GEMM table; on CUDA the host's side).
+void timed_gemm(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  if (!kernel_profile::enabled()) return batched_gemm(a.device(), s, a, b, c);
+  const auto t0 = std::chrono::steady_clock::now();
+  batched_gemm(a.device(), s, a, b, c);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  kernel_profile::add_detail(
+      gpipe::detail::concat(s.ta ? "A^T*" : "A*", s.tb ? "B^T " : "B ", dtype_name(a.dtype()), " ",
+                            s.batch > 1 ? gpipe::detail::concat(s.batch, "x ") : std::string(), s.m,
+                            "x", s.n, "x", s.k),
+      seconds, 2.0 * static_cast<double>(s.batch) * s.m * s.n * s.k);
 }
 
 }  // namespace
@@ -75,7 +92,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     s.batch = 1;
   }
   Tensor out = Tensor::empty(Shape(out_dims), half ? DType::kFloat32 : a.dtype(), a.device());
-  batched_gemm(a.device(), s, detail::dense(a), detail::dense(b), out);
+  timed_gemm(s, detail::dense(a), detail::dense(b), out);
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   record_split(
       "matmul", {a, b}, out,
@@ -236,7 +253,14 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
   std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
   dims.push_back(out);
   Tensor y = Tensor::empty(Shape(dims), DType::kFloat32, x.device());
+  const auto t0 = std::chrono::steady_clock::now();
   linear_bias_act(x.device(), x2, wd, bd, act == FusedActivation::kRelu, y);
+  if (kernel_profile::enabled())
+    kernel_profile::add_detail(
+        gpipe::detail::concat("A*B^T float32 ", x2.size(0), "x", weight.size(0), "x", in,
+                              act == FusedActivation::kRelu ? " +relu" : " +bias"),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+        2.0 * static_cast<double>(x2.size(0)) * weight.size(0) * in);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   const bool relu = act == FusedActivation::kRelu;

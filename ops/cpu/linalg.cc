@@ -29,7 +29,7 @@ void batched_gemm_bf16(const GemmShape& s, const Tensor& a, const Tensor& b, Ten
   });
 }
 
-void batched_gemm_run(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
   if (a.dtype() == DType::kBFloat16) return batched_gemm_bf16(s, a, b, c);
   dispatch_floating(a.dtype(), "matmul", [&](auto z) {
     using T = decltype(z);
@@ -48,20 +48,6 @@ void batched_gemm_run(const GemmShape& s, const Tensor& a, const Tensor& b, Tens
                      pc + i * sc, s.n);
     });
   });
-}
-
-// With the kernel profile on, each shape's time and rate apart (gpipe_bench profile).
-void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
-  if (!kernel_profile::enabled()) return batched_gemm_run(s, a, b, c);
-  const auto t0 = std::chrono::steady_clock::now();
-  batched_gemm_run(s, a, b, c);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  kernel_profile::add_detail(
-      detail::concat(
-          s.ta ? "A^T*" : "A*", s.tb ? "B^T " : "B ", a.dtype() == DType::kBFloat16 ? "bf16 " : "",
-          s.batch > 1 ? detail::concat(s.batch, "x ") : std::string(), s.m, "x", s.n, "x", s.k),
-      seconds, 2.0 * s.batch * s.m * s.n * s.k);
 }
 
 void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,

@@ -83,8 +83,9 @@ TEST_CASE("bias_activation: fused gradients equal the composed ops' gradients") 
 }
 
 TEST_CASE("linear: the fused float32 GEMM epilogue has the composed ops' bits, forward and back") {
-  // Note [Fused linear]: matmul then bias_activation is the reference, at every ISA level, for
-  // a product the packed GEMM takes (64 rows and more) and one small enough for Eigen.
+  // Note [Fused linear] in ops/linalg.cc. matmul then bias_activation is the reference, at every
+  // ISA level, for a product the packed GEMM takes (64 rows and more) and one small enough for
+  // Eigen.
   for (int level = 0; level <= static_cast<int>(detected_cpu_isa()); ++level) {
     CpuIsaGuard guard(static_cast<CpuIsa>(level));
     for (const auto& [rows, in, out] :

@@ -37,8 +37,15 @@ TEST_CASE("kernel profile: calls, time and tensor bytes per slot, only while ena
   REQUIRE(mm != nullptr);
   CHECK(mm->calls == 1);
   CHECK(mm->bytes == (64 * 32 + 64 * 32 + 64 * 64) * 4.0);
+  // The GEMM shape table beside the slots: one row per shape, with its FLOPs.
+  const auto ds = ops::kernel_profile::details();
+  REQUIRE(ds.size() == 1);
+  CHECK(ds[0].name == "A*B^T float32 64x64x32");
+  CHECK(ds[0].calls == 1);
+  CHECK(ds[0].flops == 2.0 * 64 * 64 * 32);
   ops::kernel_profile::reset();
   CHECK(ops::kernel_profile::snapshot().empty());
+  CHECK(ops::kernel_profile::details().empty());
 }
 
 TEST_CASE("kernel profile: the 16-bit scratch casts inside a call count toward that call") {

@@ -141,8 +141,8 @@ GPIPE_OP_CASES({
                   }
             },
     },
-    // Note [Fused linear]: in the float32 run this is one GEMM with the bias and ReLU in its
-    // epilogue (float64 takes the composed ops).
+    // Note [Fused linear] in ops/linalg.cc. In the float32 run this is one GEMM with the bias
+    // and ReLU in its epilogue (float64 takes the composed ops).
     OpCase{
         .name = "linear/3d_input_bias_relu",
         .covers = {"linear_bias_act", "bias_act_backward"},
