@@ -72,6 +72,19 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+// The values of one of the totals' maps, longest first.
+template <class T>
+std::vector<T> by_time(std::map<std::string, T> Totals::*map) {
+  Totals& t = totals();
+  std::vector<T> out;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (const auto& [name, e] : t.*map) out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const T& a, const T& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
 }  // namespace
 
 void set_enabled(bool on) { g_active.store(on, std::memory_order_relaxed); }
@@ -93,29 +106,9 @@ void add_detail(const std::string& name, double seconds, double flops) {
   d.flops += flops;
 }
 
-std::vector<Detail> details() {
-  Totals& t = totals();
-  std::vector<Detail> out;
-  {
-    std::lock_guard<std::mutex> lock(t.mu);
-    for (const auto& [name, d] : t.details) out.push_back(d);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const Detail& a, const Detail& b) { return a.seconds > b.seconds; });
-  return out;
-}
+std::vector<Detail> details() { return by_time(&Totals::details); }
 
-std::vector<Entry> snapshot() {
-  Totals& t = totals();
-  std::vector<Entry> out;
-  {
-    std::lock_guard<std::mutex> lock(t.mu);
-    for (const auto& [name, e] : t.by_name) out.push_back(e);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const Entry& a, const Entry& b) { return a.seconds > b.seconds; });
-  return out;
-}
+std::vector<Entry> snapshot() { return by_time(&Totals::by_name); }
 
 Call::Call(const char* name, double bytes)
     : name_(name), bytes_(bytes), start_ns_(now_ns()), outer_(t_depth++ == 0) {}

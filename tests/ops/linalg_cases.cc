@@ -74,6 +74,18 @@ OpCase batched_case(bool ta, bool tb, bool shared_b) {
   };
 }
 
+// linear's output for x [2, 3, 4], w [6, 4], b [6] against a naive loop, with ReLU if `relu`.
+void check_linear_3d(const In& in, const In& out, bool relu) {
+  REQUIRE(out[0].shape() == Shape{2, 3, 6});
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 3; ++t)
+      for (int64_t o = 0; o < 6; ++o) {
+        double s = in[2].at({o});
+        for (int64_t i = 0; i < 4; ++i) s += in[0].at({b, t, i}) * in[1].at({o, i});
+        CHECK(std::abs(out[0].at({b, t, o}) - (relu ? std::max(s, 0.0) : s)) < 1e-12);
+      }
+}
+
 GPIPE_OP_CASES({
     mm_case(false, false),
     mm_case(true, false),
@@ -129,17 +141,7 @@ GPIPE_OP_CASES({
               return In{rand64(Shape{2, 3, 4}, 5), rand64(Shape{6, 4}, 6), rand64(Shape{6}, 7)};
             },
         .fn = [](const In& in) { return In{ops::linear(in[0], in[1], in[2])}; },
-        .check_forward =
-            [](const In& in, const In& out) {
-              REQUIRE(out[0].shape() == Shape{2, 3, 6});
-              for (int64_t b = 0; b < 2; ++b)
-                for (int64_t t = 0; t < 3; ++t)
-                  for (int64_t o = 0; o < 6; ++o) {
-                    double s = in[2].at({o});
-                    for (int64_t i = 0; i < 4; ++i) s += in[0].at({b, t, i}) * in[1].at({o, i});
-                    CHECK(std::abs(out[0].at({b, t, o}) - s) < 1e-12);
-                  }
-            },
+        .check_forward = [](const In& in, const In& out) { check_linear_3d(in, out, false); },
     },
     // Note [Fused linear] in ops/linalg.cc. In the float32 run this is one GEMM with the bias
     // and ReLU in its epilogue (float64 takes the composed ops).
@@ -154,17 +156,7 @@ GPIPE_OP_CASES({
             [](const In& in) {
               return In{ops::linear(in[0], in[1], in[2], ops::FusedActivation::kRelu)};
             },
-        .check_forward =
-            [](const In& in, const In& out) {
-              REQUIRE(out[0].shape() == Shape{2, 3, 6});
-              for (int64_t b = 0; b < 2; ++b)
-                for (int64_t t = 0; t < 3; ++t)
-                  for (int64_t o = 0; o < 6; ++o) {
-                    double s = in[2].at({o});
-                    for (int64_t i = 0; i < 4; ++i) s += in[0].at({b, t, i}) * in[1].at({o, i});
-                    CHECK(std::abs(out[0].at({b, t, o}) - std::max(s, 0.0)) < 1e-12);
-                  }
-            },
+        .check_forward = [](const In& in, const In& out) { check_linear_3d(in, out, true); },
     },
 });
 
