@@ -154,8 +154,8 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
       "W3's model at K devices under each schedule: bubble vs formula and the simulator's "
       "prediction, gain over 1F1B");
   gpipe::train::add_renamed_flag(c, "--micro-batches", "--M");
-  c->add_option("--K", o.K, "devices (one thread each; 2 cores here: K > 2 shares them)")
-      ->check(CLI::Range(1, 16));
+  c->add_option("--K", o.K, "devices, one thread each (more devices than cores share them)")
+      ->check(gpipe::train::int_range(1, 16));
   c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--schedule", o.schedules,
                 "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v, zb-interleaved, "

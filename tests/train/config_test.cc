@@ -8,6 +8,7 @@
 
 #include "models/amoebanet.h"
 #include "models/transformer.h"
+#include "tools/train/cli_checks.h"
 #include "tools/train/trainer.h"
 
 using namespace gpipe;
@@ -370,4 +371,24 @@ TEST_CASE("gpipe_train flags: --plan=auto chooses what it plans; --memory needs 
   CHECK_THROWS_WITH(parse_train_flags(with({"--plan=auto", "--memory=lots"})),
                     Contains("--memory") && Contains("'lots' is not a memory size"));
   CHECK_THROWS_WITH(parse_train_flags(with({"--plan=manual"})), Contains("--plan"));
+}
+
+TEST_CASE("tool flags: a whole-number range names the range and the text given") {
+  CLI::App app("t");
+  int k = 2;
+  app.add_option("--K", k)->check(gpipe::train::int_range(1, 16));
+  auto parse = [&](const std::string& value) -> std::string {
+    std::vector<std::string> args = {"--K=" + value};
+    try {
+      app.parse(args);
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(parse("4").empty());
+  CHECK(k == 4);
+  CHECK(parse("16").empty());
+  for (const std::string bad : {"0", "17", "x", "4x", "-1", "99999999999999999999"})
+    CHECK(parse(bad) == "--K: expected a whole number from 1 to 16, got '" + bad + "'");
 }

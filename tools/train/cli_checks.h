@@ -33,6 +33,20 @@ inline const CLI::Validator kNonNegative(
     [](std::string& s) { return cli_detail::number_check(s, true); }, "NONNEGATIVE",
     "non-negative");
 
+// A whole number in [lo, hi] ("--K: expected a whole number from 1 to 16, got '0'").
+inline CLI::Validator int_range(long lo, long hi) {
+  const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        char* end = nullptr;
+        const long v = std::strtol(s.c_str(), &end, 10);
+        if (s.empty() || end == s.c_str() || *end != '\0' || v < lo || v > hi)
+          return "expected a whole number from " + range + ", got '" + s + "'";
+        return "";
+      },
+      "INT in " + range, "int_range");
+}
+
 // A flag's old spelling, refused with its new name ("--partitions was
 // renamed: use --K"); hidden from --help.
 inline void add_renamed_flag(CLI::App* app, const std::string& old_name,
