@@ -173,6 +173,7 @@ struct CrossEntropyBackwardCheck {
   note_optional_kernel("attention_backward");
   note_optional_kernel("bias_act_forward");
   note_optional_kernel("bias_act_backward");
+  note_optional_kernel("linear_bias_act");  // Note [Fused linear]: matmul + bias_activation
   return true;
 }();
 

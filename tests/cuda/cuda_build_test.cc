@@ -55,8 +55,9 @@ TEST_CASE("cuda build: every CPU kernel slot has a CUDA kernel") {
     INFO("kernel '" << k << "' has a CPU kernel but no CUDA kernel");
     CHECK(std::find(cuda.begin(), cuda.end(), k) != cuda.end());
   }
-  // The optional ones are exactly the fused attention kernels.
+  // The optional ones are fused kernels with a composed form (attention, the fused linear).
   CHECK(ops::is_optional_kernel("attention_forward"));
+  CHECK(ops::is_optional_kernel("linear_bias_act"));
   CHECK_FALSE(ops::is_optional_kernel("batched_gemm"));
 }
 
