@@ -140,8 +140,8 @@ std::vector<std::vector<DeviceTask>> orders_of(
 //    With a hop of latency l the bound is 6M + (K - 1)(1 + l) (the last
 //    device starts after K - 1 forwards and hops and then has 6M of work).
 //    Uniform costs, K <= 16, M in K .. 64 (schedule_build_test prints the
-//    sweep): at l = 0.5 the filled published pattern wins, 1-3% shorter
-//    than the published one (K = 8, M = 32: 212 against 215.5); at l = 1
+//    sweep): at l = 0.5 the filled published pattern wins for K >= 4
+//    (0.4-3.1% shorter; K = 8, M = 32: 212 against 215.5); at l = 1
 //    the published pattern itself (233), which no variant beats within
 //    its memory; at M = K the builder's order wins (K = 8, l = 1: 76
 //    against 90). The order built for free links and run over such links
