@@ -265,7 +265,7 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (bias.defined()) inputs.push_back(bias);
   const bool relu = act == FusedActivation::kRelu;
   record_split("linear", inputs, y,
-               [xd = x2.detach(), wd = wd.detach(), ys = relu ? y.detach() : Tensor(), act, relu,
+               [xd = x2.detach(), wd = wd.detach(), ys = relu ? y.detach() : Tensor(), act,
                 has_bias = bias.defined(), need_x = x.requires_grad(),
                 need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](
                    const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
@@ -273,16 +273,17 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                  const Tensor gy = detail::dense(g[0]);
                  const bool want_x = need_x && wanted[0], want_w = need_w && wanted[1];
                  const bool want_b = need_b && wanted[2];
-                 Tensor gz = gy, gb;
-                 if (relu && (want_x || want_w))
-                   gz = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
-                 if (want_b) gb = Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device());
-                 Tensor gz_out = relu && (want_x || want_w) ? gz : Tensor();
-                 if (gz_out.defined() || gb.defined())
-                   bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz_out, gb);
+                 // gz = gy act'(y): its own tensor under ReLU, gy itself without an activation.
+                 const bool own_gz = act == FusedActivation::kRelu && (want_x || want_w);
+                 Tensor gz = own_gz ? Tensor::empty(gy.shape(), gy.dtype(), gy.device()) : Tensor();
+                 Tensor gb =
+                     want_b ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
+                 if (gz.defined() || gb.defined())
+                   bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz, gb);
+                 const Tensor& dz = own_gz ? gz : gy;
                  std::vector<Tensor> out(has_bias ? 3 : 2);
-                 if (want_x) out[0] = matmul(gz, wd, false, false);
-                 if (want_w) out[1] = matmul(reshape(gz, {-1, gz.size(-1)}), xd, true, false);
+                 if (want_x) out[0] = matmul(dz, wd, false, false);
+                 if (want_w) out[1] = matmul(reshape(dz, {-1, dz.size(-1)}), xd, true, false);
                  if (has_bias) out[2] = gb;
                  return out;
                });
