@@ -30,19 +30,27 @@ Tensor grad_b(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool t
   return matmul(g, a, true, ta);
 }
 
-// batched_gemm; with the kernel profile on, each shape's time and rate
-// apart as well (gpipe_bench profile's GEMM table; on CUDA the host's side).
-void timed_gemm(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
-  if (!kernel_profile::enabled()) return batched_gemm(a.device(), s, a, b, c);
+// Runs `product`; with the kernel profile on, also records its time and
+// FLOPs under `shape` (named only then), gpipe_bench profile's GEMM table
+// (on CUDA the host's side).
+template <class Product, class Shape>
+void profiled_product(Product&& product, Shape&& shape, double flops) {
+  if (!kernel_profile::enabled()) return product();
   const auto t0 = std::chrono::steady_clock::now();
-  batched_gemm(a.device(), s, a, b, c);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  product();
   kernel_profile::add_detail(
-      gpipe::detail::concat(s.ta ? "A^T*" : "A*", s.tb ? "B^T " : "B ", dtype_name(a.dtype()), " ",
-                            s.batch > 1 ? gpipe::detail::concat(s.batch, "x ") : std::string(), s.m,
-                            "x", s.n, "x", s.k),
-      seconds, 2.0 * static_cast<double>(s.batch) * s.m * s.n * s.k);
+      shape(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), flops);
+}
+
+void timed_gemm(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  profiled_product([&] { batched_gemm(a.device(), s, a, b, c); },
+                   [&] {
+                     return gpipe::detail::concat(
+                         s.ta ? "A^T*" : "A*", s.tb ? "B^T " : "B ", dtype_name(a.dtype()), " ",
+                         s.batch > 1 ? gpipe::detail::concat(s.batch, "x ") : std::string(), s.m,
+                         "x", s.n, "x", s.k);
+                   },
+                   2.0 * static_cast<double>(s.batch) * s.m * s.n * s.k);
 }
 
 }  // namespace
@@ -253,14 +261,13 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
   std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
   dims.push_back(out);
   Tensor y = Tensor::empty(Shape(dims), DType::kFloat32, x.device());
-  const auto t0 = std::chrono::steady_clock::now();
-  linear_bias_act(x.device(), x2, wd, bd, act == FusedActivation::kRelu, y);
-  if (kernel_profile::enabled())
-    kernel_profile::add_detail(
-        gpipe::detail::concat("A*B^T float32 ", x2.size(0), "x", weight.size(0), "x", in,
-                              act == FusedActivation::kRelu ? " +relu" : " +bias"),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-        2.0 * static_cast<double>(x2.size(0)) * weight.size(0) * in);
+  profiled_product(
+      [&] { linear_bias_act(x.device(), x2, wd, bd, act == FusedActivation::kRelu, y); },
+      [&] {
+        return gpipe::detail::concat("A*B^T float32 ", x2.size(0), "x", out, "x", in,
+                                     act == FusedActivation::kRelu ? " +relu" : " +bias");
+      },
+      2.0 * static_cast<double>(x2.size(0)) * out * in);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   const bool relu = act == FusedActivation::kRelu;

@@ -155,7 +155,7 @@ std::vector<std::vector<DeviceTask>> orders_of(
 //    (about K/3 whole micro-batches) for K <= 16, for 6M + 4K - 5 (+- 2)
 //    cell-forwards: an idle share of about (4K-5)/(6M+4K-5), 2K/3M for large M.
 //  - V-Half: at most K + 2 cell-micro-batches per device (K/2 + 1 whole
-//    micro-batches, half of ZB-V's 2K: the paper's V-Half; 2K for K < 2),
+//    micro-batches, half of ZB-V's 2K: the paper's V-Half; 2K for K <= 2),
 //    the micro-batch's chain first, no admission period; the shortest of
 //    the builder's variants and their weight-gradient fills: about
 //    6M + 7K/2 - 5 cell-forwards for M >= 2K (-5 .. +3; fewer for
