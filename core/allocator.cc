@@ -228,6 +228,15 @@ void Allocator::charge(size_t bytes, MemoryCategory c) {
   ++stats_.allocations;
 }
 
+void Allocator::recharge(size_t bytes, MemoryCategory from, MemoryCategory to) {
+  if (from == to) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const int f = static_cast<int>(from), t = static_cast<int>(to);
+  stats_.live[f] -= static_cast<int64_t>(bytes);
+  stats_.live[t] += static_cast<int64_t>(bytes);
+  if (stats_.live[t] > stats_.peak[t]) stats_.peak[t] = stats_.live[t];
+}
+
 void Allocator::set_cached_bytes(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cached_bytes = bytes;

@@ -54,6 +54,10 @@ class Allocator {
   MemoryStats stats() const;
   // Sets every peak to the current live value (start of a new measurement window).
   void reset_peak();
+  // Moves `bytes` of live memory from category `from` to `to` (a block that
+  // changes role, e.g. a backward temporary adopted as a parameter's
+  // gradient): the total is unchanged, `to`'s peak may rise; not an allocation.
+  void recharge(size_t bytes, MemoryCategory from, MemoryCategory to);
 
  protected:
   void charge(size_t bytes, MemoryCategory c);

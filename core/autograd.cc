@@ -99,6 +99,26 @@ Tensor cpu_accumulate(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+}  // namespace
+
+bool sole_handle(const Tensor& t) {
+  if (!t.defined() || t.impl_ptr().use_count() != 1 || t.storage().use_count() != 1) return false;
+  const TensorImpl& i = *t.impl_ptr();
+  return !i.requires_grad && i.grad_fn == nullptr && i.grad == nullptr && t.is_contiguous() &&
+         i.offset == 0 && t.nbytes() == t.storage()->nbytes();
+}
+
+void accumulate_into_slot(Tensor& slot, const Tensor& g) {
+  if (slot.device().is_cpu() && g.device() == slot.device() && g.shape() == slot.shape() &&
+      g.dtype() == slot.dtype() && sole_handle(slot)) {
+    cpu_accumulate_into(slot, g);
+    return;
+  }
+  slot = accumulate(slot, g);
+}
+
+namespace {
+
 // Adds the gradient of a leaf into its grad(), in place once it exists.
 class AccumulateGrad final : public CountedNode {
  public:
@@ -113,9 +133,16 @@ class AccumulateGrad final : public CountedNode {
   const TensorImpl* accumulates_into() const override { return leaf_.get(); }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     MemoryCategoryGuard category(MemoryCategory::kGradient);
-    Tensor g = grads[0];
+    Tensor g = std::move(grads[0]);
+    grads.clear();
     if (!leaf_->grad) {
-      leaf_->grad = g.clone().impl_ptr();  // owned: the incoming tensor may alias others
+      if (sole_handle(g) && g.dtype() == leaf_->dtype && g.shape() == leaf_->shape) {
+        // Note [Gradients in place] in core/autograd_engine.h.
+        g.storage()->set_category(MemoryCategory::kGradient);
+        leaf_->grad = g.impl_ptr();
+      } else {
+        leaf_->grad = g.clone().impl_ptr();  // owned: the incoming tensor may alias others
+      }
     } else {
       Tensor acc(leaf_->grad);
       if (acc.device().is_cpu() && acc.is_contiguous()) {

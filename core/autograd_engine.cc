@@ -40,7 +40,10 @@ class GradBuffers {
     const bool f32_for_half = g.dtype() == DType::kFloat32 && is_half(meta.dtype);
     const bool half_for_f32 = is_half(g.dtype()) && meta.dtype == DType::kFloat32;
     const Tensor gt = f32_for_half || half_for_f32 ? g.to(meta.dtype) : g;
-    slot = slot.defined() ? accumulate(slot, gt) : gt;
+    if (slot.defined())
+      accumulate_into_slot(slot, gt);  // Note [Gradients in place]
+    else
+      slot = gt;
   }
   // The node's output gradients, zeros where an output received none; empty
   // when none did (the node is then skipped).

@@ -22,6 +22,8 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   MemoryCategory category() const { return category_; }
+  // Charges these bytes to `c` from now on (Allocator::recharge).
+  void set_category(MemoryCategory c);
 
  private:
   void* data_;

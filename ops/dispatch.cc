@@ -113,6 +113,9 @@ std::vector<Entry> snapshot() { return by_time(&Totals::by_name); }
 Call::Call(const char* name, double bytes)
     : name_(name), bytes_(bytes), start_ns_(now_ns()), outer_(t_depth++ == 0) {}
 
+Within::Within() { ++t_depth; }
+Within::~Within() { --t_depth; }
+
 Call::~Call() {
   --t_depth;
   if (!outer_) return;

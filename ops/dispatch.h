@@ -155,6 +155,19 @@ class Call {
   int64_t start_ns_;
   bool outer_;
 };
+
+// Marks this thread as inside a call that another thread times: calls made
+// while it lives do not record. A joint pass over many tensors split across
+// the pool (Note [Multi-tensor updates] in optim/optimizer.h) is timed once
+// on the calling thread, so the table shows its wall time, not the sum of
+// every worker's share.
+class Within {
+ public:
+  Within();
+  ~Within();
+  Within(const Within&) = delete;
+  Within& operator=(const Within&) = delete;
+};
 }  // namespace kernel_profile
 
 namespace half_args {

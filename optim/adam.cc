@@ -98,7 +98,7 @@ void Adam::update_all(const std::vector<Update>& updates) {
       rest.push_back(updates[i]);
       rest_args.push_back(args[i]);
     }
-  for_each_piece(rest, [&](size_t i, int64_t lo, int64_t hi) {
+  for_each_piece(rest, "adam_update", [&](size_t i, int64_t lo, int64_t hi) {
     const Update& u = rest[i];
     ops::adam_update(u.param.device(), rest_args[i], u.param, u.grad, u.state[0], u.state[1], lo,
                      hi);

@@ -11,11 +11,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/autograd.h"
 #include "core/parallel.h"
+#include "ops/dispatch.h"
 
 namespace gpipe::optim {
 
@@ -110,7 +112,7 @@ void Optimizer::update_all(const std::vector<Update>& updates) {
 }
 
 void Optimizer::for_each_piece(
-    const std::vector<Update>& updates,
+    const std::vector<Update>& updates, const char* kernel,
     const std::function<void(size_t i, int64_t lo, int64_t hi)>& piece) const {
   constexpr int64_t kGrain = 1 << 14;
   std::vector<size_t> cpu;
@@ -127,7 +129,21 @@ void Optimizer::for_each_piece(
   }
   if (cpu.empty()) return;
   count_dispatch();
+  // With the profile on: one call on this thread, its bytes every tensor's
+  // (parameter, gradient, state) once; the pieces inside do not record.
+  std::optional<ops::kernel_profile::Call> whole;
+  if (ops::kernel_profile::enabled()) {
+    double bytes = 0;
+    for (size_t i : cpu) {
+      const Update& u = updates[i];
+      bytes += static_cast<double>(u.param.nbytes() + u.grad.nbytes());
+      for (const Tensor& s : u.state)
+        if (s.defined()) bytes += static_cast<double>(s.nbytes());
+    }
+    whole.emplace(kernel, bytes);
+  }
   parallel_for(0, offset.back(), kGrain, [&](int64_t lo, int64_t hi) {
+    const ops::kernel_profile::Within inside;
     size_t t = std::upper_bound(offset.begin(), offset.end(), lo) - offset.begin() - 1;
     for (; t < cpu.size() && offset[t] < hi; ++t) {
       const int64_t a = std::max(lo, offset[t]) - offset[t],

@@ -120,7 +120,9 @@ class Optimizer {
   // ops::adam_update_many instead: all of them in one launch per dtype).
   // Element updates are independent, so the result equals one pass per
   // tensor bit for bit.
-  void for_each_piece(const std::vector<Update>& updates,
+  // `kernel` names the slot piece() calls: with the kernel profile on, the
+  // CPU's joint pass is timed as one call of it (kernel_profile::Within).
+  void for_each_piece(const std::vector<Update>& updates, const char* kernel,
                       const std::function<void(size_t i, int64_t lo, int64_t hi)>& piece) const;
   // Counts one dispatch of update work to a device (a multi-tensor launch,
   // the CPU's joint pass, or one tensor's kernel): update_dispatches().

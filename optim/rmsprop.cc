@@ -45,7 +45,7 @@ void RmsProp::update_all(const std::vector<Update>& updates) {
   a.eps = o.eps;
   a.momentum = o.momentum;
   Tensor none;
-  for_each_piece(updates, [&](size_t i, int64_t lo, int64_t hi) {
+  for_each_piece(updates, "rmsprop_update", [&](size_t i, int64_t lo, int64_t hi) {
     const Update& u = updates[i];
     size_t next = 1;  // state: square_avg, then momentum_buffer and grad_avg if kept
     Tensor& buf = o.momentum > 0 ? u.state[next++] : none;

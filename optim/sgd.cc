@@ -38,7 +38,7 @@ void Sgd::update(const Update& u) { update_all({u}); }
 // through the sgd_update kernel of the parameters' device.
 void Sgd::update_all(const std::vector<Update>& updates) {
   Tensor none;
-  for_each_piece(updates, [&](size_t i, int64_t lo, int64_t hi) {
+  for_each_piece(updates, "sgd_update", [&](size_t i, int64_t lo, int64_t hi) {
     const Update& u = updates[i];
     ops::SgdStepArgs a;
     a.lr = lr();

@@ -310,3 +310,57 @@ TEST_CASE("autograd: split backward defers an embedding's rows and keeps tied us
   w1.run();
   CHECK(table.grad().to_vector<float>() == want);
 }
+
+// Note [Gradients in place] in core/autograd_engine.h: a gradient is taken
+// over or summed in place only where no other tensor can see it.
+TEST_CASE("autograd: gradients taken over in place stay private to each tensor") {
+  // add hands its upstream gradient to both inputs: neither may adopt a
+  // buffer the other also holds, or the next backward adds into both.
+  Tensor a = leaf({1, 2}, Shape{2}), b = leaf({3, 4}, Shape{2});
+  ops::sum(ops::add(a, b)).backward();
+  CHECK_FALSE(a.grad().shares_storage_with(b.grad()));
+  ops::sum(ops::add(a, b)).backward();
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{2, 2});
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 2});
+
+  // A non-leaf used three times (a residual stream): its gradients are summed
+  // into one buffer. z = sum(h*h + h) with h = 2x: dz/dx = 2 (2h + 1) = 8x + 2.
+  Tensor x = leaf({1, 2, 3}, Shape{3});
+  Tensor h = ops::mul_scalar(x, 2);
+  ops::sum(ops::add(ops::mul(h, h), h)).backward();
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{10, 18, 26});
+
+  // A gradient that reaches a leaf through a view of a larger buffer is copied:
+  // the leaf's grad() is its own tensor of its own size.
+  Tensor w = leaf({1, 2, 3, 4}, Shape{4});
+  Tensor g = ops::reshape(ops::mul_scalar(w, 5), {2, 2});
+  ops::sum(g).backward();
+  CHECK(w.grad().shape() == Shape{4});
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{5, 5, 5, 5});
+}
+
+TEST_CASE("autograd: an adopted gradient is charged to the gradient category") {
+  const Device dev("cpu:51");  // its own device: the statistics start from zero
+  Allocator& al = allocator_for(dev);
+  Tensor w;
+  {
+    MemoryCategoryGuard cat(MemoryCategory::kParameter);
+    w = Tensor::full(Shape{256}, 1.0, DType::kFloat32, dev);
+  }
+  w.set_requires_grad(true);
+  Tensor loss = ops::sum(ops::mul_scalar(w, 3));
+  const int64_t before = al.stats().allocations;
+  loss.backward();
+  loss = Tensor();
+  const MemoryStats s = al.stats();
+  // The seed, sum's and mul_scalar's gradients; mul_scalar's becomes w.grad()
+  // itself: no fourth block for a copy.
+  CHECK(s.allocations - before == 3);
+  CHECK(w.grad().to_vector<double>() == std::vector<double>(256, 3.0));
+  CHECK(s.live_bytes(MemoryCategory::kGradient) == 1024);
+  CHECK(s.live_bytes(MemoryCategory::kParameter) == 1024);
+  CHECK(s.live_bytes(MemoryCategory::kActivation) == 0);
+  CHECK(s.live_total == 2048);
+  w.zero_grad();
+  CHECK(al.stats().live_bytes(MemoryCategory::kGradient) == 0);
+}
