@@ -12,9 +12,26 @@
 // zero where masked (masked_fill passes no gradient), times the scale;
 // dq_h = dS k_h; dk_h = dS^T q_h. Pairs write disjoint slices, so the result
 // does not depend on the thread count.
+//
+// Note [Small attention products]. A pair's products are tiny (W2: 32 x 32
+// x 64), and a general GEMM spends more on packing and blocking them than on
+// their FMAs. In float32, where the vector unit has FMA (AVX2, AVX-512) and
+// a product's output width n is a whole number of vectors, at most eight,
+// C = op(A) B runs as register tiles of R rows by all n columns straight
+// from the operands: B's rows are loaded as vectors and op(A)'s elements
+// broadcast (ta: A holds op(A) transposed, as P^T and dS^T do). The two
+// products with a transposed right operand (q k^T, dout v^T) transpose it
+// (at most 8 vectors by dh) into scratch first. Each element is one FMA
+// chain over k in order, so results differ from the GEMM's blocked sums by
+// round-off only, and no pair's result depends on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include "ops/attention_kernels.h"
 #include "ops/cpu/blas.h"
@@ -35,6 +52,145 @@ struct Dims {
   int64_t q_at(int64_t bh) const { return (bh / heads) * tq * d + (bh % heads) * dh; }
   int64_t k_at(int64_t bh) const { return (bh / heads) * tk * d + (bh % heads) * dh; }
 };
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include "ops/cpu/transpose8_avx.inc"
+#endif
+
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr int kLanes = 16, kRegisters = 32;
+inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vbroadcast(float x) { return _mm512_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec vzero() { return _mm512_setzero_ps(); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using Vec = __m256;
+constexpr int kLanes = 8, kRegisters = 16;
+inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec vbroadcast(float x) { return _mm256_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec vzero() { return _mm256_setzero_ps(); }
+#endif  // other levels: no tiles, every product goes to cpu::gemm
+
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr int kMaxVectors = 8;  // widest output row the tiles take, in vectors
+
+bool tiles_apply(int64_t n) { return n > 0 && n % kLanes == 0 && n / kLanes <= kMaxVectors; }
+
+// Rows of C per tile for NV vectors a row: the accumulators, one row of B and
+// a broadcast fit in the registers.
+template <int NV>
+constexpr int tile_rows() {
+  return std::max(1, std::min(8, (kRegisters - 2) / NV - 1));
+}
+
+// C[0, R) x [0, NV * kLanes) = op(A) B over k (Note [Small attention products]).
+template <bool TA, int R, int NV>
+void tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+          int64_t ldc) {
+  // Fully unrolled, so the accumulators live in registers throughout.
+  Vec acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = vzero();
+  for (int64_t p = 0; p < k; ++p) {
+    Vec row[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) row[v] = vload(b + p * ldb + v * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const Vec x = vbroadcast(TA ? a[p * lda + r] : a[r * lda + p]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = vfma(x, row[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) vstore(c + r * ldc + v * kLanes, acc[r][v]);
+}
+
+template <bool TA, int NV>
+void tiles(int64_t m, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+           int64_t ldc) {
+  constexpr int R = tile_rows<NV>();
+  const auto row = [&](int64_t i) { return TA ? a + i : a + i * lda; };
+  int64_t i = 0;
+  for (; i + R <= m; i += R) tile<TA, R, NV>(k, row(i), lda, b, ldb, c + i * ldc, ldc);
+  for (; i < m; ++i) tile<TA, 1, NV>(k, row(i), lda, b, ldb, c + i * ldc, ldc);
+}
+
+template <bool TA>
+void tiles_for(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float* c, int64_t ldc) {
+  switch (n / kLanes) {
+    case 1:
+      return tiles<TA, 1>(m, k, a, lda, b, ldb, c, ldc);
+    case 2:
+      return tiles<TA, 2>(m, k, a, lda, b, ldb, c, ldc);
+    case 3:
+      return tiles<TA, 3>(m, k, a, lda, b, ldb, c, ldc);
+    case 4:
+      return tiles<TA, 4>(m, k, a, lda, b, ldb, c, ldc);
+    case 5:
+      return tiles<TA, 5>(m, k, a, lda, b, ldb, c, ldc);
+    case 6:
+      return tiles<TA, 6>(m, k, a, lda, b, ldb, c, ldc);
+    case 7:
+      return tiles<TA, 7>(m, k, a, lda, b, ldb, c, ldc);
+    default:
+      return tiles<TA, 8>(m, k, a, lda, b, ldb, c, ldc);
+  }
+}
+#endif
+
+// C [m, n] = op(A) [m, k] B [k, n], B row-major with row stride ldb (ta: A
+// holds op(A)^T, [k, m]): tiles where they apply, else cpu::gemm.
+template <class T>
+void product(bool ta, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+             int64_t ldb, T* c, int64_t ldc) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiles_apply(n) && m > 0 && k > 0) {
+      if (ta) return tiles_for<true>(m, n, k, a, lda, b, ldb, c, ldc);
+      return tiles_for<false>(m, n, k, a, lda, b, ldb, c, ldc);
+    }
+  }
+#endif
+  cpu::gemm<T>(ta, false, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+}
+
+// C [m, n] = A [m, k] B^T, B [n, k] row-major: B^T made in `scratch` for the
+// tiles where they apply, else cpu::gemm on B as it is.
+template <class T>
+void product_bt(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+                T* c, int64_t ldc, vector<T>& scratch) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiles_apply(n) && m > 0 && k > 0) {  // n is a multiple of 8: whole 8 x 8 blocks in j
+      scratch.resize(static_cast<size_t>(k * n));
+      float* bt = scratch.data();
+      for (int64_t j = 0; j < n; j += 8) {
+        int64_t p = 0;
+        for (; p + 8 <= k; p += 8) {
+          __m256 v[8];
+          for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(b + (j + i) * ldb + p);
+          transpose8(v);
+          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(bt + (p + i) * n + j, v[i]);
+        }
+        for (; p < k; ++p)
+          for (int64_t i = 0; i < 8; ++i) bt[p * n + j + i] = b[(j + i) * ldb + p];
+      }
+      return product<T>(false, m, n, k, a, lda, bt, n, c, ldc);
+    }
+  }
+#endif
+  cpu::gemm<T>(false, true, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+}
 
 template <class T>
 bool masked(const T* pad, bool causal, int64_t i, int64_t j) {
@@ -66,11 +222,11 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   T* out = out_t.data<T>();
   T* probs = probs_t.data<T>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
+    vector<T> kt;
     for (int64_t bh = lo; bh < hi; ++bh) {
       T* p = probs + bh * g.tq * g.tk;
       const T* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
-      cpu::gemm<T>(false, true, g.tq, g.tk, g.dh, T(1), pq + g.q_at(bh), g.d, pk + g.k_at(bh), g.d,
-                   T(0), p, g.tk);
+      product_bt<T>(g.tq, g.tk, g.dh, pq + g.q_at(bh), g.d, pk + g.k_at(bh), g.d, p, g.tk, kt);
       for (int64_t i = 0; i < g.tq; ++i) {
         T* row = p + i * g.tk;
         if (!pad_b) {  // keys [0, n) are visible, the rest weigh exactly 0
@@ -88,8 +244,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
             if (masked(pad_b, causal, i, j)) row[j] = T(0);
         r *= T(1) / r.sum();
       }
-      cpu::gemm<T>(false, false, g.tq, g.dh, g.tk, T(1), p, g.tk, pv + g.k_at(bh), g.d, T(0),
-                   out + g.q_at(bh), g.d);
+      product<T>(false, g.tq, g.dh, g.tk, p, g.tk, pv + g.k_at(bh), g.d, out + g.q_at(bh), g.d);
     }
   });
 }
@@ -105,15 +260,13 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const T* pad = pad_t.defined() ? pad_t.data<T>() : nullptr;
   T *gq = gq_t.data<T>(), *gk = gk_t.data<T>(), *gv = gv_t.data<T>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
-    vector<T> ds(static_cast<size_t>(g.tq * g.tk));
+    vector<T> ds(static_cast<size_t>(g.tq * g.tk)), vt;
     for (int64_t bh = lo; bh < hi; ++bh) {
       const T* p = probs + bh * g.tq * g.tk;
       const T* go = gout + g.q_at(bh);
       const T* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
-      cpu::gemm<T>(true, false, g.tk, g.dh, g.tq, T(1), p, g.tk, go, g.d, T(0), gv + g.k_at(bh),
-                   g.d);
-      cpu::gemm<T>(false, true, g.tq, g.tk, g.dh, T(1), go, g.d, pv + g.k_at(bh), g.d, T(0),
-                   ds.data(), g.tk);
+      product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, g.d, gv + g.k_at(bh), g.d);
+      product_bt<T>(g.tq, g.tk, g.dh, go, g.d, pv + g.k_at(bh), g.d, ds.data(), g.tk, vt);
       for (int64_t i = 0; i < g.tq; ++i) {
         T* dr = ds.data() + i * g.tk;
         const T* pr = p + i * g.tk;
@@ -128,10 +281,10 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         for (int64_t j = 0; j < g.tk; ++j)
           dr[j] = masked(pad_b, causal, i, j) ? T(0) : pr[j] * (dr[j] - dot) * scale;
       }
-      cpu::gemm<T>(false, false, g.tq, g.dh, g.tk, T(1), ds.data(), g.tk, pk + g.k_at(bh), g.d,
-                   T(0), gq + g.q_at(bh), g.d);
-      cpu::gemm<T>(true, false, g.tk, g.dh, g.tq, T(1), ds.data(), g.tk, pq + g.q_at(bh), g.d, T(0),
-                   gk + g.k_at(bh), g.d);
+      product<T>(false, g.tq, g.dh, g.tk, ds.data(), g.tk, pk + g.k_at(bh), g.d, gq + g.q_at(bh),
+                 g.d);
+      product<T>(true, g.tk, g.dh, g.tq, ds.data(), g.tk, pq + g.q_at(bh), g.d, gk + g.k_at(bh),
+                 g.d);
     }
   });
 }

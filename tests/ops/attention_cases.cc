@@ -104,6 +104,42 @@ GPIPE_OP_CASES({
         .check_forward = [](const In& in,
                             const In& out) { check_against_composed(in, out, 1, false); },
     },
+    // Widths that are whole vectors (16 keys, heads of 16): the float32 run
+    // takes the register tiles of Note [Small attention products] in
+    // ops/cpu/attention.cc at the AVX2 and AVX-512 levels, all six products.
+    OpCase{
+        .name = "attention/vector_width_causal",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 16, 32}, 86), rand64(Shape{2, 16, 32}, 87),
+                        rand64(Shape{2, 16, 32}, 88)};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, true)}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 2, true); },
+    },
+    // Five queries (fewer than a tile's rows) over 16 padded keys, heads of
+    // 12: the score products take the tiles with a transpose whose depth is
+    // not a multiple of 8, the value products (12 wide) the general GEMM.
+    OpCase{
+        .name = "attention/vector_width_keys_padded",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              std::vector<double> pad(32, 0.0);  // example 1 pads its last five keys
+              for (int j = 27; j < 32; ++j) pad[j] = 1.0;
+              return In{rand64(Shape{2, 5, 24}, 89), rand64(Shape{2, 16, 24}, 90),
+                        rand64(Shape{2, 16, 24}, 91),
+                        Tensor::from_vector<double>(pad, Shape{2, 16})};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, false, in[3])}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 2, false); },
+        .grad_inputs = {0, 1, 2},
+    },
 });
 
 }  // namespace
