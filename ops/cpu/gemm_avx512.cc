@@ -36,6 +36,49 @@ void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t 
   tile_store(acc, c, ldc, alpha, beta);
 }
 
+// The first `R` rows of kernel_14x32 (Note [Short panels] in gemm_kernels.h).
+template <int R>
+void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                   float beta) {
+  __m512 acc[R][2];
+#pragma GCC unroll 14
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < R; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 14
+  for (int i = 0; i < R; ++i) {
+    float* ci = c + i * ldc;
+    if (beta == 0.0f) {
+      _mm512_storeu_ps(ci, _mm512_mul_ps(va, acc[i][0]));
+      _mm512_storeu_ps(ci + 16, _mm512_mul_ps(va, acc[i][1]));
+    } else {
+      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
+      _mm512_storeu_ps(ci + 16,
+                       _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
+    }
+  }
+}
+
+void kernel_rows(int rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                 float alpha, float beta) {
+  using Fn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float);
+  static constexpr Fn kFns[kMr] = {
+      kernel_14x32,      kernel_rows_t<1>,  kernel_rows_t<2>,  kernel_rows_t<3>, kernel_rows_t<4>,
+      kernel_rows_t<5>,  kernel_rows_t<6>,  kernel_rows_t<7>,  kernel_rows_t<8>, kernel_rows_t<9>,
+      kernel_rows_t<10>, kernel_rows_t<11>, kernel_rows_t<12>, kernel_rows_t<13>};
+  kFns[rows > 0 && rows < kMr ? rows : 0](kc, a, b, c, ldc, alpha, beta);
+}
+
 }  // namespace
 }  // namespace avx512
 
@@ -48,6 +91,7 @@ const KernelSet kAvx512Kernels = {"avx512",
                                   avx512::pack_copy_avx,
                                   avx512::pack_transposed_bf16,
                                   avx512::pack_copy_bf16,
-                                  avx512::epilogue};
+                                  avx512::epilogue,
+                                  avx512::kernel_rows};
 
 }  // namespace gpipe::ops::cpu::packed

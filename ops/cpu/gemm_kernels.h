@@ -21,6 +21,15 @@ namespace gpipe::ops::cpu::packed {
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
                              float alpha, float beta);
 
+// Note [Short panels]. The last A panel of a product whose m is not a
+// multiple of mr holds `rows` < mr real rows (m = 1024 with mr = 14: 2 of
+// 14), and the full kernel would spend mr rows of FMAs on it. A level may
+// give a kernel for the first `rows` rows of a panel (same layout, same
+// FMA per element in the same order, so the same bits as the full kernel's
+// rows): it writes rows x nr of C and nothing else.
+using MicroRowsKernel = void (*)(int rows, int64_t kc, const float* a, const float* b, float* c,
+                                 int64_t ldc, float alpha, float beta);
+
 // Panel packing. pack_transposed: dst[p * stride + r] = src[r * ld + p] for
 // r < lanes, p < kc (op(A) = A and op(B) = B^T); lanes..stride are left for
 // the caller to zero. pack_copy: dst[p * stride + r] = src[p * ld + r] for
@@ -62,7 +71,8 @@ struct KernelSet {
   MicroKernel kernel;
   PackFn pack_transposed, pack_copy;
   PackBf16Fn pack_transposed_bf16, pack_copy_bf16;
-  EpilogueFn epilogue;  // Note [GEMM epilogue], compiled for this level
+  EpilogueFn epilogue;                    // Note [GEMM epilogue], compiled for this level
+  MicroRowsKernel kernel_rows = nullptr;  // Note [Short panels]; none: the full kernel
 };
 
 extern const KernelSet kAvx512Kernels;

@@ -400,3 +400,41 @@ TEST_CASE("gemm: the epilogue (bias, ReLU, residual) has the bits of the product
               }
   }
 }
+
+// Note [Short panels] in ops/cpu/gemm_kernels.h: a short last panel's rows
+// come from the short kernel with the full kernel's bits, so no row of C
+// depends on how many rows follow it (m = q mr + r against m = (q + 1) mr on
+// the same leading rows), for every r, transposition, beta and k-slicing.
+TEST_CASE("gemm: a short last panel gives the bits of the full tile's rows, each ISA level") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const auto& ks = ops::cpu::packed_kernels();
+    const int64_t full = 2 * ks.mr, n = 2 * ks.nr + 3;
+    for (int64_t k : {int64_t{5}, int64_t{700}})
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        const float beta = t == 3 ? 0.5f : 0.0f;
+        std::vector<float> a(full * k), b(k * n), c0(full * n);
+        for (float& x : a) x = normal(rng);
+        for (float& x : b) x = normal(rng);
+        for (float& x : c0) x = normal(rng);
+        const int64_t lda = ta ? full : k, ldb = tb ? k : n;
+        std::vector<float> want = c0;
+        ops::cpu::packed_sgemm(ta, tb, full, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta,
+                               want.data(), n, false);
+        for (int64_t m = ks.mr + 1; m < full; ++m) {
+          std::vector<float> got = c0;
+          ops::cpu::packed_sgemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, beta,
+                                 got.data(), n, m % 2 == 0);
+          int64_t bad = 0;
+          for (int64_t i = 0; i < m * n; ++i) bad += got[i] != want[i];
+          INFO(cpu_isa_name(isa) << " ta=" << ta << " tb=" << tb << " m=" << m << " k=" << k);
+          CHECK(bad == 0);
+          for (int64_t i = m * n; i < full * n; ++i) bad += got[i] != c0[i];
+          CHECK(bad == 0);  // rows past m untouched
+        }
+      }
+  }
+}
