@@ -127,24 +127,11 @@ void tiles(int64_t m, int64_t k, const float* a, int64_t lda, const float* b, in
 template <bool TA>
 void tiles_for(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                int64_t ldb, float* c, int64_t ldc) {
-  switch (n / kLanes) {
-    case 1:
-      return tiles<TA, 1>(m, k, a, lda, b, ldb, c, ldc);
-    case 2:
-      return tiles<TA, 2>(m, k, a, lda, b, ldb, c, ldc);
-    case 3:
-      return tiles<TA, 3>(m, k, a, lda, b, ldb, c, ldc);
-    case 4:
-      return tiles<TA, 4>(m, k, a, lda, b, ldb, c, ldc);
-    case 5:
-      return tiles<TA, 5>(m, k, a, lda, b, ldb, c, ldc);
-    case 6:
-      return tiles<TA, 6>(m, k, a, lda, b, ldb, c, ldc);
-    case 7:
-      return tiles<TA, 7>(m, k, a, lda, b, ldb, c, ldc);
-    default:
-      return tiles<TA, 8>(m, k, a, lda, b, ldb, c, ldc);
-  }
+  using Fn =
+      void (*)(int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t);
+  static constexpr Fn kFns[kMaxVectors] = {tiles<TA, 1>, tiles<TA, 2>, tiles<TA, 3>, tiles<TA, 4>,
+                                           tiles<TA, 5>, tiles<TA, 6>, tiles<TA, 7>, tiles<TA, 8>};
+  kFns[n / kLanes - 1](m, k, a, lda, b, ldb, c, ldc);  // tiles_apply: 1 <= n / kLanes <= 8
 }
 #endif
 

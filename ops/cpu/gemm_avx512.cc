@@ -18,31 +18,14 @@ namespace {
 
 constexpr int kMr = 14, kNr = 32;
 
-void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                  float beta) {
-  __m512 acc[kMr][2];
-  tile_begin(acc, c, ldc);
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-#pragma GCC unroll 14
-    for (int i = 0; i < kMr; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
-      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
-    }
-    a += kMr;
-    b += kNr;
-  }
-  tile_store(acc, c, ldc, alpha, beta);
-}
-
-// The first `R` rows of kernel_14x32 (Note [Short panels] in gemm_kernels.h).
+// The first R rows of the 14 x 32 tile: all of them (kernel_14x32), or a
+// short last panel's (Note [Short panels] in gemm_kernels.h), with the same
+// FMAs per element.
 template <int R>
 void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                    float beta) {
   __m512 acc[R][2];
-#pragma GCC unroll 14
-  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  tile_begin<R>(acc, c, ldc);
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 14
@@ -54,19 +37,12 @@ void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t
     a += kMr;
     b += kNr;
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 14
-  for (int i = 0; i < R; ++i) {
-    float* ci = c + i * ldc;
-    if (beta == 0.0f) {
-      _mm512_storeu_ps(ci, _mm512_mul_ps(va, acc[i][0]));
-      _mm512_storeu_ps(ci + 16, _mm512_mul_ps(va, acc[i][1]));
-    } else {
-      _mm512_storeu_ps(ci, _mm512_fmadd_ps(va, acc[i][0], _mm512_mul_ps(vb, _mm512_loadu_ps(ci))));
-      _mm512_storeu_ps(ci + 16,
-                       _mm512_fmadd_ps(va, acc[i][1], _mm512_mul_ps(vb, _mm512_loadu_ps(ci + 16))));
-    }
-  }
+  tile_store<R>(acc, c, ldc, alpha, beta);
+}
+
+void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                  float beta) {
+  kernel_rows_t<kMr>(kc, a, b, c, ldc, alpha, beta);
 }
 
 void kernel_rows(int rows, int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
