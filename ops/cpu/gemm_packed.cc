@@ -225,19 +225,19 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
   }
   float* c = P.c + i * P.ldc + j;
   // A short panel's rows alone where the level has a kernel for them (Note
-  // [Short panels] in gemm_kernels.h).
+  // [Short panels] in gemm_kernels.h), else the whole tile.
   const bool short_rows = rows < mr && ks.ks != nullptr && ks.ks->kernel_rows != nullptr;
-  if (rows == mr && cols == nr) {
-    ks.micro(blk.kc, pa, pb, c, P.ldc, P.alpha, blk.beta);
-  } else if (short_rows && cols == nr) {
-    ks.ks->kernel_rows(static_cast<int>(rows), blk.kc, reinterpret_cast<const float*>(pa),
-                       reinterpret_cast<const float*>(pb), c, P.ldc, P.alpha, blk.beta);
-  } else {
+  const auto compute = [&](float* dst, int64_t ld, float beta) {
     if (short_rows)
       ks.ks->kernel_rows(static_cast<int>(rows), blk.kc, reinterpret_cast<const float*>(pa),
-                         reinterpret_cast<const float*>(pb), tile, nr, P.alpha, 0.0f);
+                         reinterpret_cast<const float*>(pb), dst, ld, P.alpha, beta);
     else
-      ks.micro(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
+      ks.micro(blk.kc, pa, pb, dst, ld, P.alpha, beta);
+  };
+  if (cols == nr && (rows == mr || short_rows)) {  // straight into C
+    compute(c, P.ldc, blk.beta);
+  } else {
+    compute(tile, nr, 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
       float* cr = c + r * P.ldc;
       const float* tr = tile + r * nr;
