@@ -214,27 +214,31 @@ TEST_CASE("gemm: packed with k = 0 or alpha = 0 only scales C") {
 }
 
 TEST_CASE(
-    "gemm: packed over a 2-thread pool equals Eigen (rows split, columns split, several "
-    "k-slices)") {
-  ThreadPool pool(2);
-  IntraOpScope scope(&pool);
+    "gemm: packed over a 2- and a 3-thread pool equals Eigen (rows split, columns split, "
+    "several k-slices)") {
   std::mt19937 rng(9);
-  for (CpuIsa isa : supported_levels()) {
-    CpuIsaGuard guard(isa);
-    const std::vector<std::array<int64_t, 3>> shapes = {
-        {301, 203, 300},  // rows of C split, edges everywhere
-        {5, 2000, 600},   // one A panel: columns split
-        {1000, 9, 700},   // one B panel
-        {257, 1031, 513}};
-    for (const auto& [m, n, k] : shapes)
-      for (int t = 0; t < 4; ++t) {
-        GemmCase g;
-        g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 0.75f,
-        g.beta = t == 1 ? 0.5f : 0.0f;
-        g.pad = t == 2 ? 5 : 0;
-        g.parallel = true;
-        check_case(g, rng);
-      }
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    IntraOpScope scope(&pool);
+    CAPTURE(threads);
+    for (CpuIsa isa : supported_levels()) {
+      CpuIsaGuard guard(isa);
+      const std::vector<std::array<int64_t, 3>> shapes = {
+          {301, 203, 300},  // rows of C split, edges everywhere
+          {5, 2000, 600},   // one A panel: columns split
+          {1000, 9, 700},   // one B panel
+          {256, 256, 400},  // a short last panel: Note [Row shares]
+          {257, 1031, 513}};
+      for (const auto& [m, n, k] : shapes)
+        for (int t = 0; t < 4; ++t) {
+          GemmCase g;
+          g.ta = t & 1, g.tb = t & 2, g.m = m, g.n = n, g.k = k, g.alpha = 0.75f,
+          g.beta = t == 1 ? 0.5f : 0.0f;
+          g.pad = t == 2 ? 5 : 0;
+          g.parallel = true;
+          check_case(g, rng);
+        }
+    }
   }
 }
 
