@@ -158,7 +158,7 @@ Tensor weight_operand(const Tensor& w, bool bf16) {
 
 // a [.., k] times b^T [k, n] (tb: b is [n, k]) or b [k, n] as one bfloat16
 // result, where the device's GEMM writes bfloat16 itself
-// (batched_gemm_bf16_out: CUDA); undefined elsewhere or for other dtypes.
+// (batched_gemm_bf16_out: CUDA, CPU); undefined elsewhere or for other dtypes.
 Tensor product_bf16_out(const Tensor& a, const Tensor& b, bool tb) {
   if (a.dtype() != DType::kBFloat16 || b.dtype() != DType::kBFloat16 ||
       !batched_gemm_bf16_out.has(a.device().type))
@@ -173,7 +173,13 @@ Tensor product_bf16_out(const Tensor& a, const Tensor& b, bool tb) {
   std::vector<int64_t> dims(a.shape().dims().begin(), a.shape().dims().end());
   dims.back() = s.n;
   Tensor y = Tensor::empty({s.m, s.n}, DType::kBFloat16, a.device());
-  batched_gemm_bf16_out(a.device(), s, detail::dense(rows), detail::dense(b), y);
+  const Tensor rd = detail::dense(rows), bd = detail::dense(b);
+  profiled_product([&] { batched_gemm_bf16_out(a.device(), s, rd, bd, y); },
+                   [&] {
+                     return gpipe::detail::concat(tb ? "A*B^T " : "A*B ", "bfloat16 ", s.m, "x",
+                                                  s.n, "x", s.k, " ->bf16");
+                   },
+                   2.0 * static_cast<double>(s.m) * s.n * s.k);
   return reshape(y, dims);
 }
 

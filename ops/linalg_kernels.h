@@ -16,8 +16,10 @@ GPIPE_DECLARE_KERNEL(batched_gemm,
                      void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
 // The same with bfloat16 a, b and c: float32 sums, each result rounded once
 // to bfloat16 (what a float32 C cast to bfloat16 holds, without the float32
-// C). Devices whose GEMM library writes 16-bit results register it (CUDA);
-// ops::linear's 16-bit products use it where it exists (Note [16-bit linear]).
+// C). CUDA (cuBLAS writes 16-bit results) and the CPU (the rounding in the
+// GEMM's epilogue: Note [bfloat16 results] in ops/cpu/gemm_kernels.h)
+// register it; ops::linear's 16-bit products use it where it exists (Note
+// [16-bit linear]).
 GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
                      void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
 // y = act(x w^T + bias) for float32 x [rows, in], w [out, in], bias [out] or

@@ -228,6 +228,12 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
   packed_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parallel);
 }
 
+void gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                   int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
+                   bool parallel) {
+  packed_gemm_bf16_out(ta, tb, m, n, k, a, lda, b, ldb, epilogue, parallel);
+}
+
 std::string bf16_gemm_description() { return bf16_gemm_name(); }
 
 template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,

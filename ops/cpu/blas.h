@@ -58,6 +58,12 @@ void parallel_gemm_epilogue(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc,
                bool parallel);
+// The same with a bfloat16 result (Note [bfloat16 results] in
+// gemm_kernels.h): epilogue.bf16_out gets round(op(A) op(B)), bias and ReLU
+// as that note says; alpha 1, no C.
+void gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                   int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
+                   bool parallel);
 // The bfloat16 GEMM path in use: "avx512-bf16" or "bf16-convert-<level>".
 std::string bf16_gemm_description();
 

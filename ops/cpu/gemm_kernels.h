@@ -49,15 +49,28 @@ using PackBf16Fn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int6
 // ld_residual (or none). The same float operations in the same order as the
 // separate passes (bias_activation, then add), so the fused product has
 // the same bits as the composed one.
+//
+// Note [bfloat16 results]. With bf16_out the result goes to a bfloat16
+// matrix (row stride ld_bf16_out) instead of C, each element rounded once
+// (to nearest even; NaN stays a quiet NaN): what the float32 product cast to
+// bfloat16 holds. C is then scratch, and under a bias or ReLU the product is
+// rounded to bfloat16 and widened before them, then rounded again: the
+// composed 16-bit linear's order (a bfloat16 product, then bias_activation
+// on it). No residual with bf16_out.
 struct GemmEpilogue {
   const float* bias = nullptr;
   bool relu = false;
   const float* residual = nullptr;
   int64_t ld_residual = 0;
-  bool active() const { return bias != nullptr || relu || residual != nullptr; }
+  uint16_t* bf16_out = nullptr;
+  int64_t ld_bf16_out = 0;
+  bool active() const {
+    return bias != nullptr || relu || residual != nullptr || bf16_out != nullptr;
+  }
 };
-// The epilogue on rows x cols of C at c (row stride ldc), whose first element
-// is C's (i0, j0).
+// The epilogue on rows x cols of C at c (row stride ldc), the product's
+// elements (i0, j0) onwards (the coordinates of the bias, residual and
+// bf16_out; c itself may be a scratch copy of that part of C).
 using EpilogueFn = void (*)(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0,
                             int64_t rows, int64_t cols);
 

@@ -30,6 +30,7 @@
 #include <memory>
 #include <new>
 #include <thread>
+#include <vector>
 
 #include "core/cpu_isa.h"
 #include "core/error.h"
@@ -62,12 +63,14 @@ struct Problem {
   const void* b;
   int64_t ldb;
   float beta;
-  float* c;
+  float*
+      c;  // nullptr: no C (Note [bfloat16 results] with one k-slice: tiles in registers' scratch)
   int64_t ldc;
   bool ct = false;  // C stored transposed: element (i, j) of this product lives at c[j * ldc + i]
   Src src = Src::kF32;
   const GemmEpilogue* ep = nullptr;  // applied after the last k-slice (Note [GEMM epilogue])
   EpilogueFn epilogue = nullptr;     // the active level's
+  int64_t c_row0 = 0, c_col0 = 0;    // c holds the product's C from (c_row0, c_col0) on
 };
 
 // The kernels of one product and their blocking.
@@ -213,6 +216,7 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
   const int64_t rows = std::min<int64_t>(mr, blk.i0 + blk.rows - i);
   const int64_t cols = std::min<int64_t>(nr, blk.j0 + blk.cols - j);
   alignas(64) float tile[kMaxTile];
+  const bool last_slice = blk.p0 + blk.kc == P.k;
   if (P.ct) {  // Note [Transposed small products]: the tile goes to C through a transpose
     ks.micro(blk.kc, pa, pb, tile, nr, P.alpha, 0.0f);
     for (int64_t q = 0; q < cols; ++q) {
@@ -224,7 +228,6 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
     }
     return;
   }
-  float* c = P.c + i * P.ldc + j;
   // A short panel's rows alone where the level has a kernel for them (Note
   // [Short panels] in gemm_kernels.h), else the whole tile.
   const bool short_rows = rows < mr && ks.ks != nullptr && ks.ks->kernel_rows != nullptr;
@@ -235,6 +238,12 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
     else
       ks.micro(blk.kc, pa, pb, dst, ld, P.alpha, beta);
   };
+  if (P.c == nullptr) {  // Note [bfloat16 results], one k-slice: the tile goes out rounded
+    compute(tile, nr, 0.0f);
+    P.epilogue(*P.ep, tile, nr, i, j, rows, cols);
+    return;
+  }
+  float* c = P.c + (i - P.c_row0) * P.ldc + (j - P.c_col0);
   if (cols == nr && (rows == mr || short_rows)) {  // straight into C
     compute(c, P.ldc, blk.beta);
   } else {
@@ -248,7 +257,7 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
         for (int64_t q = 0; q < cols; ++q) cr[q] = tr[q] + blk.beta * cr[q];
     }
   }
-  if (P.ep != nullptr && blk.p0 + blk.kc == P.k) P.epilogue(*P.ep, c, P.ldc, i, j, rows, cols);
+  if (P.ep != nullptr && last_slice) P.epilogue(*P.ep, c, P.ldc, i, j, rows, cols);
 }
 
 // ---- one block, split over the pool ---------------------------------------
@@ -375,11 +384,25 @@ const KernelSet& packed_kernels() { return kernels_for(cpu_isa()); }
 
 namespace {
 
+// Float32 scratch for Note [bfloat16 results] over several k-slices: C's
+// blocks of at most this many bytes (the composed form's row blocks, Note
+// [16-bit linear] in ops/linalg.cc, were as large).
+constexpr int64_t kScratchBytes = 4 << 20;
+
 void run_product(Problem P, const Engine& ks, bool parallel) {
   int64_t m = P.m, n = P.n;
   const int64_t k = P.k;
   if (m <= 0 || n <= 0) return;
+  const bool to_bf16 = P.ep != nullptr && P.ep->bf16_out != nullptr;
   if (k <= 0 || P.alpha == 0.0f) {
+    if (to_bf16) {  // zeros, through the epilogue a row at a time
+      std::vector<float> zeros(static_cast<size_t>(n));
+      for (int64_t i = 0; i < m; ++i) {
+        std::fill(zeros.begin(), zeros.end(), 0.0f);
+        P.epilogue(*P.ep, zeros.data(), n, i, 0, 1, n);
+      }
+      return;
+    }
     scale_c(P);
     if (P.ep != nullptr) P.epilogue(*P.ep, P.c, P.ldc, 0, 0, m, n);
     return;
@@ -405,10 +428,23 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
   // but for the last.
   const int64_t k_slices = ceil_div(k, ks.kc);
   const int64_t kc_max = ks.depth(ceil_div(k, k_slices));
-  const int64_t m_blocks = ceil_div(m, ks.mc),
-                mc_max = ceil_div(ceil_div(m, m_blocks), ks.mr) * ks.mr;
   const int64_t n_chunks = ceil_div(n, kNChunk),
                 nc_max = ceil_div(ceil_div(n, n_chunks), ks.nr) * ks.nr;
+  // By Note [bfloat16 results], one k-slice needs no C (each tile is rounded
+  // from the stack); several sum into a scratch block of C, so blocks of
+  // rows small enough for it. Neither changes a sum.
+  const bool scratch = to_bf16 && k_slices > 1;
+  int64_t mc = ks.mc;
+  if (scratch) mc = std::min<int64_t>(mc, std::max<int64_t>(ks.mr, kScratchBytes / 4 / nc_max));
+  const int64_t m_blocks = ceil_div(m, mc), mc_max = ceil_div(ceil_div(m, m_blocks), ks.mr) * ks.mr;
+  if (to_bf16) {
+    P.c = nullptr;
+    if (scratch) {
+      static thread_local AlignedFloats c_scratch;
+      P.c = c_scratch.get(mc_max * nc_max);
+      P.ldc = nc_max;
+    }
+  }
 
   static thread_local Workspace ws;
   const int64_t per_float = 4 / ks.esize;  // packed elements per float of buffer
@@ -416,6 +452,10 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
   char* pb = reinterpret_cast<char*>(ws.b.get(ceil_div(nc_max * kc_max, per_float)));
   for (int64_t i0 = 0; i0 < m; i0 += mc_max) {
     for (int64_t j0 = 0; j0 < n; j0 += nc_max) {
+      if (scratch) {  // the scratch holds this block of C
+        P.c_row0 = i0;
+        P.c_col0 = j0;
+      }
       for (int64_t p0 = 0; p0 < k; p0 += kc_max) {
         Block blk;
         blk.i0 = i0;
@@ -447,6 +487,25 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
     p.epilogue = packed_kernels().epilogue;
   }
   run_product(p, Engine::of(packed_kernels()), parallel);
+}
+
+void packed_gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                          int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
+                          bool parallel, Bf16Path path) {
+  GPIPE_ASSERT(epilogue.bf16_out != nullptr && epilogue.residual == nullptr,
+               "packed_gemm_bf16_out: needs bf16_out and no residual");
+  if (path == Bf16Path::kAuto) path = bf16_path();
+  GPIPE_CHECK(path != Bf16Path::kDot || detected_bf16_dot(),
+              "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
+  Problem p{ta,   tb,      m,   n,     k,
+            1.0f, a,       lda, b,     ldb,
+            0.0f, nullptr, n,   false, path == Bf16Path::kDot ? Src::kBf16Dot : Src::kBf16Convert};
+  p.ep = &epilogue;
+  p.epilogue = packed_kernels().epilogue;
+  run_product(p,
+              path == Bf16Path::kDot ? Engine::of(packed::kAvx512Bf16Kernels)
+                                     : Engine::of(packed_kernels()),
+              parallel);
 }
 
 void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -41,6 +41,14 @@ enum class Bf16Path { kAuto, kDot, kConvert };
 void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                       float* c, int64_t ldc, bool parallel, Bf16Path path = Bf16Path::kAuto);
+// The same product written as bfloat16 (Note [bfloat16 results] in
+// gemm_kernels.h): epilogue.bf16_out receives round(op(A) op(B)), with the
+// epilogue's bias and ReLU as that note says; the same bits as
+// packed_gemm_bf16 into a float32 C cast to bfloat16 (then bias_activation).
+// alpha 1, no C, no residual.
+void packed_gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                          int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
+                          bool parallel, Bf16Path path = Bf16Path::kAuto);
 Bf16Path bf16_path();
 // "avx512-bf16" or "bf16-convert-<level>", for logs.
 std::string bf16_gemm_name();

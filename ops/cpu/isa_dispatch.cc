@@ -225,6 +225,7 @@ GPIPE_CPU_ISA_SLOT_CHECKED(embedding_backward, EmbeddingBackwardCheck)
 GPIPE_CPU_ISA_SLOT(layer_norm_forward)
 GPIPE_CPU_ISA_SLOT(layer_norm_backward)
 GPIPE_CPU_ISA_SLOT(batched_gemm)
+GPIPE_CPU_ISA_SLOT(batched_gemm_bf16_out)
 GPIPE_CPU_ISA_SLOT(linear_bias_act)
 GPIPE_CPU_ISA_SLOT_CHECKED(cross_entropy_forward, CrossEntropyForwardCheck)
 GPIPE_CPU_ISA_SLOT_CHECKED(cross_entropy_backward, CrossEntropyBackwardCheck)
@@ -249,6 +250,7 @@ GPIPE_CPU_ISA_SLOT(log_softmax_backward)
 // in ops/dispatch.h); the others get float32 copies.
 GPIPE_KERNEL_ACCEPTS_16BIT(cast_into, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm_bf16_out, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_forward, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCPU, kBFloat16);

@@ -29,6 +29,26 @@ void batched_gemm_bf16(const GemmShape& s, const Tensor& a, const Tensor& b, Ten
   });
 }
 
+// bfloat16 operands and result (Note [bfloat16 results] in gemm_kernels.h):
+// each float32 sum rounded once, in the GEMM's epilogue.
+void batched_gemm_bf16_out_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  const auto* pa = reinterpret_cast<const uint16_t*>(a.data<bfloat16>());
+  const auto* pb = reinterpret_cast<const uint16_t*>(b.data<bfloat16>());
+  auto* pc = reinterpret_cast<uint16_t*>(c.data<bfloat16>());
+  const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  const int64_t sa = s.m * s.k, sb = s.b_shared ? 0 : s.k * s.n, sc = s.m * s.n;
+  const auto product = [&](int64_t i, bool parallel) {
+    GemmEpilogue ep;
+    ep.bf16_out = pc + i * sc;
+    ep.ld_bf16_out = s.n;
+    cpu::gemm_bf16_out(s.ta, s.tb, s.m, s.n, s.k, pa + i * sa, lda, pb + i * sb, ldb, ep, parallel);
+  };
+  if (s.batch == 1) return product(0, true);
+  parallel_for(0, s.batch, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) product(i, false);
+  });
+}
+
 void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
   if (a.dtype() == DType::kBFloat16) return batched_gemm_bf16(s, a, b, c);
   dispatch_floating(a.dtype(), "matmul", [&](auto z) {
@@ -63,6 +83,7 @@ void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, b
 }  // namespace
 
 GPIPE_ISA_KERNEL(batched_gemm, batched_gemm_cpu);
+GPIPE_ISA_KERNEL(batched_gemm_bf16_out, batched_gemm_bf16_out_cpu);
 GPIPE_ISA_KERNEL(linear_bias_act, linear_bias_act_cpu);
 
 }  // namespace gpipe::ops::cpu::GPIPE_ISA_NS

@@ -2,10 +2,12 @@
 // products where the CPU has them, float32 after conversion everywhere)
 // against float32 products of the same values, and matmul, linear and conv2d
 // on bfloat16 operands with their gradients.
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -144,6 +146,90 @@ TEST_CASE("bfloat16 GEMM: both paths under small and odd blockings (k slices of 
                    << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert") << " t=" << t);
         check_bf16(g, path, rng);
       }
+  }
+  ops::cpu::set_gemm_blocking(std::nullopt);
+}
+
+namespace {
+
+uint16_t round_bf16(float x) {
+  bfloat16 h;
+  h.bits = float_to_bf16_bits(x);
+  return h.bits;
+}
+
+// By Note [bfloat16 results] in ops/cpu/gemm_kernels.h, the product written as bfloat16 by the
+// epilogue against the float32 product through the same path, rounded, then bias and ReLU on the
+// rounded values, rounded again (what cast + bias_activation do).
+void check_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int variant,
+                    ops::cpu::Bf16Path path, bool parallel, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  const int64_t lda = ta ? m : k, ldb = tb ? k : n, ldo = n + 3;
+  std::vector<uint16_t> a(std::max<int64_t>(1, m * k)), b(std::max<int64_t>(1, k * n));
+  for (uint16_t& x : a) x = round_bf16(normal(rng));
+  for (uint16_t& x : b) x = round_bf16(normal(rng));
+  std::vector<float> bias(n), c(m * n);
+  for (float& x : bias) x = normal(rng);
+  ops::cpu::packed_gemm_bf16(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n,
+                             parallel, path);
+  ops::cpu::GemmEpilogue ep;
+  ep.bias = variant & 1 ? bias.data() : nullptr;
+  ep.relu = (variant & 2) != 0;
+  std::vector<uint16_t> want(m * ldo, 0x7fc1), got(m * ldo, 0x7fc1);  // 0x7fc1: padding
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float x = c[i * n + j];
+      if (variant != 0) x = bf16_bits_to_float(round_bf16(x));
+      if (ep.bias) x = x + bias[j];
+      if (ep.relu) x = x > 0.0f ? x : 0.0f;
+      want[i * ldo + j] = round_bf16(x);
+    }
+  ep.bf16_out = got.data();
+  ep.ld_bf16_out = ldo;
+  ops::cpu::packed_gemm_bf16_out(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, ep, parallel, path);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < m * ldo; ++i) bad += got[i] != want[i];
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "bfloat16 GEMM: results written as bfloat16 have the bits of the float32 product rounded, "
+    "then bias and ReLU") {
+  std::mt19937 rng(13);
+  std::vector<ops::cpu::Bf16Path> paths = {ops::cpu::Bf16Path::kConvert};
+  if (detected_bf16_dot()) paths.push_back(ops::cpu::Bf16Path::kDot);
+  ThreadPool pool(2);
+  IntraOpScope scope(&pool);
+  // One k-slice (rounded from the tile), several (a scratch block of C), none.
+  const std::vector<std::array<int64_t, 3>> sizes = {
+      {1, 1, 1}, {15, 33, 20}, {37, 70, 1100}, {130, 45, 600}, {9, 8, 0}};
+  // Small blockings: many k-slices and scratch blocks of a few rows; one
+  // product past a column chunk (8192).
+  const std::vector<std::optional<ops::cpu::GemmBlocking>> blockings = {
+      std::nullopt, ops::cpu::GemmBlocking{16, 64, 28}};
+  for (const auto& blocking : blockings) {
+    ops::cpu::set_gemm_blocking(blocking);
+    for (CpuIsa isa : supported_levels()) {
+      CpuIsaGuard guard(isa);
+      for (auto path : paths) {
+        if (path == ops::cpu::Bf16Path::kDot && isa != CpuIsa::kAvx512) continue;
+        for (const auto& s : sizes)
+          for (int t = 0; t < 4; ++t) {
+            const int variant = t;  // none, bias, ReLU, both
+            INFO(cpu_isa_name(isa) << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert")
+                                   << (blocking ? " small blocking" : "") << " t=" << t
+                                   << " m=" << s[0] << " n=" << s[1] << " k=" << s[2]);
+            check_bf16_out((t & 1) != 0, (t & 2) != 0, s[0], s[1], s[2], variant, path, t >= 2,
+                           rng);
+          }
+        if (blocking) {
+          INFO(cpu_isa_name(isa) << " past a column chunk");
+          check_bf16_out(false, true, 3, 8300, 40, 3, path, true, rng);
+        }
+      }
+    }
   }
   ops::cpu::set_gemm_blocking(std::nullopt);
 }

@@ -100,7 +100,7 @@ GPIPE_OP_CASES({
     // (a layer's master weight):
     // the 16-bit product of Note [16-bit linear]. With a bfloat16 input the
     // result is bfloat16, made by batched_gemm_bf16_out where the device has
-    // it (CUDA) and by row blocks of float32 products elsewhere. In float64
+    // it (CUDA, CPU) and by row blocks of float32 products elsewhere. In float64
     // the product is exact (no 16-bit path), so the gradients are checked
     // there; float32 inputs get bf16-rounded operands (hence tolerance32).
     OpCase{
