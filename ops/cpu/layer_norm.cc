@@ -140,13 +140,24 @@ void row_input_grad(const T* gr, const T* xr, const T* gamma, T m, T rs, int64_t
   } else {
     dh = g;
   }
-  // Plain loops, not Eigen reductions: a vectorised reduction's order depends
-  // on the address alignment of dxhat (heap scratch), which would make the
-  // result differ from call to call in the last bits.
+  // Sums in double, in kLanes fixed lanes as lane_sum (not Eigen
+  // reductions, whose order follows the scratch's address): the lanes
+  // vectorise where one running sum would wait on each add.
+  double la[kLanes] = {}, lb[kLanes] = {};
+  const int64_t full = d / kLanes * kLanes;
+  for (int64_t i = 0; i < full; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      la[j] += dxhat[i + j];
+      lb[j] += static_cast<double>(dxhat[i + j]) * (xr[i + j] - m);
+    }
+  for (int64_t i = full; i < d; ++i) {
+    la[i - full] += dxhat[i];
+    lb[i - full] += static_cast<double>(dxhat[i]) * (xr[i] - m);
+  }
   double sa = 0, sb = 0;
-  for (int64_t i = 0; i < d; ++i) {
-    sa += dxhat[i];
-    sb += static_cast<double>(dxhat[i]) * (xr[i] - m);
+  for (int j = 0; j < kLanes; ++j) {
+    sa += la[j];
+    sb += lb[j];
   }
   const T ma = static_cast<T>(sa / d);
   const T mb = static_cast<T>(sb * rs / d);
