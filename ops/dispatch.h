@@ -208,6 +208,10 @@ class KernelSlot<R(Args...)> {
     return true;
   }
   bool has(DeviceType type) const { return fns_[static_cast<int>(type)] != nullptr; }
+  // Whether `type`'s kernel computes on bfloat16 tensors itself.
+  bool takes_bf16(DeviceType type) const {
+    return has(type) && accepts_[static_cast<int>(type)] != Accepts16::kNone;
+  }
   const char* name() const { return name_; }
 
   // Runs the kernel registered for `device`'s kind.

@@ -26,7 +26,10 @@ GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
 // undefined, act ReLU (relu) or none: the bias and activation done in the
 // GEMM's epilogue (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same
 // bits as the GEMM followed by bias_act_forward. CPU only; ops::linear uses
-// it where it is registered (Note [Fused linear] in ops/linalg.cc).
+// it where it is registered (Note [Fused linear] in ops/linalg.cc). A device
+// that takes bfloat16 here (the CPU) also multiplies bfloat16 x and w into a
+// bfloat16 y with a float32 bias: the product rounded, then the bias and
+// activation, rounded again (batched_gemm_bf16_out, then bias_act_forward).
 GPIPE_DECLARE_KERNEL(linear_bias_act, void(const Tensor& x, const Tensor& w, const Tensor& bias,
                                            bool relu, Tensor& y));
 

@@ -76,6 +76,14 @@ void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, b
   GemmEpilogue ep;
   ep.bias = bias.defined() ? bias.data<float>() : nullptr;
   ep.relu = relu;
+  if (x.dtype() == DType::kBFloat16) {  // Note [bfloat16 results]: rounded, biased, rounded again
+    ep.bf16_out = reinterpret_cast<uint16_t*>(y.data<bfloat16>());
+    ep.ld_bf16_out = out;
+    cpu::gemm_bf16_out(false, true, rows, out, in,
+                       reinterpret_cast<const uint16_t*>(x.data<bfloat16>()), in,
+                       reinterpret_cast<const uint16_t*>(w.data<bfloat16>()), in, ep, true);
+    return;
+  }
   parallel_gemm_epilogue(false, true, rows, out, in, x.data<float>(), in, w.data<float>(), in,
                          y.data<float>(), out, ep);
 }

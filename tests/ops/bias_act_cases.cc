@@ -6,6 +6,8 @@
 
 #include "core/autograd.h"
 #include "core/cpu_isa.h"
+#include "core/precision.h"
+#include "ops/dispatch.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "tests/ops/op_table.h"
@@ -109,6 +111,53 @@ TEST_CASE("linear: the fused float32 GEMM epilogue has the composed ops' bits, f
           };
           const std::vector<Tensor> fused = run(true), composed = run(false);
           for (size_t i = 0; i < fused.size(); ++i) CHECK(max_abs_diff(fused[i], composed[i]) == 0);
+        }
+  }
+}
+
+TEST_CASE("linear: the fused bfloat16 GEMM epilogue has the composed 16-bit ops' bits") {
+  // Note [Fused linear] in ops/linalg.cc, bf16 precision on a bfloat16 input: the 16-bit
+  // product (Note [16-bit linear]) then bias_activation is the reference, at every ISA level,
+  // for one k-slice and for several (in = 900).
+  const PrecisionScope precision(Precision::kBFloat16);
+  for (int level = 0; level <= static_cast<int>(detected_cpu_isa()); ++level) {
+    CpuIsaGuard guard(static_cast<CpuIsa>(level));
+    for (const auto& [rows, in, out] :
+         {std::array<int64_t, 3>{96, 80, 72}, std::array<int64_t, 3>{3, 5, 4},
+          std::array<int64_t, 3>{20, 900, 40}})
+      for (FusedActivation act : {FusedActivation::kRelu, FusedActivation::kNone})
+        for (bool with_bias : {true, false}) {
+          if (!with_bias && act == FusedActivation::kNone) continue;
+          INFO(cpu_isa_name(cpu_isa()) << " rows " << rows << " in " << in << " " << act_name(act)
+                                       << (with_bias ? "" : " no bias"));
+          int64_t fused_calls = 0;
+          auto run = [&](bool fused) {
+            Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), DType::kBFloat16)
+                           .set_requires_grad(true);
+            Tensor w =
+                ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
+            Tensor b = ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
+            const Tensor bias = with_bias ? b : Tensor();
+            ops::kernel_profile::reset();
+            ops::kernel_profile::set_enabled(true);
+            Tensor y = fused ? ops::linear(x, w, bias, act)
+                             : ops::bias_activation(ops::linear(x, w, Tensor()), bias, act);
+            ops::kernel_profile::set_enabled(false);
+            for (const auto& e : ops::kernel_profile::snapshot())
+              if (e.name == "linear_bias_act") fused_calls += e.calls;
+            y.backward(ops::cast(rand64(y.shape(), 104), DType::kFloat32));  // a float32 seed
+            return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : x.grad()};
+          };
+          const std::vector<Tensor> fused = run(true);
+          CHECK(fused_calls == 1);  // the fused form ran...
+          const std::vector<Tensor> composed = run(false);
+          CHECK(fused_calls == 1);  // ...and the reference did not
+          CHECK(fused[0].dtype() == DType::kBFloat16);
+          CHECK(fused[1].dtype() == DType::kBFloat16);
+          for (size_t i = 0; i < fused.size(); ++i) {
+            CHECK(fused[i].dtype() == composed[i].dtype());
+            CHECK(max_abs_diff(fused[i], composed[i]) == 0);
+          }
         }
   }
 }
