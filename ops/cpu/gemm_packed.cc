@@ -8,15 +8,8 @@
 // panels, and for each over the nc columns of B that fit in L2, so one A panel
 // (mr x kc) stays in L1 while the B block streams from L2.
 //
-// Note [Shared B panels]. By default the pool's threads split the A
-// panels (rows of C) and share one packed B block: whichever thread first
-// reaches a B panel claims it with an atomic flag and packs it; the others
-// pack the remaining panels meanwhile and wait only for panels in flight. So
-// one parallel_for per block suffices, and a pool that runs the chunks one
-// after another on the caller (it is busy, or we are inside a pool task) still
-// works: nobody waits for a panel nobody packs. When op(A) has too few panels
-// to share out evenly (m small) the threads split the B panels instead, and A
-// is packed once up front.
+// Splitting a block over the pool: gemm_split.cc (Note [Shared B panels]).
+//
 //
 // Buffers are thread-local to the calling thread, 64-byte aligned, and grow
 // only: no allocation per call in the steady state.
@@ -36,119 +29,16 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/gemm_blocking.h"
+#include "ops/cpu/gemm_driver.h"
 
 namespace gpipe::ops::cpu {
 namespace {
 
-using packed::Bf16DotKernelSet;
-using packed::KernelSet;
-
-// What the operands hold and how they are multiplied: float32; bfloat16
-// converted to float32 while packing (then the float32 kernels); bfloat16
-// packed in pairs for the dot-product kernel.
-enum class Src { kF32, kBf16Convert, kBf16Dot };
+using namespace gemm_driver;
 
 constexpr int64_t kNChunk = 8192;  // columns of op(B) packed at once (B buffer <= kc * kNChunk)
 constexpr double kParallelFlops = 4e6;  // below this a product runs on the caller
 constexpr int kMaxTile = 14 * 32;       // largest mr * nr of any kernel set
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-struct Problem {
-  bool ta, tb;
-  int64_t m, n, k;
-  float alpha;
-  const void* a;  // float or bfloat16 bits, as src says
-  int64_t lda;
-  const void* b;
-  int64_t ldb;
-  float beta;
-  float*
-      c;  // nullptr: no C (Note [bfloat16 results] with one k-slice: tiles in registers' scratch)
-  int64_t ldc;
-  bool ct = false;  // C stored transposed: element (i, j) of this product lives at c[j * ldc + i]
-  Src src = Src::kF32;
-  const GemmEpilogue* ep = nullptr;  // applied after the last k-slice (Note [GEMM epilogue])
-  EpilogueFn epilogue = nullptr;     // the active level's
-  int64_t c_row0 = 0, c_col0 = 0;    // c holds the product's C from (c_row0, c_col0) on
-};
-
-// The kernels of one product and their blocking.
-struct Engine {
-  const KernelSet* ks = nullptr;          // float32 and convert paths
-  const Bf16DotKernelSet* dot = nullptr;  // dot path
-  int mr, nr, kc, nc, mc;
-  int64_t esize;  // bytes per packed element
-
-  static Engine of(const KernelSet& k) {
-    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 4, k.kc_cap);
-    return Engine{&k, nullptr, k.mr, k.nr, b.kc, b.nc, b.mc, 4};
-  }
-  static Engine of(const Bf16DotKernelSet& k) {
-    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap);
-    return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2};
-  }
-  // Packed depth of a kc-deep slice: whole pairs for the dot kernel.
-  int64_t depth(int64_t kc_) const { return dot ? kc_ + (kc_ & 1) : kc_; }
-  void micro(int64_t kc_, const char* pa, const char* pb, float* c, int64_t ldc, float alpha,
-             float beta) const {
-    if (dot)
-      dot->kernel(depth(kc_), reinterpret_cast<const uint16_t*>(pa),
-                  reinterpret_cast<const uint16_t*>(pb), c, ldc, alpha, beta);
-    else
-      ks->kernel(kc_, reinterpret_cast<const float*>(pa), reinterpret_cast<const float*>(pb), c,
-                 ldc, alpha, beta);
-  }
-};
-
-// One (rows, columns, k-slice) block of the product.
-struct Block {
-  int64_t i0, rows, j0, cols, p0, kc;
-  float beta;  // beta for the first k-slice, 1 afterwards
-  int64_t a_panels, b_panels;
-  char* pa;  // a_panels * mr * depth(kc) packed elements
-  char* pb;  // b_panels * nr * depth(kc)
-  char* a_panel(const Engine& e, int64_t ip) const {
-    return pa + ip * e.mr * e.depth(kc) * e.esize;
-  }
-  char* b_panel(const Engine& e, int64_t jp) const {
-    return pb + jp * e.nr * e.depth(kc) * e.esize;
-  }
-};
-
-class AlignedFloats {
- public:
-  float* get(int64_t count) {
-    if (count > size_) {
-      ptr_.reset(static_cast<float*>(::operator new(count * sizeof(float), std::align_val_t(64))));
-      size_ = count;
-    }
-    return ptr_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
-  };
-  std::unique_ptr<float, Free> ptr_;
-  int64_t size_ = 0;
-};
-
-struct Workspace {
-  AlignedFloats a, b;
-  std::unique_ptr<std::atomic<uint8_t>[]>
-      b_state;  // Note [Shared B panels]: 0 free, 1 packing, 2 ready
-  int64_t b_state_size = 0;
-
-  std::atomic<uint8_t>* states(int64_t count) {
-    if (count > b_state_size) {
-      b_state.reset(new std::atomic<uint8_t>[count]);
-      b_state_size = count;
-    }
-    for (int64_t i = 0; i < count; ++i) b_state[i].store(0, std::memory_order_relaxed);
-    return b_state.get();
-  }
-};
 
 // ---- packing ---------------------------------------------------------------
 
@@ -190,6 +80,11 @@ const void* at(const void* base, int64_t row, int64_t col, int64_t ld, int64_t e
 }
 int64_t src_size(const Problem& P) { return P.src == Src::kF32 ? 4 : 2; }
 
+}  // namespace
+
+// The driver's packing and tiles (gemm_driver.h), shared with gemm_split.cc.
+namespace gemm_driver {
+
 // Rows [i0, i0 + mr) of op(A), columns [p0, p0 + kc), as one mr panel.
 void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc,
                   char* dst) {
@@ -205,8 +100,6 @@ void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int
   if (!P.tb) return pack_panel(P, e, at(P.b, p0, j0, P.ldb, es), P.ldb, true, cols, kc, e.nr, dst);
   pack_panel(P, e, at(P.b, j0, p0, P.ldb, es), P.ldb, false, cols, kc, e.nr, dst);
 }
-
-// ---- tiles -----------------------------------------------------------------
 
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp) {
   const int mr = ks.mr, nr = ks.nr;
@@ -260,101 +153,9 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
   if (P.ep != nullptr && last_slice) P.epilogue(*P.ep, c, P.ldc, i, j, rows, cols);
 }
 
-// ---- one block, split over the pool ---------------------------------------
+}  // namespace gemm_driver
 
-// Waits for another thread to finish packing a B panel (microseconds); yields
-// after a while in case that thread lost its core.
-void wait_ready(const std::atomic<uint8_t>& state) {
-  for (int spins = 0; state.load(std::memory_order_acquire) != 2; ++spins) {
-    if (spins < 4096)
-      __builtin_ia32_pause();
-    else
-      std::this_thread::yield();
-  }
-}
-
-// Rows of C split: A panels [lo, hi) on this task, B panels shared.
-void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
-                          std::atomic<uint8_t>* b_state, int64_t lo, int64_t hi) {
-  const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
-  for (int64_t jc = 0; jc < blk.b_panels; jc += nc_panels) {
-    const int64_t jend = std::min(blk.b_panels, jc + nc_panels);
-    for (int64_t jp = jc; jp < jend; ++jp) {
-      uint8_t expected = 0;
-      if (b_state[jp].load(std::memory_order_relaxed) == 0 &&
-          b_state[jp].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
-        pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
-        b_state[jp].store(2, std::memory_order_release);
-      }
-    }
-    for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
-    for (int64_t ip = lo; ip < hi; ++ip) {
-      if (jc == 0) pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.a_panel(ks, ip));
-      for (int64_t jp = jc; jp < jend; ++jp) run_tile(P, ks, blk, ip, jp);
-    }
-  }
-}
-
-// Columns of C split: B panels [lo, hi) on this task, A packed beforehand.
-void run_block_split_cols(const Problem& P, const Engine& ks, const Block& blk, int64_t lo,
-                          int64_t hi) {
-  const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
-  for (int64_t jc = lo; jc < hi; jc += nc_panels) {
-    const int64_t jend = std::min(hi, jc + nc_panels);
-    for (int64_t jp = jc; jp < jend; ++jp)
-      pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
-    for (int64_t ip = 0; ip < blk.a_panels; ++ip)
-      for (int64_t jp = jc; jp < jend; ++jp) run_tile(P, ks, blk, ip, jp);
-  }
-}
-
-// Fraction of `threads` busy when `panels` are dealt out in equal chunks.
-double balance(int64_t panels, int threads) {
-  return static_cast<double>(panels) / (threads * ceil_div(panels, threads));
-}
-
-// Note [Row shares]. When the threads split the rows of C, thread t takes
-// the A panels [row_share(t), row_share(t + 1)): the panel boundary nearest
-// to t / threads of the block's rows. Equal panel counts would load the
-// thread with the short last panel less: 256 rows (18 panels of 14 and one of
-// 4) dealt 10 + 9 give 140 and 116 rows, 91% busy; the nearest boundaries
-// give 126 and 130, 98%.
-int64_t row_share(const Block& blk, int mr, int threads, int t) {
-  if (t >= threads) return blk.a_panels;
-  const double row = static_cast<double>(t) * static_cast<double>(blk.rows) / threads;
-  return std::clamp<int64_t>(std::llround(row / mr), 0, blk.a_panels);
-}
-
-// Fraction of `threads` busy with the rows of C dealt out as row_share does.
-double row_balance(const Block& blk, int mr, int threads) {
-  int64_t most = 0;
-  for (int t = 0; t < threads; ++t) {
-    const int64_t end_row = std::min(blk.rows, row_share(blk, mr, threads, t + 1) * mr);
-    most = std::max(most, end_row - row_share(blk, mr, threads, t) * mr);
-  }
-  return static_cast<double>(blk.rows) / (static_cast<double>(threads) * most);
-}
-
-void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& ws, int threads) {
-  if (threads > 1 &&
-      row_balance(blk, ks.mr, threads) < std::min(0.9, balance(blk.b_panels, threads))) {
-    for (int64_t ip = 0; ip < blk.a_panels; ++ip)
-      pack_a_panel(P, ks, blk.i0 + ip * ks.mr, blk.p0, blk.kc, blk.a_panel(ks, ip));
-    parallel_for(0, blk.b_panels, 1,
-                 [&](int64_t lo, int64_t hi) { run_block_split_cols(P, ks, blk, lo, hi); });
-    return;
-  }
-  std::atomic<uint8_t>* b_state = ws.states(blk.b_panels);
-  if (threads <= 1) {
-    run_block_split_rows(P, ks, blk, b_state, 0, blk.a_panels);
-    return;
-  }
-  parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t t = lo; t < hi; ++t)
-      run_block_split_rows(P, ks, blk, b_state, row_share(blk, ks.mr, threads, static_cast<int>(t)),
-                           row_share(blk, ks.mr, threads, static_cast<int>(t) + 1));
-  });
-}
+namespace {
 
 void scale_c(const Problem& P) {
   for (int64_t i = 0; i < P.m; ++i) {

@@ -1,0 +1,134 @@
+// The packed GEMM driver's own types (internal to gemm_packed.cc and
+// gemm_split.cc): one product (Problem), its kernels and blocking (Engine),
+// one block of it (Block), and the per-thread buffers (Workspace).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <new>
+
+#include "ops/cpu/gemm_blocking.h"
+#include "ops/cpu/gemm_kernels.h"
+
+namespace gpipe::ops::cpu::gemm_driver {
+
+using packed::Bf16DotKernelSet;
+using packed::EpilogueFn;
+using packed::GemmEpilogue;
+using packed::KernelSet;
+
+// What the operands hold and how they are multiplied: float32; bfloat16
+// converted to float32 while packing (then the float32 kernels); bfloat16
+// packed in pairs for the dot-product kernel.
+enum class Src { kF32, kBf16Convert, kBf16Dot };
+
+struct Problem {
+  bool ta, tb;
+  int64_t m, n, k;
+  float alpha;
+  const void* a;  // float or bfloat16 bits, as src says
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  float beta;
+  float*
+      c;  // nullptr: no C (Note [bfloat16 results] with one k-slice: tiles in registers' scratch)
+  int64_t ldc;
+  bool ct = false;  // C stored transposed: element (i, j) of this product lives at c[j * ldc + i]
+  Src src = Src::kF32;
+  const GemmEpilogue* ep = nullptr;  // applied after the last k-slice (Note [GEMM epilogue])
+  EpilogueFn epilogue = nullptr;     // the active level's
+  int64_t c_row0 = 0, c_col0 = 0;    // c holds the product's C from (c_row0, c_col0) on
+};
+
+// The kernels of one product and their blocking.
+struct Engine {
+  const KernelSet* ks = nullptr;          // float32 and convert paths
+  const Bf16DotKernelSet* dot = nullptr;  // dot path
+  int mr, nr, kc, nc, mc;
+  int64_t esize;  // bytes per packed element
+
+  static Engine of(const KernelSet& k) {
+    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 4, k.kc_cap);
+    return Engine{&k, nullptr, k.mr, k.nr, b.kc, b.nc, b.mc, 4};
+  }
+  static Engine of(const Bf16DotKernelSet& k) {
+    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap);
+    return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2};
+  }
+  // Packed depth of a kc-deep slice: whole pairs for the dot kernel.
+  int64_t depth(int64_t kc_) const { return dot ? kc_ + (kc_ & 1) : kc_; }
+  void micro(int64_t kc_, const char* pa, const char* pb, float* c, int64_t ldc, float alpha,
+             float beta) const {
+    if (dot)
+      dot->kernel(depth(kc_), reinterpret_cast<const uint16_t*>(pa),
+                  reinterpret_cast<const uint16_t*>(pb), c, ldc, alpha, beta);
+    else
+      ks->kernel(kc_, reinterpret_cast<const float*>(pa), reinterpret_cast<const float*>(pb), c,
+                 ldc, alpha, beta);
+  }
+};
+
+// One (rows, columns, k-slice) block of the product.
+struct Block {
+  int64_t i0, rows, j0, cols, p0, kc;
+  float beta;  // beta for the first k-slice, 1 afterwards
+  int64_t a_panels, b_panels;
+  char* pa;  // a_panels * mr * depth(kc) packed elements
+  char* pb;  // b_panels * nr * depth(kc)
+  char* a_panel(const Engine& e, int64_t ip) const {
+    return pa + ip * e.mr * e.depth(kc) * e.esize;
+  }
+  char* b_panel(const Engine& e, int64_t jp) const {
+    return pb + jp * e.nr * e.depth(kc) * e.esize;
+  }
+};
+
+class AlignedFloats {
+ public:
+  float* get(int64_t count) {
+    if (count > size_) {
+      ptr_.reset(static_cast<float*>(::operator new(count * sizeof(float), std::align_val_t(64))));
+      size_ = count;
+    }
+    return ptr_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<float, Free> ptr_;
+  int64_t size_ = 0;
+};
+
+struct Workspace {
+  AlignedFloats a, b;
+  std::unique_ptr<std::atomic<uint8_t>[]>
+      b_state;  // Note [Shared B panels]: 0 free, 1 packing, 2 ready
+  int64_t b_state_size = 0;
+
+  std::atomic<uint8_t>* states(int64_t count) {
+    if (count > b_state_size) {
+      b_state.reset(new std::atomic<uint8_t>[count]);
+      b_state_size = count;
+    }
+    for (int64_t i = 0; i < count; ++i) b_state[i].store(0, std::memory_order_relaxed);
+    return b_state.get();
+  }
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// gemm_packed.cc: packs one A or B panel; runs one tile of a block.
+void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc, char* dst);
+void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc, char* dst);
+void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp);
+
+// gemm_split.cc: one block over `threads` threads of the pool (Note [Shared
+// B panels]).
+void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& ws, int threads);
+
+}  // namespace gpipe::ops::cpu::gemm_driver
