@@ -248,104 +248,59 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 // gx = gz w now, gw = gz^T x and the bias gradient with the weights: the
 // kernels and operand orders of the composed matmul + bias_activation, so
 // forward and backward have the same bits as the composed form.
-bool fused_linear_applies(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                          FusedActivation act) {
-  return (act == FusedActivation::kRelu || (act == FusedActivation::kNone && bias.defined())) &&
-         x.rank() >= 2 && x.dtype() == DType::kFloat32 && weight.dtype() == DType::kFloat32 &&
-         (!bias.defined() || bias.dtype() == DType::kFloat32) &&
-         current_precision() == Precision::kFloat32 && weight.device() == x.device() &&
-         (!bias.defined() || bias.device() == x.device()) && linear_bias_act.has(x.device().type) &&
-         bias_act_backward.has(x.device().type);
+//
+// The same fusion runs under bf16 precision for a bfloat16 input (Note
+// [16-bit linear]) where the device's linear_bias_act takes bfloat16 (the
+// CPU): y = round(act(round(x w16^T) + b)) in one GEMM, and one node whose
+// backward runs the composed form's kernels in its order: bias_act_backward
+// (gz in bfloat16, the bias gradient in float32), then the 16-bit linear's
+// gx = gz w16 (bfloat16) and gw = gz^T x (float32). Same bits as
+// linear_16bit followed by bias_activation, forward and backward.
+enum class FusedLinear { kNone, kFloat32, kBFloat16 };
+FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              FusedActivation act) {
+  const DeviceType dev = x.device().type;
+  const bool fits =
+      (act == FusedActivation::kRelu || (act == FusedActivation::kNone && bias.defined())) &&
+      x.rank() >= 2 && weight.dtype() == DType::kFloat32 &&
+      (!bias.defined() || bias.dtype() == DType::kFloat32) && weight.device() == x.device() &&
+      (!bias.defined() || bias.device() == x.device()) && bias_act_backward.has(dev);
+  const Precision p = current_precision();
+  if (fits && x.dtype() == DType::kFloat32 && p == Precision::kFloat32 && linear_bias_act.has(dev))
+    return FusedLinear::kFloat32;
+  if (fits && x.dtype() == DType::kBFloat16 && p == Precision::kBFloat16 &&
+      linear_bias_act.takes_bf16(dev))
+    return FusedLinear::kBFloat16;
+  return FusedLinear::kNone;
 }
 
-// The same fusion under bf16 precision for a bfloat16 input (Note [16-bit
-// linear]): y = round(act(round(x w16^T) + b)) in one GEMM where the device's
-// linear_bias_act takes bfloat16 (the CPU), and one node whose backward
-// runs the composed form's kernels in its order: bias_act_backward (gz in
-// bfloat16, the bias gradient in float32), then the 16-bit linear's gx =
-// gz w16 (bfloat16) and gw = gz^T x (float32). Same bits as linear_16bit
-// followed by bias_activation, forward and backward.
-bool fused_linear_bf16_applies(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                               FusedActivation act) {
-  return (act == FusedActivation::kRelu || (act == FusedActivation::kNone && bias.defined())) &&
-         x.rank() >= 2 && x.dtype() == DType::kBFloat16 && weight.dtype() == DType::kFloat32 &&
-         (!bias.defined() || bias.dtype() == DType::kFloat32) &&
-         current_precision() == Precision::kBFloat16 && weight.device() == x.device() &&
-         (!bias.defined() || bias.device() == x.device()) &&
-         linear_bias_act.takes_bf16(x.device().type) && bias_act_backward.has(x.device().type);
-}
-
-Tensor fused_linear_bf16(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         FusedActivation act) {
+// Both fused linears (Note [Fused linear]): float32, or bf16's on a
+// bfloat16 input with the weight rounded to bfloat16 and a bfloat16 result.
+Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
+                    bool bf16) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const Tensor x2 = detail::dense(reshape(x, {-1, in}));
-  const Tensor w16 = weight_operand(weight, true);
+  const Tensor wd = detail::dense(bf16 ? weight_operand(weight, true) : weight);
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
   std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
   dims.push_back(out);
-  Tensor y = Tensor::empty(Shape(dims), DType::kBFloat16, x.device());
+  Tensor y = Tensor::empty(Shape(dims), bf16 ? DType::kBFloat16 : DType::kFloat32, x.device());
   const bool relu = act == FusedActivation::kRelu;
-  profiled_product([&] { linear_bias_act(x.device(), x2, detail::dense(w16), bd, relu, y); },
+  profiled_product([&] { linear_bias_act(x.device(), x2, wd, bd, relu, y); },
                    [&] {
-                     return gpipe::detail::concat("A*B^T bfloat16 ", x2.size(0), "x", out, "x", in,
-                                                  relu ? " +relu" : " +bias", " ->bf16");
+                     return gpipe::detail::concat(
+                         "A*B^T ", bf16 ? "bfloat16 " : "float32 ", x2.size(0), "x", out, "x", in,
+                         relu ? " +relu" : " +bias", bf16 ? " ->bf16" : "");
                    },
                    2.0 * static_cast<double>(x2.size(0)) * out * in);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  record_split("linear_16bit", inputs, y,
-               [xd = x2.detach(), wd = weight.detach(), ys = relu ? y.detach() : Tensor(), act,
+  // Under bf16 the node keeps the float32 master weight and rounds it again
+  // for gx (Note [16-bit linear]: no bfloat16 copy per micro-batch).
+  record_split(bf16 ? "linear_16bit" : "linear", inputs, y,
+               [xd = x2.detach(), wd = bf16 ? weight.detach() : wd.detach(),
+                ys = relu ? y.detach() : Tensor(), act, bf16,
                 xs = std::vector<int64_t>(x.shape().begin(), x.shape().end()),
-                has_bias = bias.defined(), need_x = x.requires_grad(),
-                need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](
-                   const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
-                 NoGradGuard no_grad;
-                 const Tensor gy = detail::dense(g[0]);
-                 const bool want_x = need_x && wanted[0], want_w = need_w && wanted[1];
-                 const bool want_b = need_b && wanted[2];
-                 const bool own_gz = act == FusedActivation::kRelu && (want_x || want_w);
-                 Tensor gz = own_gz ? Tensor::empty(gy.shape(), gy.dtype(), gy.device()) : Tensor();
-                 Tensor gb = want_b
-                                 ? Tensor::empty(Shape{gy.size(-1)}, DType::kFloat32, gy.device())
-                                 : Tensor();
-                 if (gz.defined() || gb.defined())
-                   bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz, gb);
-                 const Tensor gh = rounded(reshape(own_gz ? gz : gy, {-1, gy.size(-1)}), true);
-                 std::vector<Tensor> grads(has_bias ? 3 : 2);
-                 if (want_x) {
-                   const Tensor w16 = weight_operand(wd, true);
-                   Tensor gx = product_bf16_out(gh, w16, false);
-                   if (!gx.defined()) gx = cast(matmul(gh, w16, false, false), DType::kBFloat16);
-                   grads[0] = reshape(gx, xs);
-                 }
-                 if (want_w) grads[1] = matmul(gh, xd, true, false);
-                 if (has_bias) grads[2] = gb;
-                 return grads;
-               });
-  return y;
-}
-
-Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                    FusedActivation act) {
-  const int64_t in = weight.size(1), out = weight.size(0);
-  const Tensor x2 = detail::dense(reshape(x, {-1, in}));
-  const Tensor wd = detail::dense(weight);
-  const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
-  std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
-  dims.push_back(out);
-  Tensor y = Tensor::empty(Shape(dims), DType::kFloat32, x.device());
-  profiled_product(
-      [&] { linear_bias_act(x.device(), x2, wd, bd, act == FusedActivation::kRelu, y); },
-      [&] {
-        return gpipe::detail::concat("A*B^T float32 ", x2.size(0), "x", out, "x", in,
-                                     act == FusedActivation::kRelu ? " +relu" : " +bias");
-      },
-      2.0 * static_cast<double>(x2.size(0)) * out * in);
-  std::vector<Tensor> inputs{x, weight};
-  if (bias.defined()) inputs.push_back(bias);
-  const bool relu = act == FusedActivation::kRelu;
-  record_split("linear", inputs, y,
-               [xd = x2.detach(), wd = wd.detach(), ys = relu ? y.detach() : Tensor(), act,
                 has_bias = bias.defined(), need_x = x.requires_grad(),
                 need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](
                    const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
@@ -356,15 +311,29 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
                  // gz = gy act'(y): its own tensor under ReLU, gy itself without an activation.
                  const bool own_gz = act == FusedActivation::kRelu && (want_x || want_w);
                  Tensor gz = own_gz ? Tensor::empty(gy.shape(), gy.dtype(), gy.device()) : Tensor();
-                 Tensor gb =
-                     want_b ? Tensor::empty(Shape{gy.size(-1)}, gy.dtype(), gy.device()) : Tensor();
+                 Tensor gb = want_b
+                                 ? Tensor::empty(Shape{gy.size(-1)},
+                                                 bf16 ? DType::kFloat32 : gy.dtype(), gy.device())
+                                 : Tensor();
                  if (gz.defined() || gb.defined())
                    bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz, gb);
                  const Tensor& dz = own_gz ? gz : gy;
                  std::vector<Tensor> out(has_bias ? 3 : 2);
-                 if (want_x) out[0] = matmul(dz, wd, false, false);
-                 if (want_w) out[1] = matmul(reshape(dz, {-1, dz.size(-1)}), xd, true, false);
                  if (has_bias) out[2] = gb;
+                 if (!bf16) {
+                   if (want_x) out[0] = matmul(dz, wd, false, false);
+                   if (want_w) out[1] = matmul(reshape(dz, {-1, dz.size(-1)}), xd, true, false);
+                   return out;
+                 }
+                 // The 16-bit linear's backward (linear_16bit) on the bfloat16-rounded gz.
+                 const Tensor gh = rounded(reshape(dz, {-1, dz.size(-1)}), true);
+                 if (want_x) {
+                   const Tensor w16 = weight_operand(wd, true);
+                   Tensor gx = product_bf16_out(gh, w16, false);
+                   if (!gx.defined()) gx = cast(matmul(gh, w16, false, false), DType::kBFloat16);
+                   out[0] = reshape(gx, xs);
+                 }
+                 if (want_w) out[1] = matmul(gh, xd, true, false);
                  return out;
                });
   return y;
@@ -380,9 +349,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   if (bias.defined())
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");
-  if (fused_linear_applies(x, weight, bias, act)) return fused_linear(x, weight, bias, act);
-  if (fused_linear_bf16_applies(x, weight, bias, act))
-    return fused_linear_bf16(x, weight, bias, act);
+  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act); kind != FusedLinear::kNone)
+    return fused_linear(x, weight, bias, act, kind == FusedLinear::kBFloat16);
   const Precision p = current_precision();
   const bool half = p != Precision::kFloat32 &&
                     (x.dtype() == DType::kFloat32 || is_half(x.dtype())) &&
