@@ -199,86 +199,175 @@ void softmax_prefix(T* row, int64_t n, int64_t tk, T scale) {
   std::fill(row + n, row + tk, T(0));
 }
 
+// One pair's operands and results: q, out, gout, gq rows of Tq (stride ldq),
+// k, v, gk, gv rows of Tk (stride ldk), all dh wide; p the pair's Tq x Tk
+// probabilities; pad its Tk key flags (or nullptr).
 template <class T>
+struct Pair {
+  const T *q, *k, *v, *pad;
+  int64_t ldq, ldk;
+};
+
+template <class T>
+void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, T* out,
+                  vector<T>& kt) {
+  product_bt<T>(g.tq, g.tk, g.dh, in.q, in.ldq, in.k, in.ldk, p, g.tk, kt);
+  for (int64_t i = 0; i < g.tq; ++i) {
+    T* row = p + i * g.tk;
+    if (!in.pad) {  // keys [0, n) are visible, the rest weigh exactly 0
+      const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
+      softmax_prefix(row, n, g.tk, scale);
+      continue;
+    }
+    for (int64_t j = 0; j < g.tk; ++j)
+      row[j] = masked(in.pad, causal, i, j) ? T(kMasked) : row[j] * scale;
+    Row<T> r(row, g.tk);
+    const T mx = r.maxCoeff();
+    r = (r - mx).exp();
+    if (mx > T(kMasked))  // masked keys weigh exactly 0 (a vectorised exp leaves ~1e-39)
+      for (int64_t j = 0; j < g.tk; ++j)
+        if (masked(in.pad, causal, i, j)) row[j] = T(0);
+    r *= T(1) / r.sum();
+  }
+  product<T>(false, g.tq, g.dh, g.tk, p, g.tk, in.v, in.ldk, out, in.ldq);
+}
+
+template <class T>
+void backward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, const T* p, const T* go,
+                   T* gq, T* gk, T* gv, vector<T>& ds, vector<T>& vt) {
+  ds.resize(static_cast<size_t>(g.tq * g.tk));
+  product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, in.ldq, gv, in.ldk);
+  product_bt<T>(g.tq, g.tk, g.dh, go, in.ldq, in.v, in.ldk, ds.data(), g.tk, vt);
+  for (int64_t i = 0; i < g.tq; ++i) {
+    T* dr = ds.data() + i * g.tk;
+    const T* pr = p + i * g.tk;
+    T dot = 0;
+    for (int64_t j = 0; j < g.tk; ++j) dot += dr[j] * pr[j];
+    if (!in.pad) {  // keys [0, n) visible: no mask test per element
+      const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
+      for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
+      std::fill(dr + n, dr + g.tk, T(0));
+      continue;
+    }
+    for (int64_t j = 0; j < g.tk; ++j)
+      dr[j] = masked(in.pad, causal, i, j) ? T(0) : pr[j] * (dr[j] - dot) * scale;
+  }
+  product<T>(false, g.tq, g.dh, g.tk, ds.data(), g.tk, in.k, in.ldk, gq, in.ldq);
+  product<T>(true, g.tk, g.dh, g.tq, ds.data(), g.tk, in.q, in.ldq, gk, in.ldk);
+}
+
+// Note [bfloat16 attention]. bfloat16 q, k, v (and probabilities, output
+// and gradients) are widened a pair at a time into float32 scratch of dh
+// columns, the float32 pair runs on it (with its register tiles), and each
+// result is rounded once into place: what the float32 kernel computes on
+// widened copies of the whole tensors (Note [16-bit kernels] in
+// ops/dispatch.h), without those copies and their passes over memory.
+template <class S>
+void widen_block(const S* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = load_float(src + r * ld, c);
+}
+template <class S>
+void narrow_block(const float* src, int64_t rows, int64_t cols, S* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) store_float(dst + r * ld, c, src[r * cols + c]);
+}
+
+// The pair's float32 scratch for a 16-bit S: operands, then results.
+struct Scratch16 {
+  vector<float> q, k, v, pad, p, go, gq, gk, gv;
+  template <class S>
+  Pair<float> widen(const Dims& g, const S* pq, const S* pk, const S* pv, const S* pad) {
+    q.resize(static_cast<size_t>(g.tq * g.dh));
+    k.resize(static_cast<size_t>(g.tk * g.dh));
+    v.resize(static_cast<size_t>(g.tk * g.dh));
+    widen_block(pq, g.tq, g.dh, g.d, q.data());
+    widen_block(pk, g.tk, g.dh, g.d, k.data());
+    widen_block(pv, g.tk, g.dh, g.d, v.data());
+    if (pad) {
+      this->pad.resize(static_cast<size_t>(g.tk));
+      widen_block(pad, 1, g.tk, g.tk, this->pad.data());
+    }
+    return Pair<float>{q.data(), k.data(), v.data(), pad ? this->pad.data() : nullptr, g.dh, g.dh};
+  }
+};
+
+template <class S>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
                   int64_t heads, bool causal, Tensor& out_t, Tensor& probs_t) {
+  using T = compute_t<S>;
   const Dims g(q, k, heads);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(g.dh)));
-  const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
-  const T* pad = pad_t.defined() ? pad_t.data<T>() : nullptr;
-  T* out = out_t.data<T>();
-  T* probs = probs_t.data<T>();
+  const S *pq = q.data<S>(), *pk = k.data<S>(), *pv = v.data<S>();
+  const S* pad = pad_t.defined() ? pad_t.data<S>() : nullptr;
+  S* out = out_t.data<S>();
+  S* probs = probs_t.data<S>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
     vector<T> kt;
+    Scratch16 sc;
     for (int64_t bh = lo; bh < hi; ++bh) {
-      T* p = probs + bh * g.tq * g.tk;
-      const T* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
-      product_bt<T>(g.tq, g.tk, g.dh, pq + g.q_at(bh), g.d, pk + g.k_at(bh), g.d, p, g.tk, kt);
-      for (int64_t i = 0; i < g.tq; ++i) {
-        T* row = p + i * g.tk;
-        if (!pad_b) {  // keys [0, n) are visible, the rest weigh exactly 0
-          const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
-          softmax_prefix(row, n, g.tk, scale);
-          continue;
-        }
-        for (int64_t j = 0; j < g.tk; ++j)
-          row[j] = masked(pad_b, causal, i, j) ? T(kMasked) : row[j] * scale;
-        Row<T> r(row, g.tk);
-        const T mx = r.maxCoeff();
-        r = (r - mx).exp();
-        if (mx > T(kMasked))  // masked keys weigh exactly 0 (a vectorised exp leaves ~1e-39)
-          for (int64_t j = 0; j < g.tk; ++j)
-            if (masked(pad_b, causal, i, j)) row[j] = T(0);
-        r *= T(1) / r.sum();
+      const S* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
+      S* p = probs + bh * g.tq * g.tk;
+      if constexpr (is_16bit_v<S>) {  // Note [bfloat16 attention]
+        const Pair<float> in =
+            sc.widen(g, pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b);
+        sc.p.resize(static_cast<size_t>(g.tq * g.tk));
+        sc.gq.resize(static_cast<size_t>(g.tq * g.dh));
+        forward_pair<float>(g, causal, scale, in, sc.p.data(), sc.gq.data(), kt);
+        narrow_block(sc.p.data(), 1, g.tq * g.tk, p, 0);
+        narrow_block(sc.gq.data(), g.tq, g.dh, out + g.q_at(bh), g.d);
+      } else {
+        const Pair<T> in{pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b, g.d, g.d};
+        forward_pair<T>(g, causal, scale, in, p, out + g.q_at(bh), kt);
       }
-      product<T>(false, g.tq, g.dh, g.tk, p, g.tk, pv + g.k_at(bh), g.d, out + g.q_at(bh), g.d);
     }
   });
 }
 
-template <class T>
+template <class S>
 void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
                    const Tensor& probs_t, const Tensor& gout_t, int64_t heads, bool causal,
                    Tensor& gq_t, Tensor& gk_t, Tensor& gv_t) {
+  using T = compute_t<S>;
   const Dims g(q, k, heads);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(g.dh)));
-  const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>(), *probs = probs_t.data<T>();
-  const T* gout = gout_t.data<T>();
-  const T* pad = pad_t.defined() ? pad_t.data<T>() : nullptr;
-  T *gq = gq_t.data<T>(), *gk = gk_t.data<T>(), *gv = gv_t.data<T>();
+  const S *pq = q.data<S>(), *pk = k.data<S>(), *pv = v.data<S>(), *probs = probs_t.data<S>();
+  const S* gout = gout_t.data<S>();
+  const S* pad = pad_t.defined() ? pad_t.data<S>() : nullptr;
+  S *gq = gq_t.data<S>(), *gk = gk_t.data<S>(), *gv = gv_t.data<S>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
-    vector<T> ds(static_cast<size_t>(g.tq * g.tk)), vt;
+    vector<T> ds, vt;
+    Scratch16 sc;
     for (int64_t bh = lo; bh < hi; ++bh) {
-      const T* p = probs + bh * g.tq * g.tk;
-      const T* go = gout + g.q_at(bh);
-      const T* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
-      product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, g.d, gv + g.k_at(bh), g.d);
-      product_bt<T>(g.tq, g.tk, g.dh, go, g.d, pv + g.k_at(bh), g.d, ds.data(), g.tk, vt);
-      for (int64_t i = 0; i < g.tq; ++i) {
-        T* dr = ds.data() + i * g.tk;
-        const T* pr = p + i * g.tk;
-        T dot = 0;
-        for (int64_t j = 0; j < g.tk; ++j) dot += dr[j] * pr[j];
-        if (!pad_b) {  // keys [0, n) visible: no mask test per element
-          const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
-          for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
-          std::fill(dr + n, dr + g.tk, T(0));
-          continue;
-        }
-        for (int64_t j = 0; j < g.tk; ++j)
-          dr[j] = masked(pad_b, causal, i, j) ? T(0) : pr[j] * (dr[j] - dot) * scale;
+      const S* p = probs + bh * g.tq * g.tk;
+      const S* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
+      if constexpr (is_16bit_v<S>) {  // Note [bfloat16 attention]
+        const Pair<float> in =
+            sc.widen(g, pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b);
+        sc.p.resize(static_cast<size_t>(g.tq * g.tk));
+        sc.go.resize(static_cast<size_t>(g.tq * g.dh));
+        sc.gq.resize(static_cast<size_t>(g.tq * g.dh));
+        sc.gk.resize(static_cast<size_t>(g.tk * g.dh));
+        sc.gv.resize(static_cast<size_t>(g.tk * g.dh));
+        widen_block(p, 1, g.tq * g.tk, 0, sc.p.data());
+        widen_block(gout + g.q_at(bh), g.tq, g.dh, g.d, sc.go.data());
+        backward_pair<float>(g, causal, scale, in, sc.p.data(), sc.go.data(), sc.gq.data(),
+                             sc.gk.data(), sc.gv.data(), ds, vt);
+        narrow_block(sc.gq.data(), g.tq, g.dh, gq + g.q_at(bh), g.d);
+        narrow_block(sc.gk.data(), g.tk, g.dh, gk + g.k_at(bh), g.d);
+        narrow_block(sc.gv.data(), g.tk, g.dh, gv + g.k_at(bh), g.d);
+      } else {
+        const Pair<T> in{pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b, g.d, g.d};
+        backward_pair<T>(g, causal, scale, in, p, gout + g.q_at(bh), gq + g.q_at(bh),
+                         gk + g.k_at(bh), gv + g.k_at(bh), ds, vt);
       }
-      product<T>(false, g.tq, g.dh, g.tk, ds.data(), g.tk, pk + g.k_at(bh), g.d, gq + g.q_at(bh),
-                 g.d);
-      product<T>(true, g.tk, g.dh, g.tq, ds.data(), g.tk, pq + g.q_at(bh), g.d, gk + g.k_at(bh),
-                 g.d);
     }
   });
 }
 
 void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                            int64_t heads, bool causal, Tensor& out, Tensor& probs) {
-  dispatch_floating(q.dtype(), "attention", [&](auto z) {
+  dispatch_floating_16(q.dtype(), "attention", [&](auto z) {
     forward_impl<decltype(z)>(q, k, v, pad, heads, causal, out, probs);
   });
 }
@@ -286,7 +375,7 @@ void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, co
 void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                             const Tensor& probs, const Tensor& gout, int64_t heads, bool causal,
                             Tensor& gq, Tensor& gk, Tensor& gv) {
-  dispatch_floating(q.dtype(), "attention backward", [&](auto z) {
+  dispatch_floating_16(q.dtype(), "attention backward", [&](auto z) {
     backward_impl<decltype(z)>(q, k, v, pad, probs, gout, heads, causal, gq, gk, gv);
   });
 }

@@ -252,6 +252,8 @@ GPIPE_KERNEL_ACCEPTS_16BIT(cast_into, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm_bf16_out, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(linear_bias_act, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(attention_forward, DeviceType::kCPU, kBFloat16);
+GPIPE_KERNEL_ACCEPTS_16BIT(attention_backward, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_forward, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCPU, kBFloat16);
