@@ -262,33 +262,35 @@ void backward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, const
 // result is rounded once into place: what the float32 kernel computes on
 // widened copies of the whole tensors (Note [16-bit kernels] in
 // ops/dispatch.h), without those copies and their passes over memory.
+// rows x cols of a 16-bit source of row stride ld, widened into buf (row
+// stride cols); and back, each value rounded once.
 template <class S>
-void widen_block(const S* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+const float* widen_block(const S* src, int64_t rows, int64_t cols, int64_t ld, vector<float>& buf) {
+  buf.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = load_float(src + r * ld, c);
+    for (int64_t c = 0; c < cols; ++c) buf[r * cols + c] = load_float(src + r * ld, c);
+  return buf.data();
 }
 template <class S>
-void narrow_block(const float* src, int64_t rows, int64_t cols, S* dst, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) store_float(dst + r * ld, c, src[r * cols + c]);
+void narrow_block(const vector<float>& src, int64_t rows, int64_t cols, S* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) narrow_row(src.data() + r * cols, dst + r * ld, cols);
+}
+float* sized(vector<float>& buf, int64_t n) {
+  buf.resize(static_cast<size_t>(n));
+  return buf.data();
 }
 
 // The pair's float32 scratch for a 16-bit S: operands, then results.
 struct Scratch16 {
-  vector<float> q, k, v, pad, p, go, gq, gk, gv;
+  vector<float> q, k, v, keys, p, go, out, gq, gk, gv;
   template <class S>
   Pair<float> widen(const Dims& g, const S* pq, const S* pk, const S* pv, const S* pad) {
-    q.resize(static_cast<size_t>(g.tq * g.dh));
-    k.resize(static_cast<size_t>(g.tk * g.dh));
-    v.resize(static_cast<size_t>(g.tk * g.dh));
-    widen_block(pq, g.tq, g.dh, g.d, q.data());
-    widen_block(pk, g.tk, g.dh, g.d, k.data());
-    widen_block(pv, g.tk, g.dh, g.d, v.data());
-    if (pad) {
-      this->pad.resize(static_cast<size_t>(g.tk));
-      widen_block(pad, 1, g.tk, g.tk, this->pad.data());
-    }
-    return Pair<float>{q.data(), k.data(), v.data(), pad ? this->pad.data() : nullptr, g.dh, g.dh};
+    return Pair<float>{widen_block(pq, g.tq, g.dh, g.d, q),
+                       widen_block(pk, g.tk, g.dh, g.d, k),
+                       widen_block(pv, g.tk, g.dh, g.d, v),
+                       pad ? widen_block(pad, 1, g.tk, 0, keys) : nullptr,
+                       g.dh,
+                       g.dh};
   }
 };
 
@@ -311,11 +313,10 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       if constexpr (is_16bit_v<S>) {  // Note [bfloat16 attention]
         const Pair<float> in =
             sc.widen(g, pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b);
-        sc.p.resize(static_cast<size_t>(g.tq * g.tk));
-        sc.gq.resize(static_cast<size_t>(g.tq * g.dh));
-        forward_pair<float>(g, causal, scale, in, sc.p.data(), sc.gq.data(), kt);
-        narrow_block(sc.p.data(), 1, g.tq * g.tk, p, 0);
-        narrow_block(sc.gq.data(), g.tq, g.dh, out + g.q_at(bh), g.d);
+        forward_pair<float>(g, causal, scale, in, sized(sc.p, g.tq * g.tk),
+                            sized(sc.out, g.tq * g.dh), kt);
+        narrow_block(sc.p, 1, g.tq * g.tk, p, 0);
+        narrow_block(sc.out, g.tq, g.dh, out + g.q_at(bh), g.d);
       } else {
         const Pair<T> in{pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b, g.d, g.d};
         forward_pair<T>(g, causal, scale, in, p, out + g.q_at(bh), kt);
@@ -344,18 +345,13 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       if constexpr (is_16bit_v<S>) {  // Note [bfloat16 attention]
         const Pair<float> in =
             sc.widen(g, pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b);
-        sc.p.resize(static_cast<size_t>(g.tq * g.tk));
-        sc.go.resize(static_cast<size_t>(g.tq * g.dh));
-        sc.gq.resize(static_cast<size_t>(g.tq * g.dh));
-        sc.gk.resize(static_cast<size_t>(g.tk * g.dh));
-        sc.gv.resize(static_cast<size_t>(g.tk * g.dh));
-        widen_block(p, 1, g.tq * g.tk, 0, sc.p.data());
-        widen_block(gout + g.q_at(bh), g.tq, g.dh, g.d, sc.go.data());
-        backward_pair<float>(g, causal, scale, in, sc.p.data(), sc.go.data(), sc.gq.data(),
-                             sc.gk.data(), sc.gv.data(), ds, vt);
-        narrow_block(sc.gq.data(), g.tq, g.dh, gq + g.q_at(bh), g.d);
-        narrow_block(sc.gk.data(), g.tk, g.dh, gk + g.k_at(bh), g.d);
-        narrow_block(sc.gv.data(), g.tk, g.dh, gv + g.k_at(bh), g.d);
+        backward_pair<float>(g, causal, scale, in, widen_block(p, 1, g.tq * g.tk, 0, sc.p),
+                             widen_block(gout + g.q_at(bh), g.tq, g.dh, g.d, sc.go),
+                             sized(sc.gq, g.tq * g.dh), sized(sc.gk, g.tk * g.dh),
+                             sized(sc.gv, g.tk * g.dh), ds, vt);
+        narrow_block(sc.gq, g.tq, g.dh, gq + g.q_at(bh), g.d);
+        narrow_block(sc.gk, g.tk, g.dh, gk + g.k_at(bh), g.d);
+        narrow_block(sc.gv, g.tk, g.dh, gv + g.k_at(bh), g.d);
       } else {
         const Pair<T> in{pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b, g.d, g.d};
         backward_pair<T>(g, causal, scale, in, p, gout + g.q_at(bh), gq + g.q_at(bh),

@@ -10,19 +10,11 @@
 //
 // Splitting a block over the pool: gemm_split.cc (Note [Shared B panels]).
 //
-//
 // Buffers are thread-local to the calling thread, 64-byte aligned, and grow
 // only: no allocation per call in the steady state.
 #include "ops/cpu/gemm_packed.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <new>
-#include <thread>
 #include <vector>
 
 #include "core/cpu_isa.h"
@@ -196,12 +188,9 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
   if (m <= 0 || n <= 0) return;
   const bool to_bf16 = P.ep != nullptr && P.ep->bf16_out != nullptr;
   if (k <= 0 || P.alpha == 0.0f) {
-    if (to_bf16) {  // zeros, through the epilogue a row at a time
-      std::vector<float> zeros(static_cast<size_t>(n));
-      for (int64_t i = 0; i < m; ++i) {
-        std::fill(zeros.begin(), zeros.end(), 0.0f);
-        P.epilogue(*P.ep, zeros.data(), n, i, 0, 1, n);
-      }
+    if (to_bf16) {  // zeros, through the epilogue a row at a time (it writes only bf16_out)
+      std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+      for (int64_t i = 0; i < m; ++i) P.epilogue(*P.ep, zeros.data(), n, i, 0, 1, n);
       return;
     }
     scale_c(P);

@@ -152,12 +152,6 @@ TEST_CASE("bfloat16 GEMM: both paths under small and odd blockings (k slices of 
 
 namespace {
 
-uint16_t round_bf16(float x) {
-  bfloat16 h;
-  h.bits = float_to_bf16_bits(x);
-  return h.bits;
-}
-
 // By Note [bfloat16 results] in ops/cpu/gemm_kernels.h, the product written as bfloat16 by the
 // epilogue against the float32 product through the same path, rounded, then bias and ReLU on the
 // rounded values, rounded again (what cast + bias_activation do).
@@ -166,8 +160,8 @@ void check_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int varia
   std::normal_distribution<float> normal;
   const int64_t lda = ta ? m : k, ldb = tb ? k : n, ldo = n + 3;
   std::vector<uint16_t> a(std::max<int64_t>(1, m * k)), b(std::max<int64_t>(1, k * n));
-  for (uint16_t& x : a) x = round_bf16(normal(rng));
-  for (uint16_t& x : b) x = round_bf16(normal(rng));
+  for (uint16_t& x : a) x = float_to_bf16_bits(normal(rng));
+  for (uint16_t& x : b) x = float_to_bf16_bits(normal(rng));
   std::vector<float> bias(n), c(m * n);
   for (float& x : bias) x = normal(rng);
   ops::cpu::packed_gemm_bf16(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n,
@@ -179,10 +173,10 @@ void check_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int varia
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float x = c[i * n + j];
-      if (variant != 0) x = bf16_bits_to_float(round_bf16(x));
+      if (variant != 0) x = bf16_bits_to_float(float_to_bf16_bits(x));
       if (ep.bias) x = x + bias[j];
       if (ep.relu) x = x > 0.0f ? x : 0.0f;
-      want[i * ldo + j] = round_bf16(x);
+      want[i * ldo + j] = float_to_bf16_bits(x);
     }
   ep.bf16_out = got.data();
   ep.ld_bf16_out = ldo;
