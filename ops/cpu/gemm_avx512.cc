@@ -5,6 +5,8 @@
 // AVX-512 flags; see Note [GEMM ISA files] in gemm_kernels.h.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "ops/cpu/gemm_kernels.h"
 
 namespace gpipe::ops::cpu::packed {
@@ -12,7 +14,7 @@ namespace avx512 {
 namespace {
 
 #include "ops/cpu/gemm_epilogue.inc"
-#include "ops/cpu/gemm_pack_avx.inc"
+#include "ops/cpu/gemm_pack_avx512.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"
 #include "ops/cpu/gemm_tile_avx512.inc"
 
@@ -63,8 +65,8 @@ const KernelSet kAvx512Kernels = {"avx512",
                                   avx512::kNr,
                                   512,
                                   avx512::kernel_14x32,
-                                  avx512::pack_transposed_avx,
-                                  avx512::pack_copy_avx,
+                                  avx512::pack_transposed_avx512,
+                                  avx512::pack_copy_avx512,
                                   avx512::pack_transposed_bf16,
                                   avx512::pack_copy_bf16,
                                   avx512::epilogue,

@@ -125,6 +125,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // gemm_packed.cc: packs one A or B panel; runs one tile of a block.
 void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc, char* dst);
 void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc, char* dst);
+// A panels [ip, ip + count) of a block at once (Note [Grouped transposed A] in gemm_packed.cc).
+void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip, int64_t count);
+// How many A panels a block packs at once (1: one at a time, as it runs them).
+int64_t a_panel_group(const Problem& P);
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp);
 
 // gemm_split.cc: one block over `threads` threads of the pool (Note [Shared

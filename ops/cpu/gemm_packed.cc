@@ -93,6 +93,34 @@ void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int
   pack_panel(P, e, at(P.b, j0, p0, P.ldb, es), P.ldb, false, cols, kc, e.nr, dst);
 }
 
+// Note [Grouped transposed A]. For op(A) = A^T (a weight gradient's
+// G^T X), an A panel is mr consecutive floats (56 bytes) of each of kc rows
+// of A, and rows are often a power of two of bytes apart (1, 4 or 32 KB):
+// every row of a panel falls in the same few sets of the L1 and L2 caches,
+// the lines are evicted before the next panel reads their other half, and
+// packing one panel at a time read each line twice, from L3. So the panels
+// are packed a group at a time, in chunks of a few rows: each chunk's source
+// lines are read whole, by the group's panels one after another, while they
+// are in L1.
+constexpr int64_t kGroupPanels = 8;  // A panels packed together (8 x 14 floats = 7 lines a row)
+constexpr int64_t kGroupRows = 8;    // rows of A per chunk (even: bfloat16 pairs stay whole)
+
+int64_t a_panel_group(const Problem& P) { return P.ta ? kGroupPanels : 1; }
+
+void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip, int64_t count) {
+  if (!P.ta || count == 1) {
+    for (int64_t q = ip; q < ip + count; ++q)
+      pack_a_panel(P, e, blk.i0 + q * e.mr, blk.p0, blk.kc, blk.a_panel(e, q));
+    return;
+  }
+  for (int64_t p = 0; p < blk.kc; p += kGroupRows) {
+    const int64_t rows = std::min(kGroupRows, blk.kc - p);
+    for (int64_t q = ip; q < ip + count; ++q)  // depth p of a panel: p * mr elements in
+      pack_a_panel(P, e, blk.i0 + q * e.mr, blk.p0 + p, rows,
+                   blk.a_panel(e, q) + p * e.mr * e.esize);
+  }
+}
+
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp) {
   const int mr = ks.mr, nr = ks.nr;
   const char* pa = blk.a_panel(ks, ip);

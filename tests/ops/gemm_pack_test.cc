@@ -1,0 +1,77 @@
+// The packed GEMM's panel packers (ops/cpu/gemm_kernels.h's PackFn) at every
+// ISA level this CPU supports, against their definitions: every lane count
+// up to two AVX-512 registers, depths around the 8- and 16-float steps, panel
+// widths wider than the lanes, and rows further apart than they are long.
+// Nothing outside the panel may be written, and pack_copy zeroes the lanes
+// past the source's.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "core/cpu_isa.h"
+#include "core/error.h"
+#include "ops/cpu/gemm_packed.h"
+
+using namespace gpipe;
+
+namespace {
+
+std::vector<CpuIsa> supported_levels() {
+  std::vector<CpuIsa> levels;
+  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
+    levels.push_back(static_cast<CpuIsa>(i));
+  return levels;
+}
+
+constexpr float kGuard = -7.5f;  // in dst around and inside the panel before packing
+constexpr int64_t kMargin = 40;  // guard floats before and after the panel
+
+float source_value(int64_t row, int64_t col) { return static_cast<float>(row * 1000 + col + 1); }
+
+// Packs a `lanes` x kc panel out of a source with rows ld apart (`copy`: the
+// lanes run along a row, else across rows) and checks every float of dst.
+void check_pack(bool copy, int64_t lanes, int64_t kc, int64_t stride, int64_t ld) {
+  const int64_t rows = copy ? kc : lanes, cols = copy ? lanes : kc;
+  // The source holds exactly the rows read; the last one only up to its last column.
+  std::vector<float> src((rows - 1) * ld + cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) src[r * ld + c] = source_value(r, c);
+  std::vector<float> dst(kc * stride + 2 * kMargin, kGuard);
+  float* panel = dst.data() + kMargin;
+  const auto& ks = ops::cpu::packed_kernels();
+  (copy ? ks.pack_copy : ks.pack_transposed)(src.data(), ld, lanes, kc, panel, stride);
+  INFO(cpu_isa_name(cpu_isa()) << (copy ? " pack_copy" : " pack_transposed") << " lanes=" << lanes
+                               << " kc=" << kc << " stride=" << stride << " ld=" << ld);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < kMargin; ++i)
+    wrong += (dst[i] != kGuard) + (dst[kMargin + kc * stride + i] != kGuard);
+  for (int64_t p = 0; p < kc; ++p)
+    for (int64_t r = 0; r < stride; ++r) {
+      const float got = panel[p * stride + r];
+      if (r < lanes)
+        wrong += got != (copy ? source_value(p, r) : source_value(r, p));
+      else if (copy)
+        wrong += got != 0.0f;
+      else  // left for the caller to zero: either as it was or zero
+        wrong += got != kGuard && got != 0.0f;
+    }
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gemm packing: both packers match their definitions at every level") {
+  for (CpuIsa isa : supported_levels()) {
+    CpuIsaGuard guard(isa);
+    const auto& ks = ops::cpu::packed_kernels();
+    for (int64_t lanes = 1; lanes <= 33; ++lanes)
+      for (int64_t kc : {1, 2, 7, 8, 9, 15, 16, 17, 40})
+        for (bool copy : {false, true})  // either packer builds A (mr) and B (nr) panels
+          for (int64_t stride : {lanes, std::max<int64_t>(lanes, ks.mr),
+                                 std::max<int64_t>(lanes, ks.nr), lanes + 19}) {
+            const int64_t along = copy ? lanes : kc;
+            for (int64_t ld : {along, along + 3, int64_t{1024}})
+              check_pack(copy, lanes, kc, stride, std::max(ld, along));
+          }
+  }
+}
