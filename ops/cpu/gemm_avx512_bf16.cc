@@ -6,6 +6,7 @@
 // gemm_kernels.h.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/cpu/gemm_kernels.h"
@@ -40,18 +41,35 @@ void kernel_14x32(int64_t kc, const uint16_t* a, const uint16_t* b, float* c, in
   tile_store(acc, c, ldc, alpha, beta);
 }
 
+// Note [Masked pair packing]. The panels' rows are 14 lanes (A) or 32 (B)
+// wide, and the plain packers moved what a whole vector did not cover one
+// pair at a time: a 14-lane A panel was 6 scalar rows out of 14 (pack_rows)
+// or scalar altogether (pack_cols), some 10% of a bf16 W2 step. With
+// AVX-512's masks every part of a panel takes the vector path: loads masked
+// to the lanes and depth there are (what they leave is zero, which is also
+// the odd depth's pad and the lanes past the source's), stores masked to the
+// panel's width. Masked-off elements are neither read nor written
+// (gemm_pack_test checks both packers against their definitions).
+
+// Mask of the low `n` 16-bit elements of a 256-bit vector, n in [0, 16].
+inline __mmask16 low16(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
 // Element (r, p) at src[r * ld + p]: each pair is adjacent in the source, so
-// the panel is a transpose of 32-bit words (8 x 8 blocks through registers).
+// the panel is a transpose of 32-bit words, 8 rows by 8 pairs at a time.
 void pack_rows(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint16_t* dst,
                int64_t stride) {
-  const int64_t pairs = kc / 2;
-  int64_t r = 0;
-  for (; r + 8 <= lanes; r += 8) {
-    int64_t q = 0;
-    for (; q + 8 <= pairs; q += 8) {
+  const int64_t pairs = (kc + 1) / 2;  // the last one padded with a zero for an odd kc
+  for (int64_t r = 0; r < stride; r += 8) {
+    const int64_t rows = std::clamp<int64_t>(lanes - r, 0, 8);
+    const __mmask8 width = static_cast<__mmask8>((1u << std::min<int64_t>(8, stride - r)) - 1u);
+    for (int64_t q = 0; q < pairs; q += 8) {
+      const __mmask16 in = low16(kc - 2 * q);
       __m256i v[8];
       for (int i = 0; i < 8; ++i)
-        v[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (r + i) * ld + 2 * q));
+        v[i] = i < rows ? _mm256_maskz_loadu_epi16(in, src + (r + i) * ld + 2 * q)
+                        : _mm256_setzero_si256();
       // 8 x 8 transpose of 32-bit words.
       __m256i t[8], u[8];
       for (int i = 0; i < 4; ++i) {
@@ -69,53 +87,34 @@ void pack_rows(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint1
         v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
         v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
       }
-      for (int j = 0; j < 8; ++j)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (q + j) * 2 * stride + 2 * r), v[j]);
-    }
-    for (; q < pairs; ++q)
-      for (int i = 0; i < 8; ++i)
-        std::memcpy(dst + q * 2 * stride + 2 * (r + i), src + (r + i) * ld + 2 * q, 4);
-  }
-  for (; r < lanes; ++r)
-    for (int64_t q = 0; q < pairs; ++q)
-      std::memcpy(dst + q * 2 * stride + 2 * r, src + r * ld + 2 * q, 4);
-  if (kc % 2) {  // the last pair: (src[r, kc - 1], 0)
-    uint16_t* d = dst + pairs * 2 * stride;
-    for (int64_t i = 0; i < lanes; ++i) {
-      d[2 * i] = src[i * ld + kc - 1];
-      d[2 * i + 1] = 0;
+      const int64_t out = std::min<int64_t>(8, pairs - q);
+      for (int j = 0; j < out; ++j)
+        _mm256_mask_storeu_epi32(dst + (q + j) * 2 * stride + 2 * r, width, v[j]);
     }
   }
-  const int64_t padded = (kc + 1) / 2;
-  for (int64_t q = 0; q < padded && lanes < stride; ++q)
-    std::memset(dst + q * 2 * stride + 2 * lanes, 0, 4 * (stride - lanes));
 }
 
-// Element (r, p) at src[p * ld + r]: interleave rows p and p + 1.
+// Element (r, p) at src[p * ld + r]: interleave rows p and p + 1, 16 lanes
+// at a time.
 void pack_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint16_t* dst,
                int64_t stride) {
   for (int64_t p = 0; p < kc; p += 2) {
     const uint16_t* s0 = src + p * ld;
-    const uint16_t* s1 = p + 1 < kc ? s0 + ld : nullptr;
+    const bool second = p + 1 < kc;  // else the pad: zeros
     uint16_t* d = dst + p * stride;  // (p / 2) * 2 * stride
-    int64_t r = 0;
-    if (s1) {
-      for (; r + 16 <= lanes; r += 16) {
-        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s0 + r));
-        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s1 + r));
-        const __m256i lo = _mm256_unpacklo_epi16(x0, x1), hi = _mm256_unpackhi_epi16(x0, x1);
-        // unpack works within 128-bit lanes: reorder to lanes 0-3, 4-7, 8-11, 12-15.
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 2 * r),
-                            _mm256_permute2x128_si256(lo, hi, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 2 * r + 16),
-                            _mm256_permute2x128_si256(lo, hi, 0x31));
-      }
+    for (int64_t r = 0; r < stride; r += 16) {
+      const __mmask16 in = low16(std::clamp<int64_t>(lanes - r, 0, 16));
+      const __m256i x0 = _mm256_maskz_loadu_epi16(in, s0 + r);
+      const __m256i x1 =
+          second ? _mm256_maskz_loadu_epi16(in, s0 + ld + r) : _mm256_setzero_si256();
+      const __m256i lo = _mm256_unpacklo_epi16(x0, x1), hi = _mm256_unpackhi_epi16(x0, x1);
+      // unpack works within 128-bit lanes: reorder to lanes 0-3, 4-7, 8-11, 12-15.
+      const int64_t w0 = std::clamp<int64_t>(stride - r, 0, 8),
+                    w1 = std::clamp<int64_t>(stride - r - 8, 0, 8);
+      _mm256_mask_storeu_epi16(d + 2 * r, low16(2 * w0), _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_mask_storeu_epi16(d + 2 * r + 16, low16(2 * w1),
+                               _mm256_permute2x128_si256(lo, hi, 0x31));
     }
-    for (; r < lanes; ++r) {
-      d[2 * r] = s0[r];
-      d[2 * r + 1] = s1 ? s1[r] : 0;
-    }
-    if (lanes < stride) std::memset(d + 2 * lanes, 0, 4 * (stride - lanes));
   }
 }
 

@@ -3,7 +3,9 @@
 // up to two AVX-512 registers, depths around the 8- and 16-float steps, panel
 // widths wider than the lanes, and rows further apart than they are long.
 // Nothing outside the panel may be written, and pack_copy zeroes the lanes
-// past the source's.
+// past the source's. Likewise the bfloat16 dot path's pair packers where the
+// CPU has AVX512_BF16.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <vector>
@@ -58,7 +60,55 @@ void check_pack(bool copy, int64_t lanes, int64_t kc, int64_t stride, int64_t ld
   CHECK(wrong == 0);
 }
 
+// The pair packers (gemm_kernels.h's PackPairsFn): element (r, p) at
+// dst[(p / 2) * 2 * stride + 2 r + p % 2], zero past the lanes and at an odd
+// depth's pad.
+void check_pairs(bool cols_along, int64_t lanes, int64_t kc, int64_t stride, int64_t ld) {
+  const int64_t rows = cols_along ? kc : lanes, cols = cols_along ? lanes : kc;
+  const auto value = [](int64_t row, int64_t col) {
+    return static_cast<uint16_t>((row * 131 + col * 7 + 1) & 0x7FFF);
+  };
+  std::vector<uint16_t> src((rows - 1) * ld + cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) src[r * ld + c] = value(r, c);
+  const int64_t depth = kc + kc % 2;
+  constexpr uint16_t kGuard16 = 0xABCD;
+  std::vector<uint16_t> dst(depth * stride + 2 * kMargin, kGuard16);
+  uint16_t* panel = dst.data() + kMargin;
+  const auto& ks = ops::cpu::packed::kAvx512Bf16Kernels;
+  (cols_along ? ks.pack_cols : ks.pack_rows)(src.data(), ld, lanes, kc, panel, stride);
+  INFO((cols_along ? "pack_cols" : "pack_rows")
+       << " lanes=" << lanes << " kc=" << kc << " stride=" << stride << " ld=" << ld);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < kMargin; ++i)
+    wrong += (dst[i] != kGuard16) + (dst[kMargin + depth * stride + i] != kGuard16);
+  for (int64_t p = 0; p < depth; ++p)
+    for (int64_t r = 0; r < stride; ++r) {
+      const uint16_t want =
+          r < lanes && p < kc ? (cols_along ? value(p, r) : value(r, p)) : uint16_t{0};
+      wrong += panel[(p / 2) * 2 * stride + 2 * r + p % 2] != want;
+    }
+  CHECK(wrong == 0);
+}
+
 }  // namespace
+
+TEST_CASE("gemm packing: the bfloat16 pair packers match their definitions") {
+  if (!detected_bf16_dot()) {  // the kernel set exists but must not run here
+    WARN("no AVX512_BF16 on this CPU: the pair packers were not run");
+    return;
+  }
+  const auto& ks = ops::cpu::packed::kAvx512Bf16Kernels;
+  for (int64_t lanes = 1; lanes <= 33; ++lanes)
+    for (int64_t kc : {1, 2, 3, 15, 16, 17, 31, 33})
+      for (bool cols_along : {false, true})
+        for (int64_t stride : {lanes, std::max<int64_t>(lanes, ks.mr),
+                               std::max<int64_t>(lanes, ks.nr), lanes + 19}) {
+          const int64_t along = cols_along ? lanes : kc;
+          for (int64_t ld : {along, along + 3, int64_t{1024}})
+            check_pairs(cols_along, lanes, kc, stride, std::max(ld, along));
+        }
+}
 
 TEST_CASE("gemm packing: both packers match their definitions at every level") {
   for (CpuIsa isa : supported_levels()) {
