@@ -9,12 +9,14 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
+#include "ops/cpu/gemm_packed.h"
 #include "ops/ops.h"
 #include "ops/optimizer_kernels.h"
 #include "tools/bench/benchmarks.h"
@@ -55,6 +57,32 @@ Tensor rnd(const Shape& s, uint64_t seed, bool grad = false) {
 
 void backward_of(const Tensor& y) { y.backward(Tensor::full(y.shape(), 1.0, y.dtype())); }
 
+// A whole rows x cols float32 operand packed into panels of `lanes` as the
+// GEMM driver packs it, by the active level's packer (Note [Masked panel
+// packing] in ops/cpu/gemm_pack_avx512.inc): `copy`, the lanes run along a
+// row (A^T, B) and slices of kc rows; else across rows (A, B^T) and slices
+// of kc columns.
+Case packing_case(const char* name, const char* shape, bool copy, int64_t rows, int64_t cols,
+                  int64_t lanes, int64_t kc) {
+  auto src = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols), 0.5f);
+  auto dst = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols + 64 * kc));
+  const auto run = [=] {
+    const auto& ks = ops::cpu::packed_kernels();
+    float* d = dst->data();
+    const int64_t along = copy ? cols : rows, across = copy ? rows : cols;
+    for (int64_t p0 = 0; p0 < across; p0 += kc)
+      for (int64_t r0 = 0; r0 < along; r0 += lanes) {
+        const int64_t n = std::min(lanes, along - r0), depth = std::min(kc, across - p0);
+        if (copy)
+          ks.pack_copy(src->data() + p0 * cols + r0, cols, n, depth, d, lanes);
+        else
+          ks.pack_transposed(src->data() + r0 * cols + p0, cols, n, depth, d, lanes);
+        d += lanes * depth;
+      }
+  };
+  return {name, shape, "W2", run, "", {}};
+}
+
 std::vector<Case> make_cases() {
   std::vector<Case> cs;
   // W2: 32 x 32 tokens, d 256, FFN 1024, 4 heads, vocab 8192.
@@ -64,6 +92,18 @@ std::vector<Case> make_cases() {
     cs.push_back({"add", "[1024, 1024]", "W2", [=] { ops::add(a, b); }, "", {}});
     cs.push_back({"gelu", "[1024, 1024]", "W2", [=] { ops::gelu(a); }, "", {}});
   }
+  // The GEMM's packing of a linear layer's operands, per panel as the driver
+  // packs them (14-lane A panels, 32-lane B panels, k-slices of 384).
+  cs.push_back(
+      packing_case("pack A panels (x, fwd)", "[1024, 256] -> 14 x 256", false, tok, d, 14, 256));
+  cs.push_back(
+      packing_case("pack A^T panels (g, dW)", "[1024, 1024] -> 14 x 384", true, tok, ffn, 14, 384));
+  cs.push_back(
+      packing_case("pack B^T panels (w, fwd)", "[1024, 256] -> 32 x 256", false, ffn, d, 32, 256));
+  cs.push_back(
+      packing_case("pack B panels (x, dW)", "[1024, 256] -> 32 x 384", true, tok, d, 32, 384));
+  cs.push_back(packing_case("pack B panels (h, FFN dW)", "[1024, 1024] -> 32 x 384", true, tok, ffn,
+                            32, 384));
   {
     Tensor z = rnd({tok, ffn}, 3, true), bias = rnd({ffn}, 4, true);
     cs.push_back({"bias_activation relu fwd+bwd", "[1024, 1024]", "W2",
