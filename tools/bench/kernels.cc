@@ -96,6 +96,8 @@ std::vector<Case> make_cases() {
   // packs them (14-lane A panels, 32-lane B panels, k-slices of 384).
   cs.push_back(
       packing_case("pack A panels (x, fwd)", "[1024, 256] -> 14 x 256", false, tok, d, 14, 256));
+  cs.push_back(packing_case("pack A panels (g, FFN dx)", "[1024, 1024] -> 14 x 384", false, tok,
+                            ffn, 14, 384));
   cs.push_back(
       packing_case("pack A^T panels (g, dW)", "[1024, 1024] -> 14 x 384", true, tok, ffn, 14, 384));
   cs.push_back(
