@@ -61,24 +61,42 @@ void backward_of(const Tensor& y) { y.backward(Tensor::full(y.shape(), 1.0, y.dt
 // GEMM driver packs it, by the active level's packer (Note [Masked panel
 // packing] in ops/cpu/gemm_pack_avx512.inc): `copy`, the lanes run along a
 // row (A^T, B) and slices of kc rows; else across rows (A, B^T) and slices
-// of kc columns.
+// of kc columns. A^T panels (copy, lanes < 32) go a group at a time as the
+// driver packs them (Note [Grouped transposed A] in ops/cpu/gemm_packed.cc:
+// 8 panels, 8 rows at a time). In a training step the operand was written a
+// while ago and is not in the caches, so each call packs the next of enough
+// copies to pass through 64 MB: a source already in cache favours other
+// packers (wider moves, no prefetching) than a cold one does.
 Case packing_case(const char* name, const char* shape, bool copy, int64_t rows, int64_t cols,
                   int64_t lanes, int64_t kc) {
-  auto src = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols), 0.5f);
-  auto dst = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols + 64 * kc));
+  const int64_t elems = rows * cols;
+  const int64_t copies = std::max<int64_t>(2, (int64_t{64} << 20) / (4 * elems));
+  auto src = std::make_shared<std::vector<float>>(static_cast<size_t>(copies * elems), 0.5f);
+  auto dst = std::make_shared<std::vector<float>>(static_cast<size_t>(elems + 64 * kc));
+  auto next = std::make_shared<int64_t>(0);
+  const bool grouped = copy && lanes < 32;
   const auto run = [=] {
     const auto& ks = ops::cpu::packed_kernels();
-    float* d = dst->data();
+    const float* from = src->data() + (*next)++ % copies * elems;
     const int64_t along = copy ? cols : rows, across = copy ? rows : cols;
-    for (int64_t p0 = 0; p0 < across; p0 += kc)
-      for (int64_t r0 = 0; r0 < along; r0 += lanes) {
-        const int64_t n = std::min(lanes, along - r0), depth = std::min(kc, across - p0);
-        if (copy)
-          ks.pack_copy(src->data() + p0 * cols + r0, cols, n, depth, d, lanes);
-        else
-          ks.pack_transposed(src->data() + r0 * cols + p0, cols, n, depth, d, lanes);
-        d += lanes * depth;
+    float* d = dst->data();
+    for (int64_t p0 = 0; p0 < across; p0 += kc) {
+      const int64_t depth = std::min(kc, across - p0);
+      const int64_t group = grouped ? 8 * lanes : lanes, step = grouped ? 8 : depth;
+      for (int64_t g0 = 0; g0 < along; g0 += group) {
+        const int64_t g1 = std::min(along, g0 + group);
+        for (int64_t p = 0; p < depth; p += step)
+          for (int64_t r0 = g0; r0 < g1; r0 += lanes) {
+            const int64_t n = std::min(lanes, g1 - r0), rows_now = std::min(step, depth - p);
+            float* panel = d + (r0 / lanes) * lanes * depth + p * lanes;
+            if (copy)
+              ks.pack_copy(from + (p0 + p) * cols + r0, cols, n, rows_now, panel, lanes);
+            else
+              ks.pack_transposed(from + r0 * cols + p0 + p, cols, n, rows_now, panel, lanes);
+          }
       }
+      d += ((along + lanes - 1) / lanes) * lanes * depth;
+    }
   };
   return {name, shape, "W2", run, "", {}};
 }
@@ -92,8 +110,9 @@ std::vector<Case> make_cases() {
     cs.push_back({"add", "[1024, 1024]", "W2", [=] { ops::add(a, b); }, "", {}});
     cs.push_back({"gelu", "[1024, 1024]", "W2", [=] { ops::gelu(a); }, "", {}});
   }
-  // The GEMM's packing of a linear layer's operands, per panel as the driver
-  // packs them (14-lane A panels, 32-lane B panels, k-slices of 384).
+  // The GEMM's packing of a linear layer's operands, as the driver packs
+  // them (14-lane A panels, 32-lane B panels, k-slices of 256 or 384), from
+  // sources out of the caches.
   cs.push_back(
       packing_case("pack A panels (x, fwd)", "[1024, 256] -> 14 x 256", false, tok, d, 14, 256));
   cs.push_back(packing_case("pack A panels (g, FFN dx)", "[1024, 1024] -> 14 x 384", false, tok,
