@@ -71,11 +71,15 @@ Case packing_case(const char* name, const char* shape, bool copy, int64_t rows, 
                   int64_t lanes, int64_t kc) {
   const int64_t elems = rows * cols;
   const int64_t copies = std::max<int64_t>(2, (int64_t{64} << 20) / (4 * elems));
-  auto src = std::make_shared<std::vector<float>>(static_cast<size_t>(copies * elems), 0.5f);
-  auto dst = std::make_shared<std::vector<float>>(static_cast<size_t>(elems + 64 * kc));
+  // Made at the first call, so a filtered run allocates only its own cases.
+  auto src = std::make_shared<std::vector<float>>(), dst = std::make_shared<std::vector<float>>();
   auto next = std::make_shared<int64_t>(0);
   const bool grouped = copy && lanes < 32;
   const auto run = [=] {
+    if (src->empty()) {
+      src->assign(static_cast<size_t>(copies * elems), 0.5f);
+      dst->assign(static_cast<size_t>(elems + 64 * kc), 0.0f);
+    }
     const auto& ks = ops::cpu::packed_kernels();
     const float* from = src->data() + (*next)++ % copies * elems;
     const int64_t along = copy ? cols : rows, across = copy ? rows : cols;
