@@ -103,6 +103,13 @@ CpuIsa detected_cpu_isa() {
   return detected;
 }
 
+std::vector<CpuIsa> supported_cpu_isas() {
+  std::vector<CpuIsa> levels;
+  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
+    levels.push_back(static_cast<CpuIsa>(i));
+  return levels;
+}
+
 CpuIsa cpu_isa() {
   int active = g_active.load(std::memory_order_relaxed);
   if (active < 0) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpipe {
 
@@ -25,6 +26,9 @@ enum class CpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 
 // The best level this CPU and OS support (cached after the first call).
 CpuIsa detected_cpu_isa();
+// Every level this CPU can run, baseline first (tests and benchmarks run
+// each in turn).
+std::vector<CpuIsa> supported_cpu_isas();
 // The level kernels should use now. Throws gpipe::Error at first use if
 // GPIPE_CPU_ISA names an unknown or unsupported level.
 CpuIsa cpu_isa();

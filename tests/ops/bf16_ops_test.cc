@@ -33,17 +33,6 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-std::vector<CpuIsa> supported_levels() {
-  std::vector<CpuIsa> levels;
-  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
-    levels.push_back(static_cast<CpuIsa>(i));
-  return levels;
-}
-
-}  // namespace
-
-namespace {
-
 struct Bf16Case {
   bool ta, tb;
   int64_t m, n, k, pad;
@@ -109,7 +98,7 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
   const std::vector<std::array<int64_t, 3>> sizes = {
       {1, 1, 1},    {3, 5, 7},      {14, 32, 2},    {15, 33, 3},   {29, 65, 511},
       {64, 64, 64}, {100, 37, 513}, {7, 200, 1025}, {130, 70, 300}};
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     for (auto path : paths) {
       for (const auto& s : sizes)
@@ -205,7 +194,7 @@ TEST_CASE(
       std::nullopt, ops::cpu::GemmBlocking{16, 64, 28}};
   for (const auto& blocking : blockings) {
     ops::cpu::set_gemm_blocking(blocking);
-    for (CpuIsa isa : supported_levels()) {
+    for (CpuIsa isa : supported_cpu_isas()) {
       CpuIsaGuard guard(isa);
       for (auto path : paths) {
         if (path == ops::cpu::Bf16Path::kDot && isa != CpuIsa::kAvx512) continue;
@@ -373,7 +362,7 @@ TEST_CASE("conv2d under bfloat16 precision: bfloat16 products, written out in fl
   auto r = [](const Tensor& t) {
     return ops::cast(ops::cast(t, DType::kBFloat16), DType::kFloat32).detach();
   };
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     for (const Config& c : configs) {
       INFO(cpu_isa_name(isa) << " x " << c.x << ", w " << c.w);

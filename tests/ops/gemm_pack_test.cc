@@ -18,13 +18,6 @@ using namespace gpipe;
 
 namespace {
 
-std::vector<CpuIsa> supported_levels() {
-  std::vector<CpuIsa> levels;
-  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
-    levels.push_back(static_cast<CpuIsa>(i));
-  return levels;
-}
-
 constexpr float kGuard = -7.5f;  // in dst around and inside the panel before packing
 constexpr int64_t kMargin = 40;  // guard floats before and after the panel
 
@@ -111,7 +104,7 @@ TEST_CASE("gemm packing: the bfloat16 pair packers match their definitions") {
 }
 
 TEST_CASE("gemm packing: both packers match their definitions at every level") {
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
     for (int64_t lanes = 1; lanes <= 33; ++lanes)

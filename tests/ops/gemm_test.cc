@@ -20,13 +20,6 @@ using Catch::Contains;
 
 namespace {
 
-std::vector<CpuIsa> supported_levels() {
-  std::vector<CpuIsa> levels;
-  for (int i = 0; i <= static_cast<int>(detected_cpu_isa()); ++i)
-    levels.push_back(static_cast<CpuIsa>(i));
-  return levels;
-}
-
 struct GemmCase {
   bool ta = false, tb = false;
   int64_t m = 1, n = 1, k = 1;
@@ -117,7 +110,11 @@ TEST_CASE("cpu_isa: names parse back, bad names and unsupported levels throw") {
   CHECK_THROWS_AS(parse_cpu_isa(""), Error);
   CHECK(cpu_isa() <= detected_cpu_isa());
   CHECK_THAT(cpu_description(), Contains("supports") && Contains(cpu_isa_name(detected_cpu_isa())));
-  for (CpuIsa isa : supported_levels()) {
+  const std::vector<CpuIsa> levels = supported_cpu_isas();  // baseline up to the detected level
+  REQUIRE(levels.size() == static_cast<size_t>(detected_cpu_isa()) + 1);
+  CHECK(levels.front() == CpuIsa::kBaseline);
+  CHECK(levels.back() == detected_cpu_isa());
+  for (CpuIsa isa : levels) {
     CpuIsaGuard guard(isa);
     CHECK(cpu_isa() == isa);
   }
@@ -130,7 +127,7 @@ TEST_CASE("cpu_isa: names parse back, bad names and unsupported levels throw") {
 
 TEST_CASE("gemm: the packed backend is the float default and names its ISA") {
   CHECK(ops::cpu::gemm_backend() == ops::cpu::GemmBackend::kPacked);
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     CHECK(ops::cpu::gemm_backend_name() == std::string("packed-") + cpu_isa_name(isa));
     CHECK(ops::cpu::packed_kernels().name == std::string(cpu_isa_name(isa)));
@@ -139,7 +136,7 @@ TEST_CASE("gemm: the packed backend is the float default and names its ISA") {
 
 TEST_CASE("gemm: packed equals Eigen around every tile edge, all transpositions, each ISA level") {
   std::mt19937 rng(7);
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
     const int64_t kc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc;
@@ -157,7 +154,7 @@ TEST_CASE("gemm: packed equals Eigen around every tile edge, all transpositions,
 
 TEST_CASE("gemm: packed alpha, beta and leading strides wider than the rows") {
   std::mt19937 rng(8);
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     for (float alpha : {1.0f, -0.5f, 2.0f})
       for (float beta : {0.0f, 1.0f, 0.25f})
@@ -173,7 +170,7 @@ TEST_CASE("gemm: packed alpha, beta and leading strides wider than the rows") {
 
 TEST_CASE("gemm: packed across the row-block and column-chunk edges") {
   std::mt19937 rng(10);
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
     const int64_t mc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).mc;
@@ -189,7 +186,7 @@ TEST_CASE("gemm: packed across the row-block and column-chunk edges") {
 }
 
 TEST_CASE("gemm: packed with k = 0 or alpha = 0 only scales C") {
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     std::vector<float> c(3 * 5, 2.0f);
     const float a[1] = {1.0f}, b[1] = {1.0f};
@@ -221,7 +218,7 @@ TEST_CASE(
     ThreadPool pool(threads);
     IntraOpScope scope(&pool);
     CAPTURE(threads);
-    for (CpuIsa isa : supported_levels()) {
+    for (CpuIsa isa : supported_cpu_isas()) {
       CpuIsaGuard guard(isa);
       const std::vector<std::array<int64_t, 3>> shapes = {
           {301, 203, 300},  // rows of C split, edges everywhere
@@ -249,7 +246,7 @@ TEST_CASE(
   ThreadPool pool(2);
   IntraOpScope scope(&pool);
   std::mt19937 rng(13);
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const std::vector<std::array<int64_t, 3>> shapes = {
         {8, 256, 27}, {128, 16, 1152}, {256, 4, 2304}, {300, 301, 302}, {1024, 64, 300}};
@@ -266,7 +263,7 @@ TEST_CASE(
 }
 
 TEST_CASE("gemm: the compute line names the CPU, the active level and the GEMM path") {
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const std::string line = ops::cpu::compute_description();
     CHECK_THAT(line, Contains(std::string("kernels: ") + cpu_isa_name(isa)) &&
@@ -324,7 +321,7 @@ TEST_CASE("gemm blocking: any blocking gives the same products (small and odd sl
        {ops::cpu::GemmBlocking{5, 40, 20}, ops::cpu::GemmBlocking{17, 1, 1},
         ops::cpu::GemmBlocking{64, 96, 30}}) {
     BlockingGuard guard(b);
-    for (CpuIsa isa : supported_levels()) {
+    for (CpuIsa isa : supported_cpu_isas()) {
       CpuIsaGuard isa_guard(isa);
       INFO("kc " << b.kc << " nc " << b.nc << " mc " << b.mc);
       for (int t = 0; t < 4; ++t) {
@@ -365,7 +362,7 @@ TEST_CASE("gemm: the epilogue (bias, ReLU, residual) has the bits of the product
   auto fill = [&](std::vector<float>& v) {
     for (float& x : v) x = normal(rng);
   };
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
     const int64_t kc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc;
@@ -412,7 +409,7 @@ TEST_CASE("gemm: the epilogue (bias, ReLU, residual) has the bits of the product
 TEST_CASE("gemm: a short last panel gives the bits of the full tile's rows, each ISA level") {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
-  for (CpuIsa isa : supported_levels()) {
+  for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
     const int64_t full = 2 * ks.mr, n = 2 * ks.nr + 3;
