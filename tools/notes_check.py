@@ -4,6 +4,7 @@
 A definition opens a comment line, "// Note [X]: ...", "// Note [X]. ..." or "// Note [X]" alone
 (also "#" comments), or a Markdown paragraph or list item "**Note [X].**" / "* **Note [X]** ...". Every other "Note [X]" is a reference;
 one that names a file ("Note [X] in path/file.cc") must point at the file holding the definition.
+C++ sources, headers and the .inc fragments they include are all read.
 Prints each problem as path:line: message and exits 1 if there is any.
 """
 import re
@@ -14,14 +15,14 @@ SELF = ("tools/notes_check.py", "tools/notes_check_test.sh")  # they quote made-
 DEF_CODE = re.compile(r"^\s*(?://|#)\s*Note \[([^\]]+)\](?:[.:]|\s*$)")
 DEF_MD = re.compile(r"^\s*(?:[*-] )?\*\*Note \[([^\]]+)\]\.?\*\*")
 ANY = re.compile(r"Note \[([^\]]+)\]")
-WHERE = re.compile(r"Note \[([^\]]+)\],? in `?([\w./-]+\.(?:cc|h|cu|cuh|md|sh|bzl|py))`?")
+WHERE = re.compile(r"Note \[([^\]]+)\],? in `?([\w./-]+\.(?:cc|h|inc|cu|cuh|md|sh|bzl|py))`?")
 
 
 def main():
     files = subprocess.run(["git", "ls-files"], capture_output=True, text=True,
                            check=True).stdout.split()
     files = [f for f in files if not f.startswith("third_party/") and
-             re.search(r"\.(cc|h|cu|cuh|md|sh|bzl|py)$", f) and f not in SELF]
+             re.search(r"\.(cc|h|inc|cu|cuh|md|sh|bzl|py)$", f) and f not in SELF]
     defs, refs = {}, []
     for path in files:
         try:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/notes_check.py on small scratch trees: a clean one passes; a note
 # defined twice, a reference to a note defined nowhere and a reference
-# naming the wrong file each fail with a message naming the place.
+# naming the wrong file each fail with a message naming the place; a note
+# defined in an .inc fragment counts.
 set -uo pipefail
 CHECK="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 fail=0
@@ -30,5 +31,9 @@ run "$d" 1 "core/a.cc:1: Note [Gamma] is referenced but defined nowhere"
 d="$TEST_TMPDIR/elsewhere"; tree "$d"
 printf '// Note [Alpha]: here.\n' > "$d/core/a.cc"; printf '// (Note [Alpha] in core/b.cc)\n' > "$d/core/c.cc"
 run "$d" 1 "core/c.cc:1: Note [Alpha] is said to be in core/b.cc, but it is defined in core/a.cc"
+d="$TEST_TMPDIR/fragment"; tree "$d"  # a note defined in an included .inc fragment
+printf '// Note [Delta]. in a fragment.\n' > "$d/core/k.inc"
+printf '// (Note [Delta] in core/k.inc)\n' > "$d/core/a.cc"
+run "$d" 0 "1 notes, 1 references, 0 problem(s)"
 [ "$fail" = 0 ] && echo "notes_check_test: all cases passed"
 exit "$fail"
