@@ -42,6 +42,11 @@ Tensor Linear::forward(const Tensor& x) {
   return ops::linear(x, weight, bias);
 }
 
+Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual) {
+  expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
+  return ops::linear(x, weight, bias, ops::FusedActivation::kNone, residual);
+}
+
 Tensor Linear::forward(const Tensor& x, Activation act) {
   expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
   static constexpr ops::FusedActivation kFused[] = {

@@ -34,6 +34,9 @@ class Linear final : public UnaryLayer {
   Tensor forward(const Tensor& x) override;
   // act(forward(x)), the bias and activation fused into one pass.
   Tensor forward(const Tensor& x, Activation act);
+  // forward(x) + residual, the add done in the product's epilogue where the
+  // device has one (ops::linear); residual has the output's shape.
+  Tensor forward_residual(const Tensor& x, const Tensor& residual);
   TensorSpec output_spec(const TensorSpec& in) const override;
   Tensor weight, bias;
 
@@ -76,6 +79,8 @@ class Dropout final : public UnaryLayer {
   Tensor forward(const Tensor& x) override;
   TensorSpec output_spec(const TensorSpec& in) const override { return in; }
   double cost(const BundleSpec&) const override { return 0.0; }
+  // Whether forward changes its input: training with p > 0.
+  bool active() const { return training() && p_ > 0; }
 
  private:
   double p_;

@@ -152,23 +152,33 @@ class ResidualSublayer final : public Layer {
     if (cache && stream_ == 0 && cache->position > 0) return out;
     const Tensor& x = in[stream_];
     Tensor h = norm_(x);
+    // Note [Fused residual]. Without dropout on the branch (eval, or p = 0)
+    // stream + f is done in f's last product's epilogue (ops::linear with a
+    // residual): no pass over memory for the add, the same bits. With
+    // dropout the add stays a separate op after it.
+    const Tensor residual = drop_.active() ? Tensor() : x;
     Tensor f;
+    bool added = false;  // f already holds x + f
     switch (kind_) {
       case SublayerKind::kSelfAttention:
-        f = attn_->attend(h, h, in[1]);
+        f = attn_->attend(h, h, in[1], residual);
+        added = residual.defined();
         break;  // keys: the padded source
       case SublayerKind::kCausalSelfAttention:
-        f = cache ? attn_->attend_incremental(h, *cache) : attn_->attend(h, h);
+        f = cache ? attn_->attend_incremental(h, *cache) : attn_->attend(h, h, Tensor(), residual);
+        added = !cache && residual.defined();
         break;
       case SublayerKind::kCrossAttention:
         f = cache ? attn_->attend_cached_memory(h, in[0], in[1], *cache)
-                  : attn_->attend(h, in[0], in[1]);
+                  : attn_->attend(h, in[0], in[1], residual);
+        added = !cache && residual.defined();
         break;
       case SublayerKind::kFeedForward:
-        f = (*ffn_)(h);
+        f = ffn_->forward_residual(h, residual);
+        added = residual.defined();
         break;
     }
-    out[stream_] = ops::add(x, drop_(f));
+    out[stream_] = added ? f : ops::add(x, drop_(f));
     if (cache && stream_ == 0) cache->position = 1;  // ran once: pass through from now on
     return out;
   }

@@ -239,15 +239,17 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
   return y;
 }
 
-// Note [Fused linear]. A float32 linear layer with a bias or ReLU on a
-// device with linear_bias_act (the CPU) runs as one GEMM whose epilogue adds
-// the bias and applies the activation in cache (Note [GEMM epilogue] in
-// ops/cpu/gemm_kernels.h), instead of a GEMM and a bias_activation pass over
-// memory. It records one node that splits (Note [Split backward]): gz = g
-// act'(y) (bias_act_backward, which also sums the bias gradient), then
-// gx = gz w now, gw = gz^T x and the bias gradient with the weights: the
-// kernels and operand orders of the composed matmul + bias_activation, so
-// forward and backward have the same bits as the composed form.
+// Note [Fused linear]. A float32 linear layer with a bias, ReLU or residual
+// on a device with linear_bias_act (the CPU) runs as one GEMM whose epilogue
+// adds the bias, applies the activation and adds the residual in cache (Note
+// [GEMM epilogue] in ops/cpu/gemm_kernels.h), instead of a GEMM, a
+// bias_activation pass and an add over memory. The residual's gradient is
+// the upstream one itself, as the add's. A residual after an activation is
+// added separately: the backward reads ReLU's mask off the output. It records one node that splits
+// (Note [Split backward]): gz = g act'(y) (bias_act_backward, which also sums the bias gradient),
+// then gx = gz w now, gw = gz^T x and the bias gradient with the weights: the kernels and operand
+// orders of the composed matmul + bias_activation, so forward and backward have the same bits as
+// the composed form.
 //
 // The same fusion runs under bf16 precision for a bfloat16 input (Note
 // [16-bit linear]) where the device's linear_bias_act takes bfloat16 (the
@@ -258,13 +260,16 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 // linear_16bit followed by bias_activation, forward and backward.
 enum class FusedLinear { kNone, kFloat32, kBFloat16 };
 FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              FusedActivation act) {
+                              FusedActivation act, const Tensor& residual) {
   const DeviceType dev = x.device().type;
   const bool fits =
-      (act == FusedActivation::kRelu || (act == FusedActivation::kNone && bias.defined())) &&
+      ((act == FusedActivation::kRelu && !residual.defined()) ||
+       (act == FusedActivation::kNone && (bias.defined() || residual.defined()))) &&
       x.rank() >= 2 && weight.dtype() == DType::kFloat32 &&
       (!bias.defined() || bias.dtype() == DType::kFloat32) && weight.device() == x.device() &&
-      (!bias.defined() || bias.device() == x.device()) && bias_act_backward.has(dev);
+      (!bias.defined() || bias.device() == x.device()) &&
+      (!residual.defined() || (residual.dtype() == x.dtype() && residual.device() == x.device())) &&
+      bias_act_backward.has(dev);
   const Precision p = current_precision();
   if (fits && x.dtype() == DType::kFloat32 && p == Precision::kFloat32 && linear_bias_act.has(dev))
     return FusedLinear::kFloat32;
@@ -275,73 +280,84 @@ FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tenso
 }
 
 // Both fused linears (Note [Fused linear]): float32, or bf16's on a
-// bfloat16 input with the weight rounded to bfloat16 and a bfloat16 result.
+// bfloat16 input with the weight rounded to bfloat16 and a bfloat16 result
+// (and a bfloat16 residual).
 Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
-                    bool bf16) {
+                    bool bf16, const Tensor& residual) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const Tensor x2 = detail::dense(reshape(x, {-1, in}));
   const Tensor wd = detail::dense(bf16 ? weight_operand(weight, true) : weight);
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
+  const Tensor rd = residual.defined() ? detail::dense(reshape(residual, {-1, out})) : Tensor();
   std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
   dims.push_back(out);
   Tensor y = Tensor::empty(Shape(dims), bf16 ? DType::kBFloat16 : DType::kFloat32, x.device());
   const bool relu = act == FusedActivation::kRelu;
-  profiled_product([&] { linear_bias_act(x.device(), x2, wd, bd, relu, y); },
+  profiled_product([&] { linear_bias_act(x.device(), x2, wd, bd, relu, rd, y); },
                    [&] {
                      return gpipe::detail::concat(
                          "A*B^T ", bf16 ? "bfloat16 " : "float32 ", x2.size(0), "x", out, "x", in,
-                         relu ? " +relu" : " +bias", bf16 ? " ->bf16" : "");
+                         relu             ? " +relu"
+                         : bias.defined() ? " +bias"
+                                          : "",
+                         residual.defined() ? " +residual" : "", bf16 ? " ->bf16" : "");
                    },
                    2.0 * static_cast<double>(x2.size(0)) * out * in);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
+  if (residual.defined()) inputs.push_back(residual);
   // Under bf16 the node keeps the float32 master weight and rounds it again
   // for gx (Note [16-bit linear]: no bfloat16 copy per micro-batch).
-  record_split(bf16 ? "linear_16bit" : "linear", inputs, y,
-               [xd = x2.detach(), wd = bf16 ? weight.detach() : wd.detach(),
-                ys = relu ? y.detach() : Tensor(), act, bf16,
-                xs = std::vector<int64_t>(x.shape().begin(), x.shape().end()),
-                has_bias = bias.defined(), need_x = x.requires_grad(),
-                need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](
-                   const std::vector<Tensor>& g, const std::vector<bool>& wanted) {
-                 NoGradGuard no_grad;
-                 const Tensor gy = detail::dense(g[0]);
-                 const bool want_x = need_x && wanted[0], want_w = need_w && wanted[1];
-                 const bool want_b = need_b && wanted[2];
-                 // gz = gy act'(y): its own tensor under ReLU, gy itself without an activation.
-                 const bool own_gz = act == FusedActivation::kRelu && (want_x || want_w);
-                 Tensor gz = own_gz ? Tensor::empty(gy.shape(), gy.dtype(), gy.device()) : Tensor();
-                 Tensor gb = want_b
-                                 ? Tensor::empty(Shape{gy.size(-1)},
-                                                 bf16 ? DType::kFloat32 : gy.dtype(), gy.device())
-                                 : Tensor();
-                 if (gz.defined() || gb.defined())
-                   bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz, gb);
-                 const Tensor& dz = own_gz ? gz : gy;
-                 std::vector<Tensor> out(has_bias ? 3 : 2);
-                 if (has_bias) out[2] = gb;
-                 if (!bf16) {
-                   if (want_x) out[0] = matmul(dz, wd, false, false);
-                   if (want_w) out[1] = matmul(reshape(dz, {-1, dz.size(-1)}), xd, true, false);
-                   return out;
-                 }
-                 // The 16-bit linear's backward (linear_16bit) on the bfloat16-rounded gz.
-                 const Tensor gh = rounded(reshape(dz, {-1, dz.size(-1)}), true);
-                 if (want_x) {
-                   const Tensor w16 = weight_operand(wd, true);
-                   Tensor gx = product_bf16_out(gh, w16, false);
-                   if (!gx.defined()) gx = cast(matmul(gh, w16, false, false), DType::kBFloat16);
-                   out[0] = reshape(gx, xs);
-                 }
-                 if (want_w) out[1] = matmul(gh, xd, true, false);
-                 return out;
-               });
+  record_split(
+      bf16 ? "linear_16bit" : "linear", inputs, y,
+      [xd = x2.detach(), wd = bf16 ? weight.detach() : wd.detach(),
+       ys = relu ? y.detach() : Tensor(), act, bf16,
+       xs = std::vector<int64_t>(x.shape().begin(), x.shape().end()), has_bias = bias.defined(),
+       has_residual = residual.defined(), need_x = x.requires_grad(),
+       need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad(),
+       need_r = residual.defined() && residual.requires_grad()](const std::vector<Tensor>& g,
+                                                                const std::vector<bool>& wanted) {
+        NoGradGuard no_grad;
+        const Tensor gy = detail::dense(g[0]);
+        const bool want_x = need_x && wanted[0], want_w = need_w && wanted[1];
+        const bool want_b = need_b && wanted[2];
+        const size_t r_at = has_bias ? 3 : 2;
+        const bool want_r = need_r && wanted[r_at];
+        // gz = gy act'(y): its own tensor under ReLU, gy itself without an activation.
+        const bool own_gz = act == FusedActivation::kRelu && (want_x || want_w);
+        Tensor gz = own_gz ? Tensor::empty(gy.shape(), gy.dtype(), gy.device()) : Tensor();
+        Tensor gb = want_b ? Tensor::empty(Shape{gy.size(-1)}, bf16 ? DType::kFloat32 : gy.dtype(),
+                                           gy.device())
+                           : Tensor();
+        if (gz.defined() || gb.defined())
+          bias_act_backward(gy.device(), act, Tensor(), Tensor(), ys, gy, gz, gb);
+        const Tensor& dz = own_gz ? gz : gy;
+        std::vector<Tensor> out(r_at + (has_residual ? 1 : 0));
+        if (has_bias) out[2] = gb;
+        if (want_r) out[r_at] = g[0];  // the add's gradient: the upstream one
+        if (!bf16) {
+          if (want_x) out[0] = matmul(dz, wd, false, false);
+          if (want_w) out[1] = matmul(reshape(dz, {-1, dz.size(-1)}), xd, true, false);
+          return out;
+        }
+        // The 16-bit linear's backward (linear_16bit) on the bfloat16-rounded gz.
+        const Tensor gh = rounded(reshape(dz, {-1, dz.size(-1)}), true);
+        if (want_x) {
+          const Tensor w16 = weight_operand(wd, true);
+          Tensor gx = product_bf16_out(gh, w16, false);
+          if (!gx.defined()) gx = cast(matmul(gh, w16, false, false), DType::kBFloat16);
+          out[0] = reshape(gx, xs);
+        }
+        if (want_w) out[1] = matmul(gh, xd, true, false);
+        return out;
+      });
   return y;
 }
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
+              const Tensor& residual) {
   detail::check_rank("linear", weight, 2, "weight [out, in]");
   GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
               " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
@@ -349,8 +365,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   if (bias.defined())
     GPIPE_CHECK(bias.rank() == 1 && bias.size(0) == weight.size(0), "linear: bias ", bias.shape(),
                 " does not match weight ", weight.shape(), " (expected [", weight.size(0), "])");
-  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act); kind != FusedLinear::kNone)
-    return fused_linear(x, weight, bias, act, kind == FusedLinear::kBFloat16);
+  if (residual.defined()) {
+    std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
+    dims.push_back(weight.size(0));
+    GPIPE_CHECK(residual.shape() == Shape(dims), "linear: residual ", residual.shape(),
+                " does not match the output ", Shape(dims));
+  }
+  // The fused backward reads ReLU's mask off its output, which a residual would change.
+  if (residual.defined() && act != FusedActivation::kNone)
+    return add(residual, linear(x, weight, bias, act));
+  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act, residual);
+      kind != FusedLinear::kNone)
+    return fused_linear(x, weight, bias, act, kind == FusedLinear::kBFloat16, residual);
   const Precision p = current_precision();
   const bool half = p != Precision::kFloat32 &&
                     (x.dtype() == DType::kFloat32 || is_half(x.dtype())) &&
@@ -367,7 +393,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   if (is_half(out) && y.dtype() != out) y = cast(y, out);
   // The bias and activation as one fused epilogue pass.
   if (bias.defined() || act != FusedActivation::kNone) y = bias_activation(y, bias, act);
-  return y;
+  return residual.defined() ? add(residual, y) : y;
 }
 
 }  // namespace gpipe::ops

@@ -12,10 +12,13 @@ namespace gpipe::ops {
 // Throws naming both shapes when inner sizes or batch axes disagree.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
-// act(x @ weight^T + bias): x [..., in], weight [out, in], bias [out] or
-// undefined. The bias and activation run as one fused pass after the GEMM
-// (ops::bias_activation).
+// act(x @ weight^T + bias) + residual: x [..., in], weight [out, in], bias
+// [out] or undefined, residual [..., out] (the output's shape) or undefined.
+// The bias, activation and residual run in the GEMM's epilogue where the
+// device has one (Note [Fused linear] in ops/linalg.cc), otherwise as one
+// fused pass after the GEMM (ops::bias_activation) and an add: the same bits
+// either way. Throws naming both shapes when the residual does not match.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-              FusedActivation act = FusedActivation::kNone);
+              FusedActivation act = FusedActivation::kNone, const Tensor& residual = Tensor());
 
 }  // namespace gpipe::ops

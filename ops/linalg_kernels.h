@@ -22,15 +22,17 @@ GPIPE_DECLARE_KERNEL(batched_gemm,
 // [16-bit linear]).
 GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
                      void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
-// y = act(x w^T + bias) for float32 x [rows, in], w [out, in], bias [out] or
-// undefined, act ReLU (relu) or none: the bias and activation done in the
-// GEMM's epilogue (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same
-// bits as the GEMM followed by bias_act_forward. CPU only; ops::linear uses
-// it where it is registered (Note [Fused linear] in ops/linalg.cc). A device
-// that takes bfloat16 here (the CPU) also multiplies bfloat16 x and w into a
-// bfloat16 y with a float32 bias: the product rounded, then the bias and
-// activation, rounded again (batched_gemm_bf16_out, then bias_act_forward).
+// y = act(x w^T + bias) + residual for float32 x [rows, in], w [out, in],
+// bias [out] or undefined, act ReLU (relu) or none, residual [rows, out] or
+// undefined: the bias, activation and residual done in the GEMM's epilogue
+// (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same bits as the GEMM
+// followed by bias_act_forward and add. CPU only; ops::linear uses it where
+// it is registered (Note [Fused linear] in ops/linalg.cc). A device that
+// takes bfloat16 here (the CPU) also multiplies bfloat16 x and w into a
+// bfloat16 y with a float32 bias and a bfloat16 residual: the product
+// rounded, then the bias and activation, rounded again, then the residual
+// added and rounded (batched_gemm_bf16_out, bias_act_forward, add).
 GPIPE_DECLARE_KERNEL(linear_bias_act, void(const Tensor& x, const Tensor& w, const Tensor& bias,
-                                           bool relu, Tensor& y));
+                                           bool relu, const Tensor& residual, Tensor& y));
 
 }  // namespace gpipe::ops

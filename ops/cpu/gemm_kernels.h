@@ -56,16 +56,18 @@ using PackBf16Fn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int6
 // bfloat16 holds. C is then scratch, and under a bias or ReLU the product is
 // rounded to bfloat16 and widened before them, then rounded again: the
 // composed 16-bit linear's order (a bfloat16 product, then bias_activation
-// on it). No residual with bf16_out.
+// on it). A float32 residual needs a float32 C (no bf16_out).
 struct GemmEpilogue {
   const float* bias = nullptr;
   bool relu = false;
   const float* residual = nullptr;
+  const uint16_t* residual_bf16 = nullptr;  // with bf16_out only
   int64_t ld_residual = 0;
   uint16_t* bf16_out = nullptr;
   int64_t ld_bf16_out = 0;
   bool active() const {
-    return bias != nullptr || relu || residual != nullptr || bf16_out != nullptr;
+    return bias != nullptr || relu || residual != nullptr || residual_bf16 != nullptr ||
+           bf16_out != nullptr;
   }
 };
 // The epilogue on rows x cols of C at c (row stride ldc), the product's

@@ -311,7 +311,7 @@ void packed_gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, con
                           int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
                           bool parallel, Bf16Path path) {
   GPIPE_ASSERT(epilogue.bf16_out != nullptr && epilogue.residual == nullptr,
-               "packed_gemm_bf16_out: needs bf16_out and no residual");
+               "packed_gemm_bf16_out: needs bf16_out and no float32 residual");
   if (path == Bf16Path::kAuto) path = bf16_path();
   GPIPE_CHECK(path != Bf16Path::kDot || detected_bf16_dot(),
               "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");

@@ -71,12 +71,15 @@ void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tens
 }
 
 void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
-                         Tensor& y) {
+                         const Tensor& residual, Tensor& y) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   GemmEpilogue ep;
   ep.bias = bias.defined() ? bias.data<float>() : nullptr;
   ep.relu = relu;
+  ep.ld_residual = out;
   if (x.dtype() == DType::kBFloat16) {  // Note [bfloat16 results]: rounded, biased, rounded again
+    if (residual.defined())
+      ep.residual_bf16 = reinterpret_cast<const uint16_t*>(residual.data<bfloat16>());
     ep.bf16_out = reinterpret_cast<uint16_t*>(y.data<bfloat16>());
     ep.ld_bf16_out = out;
     cpu::gemm_bf16_out(false, true, rows, out, in,
@@ -84,6 +87,7 @@ void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, b
                        reinterpret_cast<const uint16_t*>(w.data<bfloat16>()), in, ep, true);
     return;
   }
+  if (residual.defined()) ep.residual = residual.data<float>();
   parallel_gemm_epilogue(false, true, rows, out, in, x.data<float>(), in, w.data<float>(), in,
                          y.data<float>(), out, ep);
 }

@@ -84,34 +84,61 @@ TEST_CASE("bias_activation: fused gradients equal the composed ops' gradients") 
   }
 }
 
+// The composed reference of a fused linear: `product` (x w^T), then
+// bias_activation where there is a bias or an activation, then the residual add.
+Tensor composed_linear(const Tensor& product, const Tensor& bias, FusedActivation act,
+                       const Tensor& residual) {
+  Tensor y = bias.defined() || act != FusedActivation::kNone
+                 ? ops::bias_activation(product, bias, act)
+                 : product;
+  return residual.defined() ? ops::add(residual, y) : y;
+}
+
 TEST_CASE("linear: the fused float32 GEMM epilogue has the composed ops' bits, forward and back") {
-  // Note [Fused linear] in ops/linalg.cc. matmul then bias_activation is the reference, at every
-  // ISA level, for a product the packed GEMM takes (64 rows and more) and one small enough for
-  // Eigen.
+  // Note [Fused linear] in ops/linalg.cc. matmul, bias_activation and the residual add are the
+  // reference, at every ISA level, for a product the packed GEMM takes (64 rows and more) and
+  // one small enough for Eigen.
   for (int level = 0; level <= static_cast<int>(detected_cpu_isa()); ++level) {
     CpuIsaGuard guard(static_cast<CpuIsa>(level));
     for (const auto& [rows, in, out] :
          {std::array<int64_t, 3>{96, 80, 72}, std::array<int64_t, 3>{3, 5, 4}})
       for (FusedActivation act : {FusedActivation::kRelu, FusedActivation::kNone})
-        for (bool with_bias : {true, false}) {
-          if (!with_bias && act == FusedActivation::kNone) continue;
-          INFO(cpu_isa_name(cpu_isa())
-               << " rows " << rows << " " << act_name(act) << (with_bias ? "" : " no bias"));
-          auto run = [&](bool fused) {
-            Tensor x =
-                ops::cast(rand64(Shape{2, rows, in}, 101), DType::kFloat32).set_requires_grad(true);
-            Tensor w =
-                ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
-            Tensor b = ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
-            const Tensor bias = with_bias ? b : Tensor();
-            Tensor y = fused ? ops::linear(x, w, bias, act)
-                             : ops::bias_activation(ops::matmul(x, w, false, true), bias, act);
-            y.backward(ops::cast(rand64(y.shape(), 104), DType::kFloat32));
-            return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : x.grad()};
-          };
-          const std::vector<Tensor> fused = run(true), composed = run(false);
-          for (size_t i = 0; i < fused.size(); ++i) CHECK(max_abs_diff(fused[i], composed[i]) == 0);
-        }
+        for (bool with_bias : {true, false})
+          for (bool with_residual : {false, true}) {
+            if (!with_bias && !with_residual && act == FusedActivation::kNone) continue;
+            INFO(cpu_isa_name(cpu_isa())
+                 << " rows " << rows << " " << act_name(act) << (with_bias ? "" : " no bias")
+                 << (with_residual ? " residual" : ""));
+            int64_t fused_calls = 0;
+            auto run = [&](bool fused) {
+              Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), DType::kFloat32)
+                             .set_requires_grad(true);
+              Tensor w =
+                  ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
+              Tensor b =
+                  ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
+              Tensor r = ops::cast(rand64(Shape{2, rows, out}, 105), DType::kFloat32)
+                             .set_requires_grad(true);
+              const Tensor bias = with_bias ? b : Tensor();
+              const Tensor residual = with_residual ? r : Tensor();
+              ops::kernel_profile::reset();
+              ops::kernel_profile::set_enabled(true);
+              Tensor y = fused
+                             ? ops::linear(x, w, bias, act, residual)
+                             : composed_linear(ops::matmul(x, w, false, true), bias, act, residual);
+              ops::kernel_profile::set_enabled(false);
+              for (const auto& e : ops::kernel_profile::snapshot())
+                if (e.name == "linear_bias_act") fused_calls += e.calls;
+              y.backward(ops::cast(rand64(y.shape(), 104), DType::kFloat32));
+              return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : x.grad(),
+                                         with_residual ? r.grad() : x.grad()};
+            };
+            const std::vector<Tensor> fused = run(true);
+            CHECK(fused_calls == 1);  // the fused form ran
+            const std::vector<Tensor> composed = run(false);
+            for (size_t i = 0; i < fused.size(); ++i)
+              CHECK(max_abs_diff(fused[i], composed[i]) == 0);
+          }
   }
 }
 
@@ -126,40 +153,58 @@ TEST_CASE("linear: the fused bfloat16 GEMM epilogue has the composed 16-bit ops'
          {std::array<int64_t, 3>{96, 80, 72}, std::array<int64_t, 3>{3, 5, 4},
           std::array<int64_t, 3>{20, 900, 40}})
       for (FusedActivation act : {FusedActivation::kRelu, FusedActivation::kNone})
-        for (bool with_bias : {true, false}) {
-          if (!with_bias && act == FusedActivation::kNone) continue;
-          INFO(cpu_isa_name(cpu_isa()) << " rows " << rows << " in " << in << " " << act_name(act)
-                                       << (with_bias ? "" : " no bias"));
-          int64_t fused_calls = 0;
-          auto run = [&](bool fused) {
-            Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), DType::kBFloat16)
-                           .set_requires_grad(true);
-            Tensor w =
-                ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
-            Tensor b = ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
-            const Tensor bias = with_bias ? b : Tensor();
-            ops::kernel_profile::reset();
-            ops::kernel_profile::set_enabled(true);
-            Tensor y = fused ? ops::linear(x, w, bias, act)
-                             : ops::bias_activation(ops::linear(x, w, Tensor()), bias, act);
-            ops::kernel_profile::set_enabled(false);
-            for (const auto& e : ops::kernel_profile::snapshot())
-              if (e.name == "linear_bias_act") fused_calls += e.calls;
-            y.backward(ops::cast(rand64(y.shape(), 104), DType::kFloat32));  // a float32 seed
-            return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : x.grad()};
-          };
-          const std::vector<Tensor> fused = run(true);
-          CHECK(fused_calls == 1);  // the fused form ran...
-          const std::vector<Tensor> composed = run(false);
-          CHECK(fused_calls == 1);  // ...and the reference did not
-          CHECK(fused[0].dtype() == DType::kBFloat16);
-          CHECK(fused[1].dtype() == DType::kBFloat16);
-          for (size_t i = 0; i < fused.size(); ++i) {
-            CHECK(fused[i].dtype() == composed[i].dtype());
-            CHECK(max_abs_diff(fused[i], composed[i]) == 0);
+        for (bool with_bias : {true, false})
+          for (bool with_residual : {false, true}) {
+            if (!with_bias && !with_residual && act == FusedActivation::kNone) continue;
+            INFO(cpu_isa_name(cpu_isa())
+                 << " rows " << rows << " in " << in << " " << act_name(act)
+                 << (with_bias ? "" : " no bias") << (with_residual ? " residual" : ""));
+            int64_t fused_calls = 0;
+            auto run = [&](bool fused) {
+              Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), DType::kBFloat16)
+                             .set_requires_grad(true);
+              Tensor w =
+                  ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
+              Tensor b =
+                  ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
+              Tensor r = ops::cast(rand64(Shape{2, rows, out}, 105), DType::kBFloat16)
+                             .set_requires_grad(true);
+              const Tensor bias = with_bias ? b : Tensor();
+              const Tensor residual = with_residual ? r : Tensor();
+              ops::kernel_profile::reset();
+              ops::kernel_profile::set_enabled(true);
+              Tensor y = fused ? ops::linear(x, w, bias, act, residual)
+                               : composed_linear(ops::linear(x, w, Tensor()), bias, act, residual);
+              ops::kernel_profile::set_enabled(false);
+              for (const auto& e : ops::kernel_profile::snapshot())
+                if (e.name == "linear_bias_act") fused_calls += e.calls;
+              y.backward(ops::cast(rand64(y.shape(), 104), DType::kFloat32));  // a float32 seed
+              return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : x.grad(),
+                                         with_residual ? r.grad() : x.grad()};
+            };
+            const std::vector<Tensor> fused = run(true);
+            CHECK(fused_calls == 1);  // the fused form ran...
+            const std::vector<Tensor> composed = run(false);
+            CHECK(fused_calls == 1);  // ...and the reference did not
+            CHECK(fused[0].dtype() == DType::kBFloat16);
+            CHECK(fused[1].dtype() == DType::kBFloat16);
+            for (size_t i = 0; i < fused.size(); ++i) {
+              CHECK(fused[i].dtype() == composed[i].dtype());
+              CHECK(max_abs_diff(fused[i], composed[i]) == 0);
+            }
           }
-        }
   }
+}
+
+TEST_CASE("linear: a residual of the wrong shape is refused, naming both shapes") {
+  const Tensor x = rand64(Shape{2, 3, 4}, 1), w = rand64(Shape{5, 4}, 2);
+  CHECK_THROWS_WITH(
+      ops::linear(x, w, Tensor(), FusedActivation::kNone, rand64(Shape{2, 3, 4}, 3)),
+      Catch::Contains("linear: residual [2, 3, 4] does not match the output [2, 3, 5]"));
+  // An activation before the residual: the activation's output plus the residual.
+  const Tensor r = rand64(Shape{2, 3, 5}, 4);
+  CHECK(max_abs_diff(ops::linear(x, w, Tensor(), FusedActivation::kTanh, r),
+                     ops::add(r, ops::tanh(ops::linear(x, w)))) <= 1e-15);
 }
 
 TEST_CASE("linear with an activation equals linear then the activation") {

@@ -158,6 +158,25 @@ GPIPE_OP_CASES({
             },
         .check_forward = [](const In& in, const In& out) { check_linear_3d(in, out, true); },
     },
+    // The residual in the same epilogue (a Transformer sublayer's last product: Note [Fused
+    // residual] in models/transformer.cc); its gradient is the upstream one.
+    OpCase{
+        .name = "linear/3d_input_bias_residual",
+        .covers = {"linear_bias_act", "bias_act_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 4}, 11), rand64(Shape{6, 4}, 12), rand64(Shape{6}, 13),
+                        rand64(Shape{2, 3, 6}, 14)};
+            },
+        .fn =
+            [](const In& in) {
+              return In{ops::linear(in[0], in[1], in[2], ops::FusedActivation::kNone, in[3])};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              check_linear_3d(in, In{ops::sub(out[0], in[3])}, false);
+            },
+    },
 });
 
 }  // namespace

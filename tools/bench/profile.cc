@@ -80,12 +80,15 @@ int run_profile(const ProfileBenchOptions& o) {
   }
   std::printf("%-28s %8s %10.3f %6.1f%%\n", "(outside the kernels)", "",
               (step_s - in_kernels) * 1e3, 100 * (step_s - in_kernels) / step_s);
-  std::printf("%-36s %8s %10s %7s %9s %7s\n", "GEMM shape (m x n x k)", "calls", "ms/step", "share",
-              "GF/s", "of peak");
-  for (const auto& d : ops::kernel_profile::details()) {
+  const auto details = ops::kernel_profile::details();
+  int width = 36;  // the longest shape's name ("A*B^T float32 1024x256x1024 +bias +residual")
+  for (const auto& d : details) width = std::max(width, static_cast<int>(d.name.size()));
+  std::printf("%-*s %8s %10s %7s %9s %7s\n", width, "GEMM shape (m x n x k)", "calls", "ms/step",
+              "share", "GF/s", "of peak");
+  for (const auto& d : details) {
     const double s = d.seconds / o.steps;
     const double gfs = d.seconds > 0 ? d.flops / d.seconds / 1e9 : 0;
-    std::printf("%-36s %8.1f %10.3f %6.1f%% %9.1f %6.1f%%\n", d.name.c_str(),
+    std::printf("%-*s %8.1f %10.3f %6.1f%% %9.1f %6.1f%%\n", width, d.name.c_str(),
                 static_cast<double>(d.calls) / o.steps, s * 1e3, 100 * s / step_s, gfs,
                 100 * gfs / peak);
   }
