@@ -38,7 +38,8 @@ MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, u
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
-                                  const Tensor& key_padding, const Tensor& residual) {
+                                  const Tensor& key_padding, const Tensor& residual,
+                                  const ops::LinearDropout& dropout) {
   GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
               "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
   GPIPE_CHECK(memory.rank() == 3 && memory.size(2) == opt_.dim && memory.size(0) == query.size(0),
@@ -56,7 +57,9 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
                          ? ops::attention_composed(q, k, v, opt_.heads, opt_.causal, key_padding,
                                                    [&](const Tensor& p) { return drop_(p); })
                          : ops::attention(q, k, v, opt_.heads, opt_.causal, key_padding);
-  return residual.defined() ? o_.forward_residual(ctx, residual) : o_(ctx);
+  GPIPE_CHECK(residual.defined() || dropout.p == 0, "MultiHeadAttention '", name(),
+              "': a dropout on the output needs the residual it is added to");
+  return residual.defined() ? o_.forward_residual(ctx, residual, dropout) : o_(ctx);
 }
 
 Tensor MultiHeadAttention::attend_incremental(const Tensor& query, LayerDecodeCache& cache) {
@@ -136,9 +139,12 @@ FeedForward::FeedForward(std::string name, int64_t dim, int64_t hidden, Activati
 }
 
 // in_'s bias and the activation run as one fused pass (ops::bias_activation).
-Tensor FeedForward::forward(const Tensor& x) { return out_(drop_(in_.forward(x, act_))); }
-Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual) {
-  return out_.forward_residual(drop_(in_.forward(x, act_)), residual);
+Tensor FeedForward::forward(const Tensor& x) {
+  return out_(in_.forward(x, act_, drop_.for_linear()));
+}
+Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual,
+                                     const ops::LinearDropout& dropout) {
+  return out_.forward_residual(in_.forward(x, act_, drop_.for_linear()), residual, dropout);
 }
 
 TensorSpec FeedForward::output_spec(const TensorSpec& in) const {

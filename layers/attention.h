@@ -20,11 +20,11 @@ struct AttentionOptions {
 class MultiHeadAttention final : public Layer {
  public:
   MultiHeadAttention(std::string name, AttentionOptions opt, uint64_t seed);
-  // With `residual` ([B, Tq, D]) the result is residual + attention, the add
-  // done in the output projection's epilogue (Note [Fused residual] in
-  // models/transformer.cc).
+  // With `residual` ([B, Tq, D]) the result is residual + dropout(attention),
+  // the dropout and add done in the output projection's epilogue (Note
+  // [Fused residual] in models/transformer.cc).
   Tensor attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding = Tensor(),
-                const Tensor& residual = Tensor());
+                const Tensor& residual = Tensor(), const ops::LinearDropout& dropout = {});
   // Incremental decoding (layers/decode.h), eval mode. Self-attention:
   // `query` [B, t, D] holds the newest positions; their keys and values are
   // appended to the cache's and the queries attend over every cached
@@ -52,8 +52,10 @@ class FeedForward final : public UnaryLayer {
   FeedForward(std::string name, int64_t dim, int64_t hidden, Activation act, uint64_t seed,
               double dropout = 0.0, double init_scale = 1.0);
   Tensor forward(const Tensor& x) override;
-  // residual + forward(x), the add done in the second product's epilogue.
-  Tensor forward_residual(const Tensor& x, const Tensor& residual);
+  // residual + dropout(forward(x)), the dropout and add done in the second
+  // product's epilogue (the inner dropout in the first's under ReLU).
+  Tensor forward_residual(const Tensor& x, const Tensor& residual,
+                          const ops::LinearDropout& dropout = {});
   TensorSpec output_spec(const TensorSpec& in) const override;
   double cost(const BundleSpec& in) const override;
 

@@ -42,17 +42,18 @@ Tensor Linear::forward(const Tensor& x) {
   return ops::linear(x, weight, bias);
 }
 
-Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual) {
+Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual,
+                                const ops::LinearDropout& dropout) {
   expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
-  return ops::linear(x, weight, bias, ops::FusedActivation::kNone, residual);
+  return ops::linear(x, weight, bias, ops::FusedActivation::kNone, residual, dropout);
 }
 
-Tensor Linear::forward(const Tensor& x, Activation act) {
+Tensor Linear::forward(const Tensor& x, Activation act, const ops::LinearDropout& dropout) {
   expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
   static constexpr ops::FusedActivation kFused[] = {
       ops::FusedActivation::kRelu, ops::FusedActivation::kGelu, ops::FusedActivation::kTanh,
       ops::FusedActivation::kSigmoid};
-  return ops::linear(x, weight, bias, kFused[static_cast<int>(act)]);
+  return ops::linear(x, weight, bias, kFused[static_cast<int>(act)], Tensor(), dropout);
 }
 
 TensorSpec Linear::output_spec(const TensorSpec& in) const {

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "layers/layer.h"
+#include "ops/linalg.h"
 
 namespace gpipe {
 
@@ -33,10 +34,14 @@ class Linear final : public UnaryLayer {
   Linear(std::string name, int64_t in, int64_t out, uint64_t seed, LinearOptions opt = {});
   Tensor forward(const Tensor& x) override;
   // act(forward(x)), the bias and activation fused into one pass.
-  Tensor forward(const Tensor& x, Activation act);
-  // forward(x) + residual, the add done in the product's epilogue where the
-  // device has one (ops::linear); residual has the output's shape.
-  Tensor forward_residual(const Tensor& x, const Tensor& residual);
+  // dropout(act(forward(x))): with ReLU the activation and dropout are done
+  // in the product's epilogue where the device has one (ops::linear).
+  Tensor forward(const Tensor& x, Activation act, const ops::LinearDropout& dropout = {});
+  // residual + dropout(forward(x)), the dropout and add done in the
+  // product's epilogue where the device has one (ops::linear); residual has
+  // the output's shape.
+  Tensor forward_residual(const Tensor& x, const Tensor& residual,
+                          const ops::LinearDropout& dropout = {});
   TensorSpec output_spec(const TensorSpec& in) const override;
   Tensor weight, bias;
 
@@ -81,6 +86,11 @@ class Dropout final : public UnaryLayer {
   double cost(const BundleSpec&) const override { return 0.0; }
   // Whether forward changes its input: training with p > 0.
   bool active() const { return training() && p_ > 0; }
+  // This dropout for ops::linear to do in its product's epilogue: the same
+  // mask as forward (p 0 when inactive).
+  ops::LinearDropout for_linear() const {
+    return active() ? ops::LinearDropout{p_, salt_} : ops::LinearDropout{};
+  }
 
  private:
   double p_;

@@ -152,30 +152,33 @@ class ResidualSublayer final : public Layer {
     if (cache && stream_ == 0 && cache->position > 0) return out;
     const Tensor& x = in[stream_];
     Tensor h = norm_(x);
-    // Note [Fused residual]. Without dropout on the branch (eval, or p = 0)
-    // stream + f is done in f's last product's epilogue (ops::linear with a
-    // residual): no pass over memory for the add, the same bits. With
-    // dropout the add stays a separate op after it.
-    const Tensor residual = drop_.active() ? Tensor() : x;
+    // Note [Fused residual]. stream + dropout(f) is done in f's last
+    // product's epilogue (ops::linear with a residual and a dropout, Note
+    // [Fused linear] in ops/linalg.cc): no pass over memory for the dropout
+    // or the add; the same bits and the same mask as drop_ then ops::add.
+    // Incremental decoding keeps the separate add (eval: no dropout).
+    const Tensor& residual = x;
+    const ops::LinearDropout dropout = drop_.for_linear();
     Tensor f;
     bool added = false;  // f already holds x + f
     switch (kind_) {
       case SublayerKind::kSelfAttention:
-        f = attn_->attend(h, h, in[1], residual);
-        added = residual.defined();
+        f = attn_->attend(h, h, in[1], residual, dropout);
+        added = true;
         break;  // keys: the padded source
       case SublayerKind::kCausalSelfAttention:
-        f = cache ? attn_->attend_incremental(h, *cache) : attn_->attend(h, h, Tensor(), residual);
-        added = !cache && residual.defined();
+        f = cache ? attn_->attend_incremental(h, *cache)
+                  : attn_->attend(h, h, Tensor(), residual, dropout);
+        added = !cache;
         break;
       case SublayerKind::kCrossAttention:
         f = cache ? attn_->attend_cached_memory(h, in[0], in[1], *cache)
-                  : attn_->attend(h, in[0], in[1], residual);
-        added = !cache && residual.defined();
+                  : attn_->attend(h, in[0], in[1], residual, dropout);
+        added = !cache;
         break;
       case SublayerKind::kFeedForward:
-        f = ffn_->forward_residual(h, residual);
-        added = residual.defined();
+        f = ffn_->forward_residual(h, residual, dropout);
+        added = true;
         break;
     }
     out[stream_] = added ? f : ops::add(x, drop_(f));

@@ -6,7 +6,10 @@
 #include <chrono>
 
 #include "core/precision.h"
+#include "core/rng.h"
 #include "ops/common.h"
+#include "ops/dropout.h"
+#include "ops/dropout_kernels.h"
 #include "ops/elementwise.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/linalg_kernels.h"
@@ -260,11 +263,11 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 // linear_16bit followed by bias_activation, forward and backward.
 enum class FusedLinear { kNone, kFloat32, kBFloat16 };
 FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              FusedActivation act, const Tensor& residual) {
+                              FusedActivation act, const Tensor& residual, bool dropout) {
   const DeviceType dev = x.device().type;
   const bool fits =
       ((act == FusedActivation::kRelu && !residual.defined()) ||
-       (act == FusedActivation::kNone && (bias.defined() || residual.defined()))) &&
+       (act == FusedActivation::kNone && (bias.defined() || residual.defined() || dropout))) &&
       x.rank() >= 2 && weight.dtype() == DType::kFloat32 &&
       (!bias.defined() || bias.dtype() == DType::kFloat32) && weight.device() == x.device() &&
       (!bias.defined() || bias.device() == x.device()) &&
@@ -283,24 +286,30 @@ FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tenso
 // bfloat16 input with the weight rounded to bfloat16 and a bfloat16 result
 // (and a bfloat16 residual).
 Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
-                    bool bf16, const Tensor& residual) {
+                    bool bf16, const Tensor& residual, const LinearDropout& dropout) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const Tensor x2 = detail::dense(reshape(x, {-1, in}));
   const Tensor wd = detail::dense(bf16 ? weight_operand(weight, true) : weight);
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
   const Tensor rd = residual.defined() ? detail::dense(reshape(residual, {-1, out})) : Tensor();
+  const bool relu = act == FusedActivation::kRelu;
+  // Note [Fused dropout]. The mask is ops::dropout's: the uniforms of the
+  // stream current_rng_context().key(salt) at the output's flat indices,
+  // drawn in the epilogue for the tile in cache and again in backward.
+  const double p = dropout.p;
+  const uint64_t key = p > 0 ? current_rng_context().key(dropout.salt) : 0;
   std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
   dims.push_back(out);
   Tensor y = Tensor::empty(Shape(dims), bf16 ? DType::kBFloat16 : DType::kFloat32, x.device());
-  const bool relu = act == FusedActivation::kRelu;
-  profiled_product([&] { linear_bias_act(x.device(), x2, wd, bd, relu, rd, y); },
+  profiled_product([&] { linear_bias_act(x.device(), x2, wd, bd, relu, p, key, rd, y); },
                    [&] {
                      return gpipe::detail::concat(
                          "A*B^T ", bf16 ? "bfloat16 " : "float32 ", x2.size(0), "x", out, "x", in,
                          relu             ? " +relu"
                          : bias.defined() ? " +bias"
                                           : "",
-                         residual.defined() ? " +residual" : "", bf16 ? " ->bf16" : "");
+                         p > 0 ? " +dropout" : "", residual.defined() ? " +residual" : "",
+                         bf16 ? " ->bf16" : "");
                    },
                    2.0 * static_cast<double>(x2.size(0)) * out * in);
   std::vector<Tensor> inputs{x, weight};
@@ -311,14 +320,22 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, F
   record_split(
       bf16 ? "linear_16bit" : "linear", inputs, y,
       [xd = x2.detach(), wd = bf16 ? weight.detach() : wd.detach(),
-       ys = relu ? y.detach() : Tensor(), act, bf16,
+       ys = relu ? y.detach() : Tensor(), act, bf16, p, key,
        xs = std::vector<int64_t>(x.shape().begin(), x.shape().end()), has_bias = bias.defined(),
        has_residual = residual.defined(), need_x = x.requires_grad(),
        need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad(),
        need_r = residual.defined() && residual.requires_grad()](const std::vector<Tensor>& g,
                                                                 const std::vector<bool>& wanted) {
         NoGradGuard no_grad;
-        const Tensor gy = detail::dense(g[0]);
+        // Through the dropout first (its backward: the same mask on g). Under
+        // ReLU the mask of y > 0 then differs from the activation's only
+        // where the dropout already zeroed the gradient.
+        Tensor gy = detail::dense(g[0]);
+        if (p > 0) {
+          Tensor gd = Tensor::empty(gy.shape(), gy.dtype(), gy.device());
+          dropout_apply(gy.device(), gy, p, key, gd);
+          gy = gd;
+        }
         const bool want_x = need_x && wanted[0], want_w = need_w && wanted[1];
         const bool want_b = need_b && wanted[2];
         const size_t r_at = has_bias ? 3 : 2;
@@ -357,7 +374,7 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, F
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
-              const Tensor& residual) {
+              const Tensor& residual, const LinearDropout& dropout) {
   detail::check_rank("linear", weight, 2, "weight [out, in]");
   GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
               " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),
@@ -371,12 +388,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
     GPIPE_CHECK(residual.shape() == Shape(dims), "linear: residual ", residual.shape(),
                 " does not match the output ", Shape(dims));
   }
+  GPIPE_CHECK(dropout.p >= 0.0 && dropout.p < 1.0, "linear: dropout p must be in [0, 1), got ",
+              dropout.p);
   // The fused backward reads ReLU's mask off its output, which a residual would change.
   if (residual.defined() && act != FusedActivation::kNone)
-    return add(residual, linear(x, weight, bias, act));
-  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act, residual);
+    return add(residual, linear(x, weight, bias, act, Tensor(), dropout));
+  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act, residual, dropout.p > 0);
       kind != FusedLinear::kNone)
-    return fused_linear(x, weight, bias, act, kind == FusedLinear::kBFloat16, residual);
+    return fused_linear(x, weight, bias, act, kind == FusedLinear::kBFloat16, residual, dropout);
   const Precision p = current_precision();
   const bool half = p != Precision::kFloat32 &&
                     (x.dtype() == DType::kFloat32 || is_half(x.dtype())) &&
@@ -393,6 +412,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   if (is_half(out) && y.dtype() != out) y = cast(y, out);
   // The bias and activation as one fused epilogue pass.
   if (bias.defined() || act != FusedActivation::kNone) y = bias_activation(y, bias, act);
+  if (dropout.p > 0) y = ops::dropout(y, dropout.p, true, dropout.salt);
   return residual.defined() ? add(residual, y) : y;
 }
 

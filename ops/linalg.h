@@ -12,13 +12,22 @@ namespace gpipe::ops {
 // Throws naming both shapes when inner sizes or batch axes disagree.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
-// act(x @ weight^T + bias) + residual: x [..., in], weight [out, in], bias
-// [out] or undefined, residual [..., out] (the output's shape) or undefined.
-// The bias, activation and residual run in the GEMM's epilogue where the
-// device has one (Note [Fused linear] in ops/linalg.cc), otherwise as one
-// fused pass after the GEMM (ops::bias_activation) and an add: the same bits
-// either way. Throws naming both shapes when the residual does not match.
+// Training dropout on a linear's output (ops::dropout(y, p, true, salt)); p 0: none.
+struct LinearDropout {
+  double p = 0.0;
+  uint64_t salt = 0;
+};
+
+// residual + dropout(act(x @ weight^T + bias)): x [..., in], weight [out,
+// in], bias [out] or undefined, residual [..., out] (the output's shape) or
+// undefined, dropout as ops::dropout with training on. The bias,
+// activation, dropout and residual run in the GEMM's epilogue where the
+// device has one (Note [Fused linear] in ops/linalg.cc), otherwise as
+// ops::bias_activation, ops::dropout and ops::add after the GEMM: the same
+// bits and the same mask either way. Throws naming both shapes when the
+// residual does not match, and for p outside [0, 1).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-              FusedActivation act = FusedActivation::kNone, const Tensor& residual = Tensor());
+              FusedActivation act = FusedActivation::kNone, const Tensor& residual = Tensor(),
+              const LinearDropout& dropout = {});
 
 }  // namespace gpipe::ops

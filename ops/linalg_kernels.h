@@ -22,17 +22,18 @@ GPIPE_DECLARE_KERNEL(batched_gemm,
 // [16-bit linear]).
 GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
                      void(const GemmShape&, const Tensor& a, const Tensor& b, Tensor& c));
-// y = act(x w^T + bias) + residual for float32 x [rows, in], w [out, in],
-// bias [out] or undefined, act ReLU (relu) or none, residual [rows, out] or
-// undefined: the bias, activation and residual done in the GEMM's epilogue
-// (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same bits as the GEMM
-// followed by bias_act_forward and add. CPU only; ops::linear uses it where
-// it is registered (Note [Fused linear] in ops/linalg.cc). A device that
-// takes bfloat16 here (the CPU) also multiplies bfloat16 x and w into a
-// bfloat16 y with a float32 bias and a bfloat16 residual: the product
-// rounded, then the bias and activation, rounded again, then the residual
-// added and rounded (batched_gemm_bf16_out, bias_act_forward, add).
-GPIPE_DECLARE_KERNEL(linear_bias_act, void(const Tensor& x, const Tensor& w, const Tensor& bias,
-                                           bool relu, const Tensor& residual, Tensor& y));
+// y = residual + dropout(act(x w^T + bias)) for float32 x [rows, in], w
+// [out, in], bias [out] float32 or undefined, act ReLU (relu) or none,
+// dropout p in [0, 1) with dropout_apply(p, key)'s mask (0: none), residual
+// [rows, out] of x's dtype or undefined: the bias, activation, dropout and residual done in the
+// GEMM's epilogue (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same bits as the GEMM
+// followed by bias_act_forward, dropout_apply and add. CPU only; ops::linear uses it where it is
+// registered (Note [Fused linear] in ops/linalg.cc). A device that takes bfloat16 here (the CPU)
+// also multiplies bfloat16 x and w into a bfloat16 y with a float32 bias and a bfloat16 residual,
+// each step's result rounded to bfloat16 as the composed 16-bit ops round theirs
+// (batched_gemm_bf16_out, bias_act_forward, dropout_apply, add).
+GPIPE_DECLARE_KERNEL(linear_bias_act,
+                     void(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
+                          double dropout, uint64_t dropout_key, const Tensor& residual, Tensor& y));
 
 }  // namespace gpipe::ops

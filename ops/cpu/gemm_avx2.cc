@@ -4,12 +4,20 @@
 // Built with AVX2+FMA flags; see Note [GEMM ISA files] in gemm_kernels.h.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/rng.h"
 #include "ops/cpu/gemm_kernels.h"
 
 namespace gpipe::ops::cpu::packed {
 namespace avx2 {
 namespace {
 
+#include "ops/cpu/philox_vec.inc"
+// (after philox_vec.inc: the dropout uses its uniforms)
 #include "ops/cpu/gemm_epilogue.inc"
 #include "ops/cpu/gemm_pack_avx.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"

@@ -3,13 +3,22 @@
 // it runs on any x86-64-v2 CPU whatever the global -march; see
 // Note [GEMM ISA files] in gemm_kernels.h.
 #include <emmintrin.h>
+#include <immintrin.h>
 
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/rng.h"
 #include "ops/cpu/gemm_kernels.h"
 
 namespace gpipe::ops::cpu::packed {
 namespace baseline {
 namespace {
 
+#include "ops/cpu/philox_vec.inc"
+// (after philox_vec.inc: the dropout uses its uniforms)
 #include "ops/cpu/gemm_epilogue.inc"
 #include "ops/cpu/gemm_pack_bf16.inc"
 

@@ -46,9 +46,10 @@ using PackBf16Fn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int6
 // slice of k, while the tile is still in the L1 cache (the packed GEMM with
 // beta = 0): C = act(C + bias) + residual, with bias a float per column of C
 // (or none), act ReLU or none, and residual an m x n matrix of row stride
-// ld_residual (or none). The same float operations in the same order as the
-// separate passes (bias_activation, then add), so the fused product has
-// the same bits as the composed one.
+// ld_residual (or none), and dropout between the activation and the
+// residual. The same float operations in the same order as the separate
+// passes (bias_activation, dropout, then add), so the fused product has the
+// same bits as the composed one.
 //
 // Note [bfloat16 results]. With bf16_out the result goes to a bfloat16
 // matrix (row stride ld_bf16_out) instead of C, each element rounded once
@@ -65,9 +66,17 @@ struct GemmEpilogue {
   int64_t ld_residual = 0;
   uint16_t* bf16_out = nullptr;
   int64_t ld_bf16_out = 0;
+  // Note [Fused dropout] in ops/linalg.cc: element (i, j) of the product is
+  // kept, times dropout_scale, when uniform (i * ld_dropout + j) of the
+  // Philox stream dropout_key is at least dropout_threshold, else zeroed;
+  // after the activation, before the residual (dropout_apply's arithmetic).
+  bool dropout = false;
+  uint64_t dropout_key = 0;
+  float dropout_threshold = 0.0f, dropout_scale = 1.0f;
+  int64_t ld_dropout = 0;
   bool active() const {
     return bias != nullptr || relu || residual != nullptr || residual_bf16 != nullptr ||
-           bf16_out != nullptr;
+           bf16_out != nullptr || dropout;
   }
 };
 // The epilogue on rows x cols of C at c (row stride ldc), the product's

@@ -2,6 +2,7 @@
 // intra-op pool); many small products are spread over the pool one whole
 // product per task, since a single small GEMM cannot use several threads well.
 #include <chrono>
+#include <cmath>
 
 #include "ops/cpu/blas.h"
 #include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
@@ -71,12 +72,21 @@ void batched_gemm_cpu(const GemmShape& s, const Tensor& a, const Tensor& b, Tens
 }
 
 void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
-                         const Tensor& residual, Tensor& y) {
+                         double dropout, uint64_t dropout_key, const Tensor& residual, Tensor& y) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   GemmEpilogue ep;
   ep.bias = bias.defined() ? bias.data<float>() : nullptr;
   ep.relu = relu;
   ep.ld_residual = out;
+  if (dropout > 0) {  // dropout_apply's test and scale (ops/cpu/dropout.cc)
+    const double p = dropout;
+    ep.dropout = true;
+    ep.dropout_key = dropout_key;
+    ep.dropout_threshold = static_cast<float>(p) >= p ? static_cast<float>(p)
+                                                      : std::nextafter(static_cast<float>(p), 2.0f);
+    ep.dropout_scale = static_cast<float>(1.0 / (1.0 - p));
+    ep.ld_dropout = out;
+  }
   if (x.dtype() == DType::kBFloat16) {  // Note [bfloat16 results]: rounded, biased, rounded again
     if (residual.defined())
       ep.residual_bf16 = reinterpret_cast<const uint16_t*>(residual.data<bfloat16>());
