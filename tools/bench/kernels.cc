@@ -201,6 +201,24 @@ std::vector<Case> make_cases() {
         {"dropout p=0.1", "[1024, 1024]", "W2", [=] { ops::dropout(x, 0.1, true, 1); }, "", {}});
   }
   {
+    // A feed-forward block's second product with its sublayer's dropout and
+    // residual (Note [Fused residual]): one GEMM and its epilogue, against
+    // the GEMM, bias pass, dropout pass and add.
+    Tensor h = rnd({tok, ffn}, 22, true), w = rnd({d, ffn}, 23, true), b = rnd({d}, 24, true),
+           r = rnd({tok, d}, 25, true);
+    cs.push_back({"linear +bias +dropout +residual fwd+bwd", "[1024, 1024] -> 256, p=0.1", "W2",
+                  [=] {
+                    backward_of(ops::linear(h, w, b, ops::FusedActivation::kNone, r, {0.1, 1}));
+                  },
+                  "composed ops",
+                  [=] {
+                    backward_of(ops::add(
+                        r, ops::dropout(ops::bias_activation(ops::matmul(h, w, false, true), b,
+                                                             ops::FusedActivation::kNone),
+                                        0.1, true, 1)));
+                  }});
+  }
+  {
     const int64_t n = 7627776;  // W2's parameters
     Tensor p = rnd({n}, 16), g = rnd({n}, 17), m = rnd({n}, 18), v = Tensor::full({n}, 1.0);
     ops::AdamStepArgs a;
