@@ -3,6 +3,7 @@
 // the activation op), forward here and backward in the test below.
 #include <array>
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/cpu_isa.h"
@@ -97,94 +98,45 @@ Tensor composed_linear(const Tensor& product, const Tensor& bias, FusedActivatio
   return residual.defined() ? ops::add(residual, y) : y;
 }
 
-TEST_CASE("linear: the fused float32 GEMM epilogue has the composed ops' bits, forward and back") {
-  // Note [Fused linear] in ops/linalg.cc. matmul, bias_activation, dropout and the residual add
-  // are the reference, at every ISA level, for a product the packed GEMM takes in tiles (16
-  // MFLOP and more; 110 columns, so a tile row's flat index is any multiple of 2: Note [Fused
-  // dropout]) and two small enough for Eigen, with the epilogue after the product.
+// ops::linear against composed_linear, forward and backward, bit for bit, at
+// every ISA level, for every combination of ReLU, bias, residual and dropout,
+// on inputs (and residual) of dtype `io`: float32, or bfloat16 under bf16
+// precision, whose reference product is the 16-bit linear's (Note [16-bit
+// linear]). The weight and bias are float32, as a layer's.
+void check_fused_linear(DType io, const std::vector<std::array<int64_t, 3>>& shapes) {
+  const bool bf16 = io == DType::kBFloat16;
+  const PrecisionScope precision(bf16 ? Precision::kBFloat16 : Precision::kFloat32);
   for (int level = 0; level <= static_cast<int>(detected_cpu_isa()); ++level) {
     CpuIsaGuard guard(static_cast<CpuIsa>(level));
-    for (const auto& [rows, in, out] :
-         {std::array<int64_t, 3>{150, 256, 110}, std::array<int64_t, 3>{96, 80, 72},
-          std::array<int64_t, 3>{3, 5, 4}})
+    for (const auto& [rows, in, out] : shapes)
       for (FusedActivation act : {FusedActivation::kRelu, FusedActivation::kNone})
         for (bool with_bias : {true, false})
           for (bool with_residual : {false, true})
             for (double p : {0.0, 0.3}) {
               if (!with_bias && !with_residual && p == 0 && act == FusedActivation::kNone) continue;
               INFO(cpu_isa_name(cpu_isa())
-                   << " rows " << rows << " " << act_name(act) << (with_bias ? "" : " no bias")
+                   << " " << io << " rows " << rows << " in " << in << " out " << out << " "
+                   << act_name(act) << (with_bias ? "" : " no bias")
                    << (with_residual ? " residual" : "") << " dropout " << p);
               int64_t fused_calls = 0;
               auto run = [&](bool fused) {
-                Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), DType::kFloat32)
-                               .set_requires_grad(true);
+                Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), io).set_requires_grad(true);
                 Tensor w =
                     ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
                 Tensor b =
                     ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
-                Tensor r = ops::cast(rand64(Shape{2, rows, out}, 105), DType::kFloat32)
-                               .set_requires_grad(true);
+                Tensor r = ops::cast(rand64(Shape{2, rows, out}, 105), io).set_requires_grad(true);
                 const Tensor bias = with_bias ? b : Tensor();
                 const Tensor residual = with_residual ? r : Tensor();
                 ops::kernel_profile::reset();
                 ops::kernel_profile::set_enabled(true);
-                Tensor y =
-                    fused ? ops::linear(x, w, bias, act, residual, {p, 7})
-                          : composed_linear(ops::matmul(x, w, false, true), bias, act, residual, p);
-                ops::kernel_profile::set_enabled(false);
-                for (const auto& e : ops::kernel_profile::snapshot())
-                  if (e.name == "linear_bias_act") fused_calls += e.calls;
-                y.backward(ops::cast(rand64(y.shape(), 104), DType::kFloat32));
-                return std::vector<Tensor>{y, x.grad(), w.grad(), with_bias ? b.grad() : x.grad(),
-                                           with_residual ? r.grad() : x.grad()};
-              };
-              const std::vector<Tensor> fused = run(true);
-              CHECK(fused_calls == 1);  // the fused form ran
-              const std::vector<Tensor> composed = run(false);
-              for (size_t i = 0; i < fused.size(); ++i)
-                CHECK(max_abs_diff(fused[i], composed[i]) == 0);
-            }
-  }
-}
-
-TEST_CASE("linear: the fused bfloat16 GEMM epilogue has the composed 16-bit ops' bits") {
-  // Note [Fused linear] in ops/linalg.cc, bf16 precision on a bfloat16 input: the 16-bit
-  // product (Note [16-bit linear]) then bias_activation, dropout and the add are the
-  // reference, at every ISA level, for one k-slice and for several (in = 900), and an odd
-  // width (37).
-  const PrecisionScope precision(Precision::kBFloat16);
-  for (int level = 0; level <= static_cast<int>(detected_cpu_isa()); ++level) {
-    CpuIsaGuard guard(static_cast<CpuIsa>(level));
-    for (const auto& [rows, in, out] :
-         {std::array<int64_t, 3>{96, 80, 72}, std::array<int64_t, 3>{3, 5, 4},
-          std::array<int64_t, 3>{20, 900, 40}, std::array<int64_t, 3>{40, 64, 37}})
-      for (FusedActivation act : {FusedActivation::kRelu, FusedActivation::kNone})
-        for (bool with_bias : {true, false})
-          for (bool with_residual : {false, true})
-            for (double p : {0.0, 0.3}) {
-              if (!with_bias && !with_residual && p == 0 && act == FusedActivation::kNone) continue;
-              INFO(cpu_isa_name(cpu_isa())
-                   << " rows " << rows << " in " << in << " " << act_name(act)
-                   << (with_bias ? "" : " no bias") << (with_residual ? " residual" : "")
-                   << " dropout " << p);
-              int64_t fused_calls = 0;
-              auto run = [&](bool fused) {
-                Tensor x = ops::cast(rand64(Shape{2, rows, in}, 101), DType::kBFloat16)
-                               .set_requires_grad(true);
-                Tensor w =
-                    ops::cast(rand64(Shape{out, in}, 102), DType::kFloat32).set_requires_grad(true);
-                Tensor b =
-                    ops::cast(rand64(Shape{out}, 103), DType::kFloat32).set_requires_grad(true);
-                Tensor r = ops::cast(rand64(Shape{2, rows, out}, 105), DType::kBFloat16)
-                               .set_requires_grad(true);
-                const Tensor bias = with_bias ? b : Tensor();
-                const Tensor residual = with_residual ? r : Tensor();
-                ops::kernel_profile::reset();
-                ops::kernel_profile::set_enabled(true);
-                Tensor y =
-                    fused ? ops::linear(x, w, bias, act, residual, {p, 7})
-                          : composed_linear(ops::linear(x, w, Tensor()), bias, act, residual, p);
+                Tensor y;
+                if (fused)
+                  y = ops::linear(x, w, bias, act, residual, {p, 7});
+                else
+                  y = composed_linear(
+                      bf16 ? ops::linear(x, w, Tensor()) : ops::matmul(x, w, false, true), bias,
+                      act, residual, p);
                 ops::kernel_profile::set_enabled(false);
                 for (const auto& e : ops::kernel_profile::snapshot())
                   if (e.name == "linear_bias_act") fused_calls += e.calls;
@@ -196,14 +148,29 @@ TEST_CASE("linear: the fused bfloat16 GEMM epilogue has the composed 16-bit ops'
               CHECK(fused_calls == 1);  // the fused form ran...
               const std::vector<Tensor> composed = run(false);
               CHECK(fused_calls == 1);  // ...and the reference did not
-              CHECK(fused[0].dtype() == DType::kBFloat16);
-              CHECK(fused[1].dtype() == DType::kBFloat16);
+              CHECK(fused[0].dtype() == io);
+              CHECK(fused[1].dtype() == io);
               for (size_t i = 0; i < fused.size(); ++i) {
                 CHECK(fused[i].dtype() == composed[i].dtype());
                 CHECK(max_abs_diff(fused[i], composed[i]) == 0);
               }
             }
   }
+}
+
+TEST_CASE("linear: the fused float32 GEMM epilogue has the composed ops' bits, forward and back") {
+  // Note [Fused linear] in ops/linalg.cc. matmul, bias_activation, dropout and the residual add
+  // are the reference for a product the packed GEMM takes in tiles (16 MFLOP and more; 110
+  // columns, so a tile row's flat index is any multiple of 2: Note [Fused dropout]) and two
+  // small enough for Eigen, with the epilogue after the product.
+  check_fused_linear(DType::kFloat32, {{150, 256, 110}, {96, 80, 72}, {3, 5, 4}});
+}
+
+TEST_CASE("linear: the fused bfloat16 GEMM epilogue has the composed 16-bit ops' bits") {
+  // Note [Fused linear] in ops/linalg.cc, bf16 precision on a bfloat16 input: the 16-bit
+  // product (Note [16-bit linear]) then bias_activation, dropout and the add are the
+  // reference, for one k-slice and for several (in = 900), and an odd width (37).
+  check_fused_linear(DType::kBFloat16, {{96, 80, 72}, {3, 5, 4}, {20, 900, 40}, {40, 64, 37}});
 }
 
 TEST_CASE("linear: a residual of the wrong shape is refused, naming both shapes") {
