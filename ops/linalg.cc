@@ -242,17 +242,20 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
   return y;
 }
 
-// Note [Fused linear]. A float32 linear layer with a bias, ReLU or residual
-// on a device with linear_bias_act (the CPU) runs as one GEMM whose epilogue
-// adds the bias, applies the activation and adds the residual in cache (Note
-// [GEMM epilogue] in ops/cpu/gemm_kernels.h), instead of a GEMM, a
-// bias_activation pass and an add over memory. The residual's gradient is
-// the upstream one itself, as the add's. A residual after an activation is
-// added separately: the backward reads ReLU's mask off the output. It records one node that splits
-// (Note [Split backward]): gz = g act'(y) (bias_act_backward, which also sums the bias gradient),
-// then gx = gz w now, gw = gz^T x and the bias gradient with the weights: the kernels and operand
-// orders of the composed matmul + bias_activation, so forward and backward have the same bits as
-// the composed form.
+// Note [Fused linear]. A float32 linear layer with a bias, ReLU, residual
+// or training dropout on a device with linear_bias_act (the CPU) runs as one
+// GEMM whose epilogue adds the bias, applies the activation and the dropout
+// and adds the residual in cache (Note [GEMM epilogue] in
+// ops/cpu/gemm_kernels.h), instead of a GEMM and a pass over memory for each.
+// It records one node that splits (Note [Split backward]): the dropout's
+// mask on g, then gz = g act'(y) (bias_act_backward, which also sums the bias
+// gradient), then gx = gz w now, gw = gz^T x and the bias gradient with the
+// weights: the kernels and operand orders of the composed matmul +
+// bias_activation + dropout + add, so forward and backward have the same
+// bits as the composed form. The residual's gradient is the upstream one
+// itself, as the add's. A residual after an activation is added separately:
+// the backward reads ReLU's mask off the output, which the residual would
+// change (a dropout only zeroes where its mask already zeroed g).
 //
 // The same fusion runs under bf16 precision for a bfloat16 input (Note
 // [16-bit linear]) where the device's linear_bias_act takes bfloat16 (the
