@@ -172,7 +172,14 @@ Residual::Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t 
 }
 
 Tensor Residual::forward(const Tensor& x) {
-  return ops::add(x, drop_(inner_->forward(norm_ ? norm_->forward(x) : x)));
+  const Tensor h = norm_ ? norm_->forward(x) : x;
+  // A branch that ends in a product takes the dropout and the add into its
+  // epilogue (Note [Fused residual] in models/transformer.cc): same bits, same mask.
+  if (auto* ffn = dynamic_cast<FeedForward*>(inner_.get()))
+    return ffn->forward_residual(h, x, drop_.for_linear());
+  if (auto* lin = dynamic_cast<Linear*>(inner_.get()); lin && lin->weight.size(0) == x.size(-1))
+    return lin->forward_residual(h, x, drop_.for_linear());
+  return ops::add(x, drop_(inner_->forward(h)));
 }
 
 TensorSpec Residual::output_spec(const TensorSpec& in) const { return inner_->output_spec(in); }

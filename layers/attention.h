@@ -66,7 +66,9 @@ class FeedForward final : public UnaryLayer {
   Dropout drop_;
 };
 
-// x + f(x) (post) or x + f(LN(x)) with pre-normalisation, for a UnaryLayer f.
+// x + dropout(f(x)), or x + dropout(f(LN(x))) with pre-normalisation, for a
+// UnaryLayer f. A Linear or FeedForward f does the dropout and add in its
+// product's epilogue.
 class Residual final : public UnaryLayer {
  public:
   Residual(std::string name, std::shared_ptr<UnaryLayer> inner, int64_t norm_dim = 0,

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "core/rng.h"
 #include "layers/attention.h"
 #include "layers/conv.h"
 #include "layers/loss.h"
@@ -88,4 +89,49 @@ TEST_CASE("layers: cross-entropy loss sums over non-ignored tokens") {
                           .item();
   CHECK(loss.sum({logits}, {labels}).item() == Approx(3 * mean));
   CHECK(loss.mean({logits}, {labels}).item() == Approx(mean));
+}
+
+namespace {
+// Runs `inner` without being one (no Linear or FeedForward to fuse into): the
+// composed reference for Residual.
+class Opaque final : public UnaryLayer {
+ public:
+  explicit Opaque(std::shared_ptr<UnaryLayer> inner) : UnaryLayer("opaque"), inner_(inner) {}
+  Tensor forward(const Tensor& x) override { return inner_->forward(x); }
+  TensorSpec output_spec(const TensorSpec& in) const override { return inner_->output_spec(in); }
+
+ private:
+  std::shared_ptr<UnaryLayer> inner_;
+};
+}  // namespace
+
+TEST_CASE("layers: Residual with a Linear or FeedForward branch fuses, with the composed bits") {
+  // A FeedForward or square Linear branch does the dropout and the add in its product's
+  // epilogue (Note [Fused residual]); the same branch behind Opaque runs the ops one by one.
+  // Same values, same dropout mask, same gradients, in training.
+  const RngScope rng({5, 1, 0, 0});
+  const std::vector<std::shared_ptr<UnaryLayer>> inners = {
+      std::make_shared<FeedForward>("ffn", 16, 64, Activation::kRelu, 1, 0.2),
+      std::make_shared<Linear>("proj", 16, 16, 2)};
+  for (const auto& inner : inners) {
+    INFO(inner->name());
+    auto run = [&](bool fused) {
+      Residual block("block", fused ? inner : std::make_shared<Opaque>(inner), 16, 0.3);
+      block.train();
+      inner->train();
+      Tensor x = Tensor::randn(Shape{4, 24, 16}, 7).set_requires_grad(true);
+      const Tensor y = block.forward(x);
+      ops::sum(ops::mul(y, Tensor::randn(y.shape(), 8))).backward();
+      std::vector<Tensor> out{y, x.grad()};
+      for (auto& p : inner->parameters()) {
+        out.push_back(p.tensor->grad().clone());
+        p.tensor->zero_grad();
+      }
+      return out;
+    };
+    const std::vector<Tensor> fused = run(true), composed = run(false);
+    REQUIRE(fused.size() == composed.size());
+    for (size_t i = 0; i < fused.size(); ++i)
+      CHECK(fused[i].to_vector<float>() == composed[i].to_vector<float>());
+  }
 }
