@@ -173,11 +173,13 @@ TEST_CASE("linear: the fused bfloat16 GEMM epilogue has the composed 16-bit ops'
   check_fused_linear(DType::kBFloat16, {{96, 80, 72}, {3, 5, 4}, {20, 900, 40}, {40, 64, 37}});
 }
 
-TEST_CASE("linear: a residual of the wrong shape is refused, naming both shapes") {
+TEST_CASE("linear: a residual of the wrong shape or a dropout p outside [0, 1) is refused") {
   const Tensor x = rand64(Shape{2, 3, 4}, 1), w = rand64(Shape{5, 4}, 2);
   CHECK_THROWS_WITH(
       ops::linear(x, w, Tensor(), FusedActivation::kNone, rand64(Shape{2, 3, 4}, 3)),
       Catch::Contains("linear: residual [2, 3, 4] does not match the output [2, 3, 5]"));
+  CHECK_THROWS_WITH(ops::linear(x, w, Tensor(), FusedActivation::kNone, Tensor(), {1.0, 0}),
+                    Catch::Contains("linear: dropout p must be in [0, 1), got 1"));
   // An activation before the residual: the activation's output plus the residual.
   const Tensor r = rand64(Shape{2, 3, 5}, 4);
   CHECK(max_abs_diff(ops::linear(x, w, Tensor(), FusedActivation::kTanh, r),
