@@ -87,4 +87,9 @@ void philox_normal(uint64_t key, uint64_t offset, double* out, int64_t n) {
   normal_impl(key, offset, out, n);
 }
 
+float dropout_keep_threshold(double p) {
+  const float f = static_cast<float>(p);
+  return f >= p ? f : std::nextafter(f, 2.0f);
+}
+
 }  // namespace gpipe

@@ -48,7 +48,12 @@ class RngScope {
 // Fill out[0..n) with element (offset + i) of stream `key`.
 void philox_uniform(uint64_t key, uint64_t offset, float* out, int64_t n);   // [0, 1)
 void philox_uniform(uint64_t key, uint64_t offset, double* out, int64_t n);  // [0, 1)
-void philox_normal(uint64_t key, uint64_t offset, float* out, int64_t n);    // N(0, 1)
+// Dropout with probability p keeps element i when its float uniform u_i is
+// at least this: the smallest float u with u >= p in double (every dropout
+// kernel and the GEMM epilogue's dropout compare against it, so they keep
+// the same elements).
+float dropout_keep_threshold(double p);
+void philox_normal(uint64_t key, uint64_t offset, float* out, int64_t n);  // N(0, 1)
 void philox_normal(uint64_t key, uint64_t offset, double* out, int64_t n);
 
 }  // namespace gpipe

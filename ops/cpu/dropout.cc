@@ -43,10 +43,7 @@ void dropout_apply_cpu(const Tensor& x, double p, uint64_t key, Tensor& out) {
     const T* px = x.data<T>();
     T* po = out.data<T>();
     const T scale = static_cast<T>(1.0 / (1.0 - p));
-    // u >= p in double, as a float threshold: the smallest float u that passes.
-    const float threshold = static_cast<float>(p) >= p
-                                ? static_cast<float>(p)
-                                : std::nextafter(static_cast<float>(p), 2.0f);
+    const float threshold = dropout_keep_threshold(p);
     parallel_for(0, x.numel(), kGrainElems, [&](int64_t lo, int64_t hi) {
       float u[kBlock];
       for (int64_t b = lo; b < hi; b += kBlock) {

@@ -2,8 +2,8 @@
 // intra-op pool); many small products are spread over the pool one whole
 // product per task, since a single small GEMM cannot use several threads well.
 #include <chrono>
-#include <cmath>
 
+#include "core/rng.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
 #include "ops/dispatch.h"
@@ -79,12 +79,10 @@ void linear_bias_act_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, b
   ep.relu = relu;
   ep.ld_residual = out;
   if (dropout > 0) {  // dropout_apply's test and scale (ops/cpu/dropout.cc)
-    const double p = dropout;
     ep.dropout = true;
     ep.dropout_key = dropout_key;
-    ep.dropout_threshold = static_cast<float>(p) >= p ? static_cast<float>(p)
-                                                      : std::nextafter(static_cast<float>(p), 2.0f);
-    ep.dropout_scale = static_cast<float>(1.0 / (1.0 - p));
+    ep.dropout_threshold = dropout_keep_threshold(dropout);
+    ep.dropout_scale = static_cast<float>(1.0 / (1.0 - dropout));
     ep.ld_dropout = out;
   }
   if (x.dtype() == DType::kBFloat16) {  // Note [bfloat16 results]: rounded, biased, rounded again

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/philox.h"
+#include "core/rng.h"
 #include "ops/cuda/common.cuh"
 #include "ops/dropout_kernels.h"
 
@@ -31,9 +32,7 @@ void dropout_apply_cuda(const Tensor& x, double p, uint64_t key, Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
   KernelScope scope(out.device());
-  // u >= p in double, as a float threshold: the smallest float u that passes.
-  const float threshold = static_cast<float>(p) >= p ? static_cast<float>(p)
-                                                     : std::nextafter(static_cast<float>(p), 2.0f);
+  const float threshold = dropout_keep_threshold(p);
   dispatch_float_like(x.dtype(), "dropout", [&](auto z) {
     using T = decltype(z);
     const auto scale = static_cast<compute_t<T>>(1.0 / (1.0 - p));
