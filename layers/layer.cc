@@ -6,6 +6,7 @@
 #include "core/precision.h"
 #include "layers/skip.h"
 #include "ops/elementwise.h"
+#include "ops/linalg.h"
 
 namespace gpipe {
 
@@ -248,6 +249,21 @@ Bundle forward_layer(Layer& layer, const Bundle& in) {
   return out;
 }
 
+std::optional<LinearHead> forward_layer_head(Layer& layer, const Bundle& in) {
+  const Precision p = current_precision();
+  return layer.forward_head(p == Precision::kFloat32 || layer.takes_16bit() ? in : to_float32(in));
+}
+
+std::optional<LinearHead> Layer::forward_head(const Bundle&) { return std::nullopt; }
+
+Bundle LinearHead::logits() const {
+  PrecisionScope scope(precision);
+  Tensor y = ops::linear(hidden, weight);
+  if (precision != Precision::kFloat32 && y.dtype() == DType::kFloat32)
+    y = ops::cast(y, storage_dtype(precision));
+  return {y};
+}
+
 Bundle to_float32(const Bundle& in) {
   Bundle out = in;
   for (Tensor& t : out)
@@ -255,11 +271,17 @@ Bundle to_float32(const Bundle& in) {
   return out;
 }
 
-Bundle run_layers(const LayerList& layers, const Bundle& in) {
+Bundle run_layers(const LayerList& layers, const Bundle& in, std::optional<LinearHead>* head) {
   SkipStore store;
   SkipScope scope(&store);
   Bundle x = in;
-  for (const auto& l : layers) x = forward_layer(*l, x);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (head && i + 1 == layers.size() && (*head = forward_layer_head(*layers[i], x))) {
+      x.clear();
+      break;
+    }
+    x = forward_layer(*layers[i], x);
+  }
   x = to_float32(x);
   GPIPE_CHECK(store.empty(), "run_layers: skip '", store.held().begin()->first,
               "' was stashed and never popped (a layer declares a pop its forward skipped, or "

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -20,10 +21,23 @@
 
 #include "core/autograd.h"
 #include "core/bundle.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 #include "layers/skip.h"
 
 namespace gpipe {
+
+// An output layer's result hidden w^T (an output projection) with the
+// product not yet taken, so that a loss can fuse it into itself (Note [Fused
+// output loss] in ops/loss.cc; Layer::forward_head, Loss::sum_head).
+struct LinearHead {
+  Tensor hidden;                              // [..., d]
+  Tensor weight;                              // [C, d]
+  Precision precision = Precision::kFloat32;  // the layer's: the product runs under it
+  // The product as forward_layer returns the layer's output: ops::linear(hidden,
+  // weight) under `precision`, a float32 result rounded to its 16-bit format.
+  Bundle logits() const;
+};
 
 class Layer {
  public:
@@ -45,6 +59,12 @@ class Layer {
   // widens the inputs to float32 first, so a layer written for float32
   // works unchanged.
   virtual bool takes_16bit() const { return false; }
+  // For a layer whose forward(in) is {ops::linear(h, w)} (one output: an
+  // output projection): {h, w} without the product, such that
+  // forward_head(in)->logits() is forward_layer's output. The pipeline's last
+  // cell then gives them to a loss that takes_head() instead of the logits
+  // (Note [Fused output loss] in ops/loss.cc). nullopt (the default): no head.
+  virtual std::optional<LinearHead> forward_head(const Bundle& in);
   // c_i: FLOPs of one forward for inputs of spec `in`. The default counts the
   // multiply-adds of a dense layer: 2 * params * rows, rows = input[0]'s
   // elements divided by its last axis.
@@ -147,12 +167,16 @@ std::vector<std::vector<std::string>> tied_parameter_names(const LayerList& laye
 // layer.forward(in). Everything that runs layers (run_layers, pipeline
 // stages) calls this, so every cut sees the same roundings.
 Bundle forward_layer(Layer& layer, const Bundle& in);
+// layer.forward_head(in) with forward_layer's treatment of 16-bit inputs.
+std::optional<LinearHead> forward_layer_head(Layer& layer, const Bundle& in);
 // The bundle with its bfloat16 / float16 tensors cast to float32.
 Bundle to_float32(const Bundle& in);
 
 // Runs layers in order (no pipeline) at the thread's precision, outputs in
-// float32: the single-device reference.
-Bundle run_layers(const LayerList& layers, const Bundle& in);
+// float32: the single-device reference. With `head`, a last layer that has a
+// forward_head leaves its head there instead, and the result is empty.
+Bundle run_layers(const LayerList& layers, const Bundle& in,
+                  std::optional<LinearHead>* head = nullptr);
 // Output spec of a whole list, validating each step. `stashed`, if given,
 // is the skip store the walk uses, and ends holding every stash's spec.
 BundleSpec infer_specs(const LayerList& layers, const BundleSpec& in,

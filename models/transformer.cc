@@ -258,10 +258,13 @@ class OutputProjection final : public Layer {
     register_sublayer("decoder_norm", &ln_dec_);
   }
   bool takes_16bit() const override { return true; }
-  Bundle forward(const Bundle& in) override {
+  // The decoder's normalised states and the tied table: the loss fuses the
+  // product (Note [Fused output loss] in ops/loss.cc).
+  std::optional<LinearHead> forward_head(const Bundle& in) override {
     expect_inputs(spec_of(in), 3);
-    return {ops::linear(ln_dec_(in[2]), table)};
+    return LinearHead{ln_dec_(in[2]), table, current_precision()};
   }
+  Bundle forward(const Bundle& in) override { return forward_head(in)->logits(); }
   BundleSpec output_spec(const BundleSpec& in) const override {
     expect_inputs(in, 3);
     expect_hidden(name(), in[2], c_.dim);
@@ -337,8 +340,11 @@ Model transformer(const TransformerConfig& c) {
     sublayer(n + ".ffn", SublayerKind::kFeedForward, 2, 500 + i);
   }
   m.layers.push_back(std::make_shared<OutputProjection>(c, table));
-  m.loss = std::make_shared<CrossEntropyLoss>(CrossEntropyLossOptions{
-      .ignore_index = c.pad_id, .label_smoothing = c.label_smoothing, .logit_clip = c.logit_clip});
+  m.loss = std::make_shared<CrossEntropyLoss>(
+      CrossEntropyLossOptions{.ignore_index = c.pad_id,
+                              .label_smoothing = c.label_smoothing,
+                              .logit_clip = c.logit_clip,
+                              .fuse_projection = c.fused_loss});
   return m;
 }
 

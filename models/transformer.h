@@ -34,6 +34,9 @@ struct TransformerConfig {
   double label_smoothing = 0.0;
   double logit_clip = 0.0;   // > 0: soft-clip logits to (-c, c)
   bool scaled_init = false;  // scale residual-branch weights by 1/sqrt(2L)
+  // The output projection computed inside the loss, with no [N, T, vocab]
+  // logits in training (CrossEntropyLossOptions::fuse_projection).
+  bool fused_loss = true;
   Activation activation = Activation::kRelu;
   uint64_t seed = 0;
 };

@@ -149,15 +149,6 @@ namespace {
 Tensor rounded(const Tensor& t, bool bf16) {
   return bf16 ? cast(t, DType::kBFloat16) : cast(cast(t, DType::kFloat16), DType::kFloat32);
 }
-// Once per step and weight inside a pipeline step (Note [Weight casts] in
-// ops/weight_cast.h).
-// fp16 keeps the float16 rounding (half the bytes of its float32 form) and
-// widens it at each use: the float32 products need float32 operands.
-Tensor weight_operand(const Tensor& w, bool bf16) {
-  NoGradGuard no_grad;
-  if (bf16) return cached_weight_cast(w, 0, [&] { return cast(w, DType::kBFloat16); });
-  return cast(cached_weight_cast(w, 1, [&] { return cast(w, DType::kFloat16); }), DType::kFloat32);
-}
 
 // a [.., k] times b^T [k, n] (tb: b is [n, k]) or b [k, n] as one bfloat16
 // result, where the device's GEMM writes bfloat16 itself

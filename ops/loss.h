@@ -31,4 +31,18 @@ struct CrossEntropyOptions {
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                      const CrossEntropyOptions& opt = {});
 
+// linear_cross_entropy: cross_entropy(linear(x, w), targets, opt), the
+// output projection and its loss in one, without the [N, C] logits in
+// memory where the device has the fused kernel (Note [Fused output loss] in
+// ops/loss.cc; elsewhere it runs those two ops).
+//   x:       [..., d] float32, or bfloat16 under bf16 precision;
+//   w:       [C, d] float32 (under bf16 precision multiplied as its bfloat16
+//            rounding, as ops::linear multiplies it);
+//   targets: int32/int64 of x's shape without the last axis.
+// Returns the [] float32 mean loss, differentiable w.r.t. x and w.
+// chunk_rows: logits rows computed at a time (0: chosen from C).
+// Throws gpipe::Error as linear and cross_entropy do, naming the tensor.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targets,
+                            const CrossEntropyOptions& opt = {}, int64_t chunk_rows = 0);
+
 }  // namespace gpipe::ops

@@ -8,6 +8,9 @@
 #include <tuple>
 #include <utility>
 
+#include "core/autograd.h"
+#include "ops/elementwise.h"
+
 namespace gpipe::ops {
 namespace {
 
@@ -55,5 +58,11 @@ Tensor cached_weight_cast(const Tensor& weight, int variant, const std::function
 }
 
 int64_t weight_casts_made() { return g_casts.load(std::memory_order_relaxed); }
+
+Tensor weight_operand(const Tensor& w, bool bf16) {
+  NoGradGuard no_grad;
+  if (bf16) return cached_weight_cast(w, 0, [&] { return cast(w, DType::kBFloat16); });
+  return cast(cached_weight_cast(w, 1, [&] { return cast(w, DType::kFloat16); }), DType::kFloat32);
+}
 
 }  // namespace gpipe::ops

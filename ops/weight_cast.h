@@ -41,6 +41,12 @@ class WeightCastScope {
 // made once per open scope for a leaf `weight`, else every call.
 Tensor cached_weight_cast(const Tensor& weight, int variant, const std::function<Tensor()>& make);
 
+// The 16-bit operand of a float32 weight `w` under bf16 (bf16: its bfloat16
+// rounding) or fp16 (its float16 rounding widened back to float32: the
+// float32 products need float32 operands, while the cache keeps the half-size
+// float16 form), through cached_weight_cast; no autograd history.
+Tensor weight_operand(const Tensor& w, bool bf16);
+
 // Roundings made by cached_weight_cast since the process started (every
 // thread): what the structural test counts per step.
 int64_t weight_casts_made();

@@ -46,7 +46,8 @@ Stage::Stage(int index, LayerList layers, int64_t first_layer, Device device,
 }
 
 Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
-                  const StepContext& ctx, std::map<int, Bundle>* skips_out) {
+                  const StepContext& ctx, std::map<int, Bundle>* skips_out,
+                  std::optional<LinearHead>* head) {
   // (Note [Skips]) What arrives is put in the store the layers pop from;
   // what is left in it after the last layer leaves for later cells.
   const size_t routed = routes_.in_bundle.size();
@@ -72,12 +73,19 @@ Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
                     static_cast<uint64_t>(first_layer_ + static_cast<int64_t>(i))});
       DecodeScope decode(ctx.decode, first_layer_ + static_cast<int64_t>(i), m);
       PrecisionScope precision(ctx.precision);
+      if (head && i + 1 == layers_.size()) {
+        *head = forward_layer_head(*layers_[i], h);
+        if (*head) {
+          h.clear();
+          continue;
+        }
+      }
       h = forward_layer(*layers_[i], h);
     }
   }
   // The loss takes float32 unless it reads 16-bit outputs itself; outputs
   // handed to the caller are widened in take_outputs.
-  if (is_last() && !(loss_ && loss_->takes_16bit())) h = to_float32(h);
+  if (is_last() && !(loss_ && loss_->takes_16bit()) && !(head && *head)) h = to_float32(h);
   // A layer that declared a stash or pop but skipped it in this forward.
   auto declared_by = [&](const std::string& name, bool stash) {
     for (const auto& l : layers_)
@@ -107,8 +115,13 @@ Bundle Stage::run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in,
   return h;
 }
 
-Tensor Stage::scaled_loss(const Bundle& outputs, const Bundle& targets, const StepContext& ctx) {
-  return ops::mul_scalar(loss_->sum(outputs, targets), ctx.loss_scale);
+Tensor Stage::scaled_loss(const Saved& s, const Bundle& targets, const StepContext& ctx) {
+  const Tensor sum = s.head ? loss_->sum_head(*s.head, targets) : loss_->sum(s.outputs, targets);
+  return ops::mul_scalar(sum, ctx.loss_scale);
+}
+
+std::optional<LinearHead>* Stage::head_slot(Saved& s) const {
+  return loss_ && loss_->takes_head() && routes_.out_bundle.empty() ? &s.head : nullptr;
 }
 
 Stage::Saved& Stage::saved(int m, const char* action) {
@@ -146,7 +159,7 @@ StageMessage Stage::forward(int m, const StageMessage& in, bool keep_graph, cons
   {
     std::optional<NoGradGuard> no_grad;
     if (!keep_graph) no_grad.emplace();
-    out = run(m, s.leaves, s.skip_leaves, ctx, &skips_out);
+    out = run(m, s.leaves, s.skip_leaves, ctx, &skips_out, head_slot(s));
   }
   // Whether a float output needs a gradient is only known from a graph,
   // which a rematerialised forward does not build; so every float output of
@@ -182,11 +195,12 @@ double Stage::loss(int m, const Bundle& targets, const StepContext& ctx) {
   {
     std::optional<NoGradGuard> no_grad;
     if (!s.graph) no_grad.emplace();
-    value = scaled_loss(s.outputs, targets, ctx);
+    value = scaled_loss(s, targets, ctx);
   }
   GPIPE_ASSERT(value.numel() == 1, "stage ", index_, ": the loss is not a scalar");
   if (s.graph) s.root = value;
   s.outputs.clear();  // the graph, if any, lives on through the root
+  s.head.reset();
   const double v = value.item();
   losses_[m] = v;
   return v;
@@ -197,11 +211,12 @@ void Stage::recompute(int m, const StepContext& ctx, Tracer* tracer) {
   ScopedEvent ev(tracer, index_, "R" + std::to_string(m), "recompute", m, ctx.step);
   RecomputationScope recomputing;
   s.skip_outputs.clear();
-  s.outputs = run(m, s.leaves, s.skip_leaves, ctx, &s.skip_outputs);
+  s.outputs = run(m, s.leaves, s.skip_leaves, ctx, &s.skip_outputs, head_slot(s));
   s.graph = true;
   if (loss_) {
-    s.root = scaled_loss(s.outputs, s.targets, ctx);
+    s.root = scaled_loss(s, s.targets, ctx);
     s.outputs.clear();
+    s.head.reset();
   }
 }
 
@@ -231,6 +246,7 @@ void Stage::take_roots(Saved& s, int m, const StageMessage& grads, std::vector<T
     add(outputs, it->second, "skips");
   }
   s.outputs.clear();
+  s.head.reset();
   s.skip_outputs.clear();
   s.root = Tensor();
 }
@@ -300,7 +316,13 @@ void Stage::backward_weight(int m, const StepContext& ctx, Tracer* tracer) {
 
 Bundle Stage::take_outputs(int m) {
   Saved& s = saved(m, "output");
-  Bundle out = std::move(s.outputs);
+  Bundle out;
+  if (s.head) {  // the product the loss would have fused, taken now
+    NoGradGuard no_grad;
+    out = s.head->logits();
+  } else {
+    out = std::move(s.outputs);
+  }
   saved_.erase(m);
   return to_float32(out);
 }

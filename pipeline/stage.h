@@ -84,9 +84,16 @@ class Stage {
  private:
   // Runs the layers on the bundle part of `x` with the skips it receives;
   // returns the activation message's tensors and fills the direct skips'.
+  // With `head` (the last stage, whose loss takes_head()), a last layer that
+  // has a forward_head leaves its LinearHead there and the returned bundle
+  // empty (Note [Fused output loss] in ops/loss.cc).
   Bundle run(int m, const Bundle& x, const std::map<int, Bundle>& skips_in, const StepContext& ctx,
-             std::map<int, Bundle>* skips_out);
-  Tensor scaled_loss(const Bundle& outputs, const Bundle& targets, const StepContext& ctx);
+             std::map<int, Bundle>* skips_out, std::optional<LinearHead>* head);
+  struct Saved;
+  // The loss of s's outputs (or head) against `targets`, times ctx.loss_scale.
+  Tensor scaled_loss(const Saved& s, const Bundle& targets, const StepContext& ctx);
+  // Where run should leave the last layer's head: the last stage's, when its loss takes one.
+  std::optional<LinearHead>* head_slot(Saved& s) const;
 
   struct Saved {
     Bundle leaves;                      // the stage's inputs as autograd leaves
@@ -94,6 +101,7 @@ class Stage {
     std::map<int, Bundle> skip_leaves;  // direct skips received, by producer cell
     std::map<int, std::vector<bool>> skip_requires;
     Bundle outputs;                      // with their graph when `graph`
+    std::optional<LinearHead> head;      // last stage: in place of outputs, for a fused loss
     std::map<int, Bundle> skip_outputs;  // direct skips sent, by consumer cell
     bool graph = false;
     Bundle targets;                          // last stage, for recomputation

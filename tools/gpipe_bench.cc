@@ -101,6 +101,8 @@ CLI::App* add_profile(CLI::App& app, gpipe::bench::ProfileBenchOptions& o) {
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
   c->add_option("--threads", o.threads, "intra-op threads")->check(gpipe::train::kPositive);
   c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
+  c->add_flag("--unfused-loss", o.unfused_loss,
+              "transformer: the output projection's logits, then the loss (not fused)");
   add_warmup_steps(c, o.warmup, o.steps, "profiled steps");
   return c;
 }
@@ -124,6 +126,8 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
   c->add_option("--precision", o.precision,
                 "fp32 | bf16 (gpipe's bf16 against PyTorch's CPU autocast)")
       ->capture_default_str();
+  c->add_flag("--unfused-loss", o.unfused_loss,
+              "gpipe's output projection's logits, then the loss (not fused)");
   add_torch_flags(c, o.torch);
   return c;
 }

@@ -137,9 +137,8 @@ struct EmbeddingBackwardCheck {
   }
 };
 
-// Every target in [0, C) or the ignore index.
-void check_targets(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  const int64_t c = logits.size(-1);
+// Every target in [0, c) or the ignore index.
+void check_targets(int64_t c, const Tensor& targets, int64_t ignore_index) {
   dispatch_index(targets.dtype(), "cross_entropy", [&](auto zi) {
     using I = decltype(zi);
     const I* t = targets.data<I>();
@@ -156,13 +155,20 @@ void check_targets(const Tensor& logits, const Tensor& targets, int64_t ignore_i
 struct CrossEntropyForwardCheck {
   static void run(const Tensor& logits, const Tensor& targets, int64_t ignore_index, double,
                   const Tensor&, const Tensor&) {
-    check_targets(logits, targets, ignore_index);
+    check_targets(logits.size(-1), targets, ignore_index);
+  }
+};
+struct LinearCrossEntropyCheck {
+  static void run(const Tensor&, const Tensor& w, const Tensor& targets, int64_t ignore_index,
+                  double, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                  const Tensor&) {
+    check_targets(w.size(0), targets, ignore_index);
   }
 };
 struct CrossEntropyBackwardCheck {
   static void run(const Tensor& logits, const Tensor& targets, const Tensor&, const Tensor&,
                   int64_t ignore_index, double, const Tensor&) {
-    check_targets(logits, targets, ignore_index);
+    check_targets(logits.size(-1), targets, ignore_index);
   }
 };
 
@@ -174,6 +180,8 @@ struct CrossEntropyBackwardCheck {
   note_optional_kernel("bias_act_forward");
   note_optional_kernel("bias_act_backward");
   note_optional_kernel("linear_bias_act");  // Note [Fused linear]: matmul + bias_activation
+  note_optional_kernel(
+      "linear_cross_entropy_fused");  // Note [Fused output loss]: linear + cross_entropy
   return true;
 }();
 
@@ -229,6 +237,7 @@ GPIPE_CPU_ISA_SLOT(batched_gemm_bf16_out)
 GPIPE_CPU_ISA_SLOT(linear_bias_act)
 GPIPE_CPU_ISA_SLOT_CHECKED(cross_entropy_forward, CrossEntropyForwardCheck)
 GPIPE_CPU_ISA_SLOT_CHECKED(cross_entropy_backward, CrossEntropyBackwardCheck)
+GPIPE_CPU_ISA_SLOT_CHECKED(linear_cross_entropy_fused, LinearCrossEntropyCheck)
 GPIPE_CPU_ISA_SLOT(masked_fill_apply)
 GPIPE_CPU_ISA_SLOT(adam_update)
 GPIPE_CPU_ISA_SLOT(sgd_update)
@@ -259,6 +268,7 @@ GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_input, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(conv2d_backward_weight, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(cross_entropy_backward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(linear_cross_entropy_fused, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_backward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_forward, DeviceType::kCPU, kBoth);

@@ -1,8 +1,10 @@
 // Op-table cases: cross_entropy plain, with ignored rows, with label
-// smoothing (and a non-default ignore_index), and with [B, T, C] logits.
+// smoothing (and a non-default ignore_index), and with [B, T, C] logits;
+// linear_cross_entropy (fused in its float32 run, in chunks of 5 rows).
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "ops/linalg.h"
 #include "ops/loss.h"
 #include "tests/ops/op_table.h"
 
@@ -61,6 +63,31 @@ GPIPE_OP_CASES({
     loss_case("cross_entropy/rank3_int32_targets", Shape{2, 3, 4},
               Tensor::from_vector<int32_t>({0, 3, 1, 2, -100, 3}, Shape{2, 3}),
               {.label_smoothing = 0.1}, 44),
+    OpCase{
+        .name = "linear_cross_entropy/chunks_ignore_smoothing",
+        .covers = {"linear_cross_entropy_fused"},
+        // 12 rows x 7 classes of logits: more than the saved gradients (12 x 3
+        // + 7 x 3), so the float32 run takes the fused kernel, 5 rows at a time.
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{12, 3}, 45, -1.5, 1.5), rand64(Shape{7, 3}, 46),
+                        Tensor::from_vector<int64_t>({0, 6, -100, 3, 2, 5, 1, -100, 4, 4, 0, 6},
+                                                     Shape{12})};
+            },
+        .fn =
+            [](const In& in) {
+              return In{
+                  ops::linear_cross_entropy(in[0], in[1], in[2], {.label_smoothing = 0.1}, 5)};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              REQUIRE(out[0].rank() == 0);
+              const double want =
+                  reference(ops::linear(in[0], in[1]), in[2], {.label_smoothing = 0.1});
+              CHECK(std::abs(out[0].item() - want) < 1e-12);
+            },
+        .grad_inputs = {0, 1},
+    },
 });
 
 }  // namespace

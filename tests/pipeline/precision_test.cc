@@ -79,7 +79,7 @@ TEST_CASE("pipeline: in bfloat16 and float16, pipelined gradients equal single-d
     Tensor loss;
     {
       PrecisionScope scope(p);
-      loss = model.loss->mean(run_layers(model.layers, batch.inputs), batch.targets);
+      loss = mean_loss(model, batch.inputs, batch.targets);
     }
     const PrecisionRun one = run_at(p, 1, 1, RematMode::kNever, batch);
     CHECK(one.loss == loss.item());  // the same operations: the same loss, bit for bit

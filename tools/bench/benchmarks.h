@@ -62,6 +62,7 @@ struct ProfileBenchOptions {
   int64_t layers = 3, batch = 32;
   int threads = 1;
   std::string precision = "fp32";
+  bool unfused_loss = false;  // transformer: the output projection outside the loss
   int warmup = 3, steps = 10;
   std::string env_note;
 };
@@ -103,6 +104,8 @@ struct MeasureOptions {
   bool split_blocks = false;
   std::string skips = "direct";    // direct | through-cells
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (PipelineOptions::precision)
+  // transformer: logits then the loss, not linear_cross_entropy (Note [Fused output loss]).
+  bool unfused_loss = false;
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -133,6 +136,7 @@ struct TransformerBenchOptions {
   std::vector<int> threads{1, 2};
   // bf16: gpipe at --precision=bf16 against PyTorch under torch.autocast("cpu", bfloat16).
   std::string precision = "fp32";
+  bool unfused_loss = false;  // gpipe's output projection outside the loss
   int warmup = 3, steps = 20;
   double max_seconds = 30;
 };

@@ -41,6 +41,7 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->add_flag("--split-blocks", o.split_blocks, "resnet: three layers per block");
   c->add_option("--skips", o.skips, "direct | through-cells");
   c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
+  c->add_flag("--unfused-loss", o.unfused_loss, "transformer: logits, then the loss");
   return c;
 }
 

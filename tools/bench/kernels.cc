@@ -173,6 +173,25 @@ std::vector<Case> make_cases() {
                   {}});
   }
   {
+    // The output projection and its loss (Note [Fused output loss]).
+    Tensor x = rnd({tok, d}, 16, true), w = rnd({vocab, d}, 17, true);
+    std::vector<int64_t> t(tok);
+    for (int64_t i = 0; i < tok; ++i) t[i] = (i * 7919) % vocab;
+    Tensor targets = Tensor::from_vector<int64_t>(t, {tok});
+    cs.push_back({"linear + cross_entropy fwd+bwd", "[1024, 256] x [8192, 256]^T", "W2",
+                  [=]() mutable {
+                    backward_of(ops::linear_cross_entropy(x, w, targets));
+                    x.zero_grad();
+                    w.zero_grad();
+                  },
+                  "linear, cross_entropy",
+                  [=]() mutable {
+                    backward_of(ops::cross_entropy(ops::linear(x, w), targets));
+                    x.zero_grad();
+                    w.zero_grad();
+                  }});
+  }
+  {
     Tensor q = rnd({32, 32, d}, 11, true), k = rnd({32, 32, d}, 12, true),
            v = rnd({32, 32, d}, 13, true);
     cs.push_back({"attention causal fwd+bwd", "[32, 32, 256] x 4 heads", "W2",

@@ -30,6 +30,7 @@ int run_transformer(const TransformerBenchOptions& opt) {
   if (bf16) c.script_extra += " --autocast bf16";
   c.model.workload = "transformer";
   c.model.precision = opt.precision;
+  c.model.unfused_loss = opt.unfused_loss;
   c.model.layers = 3;
   c.model.batch = 32;
   return compare_steps(c, opt.torch, opt.threads, opt.warmup, opt.steps, opt.max_seconds, gflop);
