@@ -63,6 +63,10 @@ void backward_rows(const T* z, const T* bias, const T* y, const T* g, T* gz, dou
                    int64_t r0, int64_t r1, T* scratch) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* gr = g + r * n;
+    if (kAct == FusedActivation::kNone && !gz) {  // the bias gradient alone: sum g itself
+      for (int64_t i = 0; i < n; ++i) sum[i] += static_cast<double>(gr[i]);
+      continue;
+    }
     T* out = gz ? gz + r * n : scratch;
     if constexpr (kAct == FusedActivation::kGelu) {
       const T* zr = z + r * n;
