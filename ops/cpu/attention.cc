@@ -179,6 +179,21 @@ void product_bt(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const 
   cpu::gemm<T>(false, true, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
 
+// Keys [0, n) visible and the rest padded (no mask, or padding only at the
+// end, as batches of sequences padded to one length have): n, which
+// softmax_prefix and the backward's prefix form take without a mask test
+// per element. -1 when the padding is not a suffix or hides every key: the
+// masked form.
+template <class T>
+int64_t visible_keys(const T* pad, int64_t tk) {
+  if (!pad) return tk;
+  int64_t n = 0;
+  while (n < tk && pad[n] == T(0)) ++n;
+  for (int64_t j = n; j < tk; ++j)
+    if (pad[j] == T(0)) return -1;
+  return n > 0 ? n : -1;
+}
+
 template <class T>
 bool masked(const T* pad, bool causal, int64_t i, int64_t j) {
   return (causal && j > i) || (pad != nullptr && pad[j] != T(0));
@@ -212,10 +227,11 @@ template <class T>
 void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, T* out,
                   vector<T>& kt) {
   product_bt<T>(g.tq, g.tk, g.dh, in.q, in.ldq, in.k, in.ldk, p, g.tk, kt);
+  const int64_t visible = visible_keys(in.pad, g.tk);
   for (int64_t i = 0; i < g.tq; ++i) {
     T* row = p + i * g.tk;
-    if (!in.pad) {  // keys [0, n) are visible, the rest weigh exactly 0
-      const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
+    if (visible > 0) {  // keys [0, n) are visible, the rest weigh exactly 0
+      const int64_t n = causal ? std::min(i + 1, visible) : visible;
       softmax_prefix(row, n, g.tk, scale);
       continue;
     }
@@ -238,13 +254,14 @@ void backward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, const
   ds.resize(static_cast<size_t>(g.tq * g.tk));
   product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, in.ldq, gv, in.ldk);
   product_bt<T>(g.tq, g.tk, g.dh, go, in.ldq, in.v, in.ldk, ds.data(), g.tk, vt);
+  const int64_t visible = visible_keys(in.pad, g.tk);
   for (int64_t i = 0; i < g.tq; ++i) {
     T* dr = ds.data() + i * g.tk;
     const T* pr = p + i * g.tk;
     T dot = 0;
     for (int64_t j = 0; j < g.tk; ++j) dot += dr[j] * pr[j];
-    if (!in.pad) {  // keys [0, n) visible: no mask test per element
-      const int64_t n = causal ? std::min(i + 1, g.tk) : g.tk;
+    if (visible > 0) {  // keys [0, n) visible: no mask test per element
+      const int64_t n = causal ? std::min(i + 1, visible) : visible;
       for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
       std::fill(dr + n, dr + g.tk, T(0));
       continue;

@@ -2,8 +2,8 @@
 // (ops::attention_composed: reshape, permute, matmul, masked_fill, softmax),
 // forward values, and its gradients against finite differences: causal
 // self-attention, cross-attention with padded keys (one example fully
-// padded), and one head. On CUDA the fused op runs the flash kernels
-// (tests/cuda/attention_test.cc has their larger shapes).
+// padded), causal self-attention with padding that is and is not a suffix, and one head. On CUDA
+// the fused op runs the flash kernels (tests/cuda/attention_test.cc has their larger shapes).
 #include <catch2/catch.hpp>
 
 #include "ops/attention.h"
@@ -51,6 +51,23 @@ GPIPE_OP_CASES({
         .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 3, false, in[3])}; },
         .check_forward = [](const In& in,
                             const In& out) { check_against_composed(in, out, 3, false); },
+        .grad_inputs = {0, 1, 2},
+    },
+    // Causal self-attention over padded keys: example 0 pads keys 1 and 4 (not
+    // a suffix: the masked form), example 1 its last two (a suffix: the CPU's
+    // prefix form, min(i + 1, 3) keys per row).
+    OpCase{
+        .name = "attention/causal_padded_holes_and_suffix",
+        .covers = {"attention_forward", "attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 5, 6}, 77), rand64(Shape{2, 5, 6}, 78),
+                        rand64(Shape{2, 5, 6}, 79),
+                        Tensor::from_vector<double>({0, 1, 0, 0, 1, 0, 0, 0, 1, 1}, Shape{2, 5})};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, true, in[3])}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 2, true); },
         .grad_inputs = {0, 1, 2},
     },
     // The composed form itself (what devices without a fused kernel run, and
