@@ -16,22 +16,32 @@
 #include "ops/weight_cast.h"
 
 namespace gpipe::ops {
+namespace {
+
+// What cross_entropy and linear_cross_entropy both check: targets defined,
+// integral, on x's device, of x's shape without its last axis (`what` names
+// x: "the logits", "the input"), and the smoothing in [0, 1].
+void check_targets(const char* op, const Tensor& x, const char* what, const Tensor& targets,
+                   const CrossEntropyOptions& opt) {
+  GPIPE_CHECK(targets.defined(), op, ": targets is an undefined tensor");
+  GPIPE_CHECK(is_integral(targets.dtype()), op, ": expected int32 or int64 targets, got ",
+              targets.dtype());
+  GPIPE_CHECK(targets.device() == x.device(), op, ": targets are on ", targets.device(), " but ",
+              what, " is on ", x.device());
+  std::vector<int64_t> lead(x.shape().dims().begin(), x.shape().dims().end() - 1);
+  GPIPE_CHECK(targets.shape() == Shape(lead), op, ": expected targets of shape ", Shape(lead), " (",
+              what, " ", x.shape(), " without its last axis), got ", targets.shape());
+  GPIPE_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0, op,
+              ": label_smoothing must be in [0, 1], got ", opt.label_smoothing);
+}
+
+}  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEntropyOptions& opt) {
   detail::check_floating("cross_entropy", logits, "the logits");
   GPIPE_CHECK(logits.rank() >= 1, "cross_entropy: expected logits [N, C], got a scalar");
-  GPIPE_CHECK(targets.defined(), "cross_entropy: targets is an undefined tensor");
-  GPIPE_CHECK(is_integral(targets.dtype()), "cross_entropy: expected int32 or int64 targets, got ",
-              targets.dtype());
-  GPIPE_CHECK(targets.device() == logits.device(), "cross_entropy: targets are on ",
-              targets.device(), " but the logits are on ", logits.device());
-  std::vector<int64_t> lead(logits.shape().dims().begin(), logits.shape().dims().end() - 1);
-  GPIPE_CHECK(targets.shape() == Shape(lead), "cross_entropy: expected targets of shape ",
-              Shape(lead), " (logits ", logits.shape(), " without the class axis), got ",
-              targets.shape());
+  check_targets("cross_entropy", logits, "the logits", targets, opt);
   GPIPE_CHECK(logits.size(-1) > 0, "cross_entropy: logits ", logits.shape(), " have no classes");
-  GPIPE_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0,
-              "cross_entropy: label_smoothing must be in [0, 1], got ", opt.label_smoothing);
 
   const Tensor xd = detail::dense(logits);
   const Tensor td = detail::dense(targets);
@@ -122,18 +132,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
   const bool grad = grad_mode_enabled() && (x.requires_grad() || w.requires_grad());
   const HeadPath path = head_path(x, w);
   if (path == HeadPath::kComposed) return cross_entropy(linear(x, w), targets, opt);
-  // cross_entropy's checks of the targets, on logits that are not there.
-  GPIPE_CHECK(targets.defined(), "linear_cross_entropy: targets is an undefined tensor");
-  GPIPE_CHECK(is_integral(targets.dtype()),
-              "linear_cross_entropy: expected int32 or int64 targets, got ", targets.dtype());
-  GPIPE_CHECK(targets.device() == x.device(), "linear_cross_entropy: targets are on ",
-              targets.device(), " but the input is on ", x.device());
-  std::vector<int64_t> lead(x.shape().dims().begin(), x.shape().dims().end() - 1);
-  GPIPE_CHECK(targets.shape() == Shape(lead), "linear_cross_entropy: expected targets of shape ",
-              Shape(lead), " (the input ", x.shape(), " without its last axis), got ",
-              targets.shape());
-  GPIPE_CHECK(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0,
-              "linear_cross_entropy: label_smoothing must be in [0, 1], got ", opt.label_smoothing);
+  // cross_entropy's checks, on logits that are not there.
+  check_targets("linear_cross_entropy", x, "the input", targets, opt);
 
   const bool bf16 = path == HeadPath::kBFloat16;
   const int64_t d = w.size(1), c = w.size(0);
