@@ -258,7 +258,8 @@ PlanEstimate best_cut(const ModelCosts& costs, PlanChoice ch, int64_t batch, dou
     memory[i] = static_cast<double>(l.activation_bytes) * ch.M +
                 (2 + costs.optimizer_state_factor) * static_cast<double>(l.parameter_bytes);
   }
-  time[n - 1] += p.loss.forward_seconds + p.loss.backward_input_seconds;
+  time[n - 1] +=
+      p.loss.forward_seconds + p.loss.backward_input_seconds + p.loss.backward_weight_seconds;
   PlanEstimate best;
   bool any = false;
   for (const std::vector<double>* w : {&time, &memory}) {

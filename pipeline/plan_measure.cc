@@ -146,7 +146,7 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
     ModelProfile p;
     p.rows = batch_size(piece);
     p.input_bytes = bundle_bytes(piece.inputs);
-    p.layers = profile_layers(model.layers, piece.inputs, reps);
+    p.layers = profile_layers(model.layers, piece.inputs, reps, model.loss.get());
     // Each skip's tensor, from the specs (a spec store keeps every stash).
     SkipSpecStore stashed;
     infer_specs(model.layers, spec_of(piece.inputs), nullptr, &stashed);
@@ -154,12 +154,7 @@ ModelCosts profile_model(const Model& model, const Batch& batch, std::vector<int
       const TensorSpec t = stashed.pop(e.name, "the planner");
       p.skip_bytes.push_back(t.shape.numel() * static_cast<int64_t>(dtype_size(t.dtype)));
     }
-    Bundle out;
-    {
-      NoGradGuard no_grad;
-      out = run_layers(model.layers, piece.inputs);
-    }
-    p.loss = profile_loss(*model.loss, out, piece.targets);
+    p.loss = profile_model_loss(model, piece.inputs, piece.targets, reps);
     for (const auto& layer : model.layers) layer->discard_step();
     if (c.profiles.empty() || c.profiles.back().rows != p.rows) c.profiles.push_back(p);
   }
@@ -178,8 +173,7 @@ namespace {
 
 // One forward, loss and backward of `m` on `b`; the parameters' gradients dropped after.
 void training_pass(const Model& m, const Batch& b) {
-  const Bundle out = run_layers(m.layers, b.inputs);
-  backward({m.loss->sum(out, b.targets)});
+  backward({mean_loss(m, b.inputs, b.targets)});  // as a pipeline computes it (fused output loss)
   for (const auto& layer : m.layers) {
     for (const NamedTensor& p : layer->parameters()) p.tensor->zero_grad();
     layer->discard_step();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/allocator.h"
@@ -66,9 +68,11 @@ int64_t bundle_bytes(const Bundle& b, bool floating_only) {
   return n;
 }
 
-std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample, int reps) {
+std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample, int reps,
+                                         const Loss* loss) {
   GPIPE_CHECK(reps >= 1, "profile_layers: reps must be >= 1, got ", reps);
   std::vector<LayerProfile> out;
+  const bool head_last = loss != nullptr && loss->takes_head();
   Bundle x = sample;
   // What earlier layers stashed (layers/skip.h), as fresh leaves. A popped
   // skip's gradient is not timed as an input gradient (it is computed by
@@ -94,7 +98,11 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
       allocator_for(dev).reset_peak();
       evict_caches(dev);
       auto t0 = std::chrono::steady_clock::now();
-      Bundle outs = forward_layer(*layer, leaves);
+      // The last cell's last layer leaves its head for the loss (Stage::run).
+      std::optional<LinearHead> head;
+      if (head_last && &layer == &layers.back()) head = forward_layer_head(*layer, leaves);
+      Bundle outs = head ? Bundle{head->hidden} : forward_layer(*layer, leaves);
+      head.reset();
       if (timed) p.forward_seconds = std::min(p.forward_seconds, seconds_since(t0));
       p.activation_bytes = live_activations(dev) - before;
       p.output_bytes = bundle_bytes(outs);
@@ -156,26 +164,106 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
   return out;
 }
 
-LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targets) {
+namespace {
+
+// profile_loss of the loss `sum` computes on fresh leaves of `outputs`:
+// one untimed run, then the best of `reps`, from cold caches (evict_caches).
+//
+// Times are split so that every remat mode's sum comes out right. The
+// forward is timed without a graph, as a rematerialised cell computes it; a
+// fused output loss (Note [Fused output loss] in ops/loss.cc) computes its
+// gradients in its forward when a graph is kept, and that difference is
+// counted as backward (I). So F + B is the step of a cell that keeps its
+// graph, and F + R + B that of one that recomputes (R = F in the
+// simulator): the no-graph forward, then the forward with its gradients.
+LayerProfile profile_loss_of(const Bundle& outputs, const std::function<Tensor(const Bundle&)>& sum,
+                             int reps) {
   LayerProfile p;
-  Bundle leaves;
-  std::vector<Tensor> inputs;
-  const Device dev = make_leaves(outputs, leaves, inputs);
-  const int64_t before = live_activations(dev);
-  auto t0 = std::chrono::steady_clock::now();
-  Tensor value = loss.sum(leaves, targets);
-  p.forward_seconds = seconds_since(t0);
-  p.activation_bytes = live_activations(dev) - before;
-  if (value.requires_grad()) {
-    allocator_for(dev).reset_peak();
-    const int64_t at_backward = live_activations(dev);
+  p.forward_seconds = p.backward_input_seconds = p.backward_weight_seconds = 1e300;
+  for (int rep = 0; rep <= reps; ++rep) {
+    const bool timed = rep > 0;
+    Bundle leaves;
+    std::vector<Tensor> inputs;
+    const Device dev = make_leaves(outputs, leaves, inputs);
+    evict_caches(dev);
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      NoGradGuard no_grad;
+      sum(leaves);
+    }
+    const double plain = seconds_since(t0);
+    const int64_t before = live_activations(dev);
+    evict_caches(dev);
     t0 = std::chrono::steady_clock::now();
-    backward({value});
-    p.backward_input_seconds = seconds_since(t0);
-    p.backward_extra_bytes = std::max<int64_t>(
-        0, allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation) - at_backward);
+    Tensor value = sum(leaves);
+    const double with_graph = seconds_since(t0);
+    p.activation_bytes = live_activations(dev) - before;
+    double input_s = 0, weight_s = 0;
+    if (value.requires_grad()) {
+      // Split as the pipeline's last cell splits it (Note [Split backward]):
+      // a fused output loss keeps its weight's gradient until W.
+      allocator_for(dev).reset_peak();
+      const int64_t at_backward = live_activations(dev);
+      t0 = std::chrono::steady_clock::now();
+      WeightGradients w =
+          backward_input({value}, {Tensor::full(value.shape(), 1.0, value.dtype(), dev)}, inputs);
+      input_s = seconds_since(t0);
+      value = Tensor();
+      for (Tensor& l : inputs) l.zero_grad();
+      p.pending_bytes = std::max<int64_t>(0, live_activations(dev) - before);
+      const int64_t input_peak = allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
+      allocator_for(dev).reset_peak();
+      const int64_t at_weight = live_activations(dev);
+      t0 = std::chrono::steady_clock::now();
+      w.run();
+      weight_s = seconds_since(t0);
+      const int64_t weight_peak =
+          allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
+      p.input_extra_bytes = std::max<int64_t>(0, input_peak - at_backward);
+      p.weight_extra_bytes = std::max<int64_t>(0, weight_peak - at_weight);
+      p.backward_extra_bytes =
+          std::max<int64_t>(0, std::max(input_peak, weight_peak) - at_backward);
+    }
+    if (timed) {
+      p.forward_seconds = std::min(p.forward_seconds, plain);
+      p.backward_input_seconds =
+          std::min(p.backward_input_seconds, std::max(0.0, with_graph - plain) + input_s);
+      p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
+    }
   }
   return p;
+}
+
+}  // namespace
+
+LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targets, int reps) {
+  return profile_loss_of(
+      outputs, [&](const Bundle& leaves) { return loss.sum(leaves, targets); }, reps);
+}
+
+LayerProfile profile_loss(Loss& loss, const LinearHead& head, const Bundle& targets, int reps) {
+  Tensor weight = head.weight;
+  LayerProfile p = profile_loss_of(
+      {head.hidden},
+      [&](const Bundle& leaves) {
+        return loss.sum_head(LinearHead{leaves[0], weight, head.precision}, targets);
+      },
+      reps);
+  weight.zero_grad();
+  return p;
+}
+
+LayerProfile profile_model_loss(const Model& model, const Bundle& sample, const Bundle& targets,
+                                int reps) {
+  GPIPE_CHECK(model.loss != nullptr, "profile_model_loss: the model has no loss");
+  std::optional<LinearHead> head;
+  Bundle out;
+  {
+    NoGradGuard no_grad;
+    out = run_layers(model.layers, sample, model.loss->takes_head() ? &head : nullptr);
+  }
+  return head ? profile_loss(*model.loss, *head, targets, reps)
+              : profile_loss(*model.loss, out, targets, reps);
 }
 
 StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, int64_t end,
@@ -206,9 +294,13 @@ StageCosts cell_costs(const std::vector<LayerProfile>& profile, int64_t begin, i
   if (extra) {
     c.input_extra_bytes =
         std::max(c.input_extra_bytes, static_cast<double>(extra->backward_extra_bytes));
+    c.weight_extra_bytes =
+        std::max(c.weight_extra_bytes, static_cast<double>(extra->weight_extra_bytes));
     c.forward += extra->forward_seconds;
     c.backward_input += extra->backward_input_seconds;
+    c.backward_weight += extra->backward_weight_seconds;
     c.activation_bytes += static_cast<double>(extra->activation_bytes);
+    c.pending_bytes += static_cast<double>(extra->pending_bytes);
     c.backward_extra_bytes =
         std::max(c.backward_extra_bytes, static_cast<double>(extra->backward_extra_bytes));
   }

@@ -33,13 +33,31 @@ int64_t bundle_bytes(const Bundle& b, bool floating_only = false);
 // each `reps` times after one untimed run (best time kept; bytes from the
 // last run; the timed runs accumulate into existing gradients); parameters'
 // gradients and the layers' step statistics are left as they were found.
+// With a `loss` that takes_head(), a last layer with a head is profiled as
+// the pipeline's last cell runs it (Note [Fused output loss] in
+// ops/loss.cc): its output is the head's hidden state, and the output
+// projection is the loss's (profile_model_loss).
 std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& sample,
-                                         int reps = 2);
+                                         int reps = 2, const Loss* loss = nullptr);
 
 // The loss on the last stage as one more "layer": what its graph keeps
-// (activation_bytes) and its backward's transient; seconds of forward and
-// backward (as backward_input).
-LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targets);
+// (activation_bytes) and its backward's transients; seconds of forward and
+// of the backward split as the pipeline splits it (I, W), and what waits
+// between the two (pending_bytes: a fused output loss's weight gradient).
+// The best of `reps` runs after an untimed one; how the seconds are split
+// between F and B: see profile_loss_of in pipeline/profile.cc.
+LayerProfile profile_loss(Loss& loss, const Bundle& outputs, const Bundle& targets, int reps = 2);
+// The same for a loss given the last layer's head (Loss::sum_head): the
+// projection's time and what the loss keeps for backward are the loss's.
+// The head's weight's gradient is dropped after.
+LayerProfile profile_loss(Loss& loss, const LinearHead& head, const Bundle& targets, int reps = 2);
+
+// model.loss's profile on the last cell as the pipeline computes it, from the
+// model's inputs `sample` (the layers run without a graph): on the last
+// layer's head where the loss takes one, else on the outputs. What the
+// planner adds to the last cell beside profile_layers(..., model.loss).
+LayerProfile profile_model_loss(const Model& model, const Bundle& sample, const Bundle& targets,
+                                int reps = 2);
 
 // The simulator's costs of the cell made of layers [begin, end): the sums
 // of their profiles, a graph that keeps the cell's input (`input_bytes`,
