@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -51,6 +52,23 @@ struct Dims {
       : b(q.size(0)), tq(q.size(1)), tk(k.size(1)), d(q.size(2)), heads(h), dh(q.size(2) / h) {}
   int64_t q_at(int64_t bh) const { return (bh / heads) * tq * d + (bh % heads) * dh; }
   int64_t k_at(int64_t bh) const { return (bh / heads) * tk * d + (bh % heads) * dh; }
+};
+
+// Note [Banded products]. Where the masks leave each score row a visible
+// prefix (causal, and padding only at the end: visible_keys > 0), the
+// probabilities P and their gradient dS (Tq x Tk) are exactly zero from
+// column row_end(i) on, and key j is seen only by the rows from
+// first_row(j) on. The register tiles skip those zeros: the products that
+// sum over the keys (out = P v, dq = dS k) stop each tile at its last row's
+// row_end, and those that sum over the queries (dv = P^T dout, dk = dS^T q)
+// start each tile at its first key's first_row. The terms left out are
+// exact zeros, so the results are the same (up to the sign of a zero) and a
+// causal pair's four such products do about half their work.
+struct Band {
+  int64_t visible, tq;
+  bool causal;
+  int64_t row_end(int64_t i) const { return causal ? std::min(i + 1, visible) : visible; }
+  int64_t first_row(int64_t j) const { return j >= visible ? tq : (causal ? j : 0); }
 };
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -114,40 +132,71 @@ void tile(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, f
     for (int v = 0; v < NV; ++v) vstore(c + r * ldc + v * kLanes, acc[r][v]);
 }
 
+// The last m % R rows as one tile of that many rows.
+template <bool TA, int NV, int... Rs>
+void tail_tile([[maybe_unused]] int rows, [[maybe_unused]] int64_t k,
+               [[maybe_unused]] const float* a, [[maybe_unused]] int64_t lda,
+               [[maybe_unused]] const float* b, [[maybe_unused]] int64_t ldb,
+               [[maybe_unused]] float* c, [[maybe_unused]] int64_t ldc,
+               std::integer_sequence<int, Rs...>) {  // Rs empty where R = 1
+  (void)((rows == Rs + 1 && (tile<TA, Rs + 1, NV>(k, a, lda, b, ldb, c, ldc), true)) || ...);
+}
+
 template <bool TA, int NV>
 void tiles(int64_t m, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-           int64_t ldc) {
+           int64_t ldc, const Band* band) {
   constexpr int R = tile_rows<NV>();
-  const auto row = [&](int64_t i) { return TA ? a + i : a + i * lda; };
+  // Each tile's k range: op(A)'s nonzero columns for its rows (Note [Banded
+  // products]); the whole of k without a band.
+  const auto run = [&](auto rows_c, int64_t i, int rows) {
+    int64_t lo = 0, hi = k;
+    if (band) {
+      if (TA)
+        lo = std::min(k, band->first_row(i));
+      else
+        hi = std::min(k, band->row_end(i + rows - 1));
+    }
+    const float* ai = (TA ? a + i : a + i * lda) + (TA ? lo * lda : 0);
+    const float* bi = b + lo * ldb;
+    float* ci = c + i * ldc;
+    if constexpr (decltype(rows_c)::value > 0)
+      tile<TA, decltype(rows_c)::value, NV>(hi - lo, ai, lda, bi, ldb, ci, ldc);
+    else
+      tail_tile<TA, NV>(rows, hi - lo, ai, lda, bi, ldb, ci, ldc,
+                        std::make_integer_sequence<int, R - 1>{});
+  };
   int64_t i = 0;
-  for (; i + R <= m; i += R) tile<TA, R, NV>(k, row(i), lda, b, ldb, c + i * ldc, ldc);
-  for (; i < m; ++i) tile<TA, 1, NV>(k, row(i), lda, b, ldb, c + i * ldc, ldc);
+  for (; i + R <= m; i += R) run(std::integral_constant<int, R>{}, i, R);
+  if (i < m) run(std::integral_constant<int, 0>{}, i, static_cast<int>(m - i));
 }
 
 template <bool TA>
 void tiles_for(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-               int64_t ldb, float* c, int64_t ldc) {
-  using Fn =
-      void (*)(int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t);
+               int64_t ldb, float* c, int64_t ldc, const Band* band) {
+  using Fn = void (*)(int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                      int64_t, const Band*);
   static constexpr Fn kFns[kMaxVectors] = {tiles<TA, 1>, tiles<TA, 2>, tiles<TA, 3>, tiles<TA, 4>,
                                            tiles<TA, 5>, tiles<TA, 6>, tiles<TA, 7>, tiles<TA, 8>};
-  kFns[n / kLanes - 1](m, k, a, lda, b, ldb, c, ldc);  // tiles_apply: 1 <= n / kLanes <= 8
+  kFns[n / kLanes - 1](m, k, a, lda, b, ldb, c, ldc, band);  // tiles_apply: 1 <= n / kLanes <= 8
 }
 #endif
 
 // C [m, n] = op(A) [m, k] B [k, n], B row-major with row stride ldb (ta: A
-// holds op(A)^T, [k, m]): tiles where they apply, else cpu::gemm.
+// holds op(A)^T, [k, m]): tiles where they apply, else cpu::gemm. With a
+// band, A (not op(A)) is a Tq x Tk operand zero outside it, and the tiles
+// skip those zeros (Note [Banded products]).
 template <class T>
 void product(bool ta, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-             int64_t ldb, T* c, int64_t ldc) {
+             int64_t ldb, T* c, int64_t ldc, const Band* band = nullptr) {
 #if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float>) {
     if (tiles_apply(n) && m > 0 && k > 0) {
-      if (ta) return tiles_for<true>(m, n, k, a, lda, b, ldb, c, ldc);
-      return tiles_for<false>(m, n, k, a, lda, b, ldb, c, ldc);
+      if (ta) return tiles_for<true>(m, n, k, a, lda, b, ldb, c, ldc, band);
+      return tiles_for<false>(m, n, k, a, lda, b, ldb, c, ldc, band);
     }
   }
 #endif
+  (void)band;
   cpu::gemm<T>(ta, false, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
 
@@ -203,15 +252,22 @@ bool masked(const T* pad, bool causal, int64_t i, int64_t j) {
 // mask): softmax(scale * row[0, n)) there and exact zeros after, as the
 // masked form computes it, without a mask test per element (n == 0 only
 // when there are no keys at all).
+// The exponentials run over whole vectors (up to tk): the masked tail
+// [n, w) is set far below the max first and zeroed after, so no element
+// takes the scalar exp of a vector loop's remainder.
 template <class T>
 void softmax_prefix(T* row, int64_t n, int64_t tk, T scale) {
   if (n == 0) return;
   Row<T> r(row, n);
   r *= scale;
   const T mx = r.maxCoeff();
-  r = (r - mx).exp();
-  r *= T(1) / r.sum();
+  constexpr int64_t kPacket = Eigen::internal::packet_traits<T>::size;
+  const int64_t w = std::min(tk, (n + kPacket - 1) / kPacket * kPacket);
+  std::fill(row + n, row + w, T(kMasked));
+  Row<T> rw(row, w);
+  rw = (rw - mx).exp();
   std::fill(row + n, row + tk, T(0));
+  r *= T(1) / r.sum();
 }
 
 // One pair's operands and results: q, out, gout, gq rows of Tq (stride ldq),
@@ -228,6 +284,7 @@ void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, 
                   vector<T>& kt) {
   product_bt<T>(g.tq, g.tk, g.dh, in.q, in.ldq, in.k, in.ldk, p, g.tk, kt);
   const int64_t visible = visible_keys(in.pad, g.tk);
+  const Band band{visible, g.tq, causal};
   for (int64_t i = 0; i < g.tq; ++i) {
     T* row = p + i * g.tk;
     if (visible > 0) {  // keys [0, n) are visible, the rest weigh exactly 0
@@ -245,32 +302,42 @@ void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, 
         if (masked(in.pad, causal, i, j)) row[j] = T(0);
     r *= T(1) / r.sum();
   }
-  product<T>(false, g.tq, g.dh, g.tk, p, g.tk, in.v, in.ldk, out, in.ldq);
+  product<T>(false, g.tq, g.dh, g.tk, p, g.tk, in.v, in.ldk, out, in.ldq,
+             visible > 0 ? &band : nullptr);
+}
+
+// sum_j a_j b_j over n, vectorised (in an order fixed by n).
+template <class T>
+T row_dot(const T* a, const T* b, int64_t n) {
+  using C = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+  return (C(a, n) * C(b, n)).sum();
 }
 
 template <class T>
 void backward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, const T* p, const T* go,
                    T* gq, T* gk, T* gv, vector<T>& ds, vector<T>& vt) {
   ds.resize(static_cast<size_t>(g.tq * g.tk));
-  product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, in.ldq, gv, in.ldk);
-  product_bt<T>(g.tq, g.tk, g.dh, go, in.ldq, in.v, in.ldk, ds.data(), g.tk, vt);
   const int64_t visible = visible_keys(in.pad, g.tk);
+  const Band band{visible, g.tq, causal};
+  const Band* banded = visible > 0 ? &band : nullptr;  // Note [Banded products]
+  product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, in.ldq, gv, in.ldk, banded);
+  product_bt<T>(g.tq, g.tk, g.dh, go, in.ldq, in.v, in.ldk, ds.data(), g.tk, vt);
   for (int64_t i = 0; i < g.tq; ++i) {
     T* dr = ds.data() + i * g.tk;
     const T* pr = p + i * g.tk;
-    T dot = 0;
-    for (int64_t j = 0; j < g.tk; ++j) dot += dr[j] * pr[j];
-    if (visible > 0) {  // keys [0, n) visible: no mask test per element
-      const int64_t n = causal ? std::min(i + 1, visible) : visible;
+    if (visible > 0) {  // keys [0, n) visible: no mask test per element, p is 0 after
+      const int64_t n = band.row_end(i);
+      const T dot = row_dot(dr, pr, n);
       for (int64_t j = 0; j < n; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
       std::fill(dr + n, dr + g.tk, T(0));
       continue;
     }
+    const T dot = row_dot(dr, pr, g.tk);
     for (int64_t j = 0; j < g.tk; ++j)
       dr[j] = masked(in.pad, causal, i, j) ? T(0) : pr[j] * (dr[j] - dot) * scale;
   }
-  product<T>(false, g.tq, g.dh, g.tk, ds.data(), g.tk, in.k, in.ldk, gq, in.ldq);
-  product<T>(true, g.tk, g.dh, g.tq, ds.data(), g.tk, in.q, in.ldq, gk, in.ldk);
+  product<T>(false, g.tq, g.dh, g.tk, ds.data(), g.tk, in.k, in.ldk, gq, in.ldq, banded);
+  product<T>(true, g.tk, g.dh, g.tq, ds.data(), g.tk, in.q, in.ldq, gk, in.ldk, banded);
 }
 
 // Note [bfloat16 attention]. bfloat16 q, k, v (and probabilities, output

@@ -137,6 +137,28 @@ GPIPE_OP_CASES({
         .check_forward = [](const In& in,
                             const In& out) { check_against_composed(in, out, 2, true); },
     },
+    // Causal self-attention over 20 tokens, heads of 16, example 1 padding
+    // its last 6 keys: the float32 run's value products take the register
+    // tiles with each tile's sum cut to the band of visible keys (Note
+    // [Banded products] in ops/cpu/attention.cc), rows 16-19 as one short
+    // tile, and its softmax rows of 1-20 keys end inside a vector.
+    OpCase{
+        .name = "attention/vector_width_causal_suffix_padded",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              std::vector<double> pad(40, 0.0);
+              for (int j = 34; j < 40; ++j) pad[j] = 1.0;
+              return In{rand64(Shape{2, 20, 32}, 92), rand64(Shape{2, 20, 32}, 93),
+                        rand64(Shape{2, 20, 32}, 94),
+                        Tensor::from_vector<double>(pad, Shape{2, 20})};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, true, in[3])}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 2, true); },
+        .grad_inputs = {0, 1, 2},
+    },
     // Five queries (fewer than a tile's rows) over 16 padded keys, heads of
     // 12: the score products take the tiles with a transpose whose depth is
     // not a multiple of 8, the value products (12 wide) the general GEMM.

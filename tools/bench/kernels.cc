@@ -197,6 +197,9 @@ std::vector<Case> make_cases() {
     cs.push_back({"attention causal fwd+bwd", "[32, 32, 256] x 4 heads", "W2",
                   [=] { backward_of(ops::attention(q, k, v, 4, true)); }, "composed ops",
                   [=] { backward_of(ops::attention_composed(q, k, v, 4, true)); }});
+    cs.push_back({"attention fwd+bwd", "[32, 32, 256] x 4 heads", "W2",
+                  [=] { backward_of(ops::attention(q, k, v, 4, false)); }, "composed ops",
+                  [=] { backward_of(ops::attention_composed(q, k, v, 4, false)); }});
   }
   {
     Tensor w = rnd({vocab, d}, 14, true);
