@@ -71,6 +71,14 @@ class Allocator {
 
 inline constexpr size_t kAllocAlignment = 64;
 
+// Memory straight from the system, outside every allocator's statistics and
+// cache (what the allocators and the kernels' scratch buffers are made of):
+// kAllocAlignment-aligned, and from 2 MB on 2 MB-aligned and advised as huge
+// pages (Note [Huge pages] in core/allocator.cc). nullptr when the system
+// has none. system_free takes the bytes system_allocate was given.
+void* system_allocate(size_t bytes);
+void system_free(void* p, size_t bytes);
+
 // The allocator of `device`, created on first use; it lives for the process.
 // Throws gpipe::Error for a device kind this build or machine cannot serve.
 Allocator& allocator_for(Device device);

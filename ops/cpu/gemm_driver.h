@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 
+#include "core/allocator.h"
 #include "ops/cpu/gemm_blocking.h"
 #include "ops/cpu/gemm_kernels.h"
 
@@ -86,21 +87,31 @@ struct Block {
   }
 };
 
+// A float buffer that grows to the largest request (system_allocate: huge
+// pages from 2 MB on, Note [Huge pages] in core/allocator.cc).
 class AlignedFloats {
  public:
+  AlignedFloats() = default;
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  ~AlignedFloats() { release(); }
   float* get(int64_t count) {
     if (count > size_) {
-      ptr_.reset(static_cast<float*>(::operator new(count * sizeof(float), std::align_val_t(64))));
+      release();
+      ptr_ = static_cast<float*>(system_allocate(static_cast<size_t>(count) * sizeof(float)));
+      if (ptr_ == nullptr) throw std::bad_alloc();
       size_ = count;
     }
-    return ptr_.get();
+    return ptr_;
   }
 
  private:
-  struct Free {
-    void operator()(float* p) const { ::operator delete(p, std::align_val_t(64)); }
-  };
-  std::unique_ptr<float, Free> ptr_;
+  void release() {
+    if (ptr_ != nullptr) system_free(ptr_, static_cast<size_t>(size_) * sizeof(float));
+    ptr_ = nullptr;
+    size_ = 0;
+  }
+  float* ptr_ = nullptr;
   int64_t size_ = 0;
 };
 

@@ -51,6 +51,25 @@ TEST_CASE("allocator: 64-byte alignment for every allocation") {
   }
 }
 
+TEST_CASE("allocator: blocks of 2 MB or more are 2 MB-aligned for huge pages") {
+  // The alignment is what lets the kernel back them with 2 MB pages (Note
+  // [Huge pages] in core/allocator.cc).
+  const Device dev("cpu:49");
+  for (int64_t n : {int64_t{1} << 19, (int64_t{3} << 19) + 5, int64_t{1} << 22}) {
+    Tensor t = Tensor::empty(Shape{n}, DType::kFloat32, dev);  // 2 MB, 6 MB + 20 B, 16 MB
+    INFO(n << " floats");
+    CHECK(reinterpret_cast<uintptr_t>(t.raw_data()) % (uintptr_t{2} << 20) == 0);
+    CHECK(allocator_for(dev).stats().live_total == n * 4);  // the request, as for any block
+    t.fill(1.0);
+    CHECK(t.to_vector<float>()[static_cast<size_t>(n - 1)] == 1.0f);
+  }
+  // And the raw form the GEMM's packing buffers use.
+  void* p = system_allocate(size_t{5} << 20);
+  REQUIRE(p != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(p) % (uintptr_t{2} << 20) == 0);
+  system_free(p, size_t{5} << 20);
+}
+
 TEST_CASE("allocator: gradients are charged to the gradient category") {
   const Device dev("cpu:45");
   Tensor w;
