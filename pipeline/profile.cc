@@ -58,6 +58,45 @@ int64_t peak_workspace(Device d) {
   return allocator_for(d).stats().peak_bytes(MemoryCategory::kWorkspace);
 }
 
+struct SplitBackward {
+  double input_s = 0, weight_s = 0;
+  int64_t pending = 0;    // alive between I and W above the caller's `base`
+  int64_t workspace = 0;  // peak scratch of I and W above `scratch`
+};
+
+// The split backward of `roots` (Note [Split backward]): I, the roots, grads
+// and the inputs' gradients dropped, then W, each timed from cold caches;
+// sets p's I and W transients.
+SplitBackward run_split_backward(Device dev, std::vector<Tensor>& roots, std::vector<Tensor>& grads,
+                                 std::vector<Tensor>& inputs, int64_t base, int64_t scratch,
+                                 LayerProfile& p) {
+  SplitBackward r;
+  allocator_for(dev).reset_peak();
+  const int64_t at_backward = live_activations(dev);
+  evict_caches(dev);
+  auto t0 = std::chrono::steady_clock::now();
+  WeightGradients w = backward_input(roots, grads, inputs);
+  r.input_s = seconds_since(t0);
+  roots.clear();
+  grads.clear();
+  for (Tensor& l : inputs) l.zero_grad();
+  r.pending = std::max<int64_t>(0, live_activations(dev) - base);
+  const int64_t input_peak = allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
+  r.workspace = peak_workspace(dev) - scratch;
+  allocator_for(dev).reset_peak();
+  const int64_t at_weight = live_activations(dev);
+  evict_caches(dev);
+  t0 = std::chrono::steady_clock::now();
+  w.run();
+  r.weight_s = seconds_since(t0);
+  const int64_t weight_peak = allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
+  p.input_extra_bytes = std::max<int64_t>(0, input_peak - at_backward);
+  p.weight_extra_bytes = std::max<int64_t>(0, weight_peak - at_weight);
+  p.backward_extra_bytes = std::max<int64_t>(0, std::max(input_peak, weight_peak) - at_backward);
+  r.workspace = std::max(r.workspace, peak_workspace(dev) - scratch);
+  return r;
+}
+
 }  // namespace
 
 int64_t bundle_bytes(const Bundle& b, bool floating_only) {
@@ -117,43 +156,19 @@ std::vector<LayerProfile> profile_layers(const LayerList& layers, const Bundle& 
       next.clear();
       for (const Tensor& o : outs) next.push_back(o.defined() ? o.detach() : o);
       outs.clear();
-      double input_s = 0, weight_s = 0;
-      int64_t pending = 0;
+      SplitBackward split;
       if (!roots.empty()) {
-        allocator_for(dev).reset_peak();
-        const int64_t at_backward = live_activations(dev);
-        evict_caches(dev);
-        t0 = std::chrono::steady_clock::now();
-        WeightGradients w = backward_input(roots, grads, inputs);
-        input_s = seconds_since(t0);
-        roots.clear();
-        grads.clear();
-        for (Tensor& l : inputs) l.zero_grad();
         // What W waits for; the outputs (kept in `next` for the next layer) excluded.
-        pending = live_activations(dev) - before - bundle_bytes(next);
-        const int64_t input_peak =
-            allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
-        workspace = std::max(workspace, peak_workspace(dev) - scratch);
-        allocator_for(dev).reset_peak();
-        const int64_t at_weight = live_activations(dev);
-        evict_caches(dev);
-        t0 = std::chrono::steady_clock::now();
-        w.run();
-        weight_s = seconds_since(t0);
-        const int64_t weight_peak =
-            allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
-        p.input_extra_bytes = std::max<int64_t>(0, input_peak - at_backward);
-        p.weight_extra_bytes = std::max<int64_t>(0, weight_peak - at_weight);
-        p.backward_extra_bytes =
-            std::max<int64_t>(0, std::max(input_peak, weight_peak) - at_backward);
-        workspace = std::max(workspace, peak_workspace(dev) - scratch);
+        split =
+            run_split_backward(dev, roots, grads, inputs, before + bundle_bytes(next), scratch, p);
+        workspace = std::max(workspace, split.workspace);
       }
       p.workspace_bytes = std::max<int64_t>(0, workspace);
       if (timed) {
-        p.backward_input_seconds = std::min(p.backward_input_seconds, input_s);
-        p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
+        p.backward_input_seconds = std::min(p.backward_input_seconds, split.input_s);
+        p.backward_weight_seconds = std::min(p.backward_weight_seconds, split.weight_s);
       }
-      p.pending_bytes = std::max<int64_t>(0, pending);
+      p.pending_bytes = split.pending;
     }
     for (auto& prm : layer->parameters()) prm.tensor->zero_grad();
     layer->discard_step();
@@ -198,37 +213,20 @@ LayerProfile profile_loss_of(const Bundle& outputs, const std::function<Tensor(c
     Tensor value = sum(leaves);
     const double with_graph = seconds_since(t0);
     p.activation_bytes = live_activations(dev) - before;
-    double input_s = 0, weight_s = 0;
+    SplitBackward split;
     if (value.requires_grad()) {
-      // Split as the pipeline's last cell splits it (Note [Split backward]):
-      // a fused output loss keeps its weight's gradient until W.
-      allocator_for(dev).reset_peak();
-      const int64_t at_backward = live_activations(dev);
-      t0 = std::chrono::steady_clock::now();
-      WeightGradients w =
-          backward_input({value}, {Tensor::full(value.shape(), 1.0, value.dtype(), dev)}, inputs);
-      input_s = seconds_since(t0);
+      // Split as the pipeline's last cell splits it: a fused output loss
+      // keeps its weight's gradient until W.
+      std::vector<Tensor> roots{value}, grads{Tensor::full(value.shape(), 1.0, value.dtype(), dev)};
       value = Tensor();
-      for (Tensor& l : inputs) l.zero_grad();
-      p.pending_bytes = std::max<int64_t>(0, live_activations(dev) - before);
-      const int64_t input_peak = allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
-      allocator_for(dev).reset_peak();
-      const int64_t at_weight = live_activations(dev);
-      t0 = std::chrono::steady_clock::now();
-      w.run();
-      weight_s = seconds_since(t0);
-      const int64_t weight_peak =
-          allocator_for(dev).stats().peak_bytes(MemoryCategory::kActivation);
-      p.input_extra_bytes = std::max<int64_t>(0, input_peak - at_backward);
-      p.weight_extra_bytes = std::max<int64_t>(0, weight_peak - at_weight);
-      p.backward_extra_bytes =
-          std::max<int64_t>(0, std::max(input_peak, weight_peak) - at_backward);
+      split = run_split_backward(dev, roots, grads, inputs, before, live_workspace(dev), p);
+      p.pending_bytes = split.pending;
     }
     if (timed) {
       p.forward_seconds = std::min(p.forward_seconds, plain);
       p.backward_input_seconds =
-          std::min(p.backward_input_seconds, std::max(0.0, with_graph - plain) + input_s);
-      p.backward_weight_seconds = std::min(p.backward_weight_seconds, weight_s);
+          std::min(p.backward_input_seconds, std::max(0.0, with_graph - plain) + split.input_s);
+      p.backward_weight_seconds = std::min(p.backward_weight_seconds, split.weight_s);
     }
   }
   return p;
