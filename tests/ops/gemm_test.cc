@@ -239,6 +239,42 @@ TEST_CASE(
   }
 }
 
+// The packed GEMM over a pool gives the serial product's bits, whatever the
+// thread count and however its rows or columns are split: every element sums
+// its k-slices in order (here with a shallower last slice, k = 513 and 700),
+// so a run's results do not depend on the intra-op threads.
+TEST_CASE("gemm: several k-slices over 2 and 3 threads give the serial product's bits") {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  for (CpuIsa isa : supported_cpu_isas()) {
+    CpuIsaGuard guard(isa);
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
+             {301, 203, 700}, {256, 256, 1024}, {257, 1031, 513}, {1000, 9, 700}, {5, 2000, 600}})
+      for (int t = 0; t < 4; ++t) {
+        const bool ta = t & 1, tb = t & 2;
+        const float beta = t == 1 ? 0.5f : 0.0f;
+        std::vector<float> a(m * k), b(k * n), c0(m * n);
+        for (float& x : a) x = normal(rng);
+        for (float& x : b) x = normal(rng);
+        for (float& x : c0) x = normal(rng);
+        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+        std::vector<float> serial = c0;
+        ops::cpu::packed_sgemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, beta,
+                               serial.data(), n, false);
+        for (int threads : {2, 3}) {
+          ThreadPool pool(threads);
+          IntraOpScope scope(&pool);
+          std::vector<float> c = c0;
+          ops::cpu::packed_sgemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, beta,
+                                 c.data(), n, true);
+          INFO(cpu_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " ta=" << ta
+                                 << " tb=" << tb << " threads=" << threads);
+          CHECK(c == serial);
+        }
+      }
+  }
+}
+
 // Note [Small products] in ops/cpu/blas.cc: ops::cpu::gemm sends small or thin products to Eigen
 // and the rest to the packed kernels; both routes, serial and over 2 threads.
 TEST_CASE(
