@@ -5,9 +5,12 @@
 #include "core/cpu_isa.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -157,7 +160,7 @@ std::string cpu_description() {
   }
   if (brand.empty()) brand = "unknown x86-64 CPU";
   return brand + "; supports " + supported_levels() +
-         (detected_bf16_dot() ? " (+avx512_bf16)" : "");
+         (detected_bf16_dot() ? " (+avx512_bf16)" : "") + (detected_amx() ? " (+amx-bf16)" : "");
 }
 
 bool detected_bf16_dot() {
@@ -166,6 +169,121 @@ bool detected_bf16_dot() {
 }
 
 bool cpu_bf16_dot() { return cpu_isa() == CpuIsa::kAvx512 && detected_bf16_dot(); }
+
+// Note [AMX tiles]. AMX keeps eight tile registers of up to 16 rows of 64
+// bytes (8 KB of state), too large for Linux to save for every process, so
+// the kernel sets XCR0's tile bits (17: config, 18: data) but traps a
+// process's first tile instruction unless it asked for the state with
+// arch_prctl(ARCH_REQ_XCOMP_PERM, 18) (Linux 5.16 on; the permission is
+// per process, for all its threads). gpipe asks once, the first time the
+// bfloat16 GEMM chooses its path. An older kernel (EINVAL), a sigaltstack
+// too small for the larger signal frame (ENOSPC) or a seccomp policy refuse
+// it; then the GEMM keeps AVX512_BF16, and amx_status() (printed by
+// gpipe_bench gemm and in cpu_description) says why. The kernel itself is
+// ops/cpu/gemm_amx.cc.
+AmxDecision decide_amx(const AmxProbe& p) {
+  AmxDecision d;
+  constexpr uint64_t kTileState = (uint64_t{1} << 17) | (uint64_t{1} << 18);
+  if (!p.amx_tile || !p.amx_bf16) {
+    d.status = "this CPU has no AMX-BF16";
+  } else if (!p.avx512) {
+    d.status = "the CPU has AMX-BF16 but not the avx512 level its packing needs";
+  } else if ((p.xcr0 & kTileState) != kTileState) {
+    d.status = "the OS does not enable AMX tile state (XCR0 bits 17 and 18)";
+  } else if (p.permission_errno < 0) {
+    d.ask_permission = true;
+    d.status = "tile data permission not asked yet";
+  } else if (p.permission_errno > 0) {
+    d.status = detail::concat("Linux refused tile data (arch_prctl ARCH_REQ_XCOMP_PERM: errno ",
+                              p.permission_errno, ", ", std::strerror(p.permission_errno), ")");
+  } else {
+    d.usable = true;
+    d.status = "usable (Linux granted tile data)";
+  }
+  return d;
+}
+
+namespace {
+
+AmxProbe probe_amx() {
+  AmxProbe p;
+  p.avx512 = detected_cpu_isa() == CpuIsa::kAvx512;
+  if (cpuid(0).eax >= 7) {
+    const CpuidRegs l7 = cpuid(7, 0);
+    p.amx_bf16 = bit(l7.edx, 22);
+    p.amx_tile = bit(l7.edx, 24);
+  }
+  if (bit(cpuid(1).ecx, 27)) p.xcr0 = xgetbv0();  // OSXSAVE: xgetbv may run
+  return p;
+}
+
+// arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): 0, or the errno.
+int request_tile_data() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) return 0;
+  return errno > 0 ? errno : EPERM;
+#else
+  return ENOSYS;
+#endif
+}
+
+const AmxDecision& amx_decision() {
+  static const AmxDecision decision = [] {
+    AmxProbe p = probe_amx();
+    if (decide_amx(p).ask_permission) p.permission_errno = request_tile_data();
+    return decide_amx(p);
+  }();
+  return decision;
+}
+
+std::atomic<int> g_amx{-1};  // -1: not chosen yet; 0 off; 1 on
+std::once_flag g_amx_once;
+
+void check_amx_usable(std::string_view origin) {
+  GPIPE_CHECK(detected_amx(), origin,
+              " asks for AMX tiles, but they are not usable here: ", amx_status());
+}
+
+void choose_amx_from_environment() {
+  bool on = detected_amx();
+  if (const char* env = std::getenv("GPIPE_CPU_AMX"); env && *env) {
+    const std::string_view v(env);
+    if (v == "on" || v == "1") {
+      check_amx_usable(detail::concat("GPIPE_CPU_AMX=", v));
+      on = true;
+    } else if (v == "off" || v == "0") {
+      on = false;
+    } else {
+      throw Error(detail::concat("GPIPE_CPU_AMX='", v, "': expected on or off (1 or 0)"));
+    }
+  }
+  int expected = -1;
+  g_amx.compare_exchange_strong(expected, on ? 1 : 0);
+}
+
+bool amx_switch() {
+  int v = g_amx.load(std::memory_order_relaxed);
+  if (v < 0) {
+    std::call_once(g_amx_once, choose_amx_from_environment);
+    v = g_amx.load();
+  }
+  return v == 1;
+}
+
+}  // namespace
+
+bool detected_amx() { return amx_decision().usable; }
+const std::string& amx_status() { return amx_decision().status; }
+bool cpu_amx() { return cpu_isa() == CpuIsa::kAvx512 && amx_switch() && detected_amx(); }
+
+void set_cpu_amx(bool on) {
+  if (on) check_amx_usable("set_cpu_amx");
+  g_amx = on ? 1 : 0;
+}
+
+CpuAmxGuard::CpuAmxGuard(bool on) : prev_(amx_switch()) { set_cpu_amx(on); }
+CpuAmxGuard::~CpuAmxGuard() { g_amx = prev_ ? 1 : 0; }
 
 CpuIsaGuard::CpuIsaGuard(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }
 CpuIsaGuard::~CpuIsaGuard() { g_active = static_cast<int>(prev_); }

@@ -43,6 +43,49 @@ void set_cpu_isa(CpuIsa isa);
 bool detected_bf16_dot();
 bool cpu_bf16_dot();
 
+// Note [AMX tiles] (core/cpu_isa.cc). AMX-BF16's tile dot products
+// (tdpbf16ps): usable when the CPU has AMX-TILE and AMX-BF16, the OS enables
+// tile state in XCR0 and Linux grants this process tile data
+// (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once, at the first call). The
+// bfloat16 GEMM uses them when cpu_amx(): the active level is avx512, they
+// are usable and not switched off (GPIPE_CPU_AMX=off, or set_cpu_amx(false)).
+// A refusal is no error: the GEMM takes AVX512_BF16 instead, and
+// amx_status() says why.
+struct AmxProbe {
+  bool avx512 = false;                      // the avx512 level is detected
+  bool amx_tile = false, amx_bf16 = false;  // cpuid leaf 7: edx bits 24 and 22
+  uint64_t xcr0 = 0;                        // bits 17 (tile config) and 18 (tile data)
+  int permission_errno = -1;                // the request's errno; 0 granted; -1 not asked
+};
+struct AmxDecision {
+  bool usable = false;
+  bool ask_permission = false;  // the CPU and OS are ready: the request decides
+  std::string status;           // "usable", or why not
+};
+// The decision from a probe: a pure function, so every branch is tested on
+// any CPU (tests/core/cpu_isa_test.cc).
+AmxDecision decide_amx(const AmxProbe& probe);
+bool detected_amx();
+// "usable (Linux granted tile data)", "this CPU has no AMX-BF16", "Linux
+// refused tile data (errno 28: ...)", ...
+const std::string& amx_status();
+bool cpu_amx();
+// Switches the AMX path on or off for this process (tests, benchmarks).
+// Switching it on where it is not usable throws gpipe::Error with
+// amx_status(). GPIPE_CPU_AMX=on|off sets it at first use (on throws there
+// the same way; anything else throws naming the text).
+void set_cpu_amx(bool on);
+class CpuAmxGuard {
+ public:
+  explicit CpuAmxGuard(bool on);
+  ~CpuAmxGuard();
+  CpuAmxGuard(const CpuAmxGuard&) = delete;
+  CpuAmxGuard& operator=(const CpuAmxGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // "baseline", "avx2", "avx512".
 const char* cpu_isa_name(CpuIsa isa);
 // Inverse of cpu_isa_name; throws gpipe::Error naming the text otherwise.

@@ -5,7 +5,9 @@
 # instantiated there would be a weak symbol the linker may pick for ordinary
 # code too, which then runs AVX-512 (or AVX2) instructions on a CPU without
 # them. Arguments: the libraries (a .a each), named lib<target>.a, whose
-# target name ends in the level (cpu_kernels_avx512, cpu_gemm_avx2, ...).
+# target name ends in the level (cpu_kernels_avx512, cpu_gemm_avx2, ...) or
+# in bf16 (cpu_gemm_avx512_bf16, cpu_gemm_amx_bf16: instructions beyond the
+# levels, whose only global is their kernel set).
 set -euo pipefail
 
 checked=0
@@ -14,7 +16,7 @@ for lib in "$@"; do
   case "$lib" in *.a) ;; *) continue ;; esac
   base=$(basename "$lib" .a)
   level=${base##*_}
-  case "$level" in avx512 | avx2 | baseline) ;; *)
+  case "$level" in avx512 | avx2 | baseline | bf16) ;; *)
     echo "FAIL: cannot tell the ISA level of $lib"
     exit 1
     ;;
@@ -51,8 +53,8 @@ for lib in "$@"; do
   fi
   checked=$((checked + 1))
 done
-if [ "$checked" -lt 9 ]; then
-  echo "FAIL: expected the 9 per-ISA libraries, checked $checked"
+if [ "$checked" -lt 11 ]; then
+  echo "FAIL: expected the 9 per-ISA libraries and the 2 bfloat16 ones, checked $checked"
   exit 1
 fi
 exit "$failed"

@@ -29,6 +29,10 @@
 # gpipe beside the machine's python3 with torch, within COMPARE_SECONDS; "skipped: no torch
 # with CUDA on this machine" when python3 has none). It ends with a table: case, result,
 # seconds. What --prebuilt cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
+# --prebuilt also checks the GPU machine's CPU first (unless SKIP_CPU is set): the bfloat16
+# GEMM's AMX tiles against their emulation and the panel packers (//tests:bf16_ops_test,
+# gemm_pack_test), then `gpipe_bench gemm` at 1 thread (float32 and bfloat16 on every path
+# the CPU has, with the blocking it chose and its % of the FMA peak).
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass, and gpipe_train fails ("cuda:0 is not available");
 # the last line counts the failed steps.
@@ -37,6 +41,7 @@ cd "$(dirname "$0")/.." || exit 2
 
 BINARIES=(cuda_build_test runtime_test ops_test pipeline_test gemm_bench w2_bench)
 TESTS=(pipeline_test ops_test runtime_test cuda_build_test)  # the newest first: --prebuilt has a budget
+CPU_TESTS=(bf16_ops_test gemm_pack_test)  # //tests: the GPU machine's CPU (AMX) in --prebuilt
 JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
@@ -208,13 +213,15 @@ case "$mode" in
     ;;
 
   stage)
-    run_step "build --config=cuda //tests/cuda/... //tools:gpipe_train" bazel build --config=cuda \
-      --jobs="$JOBS" ${BAZEL_FLAGS:-} //tests/cuda/... //tools:gpipe_train
+    run_step "build --config=cuda //tests/cuda/... //tools:gpipe_train (and the CPU checks)" \
+      bazel build --config=cuda --jobs="$JOBS" ${BAZEL_FLAGS:-} //tests/cuda/... \
+      //tools:gpipe_train //tools:gpipe_bench "${CPU_TESTS[@]/#/\/\/tests:}"
     pack=$(mktemp -d)
     mkdir -p "$pack/gpu_check/lib" "$dir"
-    for b in "${BINARIES[@]}" gpipe_train; do
+    for b in "${BINARIES[@]}" gpipe_train gpipe_bench "${CPU_TESTS[@]}"; do
       src=bazel-bin/tests/cuda/$b
-      [ "$b" = gpipe_train ] && src=bazel-bin/tools/gpipe_train
+      case "$b" in gpipe_train | gpipe_bench) src=bazel-bin/tools/$b ;; esac
+      for t in "${CPU_TESTS[@]}"; do [ "$b" = "$t" ] && src=bazel-bin/tests/$b; done
       cp -f "$src" "$pack/gpu_check/$b" && chmod u+w "$pack/gpu_check/$b" &&
         strip --strip-debug "$pack/gpu_check/$b" || failed=$((failed + 1))
     done
@@ -267,6 +274,14 @@ EOF
     export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if ldd "$dir/ops_test" | grep "not found"; then failed=$((failed + 1)); fi
     BUDGET=${GPU_CHECK_BUDGET:-480}
+    if [ -z "${SKIP_CPU:-}" ] && [ -x "$dir/gpipe_bench" ]; then
+      lscpu | grep -E "Model name|Flags" | sed 's/^/# /' | cut -c1-400
+      for t in "${CPU_TESTS[@]}"; do
+        run_step "CPU: $t" limited 60 "$dir/$t" --durations yes
+      done
+      run_step "CPU: gpipe_bench gemm, 1 thread" limited 120 "$dir/gpipe_bench" gemm --threads 1 \
+        --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3
+    fi
     for t in "${TESTS[@]}"; do
       # shellcheck disable=SC2086
       run_step "$t" limited 240 "$dir/$t" ${TEST_ARGS:-}

@@ -121,8 +121,15 @@ void pack_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint1
 }  // namespace
 }  // namespace avx512_bf16
 
-const Bf16DotKernelSet kAvx512Bf16Kernels = {
-    "avx512-bf16",          avx512_bf16::kMr,      avx512_bf16::kNr, 512, avx512_bf16::kernel_14x32,
-    avx512_bf16::pack_rows, avx512_bf16::pack_cols};
+const Bf16DotKernelSet kAvx512Bf16Kernels = {"avx512-bf16",
+                                             avx512_bf16::kMr,
+                                             avx512_bf16::kNr,
+                                             512,
+                                             avx512_bf16::kernel_14x32,
+                                             avx512_bf16::pack_rows,
+                                             avx512_bf16::pack_cols,
+                                             avx512_bf16::pack_rows,
+                                             avx512_bf16::pack_cols,
+                                             2};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -59,8 +59,10 @@ struct Engine {
     const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap);
     return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2};
   }
-  // Packed depth of a kc-deep slice: whole pairs for the dot kernel.
-  int64_t depth(int64_t kc_) const { return dot ? kc_ + (kc_ & 1) : kc_; }
+  // Packed depth of a kc-deep slice: whole pairs (or AMX tiles) for the dot kernels.
+  int64_t depth(int64_t kc_) const {
+    return dot ? (kc_ + dot->k_align - 1) / dot->k_align * dot->k_align : kc_;
+  }
   void micro(int64_t kc_, const char* pa, const char* pb, float* c, int64_t ldc, float alpha,
              float beta) const {
     if (dot)
@@ -139,7 +141,7 @@ void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int
 // A panels [ip, ip + count) of a block at once (Note [Grouped transposed A] in gemm_packed.cc).
 void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip, int64_t count);
 // How many A panels a block packs at once (1: one at a time, as it runs them).
-int64_t a_panel_group(const Problem& P);
+int64_t a_panel_group(const Problem& P, const Engine& e);
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp);
 
 // gemm_split.cc: one block over `threads` threads of the pool (Note [Shared

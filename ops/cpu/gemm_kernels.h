@@ -103,28 +103,35 @@ extern const KernelSet kAvx512Kernels;
 extern const KernelSet kAvx2Kernels;
 extern const KernelSet kBaselineKernels;
 
-// bfloat16 dot products (AVX512_BF16's vdpbf16ps), which consume k in pairs.
-// Panels hold bfloat16 bits pair-interleaved: element (lane r, depth p) of a
-// panel of `stride` lanes sits at dst[(p / 2) * 2 * stride + 2 * r + p % 2],
-// and kc is padded to even with zeros.
+// bfloat16 dot products (AVX512_BF16's vdpbf16ps, AMX-BF16's tdpbf16ps),
+// which consume k in pairs. B panels hold bfloat16 bits pair-interleaved:
+// element (lane r, depth p) of a panel of `stride` lanes sits at
+// dst[(p / 2) * 2 * stride + 2 * r + p % 2]. A panels do too for
+// AVX512_BF16; for AMX they are row-major, element (r, p) at
+// dst[r * depth + p] (Note [AMX panels] in gemm_amx.cc). The packed depth
+// is kc rounded up to a multiple of k_align (2, or 32 for AMX: one tile's
+// depth), padded with zeros.
 //
-// C[i, j] = alpha * sum_p a(i, p) b(p, j) + beta * C[i, j] over an even kc,
-// products and sums in float32 (the instruction treats subnormal inputs as
-// zero and rounds each pair's sum; see docs/ARCHITECTURE.md).
+// C[i, j] = alpha * sum_p a(i, p) b(p, j) + beta * C[i, j] over the packed
+// depth, products and sums in float32 (the instructions treat subnormal
+// inputs as zero and round each pair's sum; see docs/ARCHITECTURE.md).
 using Bf16MicroKernel = void (*)(int64_t kc, const uint16_t* a, const uint16_t* b, float* c,
                                  int64_t ldc, float alpha, float beta);
-// pack_rows: element (r, p) at src[r * ld + p]; pack_cols: at src[p * ld + r].
-// Both zero lanes..stride and, for an odd kc, the pad at depth kc.
+// *_rows: element (r, p) at src[r * ld + p]; *_cols: at src[p * ld + r].
+// Each zeroes lanes..stride and the depth from kc to the packed depth.
 using PackPairsFn = void (*)(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc,
                              uint16_t* dst, int64_t stride);
 struct Bf16DotKernelSet {
-  const char* name;  // "avx512-bf16"
+  const char* name;  // "avx512-bf16", "amx-bf16"
   int mr, nr;
   int kc_cap;
   Bf16MicroKernel kernel;
-  PackPairsFn pack_rows, pack_cols;
+  PackPairsFn pack_rows, pack_cols;      // B panels
+  PackPairsFn pack_a_rows, pack_a_cols;  // A panels
+  int k_align;
 };
 
 extern const Bf16DotKernelSet kAvx512Bf16Kernels;
+extern const Bf16DotKernelSet kAmxBf16Kernels;  // gemm_amx.cc: only where cpu_amx()
 
 }  // namespace gpipe::ops::cpu::packed

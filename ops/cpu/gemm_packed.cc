@@ -15,6 +15,7 @@
 #include "ops/cpu/gemm_packed.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "core/cpu_isa.h"
@@ -30,7 +31,7 @@ using namespace gemm_driver;
 
 constexpr int64_t kNChunk = 8192;  // columns of op(B) packed at once (B buffer <= kc * kNChunk)
 constexpr double kParallelFlops = 4e6;  // below this a product runs on the caller
-constexpr int kMaxTile = 14 * 32;       // largest mr * nr of any kernel set
+constexpr int kMaxTile = 32 * 32;       // largest mr * nr of any kernel set (AMX's)
 
 // ---- packing ---------------------------------------------------------------
 
@@ -45,13 +46,15 @@ void zero_lanes(int64_t from, int64_t stride, int64_t kc, float* dst) {
 // lanes x kc of a row-major source with row stride ld, as one panel of
 // `stride` lanes: `along` = the panel's lanes run along the source's rows
 // (element (r, p) at src[p * ld + r]), else across them (at src[r * ld + p]).
-void pack_panel(const Problem& P, const Engine& e, const void* src, int64_t ld, bool along,
+// `a`: an A panel (the dot kernels may lay those out differently).
+void pack_panel(const Problem& P, const Engine& e, const void* src, int64_t ld, bool along, bool a,
                 int64_t lanes, int64_t kc, int64_t stride, char* dst) {
   if (P.src == Src::kBf16Dot) {
     const auto* s = static_cast<const uint16_t*>(src);
     auto* d = reinterpret_cast<uint16_t*>(dst);
-    return along ? e.dot->pack_cols(s, ld, lanes, kc, d, stride)
-                 : e.dot->pack_rows(s, ld, lanes, kc, d, stride);
+    const auto pack = along ? (a ? e.dot->pack_a_cols : e.dot->pack_cols)
+                            : (a ? e.dot->pack_a_rows : e.dot->pack_rows);
+    return pack(s, ld, lanes, kc, d, stride);
   }
   auto* d = reinterpret_cast<float*>(dst);
   if (P.src == Src::kBf16Convert) {
@@ -81,16 +84,18 @@ namespace gemm_driver {
 void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc,
                   char* dst) {
   const int64_t rows = std::min<int64_t>(e.mr, P.m - i0), es = src_size(P);
-  if (P.ta) return pack_panel(P, e, at(P.a, p0, i0, P.lda, es), P.lda, true, rows, kc, e.mr, dst);
-  pack_panel(P, e, at(P.a, i0, p0, P.lda, es), P.lda, false, rows, kc, e.mr, dst);
+  if (P.ta)
+    return pack_panel(P, e, at(P.a, p0, i0, P.lda, es), P.lda, true, true, rows, kc, e.mr, dst);
+  pack_panel(P, e, at(P.a, i0, p0, P.lda, es), P.lda, false, true, rows, kc, e.mr, dst);
 }
 
 // Rows [p0, p0 + kc) of op(B), columns [j0, j0 + nr), as one nr panel.
 void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc,
                   char* dst) {
   const int64_t cols = std::min<int64_t>(e.nr, P.n - j0), es = src_size(P);
-  if (!P.tb) return pack_panel(P, e, at(P.b, p0, j0, P.ldb, es), P.ldb, true, cols, kc, e.nr, dst);
-  pack_panel(P, e, at(P.b, j0, p0, P.ldb, es), P.ldb, false, cols, kc, e.nr, dst);
+  if (!P.tb)
+    return pack_panel(P, e, at(P.b, p0, j0, P.ldb, es), P.ldb, true, false, cols, kc, e.nr, dst);
+  pack_panel(P, e, at(P.b, j0, p0, P.ldb, es), P.ldb, false, false, cols, kc, e.nr, dst);
 }
 
 // Note [Grouped transposed A]. For op(A) = A^T (a weight gradient's
@@ -101,14 +106,18 @@ void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int
 // packing one panel at a time read each line twice, from L3. So the panels
 // are packed a group at a time, in chunks of a few rows: each chunk's source
 // lines are read whole, by the group's panels one after another, while they
-// are in L1.
+// are in L1. (Not for AMX's row-major A panels, whose depth is not the
+// panel's outer dimension: its transposing packer reads 16 rows of A per
+// pass instead, Note [AMX panels] in gemm_amx.cc.)
 constexpr int64_t kGroupPanels = 8;  // A panels packed together (8 x 14 floats = 7 lines a row)
 constexpr int64_t kGroupRows = 8;    // rows of A per chunk (even: bfloat16 pairs stay whole)
 
-int64_t a_panel_group(const Problem& P) { return P.ta ? kGroupPanels : 1; }
+int64_t a_panel_group(const Problem& P, const Engine& e) {
+  return P.ta && (e.dot == nullptr || e.dot->k_align == 2) ? kGroupPanels : 1;
+}
 
 void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip, int64_t count) {
-  if (!P.ta || count == 1) {
+  if (a_panel_group(P, e) == 1 || count == 1) {
     for (int64_t q = ip; q < ip + count; ++q)
       pack_a_panel(P, e, blk.i0 + q * e.mr, blk.p0, blk.kc, blk.a_panel(e, q));
     return;
@@ -307,46 +316,76 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
   run_product(p, Engine::of(packed_kernels()), parallel);
 }
 
+namespace {
+
+std::atomic<const packed::Bf16DotKernelSet*> g_amx_kernels{nullptr};  // tests' override
+
+// The path kAuto resolves to, checked; and its engine.
+Bf16Path resolve(Bf16Path path) {
+  if (path == Bf16Path::kAuto) return bf16_path();
+  GPIPE_CHECK(path != Bf16Path::kDot || detected_bf16_dot(),
+              "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
+  GPIPE_CHECK(path != Bf16Path::kAmx || g_amx_kernels.load() != nullptr || detected_amx(),
+              "bfloat16 GEMM: the AMX path needs AMX-BF16 tiles, which are not usable here: ",
+              amx_status());
+  return path;
+}
+Engine engine_for(Bf16Path path) {
+  switch (path) {
+    case Bf16Path::kAmx: {
+      const packed::Bf16DotKernelSet* emulated = g_amx_kernels.load();
+      return Engine::of(emulated != nullptr ? *emulated : packed::kAmxBf16Kernels);
+    }
+    case Bf16Path::kDot:
+      return Engine::of(packed::kAvx512Bf16Kernels);
+    default:
+      return Engine::of(packed_kernels());
+  }
+}
+Src src_for(Bf16Path path) {
+  return path == Bf16Path::kConvert ? Src::kBf16Convert : Src::kBf16Dot;
+}
+
+}  // namespace
+
 void packed_gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a,
                           int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
                           bool parallel, Bf16Path path) {
   GPIPE_ASSERT(epilogue.bf16_out != nullptr && epilogue.residual == nullptr,
                "packed_gemm_bf16_out: needs bf16_out and no float32 residual");
-  if (path == Bf16Path::kAuto) path = bf16_path();
-  GPIPE_CHECK(path != Bf16Path::kDot || detected_bf16_dot(),
-              "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
-  Problem p{ta,   tb,      m,   n,     k,
-            1.0f, a,       lda, b,     ldb,
-            0.0f, nullptr, n,   false, path == Bf16Path::kDot ? Src::kBf16Dot : Src::kBf16Convert};
+  path = resolve(path);
+  Problem p{ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, nullptr, n, false, src_for(path)};
   p.ep = &epilogue;
   p.epilogue = packed_kernels().epilogue;
-  run_product(p,
-              path == Bf16Path::kDot ? Engine::of(packed::kAvx512Bf16Kernels)
-                                     : Engine::of(packed_kernels()),
-              parallel);
+  run_product(p, engine_for(path), parallel);
 }
 
 void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                       float* c, int64_t ldc, bool parallel, Bf16Path path) {
-  if (path == Bf16Path::kAuto) path = bf16_path();
-  if (path == Bf16Path::kDot) {
-    GPIPE_CHECK(detected_bf16_dot(),
-                "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
-    run_product(Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false, Src::kBf16Dot},
-                Engine::of(packed::kAvx512Bf16Kernels), parallel);
-    return;
-  }
-  run_product(
-      Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false, Src::kBf16Convert},
-      Engine::of(packed_kernels()), parallel);
+  path = resolve(path);
+  run_product(Problem{ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false, src_for(path)},
+              engine_for(path), parallel);
 }
 
-Bf16Path bf16_path() { return cpu_bf16_dot() ? Bf16Path::kDot : Bf16Path::kConvert; }
+Bf16Path bf16_path() {
+  if (cpu_amx()) return Bf16Path::kAmx;
+  return cpu_bf16_dot() ? Bf16Path::kDot : Bf16Path::kConvert;
+}
 
 std::string bf16_gemm_name() {
-  return bf16_path() == Bf16Path::kDot ? std::string(packed::kAvx512Bf16Kernels.name)
-                                       : std::string("bf16-convert-") + packed_kernels().name;
+  switch (bf16_path()) {
+    case Bf16Path::kAmx:
+      return packed::kAmxBf16Kernels.name;
+    case Bf16Path::kDot:
+      return packed::kAvx512Bf16Kernels.name;
+    default:
+      return std::string("bf16-convert-") + packed_kernels().name;
+  }
+}
+
+void set_amx_kernels_for_testing(const packed::Bf16DotKernelSet* kernels) {
+  g_amx_kernels.store(kernels);
 }
 
 }  // namespace gpipe::ops::cpu

@@ -30,14 +30,17 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 const packed::KernelSet& packed_kernels();
 
 // The same contract for bfloat16 operands (raw bits) into a float32 C, every
-// product exact in float32 and accumulated in float32. Two paths:
+// product exact in float32 and accumulated in float32. Three paths:
+//   kAmx      AMX-BF16 tiles (tdpbf16ps, ops/cpu/gemm_amx.cc);
 //   kDot      AVX512_BF16 dot products (vdpbf16ps): twice the float32 rate;
 //   kConvert  operands widened to float32 while packing, then the active
 //             level's float32 kernel (every CPU).
-// kAuto takes bf16_path(): kDot when the CPU has AVX512_BF16 and the active
-// level is avx512 (GPIPE_CPU_ISA=avx2 or lower converts). Asking for kDot
-// on a CPU without it throws gpipe::Error.
-enum class Bf16Path { kAuto, kDot, kConvert };
+// kAuto takes bf16_path(): kAmx where cpu_amx() (core/cpu_isa.h: the CPU
+// has AMX-BF16, Linux granted tile data, the level is avx512 and
+// GPIPE_CPU_AMX is not off), else kDot when the CPU has AVX512_BF16 and the
+// active level is avx512 (GPIPE_CPU_ISA=avx2 or lower converts). Asking for
+// kAmx or kDot where it cannot run throws gpipe::Error saying why.
+enum class Bf16Path { kAuto, kAmx, kDot, kConvert };
 void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                       float* c, int64_t ldc, bool parallel, Bf16Path path = Bf16Path::kAuto);
@@ -50,7 +53,12 @@ void packed_gemm_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, con
                           int64_t lda, const uint16_t* b, int64_t ldb, const GemmEpilogue& epilogue,
                           bool parallel, Bf16Path path = Bf16Path::kAuto);
 Bf16Path bf16_path();
-// "avx512-bf16" or "bf16-convert-<level>", for logs.
+// "amx-bf16", "avx512-bf16" or "bf16-convert-<level>", for logs.
 std::string bf16_gemm_name();
+
+// Tests: the kernel set the kAmx path runs (ops/cpu/gemm_amx_emulated.h's
+// emulation), which then runs on a CPU without AMX; nullptr returns to the
+// hardware's.
+void set_amx_kernels_for_testing(const packed::Bf16DotKernelSet* kernels);
 
 }  // namespace gpipe::ops::cpu

@@ -35,7 +35,7 @@ void wait_ready(const std::atomic<uint8_t>& state) {
 void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
                           std::atomic<uint8_t>* b_state, int64_t lo, int64_t hi) {
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
-  const int64_t group = a_panel_group(P);  // Note [Grouped transposed A] in gemm_packed.cc
+  const int64_t group = a_panel_group(P, ks);  // Note [Grouped transposed A] in gemm_packed.cc
   for (int64_t jc = 0; jc < blk.b_panels; jc += nc_panels) {
     const int64_t jend = std::min(blk.b_panels, jc + nc_panels);
     for (int64_t jp = jc; jp < jend; ++jp) {
@@ -100,8 +100,8 @@ double row_balance(const Block& blk, int mr, int threads) {
 void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& ws, int threads) {
   if (threads > 1 &&
       row_balance(blk, ks.mr, threads) < std::min(0.9, balance(blk.b_panels, threads))) {
-    for (int64_t ip = 0; ip < blk.a_panels; ip += a_panel_group(P))
-      pack_a_panels(P, ks, blk, ip, std::min(a_panel_group(P), blk.a_panels - ip));
+    for (int64_t ip = 0; ip < blk.a_panels; ip += a_panel_group(P, ks))
+      pack_a_panels(P, ks, blk, ip, std::min(a_panel_group(P, ks), blk.a_panels - ip));
     parallel_for(0, blk.b_panels, 1,
                  [&](int64_t lo, int64_t hi) { run_block_split_cols(P, ks, blk, lo, hi); });
     return;

@@ -1,7 +1,8 @@
-// bfloat16 products: the bfloat16 GEMM's two paths (AVX512_BF16 dot
-// products where the CPU has them, float32 after conversion everywhere)
-// against float32 products of the same values, and matmul, linear and conv2d
-// on bfloat16 operands with their gradients.
+// bfloat16 products: the bfloat16 GEMM's three paths (AMX-BF16 tiles, on
+// the hardware where Linux grants them and else through their emulation;
+// AVX512_BF16 dot products where the CPU has them; float32 after conversion
+// everywhere) against float32 products of the same values, and matmul,
+// linear and conv2d on bfloat16 operands with their gradients.
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "core/precision.h"
 #include "core/tensor.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/gemm_amx_emulated.h"
 #include "ops/cpu/gemm_blocking.h"
 #include "ops/cpu/gemm_packed.h"
 #include "ops/ops.h"
@@ -33,17 +35,58 @@ uint32_t float_bits(float f) {
   return u;
 }
 
+using ops::cpu::Bf16Path;
+
+// The paths this CPU runs: convert everywhere, dot with AVX512_BF16, AMX on
+// the tiles where usable, else emulated where its packers can run (they use
+// AVX512_BF16's). The emulation is installed for the scope.
+struct Bf16Paths {
+  std::vector<Bf16Path> paths = {Bf16Path::kConvert};
+  bool emulated = false;
+  Bf16Paths() {
+    if (detected_bf16_dot()) paths.push_back(Bf16Path::kDot);
+    if (detected_amx()) {
+      paths.push_back(Bf16Path::kAmx);
+    } else if (detected_bf16_dot()) {
+      ops::cpu::set_amx_kernels_for_testing(&ops::cpu::packed::amx_emulated_kernels());
+      emulated = true;
+      paths.push_back(Bf16Path::kAmx);
+    }
+  }
+  ~Bf16Paths() {
+    if (emulated) ops::cpu::set_amx_kernels_for_testing(nullptr);
+  }
+  Bf16Paths(const Bf16Paths&) = delete;
+  Bf16Paths& operator=(const Bf16Paths&) = delete;
+};
+
+const char* path_name(Bf16Path path) {
+  switch (path) {
+    case Bf16Path::kAmx:
+      return detected_amx() ? " amx" : " amx (emulated)";
+    case Bf16Path::kDot:
+      return " dot";
+    case Bf16Path::kConvert:
+      return " convert";
+    case Bf16Path::kAuto:
+      break;
+  }
+  return " auto";
+}
+
 struct Bf16Case {
   bool ta, tb;
   int64_t m, n, k, pad;
   float beta;
   bool parallel;
+  float alpha = 1.0f;
 };
 
 // C = op(A) op(B) (+ beta C) on bfloat16 operands through `path`, against
 // the float32 packed GEMM of the same (widened) values: the convert path must
-// equal it bit for bit, the dot path within float32 round-off of the sums.
-void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
+// equal it bit for bit, the dot and AMX paths within float32 round-off of
+// the sums.
+void check_bf16(const Bf16Case& g, Bf16Path path, std::mt19937& rng) {
   const int64_t a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
   const int64_t b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
   const int64_t lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
@@ -56,9 +99,9 @@ void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
     bf[i] = bf16_bits_to_float(b[i] = float_to_bf16_bits(normal(rng)));
   for (float& x : c0) x = normal(rng);
   std::vector<float> c = c0, ref = c0;
-  ops::cpu::packed_gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, g.beta,
-                             c.data(), ldc, g.parallel, path);
-  ops::cpu::packed_sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, af.data(), lda, bf.data(), ldb, g.beta,
+  ops::cpu::packed_gemm_bf16(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb,
+                             g.beta, c.data(), ldc, g.parallel, path);
+  ops::cpu::packed_sgemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, af.data(), lda, bf.data(), ldb, g.beta,
                          ref.data(), ldc, g.parallel);
   double worst = 0;
   for (int64_t i = 0; i < g.m; ++i) {
@@ -68,7 +111,7 @@ void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
         REQUIRE(float_bits(got) == float_bits(c0[i * ldc + j]));
         continue;
       }
-      if (path == ops::cpu::Bf16Path::kConvert) {
+      if (path == Bf16Path::kConvert) {
         if (float_bits(got) != float_bits(want))
           FAIL("convert path differs from float32 at (" << i << ", " << j << "): " << got << " vs "
                                                         << want);
@@ -78,7 +121,7 @@ void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
       for (int64_t p = 0; p < g.k; ++p) {
         const float x = g.ta ? af[p * lda + i] : af[i * lda + p];
         const float y = g.tb ? bf[j * ldb + p] : bf[p * ldb + j];
-        mag += std::abs(static_cast<double>(x) * y);
+        mag += std::abs(static_cast<double>(g.alpha) * x * y);
       }
       worst = std::max(worst, std::abs(static_cast<double>(got) - want) / (mag + 1e-30));
     }
@@ -91,8 +134,8 @@ void check_bf16(const Bf16Case& g, ops::cpu::Bf16Path path, std::mt19937& rng) {
 
 TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values") {
   std::mt19937 rng(11);
-  std::vector<ops::cpu::Bf16Path> paths = {ops::cpu::Bf16Path::kConvert};
-  if (detected_bf16_dot()) paths.push_back(ops::cpu::Bf16Path::kDot);
+  const Bf16Paths available;
+  const std::vector<Bf16Path>& paths = available.paths;
   // Around the tiles (14 x 32, 6 x 16, 4 x 8), the k-slices (256, 512), odd k
   // (the dot kernel's pairs), odd row strides.
   const std::vector<std::array<int64_t, 3>> sizes = {
@@ -111,10 +154,10 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
                              s[2],
                              pad,
                              pad ? 0.5f : 0.0f,
-                             s[0] * s[1] * s[2] > 100000};
-            INFO(cpu_isa_name(isa) << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert")
-                                   << " ta=" << g.ta << " tb=" << g.tb << " m=" << g.m
-                                   << " n=" << g.n << " k=" << g.k << " pad=" << pad);
+                             s[0] * s[1] * s[2] > 100000,
+                             (t & 1) != 0 && pad ? -1.5f : 1.0f};
+            INFO(cpu_isa_name(isa) << path_name(path) << " ta=" << g.ta << " tb=" << g.tb << " m="
+                                   << g.m << " n=" << g.n << " k=" << g.k << " pad=" << pad);
             check_bf16(g, path, rng);
           }
     }
@@ -123,16 +166,15 @@ TEST_CASE("bfloat16 GEMM: both paths against float32 products of the same values
 
 TEST_CASE("bfloat16 GEMM: both paths under small and odd blockings (k slices of odd depth)") {
   std::mt19937 rng(12);
-  std::vector<ops::cpu::Bf16Path> paths = {ops::cpu::Bf16Path::kConvert};
-  if (detected_bf16_dot()) paths.push_back(ops::cpu::Bf16Path::kDot);
+  const Bf16Paths available;
+  const std::vector<Bf16Path>& paths = available.paths;
   for (const ops::cpu::GemmBlocking b :
        {ops::cpu::GemmBlocking{7, 64, 30}, ops::cpu::GemmBlocking{16, 1, 1}}) {
     ops::cpu::set_gemm_blocking(b);
     for (auto path : paths)
       for (int t = 0; t < 4; ++t) {
         const Bf16Case g{(t & 1) != 0, (t & 2) != 0, 45, 77, 61, 0, t == 3 ? 0.5f : 0.0f, t == 1};
-        INFO("kc " << b.kc << " nc " << b.nc << " mc " << b.mc
-                   << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert") << " t=" << t);
+        INFO("kc " << b.kc << " nc " << b.nc << " mc " << b.mc << path_name(path) << " t=" << t);
         check_bf16(g, path, rng);
       }
   }
@@ -144,8 +186,8 @@ namespace {
 // By Note [bfloat16 results] in ops/cpu/gemm_kernels.h, the product written as bfloat16 by the
 // epilogue against the float32 product through the same path, rounded, then bias and ReLU on the
 // rounded values, rounded again (what cast + bias_activation do).
-void check_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int variant,
-                    ops::cpu::Bf16Path path, bool parallel, std::mt19937& rng) {
+void check_bf16_out(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int variant, Bf16Path path,
+                    bool parallel, std::mt19937& rng) {
   std::normal_distribution<float> normal;
   const int64_t lda = ta ? m : k, ldb = tb ? k : n, ldo = n + 3;
   std::vector<uint16_t> a(std::max<int64_t>(1, m * k)), b(std::max<int64_t>(1, k * n));
@@ -181,8 +223,8 @@ TEST_CASE(
     "bfloat16 GEMM: results written as bfloat16 have the bits of the float32 product rounded, "
     "then bias and ReLU") {
   std::mt19937 rng(13);
-  std::vector<ops::cpu::Bf16Path> paths = {ops::cpu::Bf16Path::kConvert};
-  if (detected_bf16_dot()) paths.push_back(ops::cpu::Bf16Path::kDot);
+  const Bf16Paths available;
+  const std::vector<Bf16Path>& paths = available.paths;
   ThreadPool pool(2);
   IntraOpScope scope(&pool);
   // One k-slice (rounded from the tile), several (a scratch block of C), none.
@@ -197,13 +239,13 @@ TEST_CASE(
     for (CpuIsa isa : supported_cpu_isas()) {
       CpuIsaGuard guard(isa);
       for (auto path : paths) {
-        if (path == ops::cpu::Bf16Path::kDot && isa != CpuIsa::kAvx512) continue;
+        if (path != Bf16Path::kConvert && isa != CpuIsa::kAvx512) continue;
         for (const auto& s : sizes)
           for (int t = 0; t < 4; ++t) {
             const int variant = t;  // none, bias, ReLU, both
-            INFO(cpu_isa_name(isa) << (path == ops::cpu::Bf16Path::kDot ? " dot" : " convert")
-                                   << (blocking ? " small blocking" : "") << " t=" << t
-                                   << " m=" << s[0] << " n=" << s[1] << " k=" << s[2]);
+            INFO(cpu_isa_name(isa)
+                 << path_name(path) << (blocking ? " small blocking" : "") << " t=" << t
+                 << " m=" << s[0] << " n=" << s[1] << " k=" << s[2]);
             check_bf16_out((t & 1) != 0, (t & 2) != 0, s[0], s[1], s[2], variant, path, t >= 2,
                            rng);
           }
@@ -215,24 +257,6 @@ TEST_CASE(
     }
   }
   ops::cpu::set_gemm_blocking(std::nullopt);
-}
-
-TEST_CASE(
-    "bfloat16 GEMM: the dot path is refused on a CPU without AVX512_BF16, and chosen per level") {
-  if (!detected_bf16_dot()) {
-    uint16_t one = 0x3f80;
-    float c = 0;
-    CHECK_THROWS_WITH(ops::cpu::packed_gemm_bf16(false, false, 1, 1, 1, 1.0f, &one, 1, &one, 1,
-                                                 0.0f, &c, 1, false, ops::cpu::Bf16Path::kDot),
-                      Contains("needs AVX512_BF16"));
-    CHECK(ops::cpu::bf16_path() == ops::cpu::Bf16Path::kConvert);
-    return;
-  }
-  CHECK(ops::cpu::bf16_path() ==
-        (cpu_isa() == CpuIsa::kAvx512 ? ops::cpu::Bf16Path::kDot : ops::cpu::Bf16Path::kConvert));
-  CpuIsaGuard guard(CpuIsa::kAvx2);
-  CHECK(ops::cpu::bf16_path() == ops::cpu::Bf16Path::kConvert);
-  CHECK(ops::cpu::bf16_gemm_name() == "bf16-convert-avx2");
 }
 
 TEST_CASE("matmul on bfloat16 operands: float32 product, bfloat16 gradients") {

@@ -3,8 +3,8 @@
 // up to two AVX-512 registers, depths around the 8- and 16-float steps, panel
 // widths wider than the lanes, and rows further apart than they are long.
 // Nothing outside the panel may be written, and pack_copy zeroes the lanes
-// past the source's. Likewise the bfloat16 dot path's pair packers where the
-// CPU has AVX512_BF16.
+// past the source's. Likewise the bfloat16 dot path's pair packers and the
+// AMX path's panels where the CPU has AVX512_BF16.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -53,10 +53,13 @@ void check_pack(bool copy, int64_t lanes, int64_t kc, int64_t stride, int64_t ld
   CHECK(wrong == 0);
 }
 
-// The pair packers (gemm_kernels.h's PackPairsFn): element (r, p) at
-// dst[(p / 2) * 2 * stride + 2 r + p % 2], zero past the lanes and at an odd
-// depth's pad.
-void check_pairs(bool cols_along, int64_t lanes, int64_t kc, int64_t stride, int64_t ld) {
+// The bfloat16 packers (gemm_kernels.h's PackPairsFn) of a dot kernel set:
+// B panels (and AVX512_BF16's A panels) pair-interleaved, element (r, p) at
+// dst[(p / 2) * 2 * stride + 2 r + p % 2]; AMX's A panels row-major, at
+// dst[r * depth + p]; zero past the lanes and from kc to the packed depth
+// (kc rounded up to k_align).
+void check_pairs(const ops::cpu::packed::Bf16DotKernelSet& ks, bool a_panel, bool cols_along,
+                 int64_t lanes, int64_t kc, int64_t stride, int64_t ld) {
   const int64_t rows = cols_along ? kc : lanes, cols = cols_along ? lanes : kc;
   const auto value = [](int64_t row, int64_t col) {
     return static_cast<uint16_t>((row * 131 + col * 7 + 1) & 0x7FFF);
@@ -64,14 +67,16 @@ void check_pairs(bool cols_along, int64_t lanes, int64_t kc, int64_t stride, int
   std::vector<uint16_t> src((rows - 1) * ld + cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) src[r * ld + c] = value(r, c);
-  const int64_t depth = kc + kc % 2;
+  const int64_t depth = (kc + ks.k_align - 1) / ks.k_align * ks.k_align;
+  const bool row_major = a_panel && ks.pack_a_rows != ks.pack_rows;
   constexpr uint16_t kGuard16 = 0xABCD;
   std::vector<uint16_t> dst(depth * stride + 2 * kMargin, kGuard16);
   uint16_t* panel = dst.data() + kMargin;
-  const auto& ks = ops::cpu::packed::kAvx512Bf16Kernels;
-  (cols_along ? ks.pack_cols : ks.pack_rows)(src.data(), ld, lanes, kc, panel, stride);
-  INFO((cols_along ? "pack_cols" : "pack_rows")
-       << " lanes=" << lanes << " kc=" << kc << " stride=" << stride << " ld=" << ld);
+  const auto pack = a_panel ? (cols_along ? ks.pack_a_cols : ks.pack_a_rows)
+                            : (cols_along ? ks.pack_cols : ks.pack_rows);
+  pack(src.data(), ld, lanes, kc, panel, stride);
+  INFO(ks.name << (a_panel ? " A " : " B ") << (cols_along ? "cols" : "rows") << " lanes=" << lanes
+               << " kc=" << kc << " stride=" << stride << " ld=" << ld);
   int64_t wrong = 0;
   for (int64_t i = 0; i < kMargin; ++i)
     wrong += (dst[i] != kGuard16) + (dst[kMargin + depth * stride + i] != kGuard16);
@@ -79,9 +84,23 @@ void check_pairs(bool cols_along, int64_t lanes, int64_t kc, int64_t stride, int
     for (int64_t r = 0; r < stride; ++r) {
       const uint16_t want =
           r < lanes && p < kc ? (cols_along ? value(p, r) : value(r, p)) : uint16_t{0};
-      wrong += panel[(p / 2) * 2 * stride + 2 * r + p % 2] != want;
+      wrong += panel[row_major ? r * depth + p : (p / 2) * 2 * stride + 2 * r + p % 2] != want;
     }
   CHECK(wrong == 0);
+}
+
+void check_pair_packers(const ops::cpu::packed::Bf16DotKernelSet& ks,
+                        const std::vector<int64_t>& depths) {
+  for (int64_t lanes = 1; lanes <= 33; ++lanes)
+    for (int64_t kc : depths)
+      for (bool a_panel : {false, true})
+        for (bool cols_along : {false, true})
+          for (int64_t stride : {lanes, std::max<int64_t>(lanes, ks.mr),
+                                 std::max<int64_t>(lanes, ks.nr), lanes + 19}) {
+            const int64_t along = cols_along ? lanes : kc;
+            for (int64_t ld : {along, along + 3, int64_t{1024}})
+              check_pairs(ks, a_panel, cols_along, lanes, kc, stride, std::max(ld, along));
+          }
 }
 
 }  // namespace
@@ -91,16 +110,16 @@ TEST_CASE("gemm packing: the bfloat16 pair packers match their definitions") {
     WARN("no AVX512_BF16 on this CPU: the pair packers were not run");
     return;
   }
-  const auto& ks = ops::cpu::packed::kAvx512Bf16Kernels;
-  for (int64_t lanes = 1; lanes <= 33; ++lanes)
-    for (int64_t kc : {1, 2, 3, 15, 16, 17, 31, 33})
-      for (bool cols_along : {false, true})
-        for (int64_t stride : {lanes, std::max<int64_t>(lanes, ks.mr),
-                               std::max<int64_t>(lanes, ks.nr), lanes + 19}) {
-          const int64_t along = cols_along ? lanes : kc;
-          for (int64_t ld : {along, along + 3, int64_t{1024}})
-            check_pairs(cols_along, lanes, kc, stride, std::max(ld, along));
-        }
+  check_pair_packers(ops::cpu::packed::kAvx512Bf16Kernels, {1, 2, 3, 15, 16, 17, 31, 33});
+}
+
+TEST_CASE("gemm packing: the AMX panels (row-major A, pair B, depth padded to 32) match theirs") {
+  // The AMX set's packers use AVX-512 BW and VL and, for B, AVX512_BF16's.
+  if (!detected_bf16_dot()) {
+    WARN("no AVX512_BF16 on this CPU: the AMX packers were not run");
+    return;
+  }
+  check_pair_packers(ops::cpu::packed::kAmxBf16Kernels, {1, 2, 15, 16, 17, 31, 32, 33, 63, 100});
 }
 
 TEST_CASE("gemm packing: both packers match their definitions at every level") {

@@ -1,5 +1,6 @@
 // The packed fp32 GEMM (ops/cpu/gemm_packed.h) against Eigen's GEMM in double,
-// at every ISA level this CPU supports, and the ISA detection it relies on.
+// at every ISA level this CPU supports (the detection itself:
+// tests/core/cpu_isa_test.cc).
 // Sizes sit around each level's tile edges (mr, nr) and k-slice edge (kc).
 #include <array>
 #include <catch2/catch.hpp>
@@ -100,30 +101,6 @@ std::vector<int64_t> around(int64_t edge, int64_t extra) {
 }
 
 }  // namespace
-
-TEST_CASE("cpu_isa: names parse back, bad names and unsupported levels throw") {
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512})
-    CHECK(parse_cpu_isa(cpu_isa_name(isa)) == isa);
-  CHECK_THROWS_AS(parse_cpu_isa("avx1024"), Error);
-  CHECK_THROWS_WITH(parse_cpu_isa("avx1024"), Contains("unknown CPU ISA level 'avx1024'") &&
-                                                  Contains("avx512, avx2 or baseline"));
-  CHECK_THROWS_AS(parse_cpu_isa(""), Error);
-  CHECK(cpu_isa() <= detected_cpu_isa());
-  CHECK_THAT(cpu_description(), Contains("supports") && Contains(cpu_isa_name(detected_cpu_isa())));
-  const std::vector<CpuIsa> levels = supported_cpu_isas();  // baseline up to the detected level
-  REQUIRE(levels.size() == static_cast<size_t>(detected_cpu_isa()) + 1);
-  CHECK(levels.front() == CpuIsa::kBaseline);
-  CHECK(levels.back() == detected_cpu_isa());
-  for (CpuIsa isa : levels) {
-    CpuIsaGuard guard(isa);
-    CHECK(cpu_isa() == isa);
-  }
-  if (detected_cpu_isa() < CpuIsa::kAvx512) {
-    const CpuIsa above = static_cast<CpuIsa>(static_cast<int>(detected_cpu_isa()) + 1);
-    CHECK_THROWS_WITH(set_cpu_isa(above), Contains(std::string("'") + cpu_isa_name(above) + "'") &&
-                                              Contains("this CPU supports only"));
-  }
-}
 
 TEST_CASE("gemm: the packed backend is the float default and names its ISA") {
   CHECK(ops::cpu::gemm_backend() == ops::cpu::GemmBackend::kPacked);

@@ -6,6 +6,7 @@
 //   2. the Transformer's linear layers x[T, in] -> y[T, out], each as its
 //      three GEMMs: forward y = x W^T (A*B^T), input gradient dx = dy W (A*B)
 //      and weight gradient dW = dy^T x (A^T*B), through parallel_gemm.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -157,20 +158,27 @@ void run_transformer_shapes(const GemmBenchOptions& opt, const std::map<int, dou
   }
 }
 
-// bfloat16: gpipe's two paths (AVX512_BF16 dot products where the CPU has
-// them; widened to float32 while packing) against its float32 GEMM on the
-// same values and torch.mm on bfloat16 tensors. GF/s count 2mnk as for
-// float32; %peak is against the float32 FMA peak (the dot path's own peak is
-// twice it).
+// bfloat16: gpipe's three paths (AMX-BF16 tiles and AVX512_BF16 dot
+// products where the CPU has them; widened to float32 while packing) against
+// its float32 GEMM on the same values and torch.mm on bfloat16 tensors. GF/s
+// count 2mnk as for float32; %peak is the fastest path's against the float32
+// FMA peak (the dot path's own peak is twice it, AMX's far more).
 void run_bf16(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
-  const bool dot = detected_bf16_dot();
+  const bool dot = detected_bf16_dot(), amx = detected_amx();
   std::printf(
-      "\n# bfloat16 operands, float32 C: packed_gemm_bf16 (dot: AVX512_BF16%s; convert: widened "
-      "to float32 while packing) vs the float32 packed GEMM on the same values\n",
-      dot ? "" : ", not on this CPU");
-  std::printf("%-16s %6s %6s %6s %7s %11s %11s %11s %6s %11s %9s %9s\n", "gemm", "m", "n", "k",
-              "threads", "fp32 GF/s", "bf16 dot", "bf16 conv", "%peak", "torch bf16", "dot/fp32",
-              "dot/torch");
+      "\n# bfloat16 operands, float32 C: packed_gemm_bf16 (amx: AMX-BF16 tiles, %s; dot: "
+      "AVX512_BF16%s; convert: widened to float32 while packing) vs the float32 packed GEMM on "
+      "the same values\n",
+      amx_status().c_str(), dot ? "" : ", not on this CPU");
+  if (amx)
+    std::printf("# amx blocking: %s\n",
+                ops::cpu::gemm_blocking_description(ops::cpu::packed::kAmxBf16Kernels.mr,
+                                                    ops::cpu::packed::kAmxBf16Kernels.nr, 2,
+                                                    ops::cpu::packed::kAmxBf16Kernels.kc_cap)
+                    .c_str());
+  std::printf("%-16s %6s %6s %6s %7s %11s %11s %11s %11s %6s %11s %9s %9s\n", "gemm", "m", "n", "k",
+              "threads", "fp32 GF/s", "bf16 amx", "bf16 dot", "bf16 conv", "%peak", "torch bf16",
+              "best/fp32", "best/torch");
   std::vector<GemmShape> shapes;
   if (!opt.skip_square)
     for (int64_t n : opt.sizes)
@@ -204,15 +212,17 @@ void run_bf16(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
                                      c.data<float>(), s.n, true, path);
         });
       };
+      const double x = amx ? bf16(ops::cpu::Bf16Path::kAmx) : 0.0;
       const double d = dot ? bf16(ops::cpu::Bf16Path::kDot) : 0.0;
       const double cv = bf16(ops::cpu::Bf16Path::kConvert);
+      const double best = std::max({x, d, cv});
       const bool square = s.name.rfind("square", 0) == 0;
       const double t = square && tm.count(s.m) ? tm.at(s.m) : 0.0;
-      std::printf("%-16s %6ld %6ld %6ld %7d %11.1f %11.1f %11.1f %5.0f%% %11.1f %9.2f %9.2f\n",
-                  s.name.c_str(), static_cast<long>(s.m), static_cast<long>(s.n),
-                  static_cast<long>(s.k), threads, f32, d, cv,
-                  100 * std::max(d, cv) / peak.at(threads), t, d > 0 ? d / f32 : 0.0,
-                  d > 0 && t > 0 ? d / t : 0.0);
+      std::printf(
+          "%-16s %6ld %6ld %6ld %7d %11.1f %11.1f %11.1f %11.1f %5.0f%% %11.1f %9.2f %9.2f\n",
+          s.name.c_str(), static_cast<long>(s.m), static_cast<long>(s.n), static_cast<long>(s.k),
+          threads, f32, x, d, cv, 100 * best / peak.at(threads), t, best / f32,
+          t > 0 ? best / t : 0.0);
       std::fflush(stdout);
     }
   }
@@ -226,13 +236,21 @@ void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>
   ThreadPool pool(threads);
   IntraOpScope scope(&pool);
   const auto& ks = ops::cpu::packed_kernels();
-  const auto& dot = ops::cpu::packed::kAvx512Bf16Kernels;
   std::printf("\n# blocking sweep, %d thread%s (GF/s; * = the model's choice)\n", threads,
               threads > 1 ? "s" : "");
   std::printf("%-10s %6s %5s %5s %5s %9s %6s\n", "operands", "n", "kc", "nc", "mc", "GF/s",
               "%peak");
-  for (const bool bf16 : {false, true}) {
-    if (bf16 && !cpu_bf16_dot()) continue;
+  // float32, then the bfloat16 kernels this CPU has.
+  for (const ops::cpu::Bf16Path path :
+       {ops::cpu::Bf16Path::kConvert, ops::cpu::Bf16Path::kDot, ops::cpu::Bf16Path::kAmx}) {
+    const bool bf16 = path != ops::cpu::Bf16Path::kConvert;
+    if (path == ops::cpu::Bf16Path::kDot && !cpu_bf16_dot()) continue;
+    if (path == ops::cpu::Bf16Path::kAmx && !cpu_amx()) continue;
+    const auto& dot = path == ops::cpu::Bf16Path::kAmx ? ops::cpu::packed::kAmxBf16Kernels
+                                                       : ops::cpu::packed::kAvx512Bf16Kernels;
+    const char* label = !bf16                              ? "float32"
+                        : path == ops::cpu::Bf16Path::kAmx ? "bf16-amx"
+                                                           : "bf16-dot";
     const int mr = bf16 ? dot.mr : ks.mr, nr = bf16 ? dot.nr : ks.nr, es = bf16 ? 2 : 4;
     const int cap = bf16 ? dot.kc_cap : ks.kc_cap;
     const ops::cpu::GemmBlocking model = ops::cpu::model_blocking(cpu_caches(), mr, nr, es, cap);
@@ -259,7 +277,7 @@ void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>
                       false, false, n, n, n, 1.0f,
                       reinterpret_cast<const uint16_t*>(a16.data<bfloat16>()), n,
                       reinterpret_cast<const uint16_t*>(b16.data<bfloat16>()), n, 0.0f,
-                      c.data<float>(), n, true, ops::cpu::Bf16Path::kDot);
+                      c.data<float>(), n, true, path);
                 else
                   ops::cpu::packed_sgemm(false, false, n, n, n, 1.0f, a32.data<float>(), n,
                                          b32.data<float>(), n, 0.0f, c.data<float>(), n, true);
@@ -270,9 +288,9 @@ void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>
       size_t best = 0;
       for (size_t g = 0; g < grid.size(); ++g) {
         if (gf[g] > gf[best]) best = g;
-        std::printf("%-10s %6ld %5d %5d %5d %9.1f %5.0f%%%s\n", bf16 ? "bf16-dot" : "float32",
-                    static_cast<long>(n), grid[g].kc, grid[g].nc, grid[g].mc, gf[g],
-                    100 * gf[g] / peak.at(threads), g == 0 ? " *" : "");
+        std::printf("%-10s %6ld %5d %5d %5d %9.1f %5.0f%%%s\n", label, static_cast<long>(n),
+                    grid[g].kc, grid[g].nc, grid[g].mc, gf[g], 100 * gf[g] / peak.at(threads),
+                    g == 0 ? " *" : "");
       }
       const double model_gf = gf[0];
       const ops::cpu::GemmBlocking best_b = grid[best];
@@ -280,8 +298,8 @@ void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>
       std::printf(
           "# %s n=%ld: model kc %d nc %d at %.1f GF/s, %.0f%% of the grid's best (kc %d "
           "nc %d, %.1f GF/s)\n",
-          bf16 ? "bf16-dot" : "float32", static_cast<long>(n), model.kc, model.nc, model_gf,
-          100 * model_gf / gf[best], best_b.kc, best_b.nc, gf[best]);
+          label, static_cast<long>(n), model.kc, model.nc, model_gf, 100 * model_gf / gf[best],
+          best_b.kc, best_b.nc, gf[best]);
     }
   }
 }
