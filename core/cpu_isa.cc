@@ -99,6 +99,18 @@ void choose_from_environment() {
   g_active.compare_exchange_strong(expected, static_cast<int>(isa));
 }
 
+AmxProbe probe_amx() {
+  AmxProbe p;
+  p.avx512 = detected_cpu_isa() == CpuIsa::kAvx512;
+  if (cpuid(0).eax >= 7) {
+    const CpuidRegs l7 = cpuid(7, 0);
+    p.amx_bf16 = bit(l7.edx, 22);
+    p.amx_tile = bit(l7.edx, 24);
+  }
+  if (bit(cpuid(1).ecx, 27)) p.xcr0 = xgetbv0();  // OSXSAVE: xgetbv may run
+  return p;
+}
+
 }  // namespace
 
 CpuIsa detected_cpu_isa() {
@@ -159,8 +171,10 @@ std::string cpu_description() {
     brand = first == std::string::npos ? "" : brand.substr(first, last - first + 1);
   }
   if (brand.empty()) brand = "unknown x86-64 CPU";
+  const AmxProbe amx = probe_amx();  // what the CPU has: describing it asks Linux for nothing
   return brand + "; supports " + supported_levels() +
-         (detected_bf16_dot() ? " (+avx512_bf16)" : "") + (detected_amx() ? " (+amx-bf16)" : "");
+         (detected_bf16_dot() ? " (+avx512_bf16)" : "") +
+         (amx.amx_tile && amx.amx_bf16 ? " (+amx-bf16)" : "");
 }
 
 bool detected_bf16_dot() {
@@ -176,7 +190,8 @@ bool cpu_bf16_dot() { return cpu_isa() == CpuIsa::kAvx512 && detected_bf16_dot()
 // process's first tile instruction unless it asked for the state with
 // arch_prctl(ARCH_REQ_XCOMP_PERM, 18) (Linux 5.16 on; the permission is
 // per process, for all its threads). gpipe asks once, the first time the
-// bfloat16 GEMM chooses its path. An older kernel (EINVAL), a sigaltstack
+// bfloat16 GEMM chooses its path at the avx512 level with the switch not
+// off (GPIPE_CPU_AMX=off never asks: a grant enlarges every signal frame). An older kernel (EINVAL), a sigaltstack
 // too small for the larger signal frame (ENOSPC) or a seccomp policy refuse
 // it; then the GEMM keeps AVX512_BF16, and amx_status() (printed by
 // gpipe_bench gemm and in cpu_description) says why. The kernel itself is
@@ -204,18 +219,6 @@ AmxDecision decide_amx(const AmxProbe& p) {
 }
 
 namespace {
-
-AmxProbe probe_amx() {
-  AmxProbe p;
-  p.avx512 = detected_cpu_isa() == CpuIsa::kAvx512;
-  if (cpuid(0).eax >= 7) {
-    const CpuidRegs l7 = cpuid(7, 0);
-    p.amx_bf16 = bit(l7.edx, 22);
-    p.amx_tile = bit(l7.edx, 24);
-  }
-  if (bit(cpuid(1).ecx, 27)) p.xcr0 = xgetbv0();  // OSXSAVE: xgetbv may run
-  return p;
-}
 
 // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): 0, or the errno.
 int request_tile_data() {
@@ -245,8 +248,11 @@ void check_amx_usable(std::string_view origin) {
               " asks for AMX tiles, but they are not usable here: ", amx_status());
 }
 
+// The switch alone (1: use the tiles if usable); reading it never asks
+// Linux for tile data, so GPIPE_CPU_AMX=off (or a lower level) keeps the
+// process's signal frames as they were.
 void choose_amx_from_environment() {
-  bool on = detected_amx();
+  bool on = true;
   if (const char* env = std::getenv("GPIPE_CPU_AMX"); env && *env) {
     const std::string_view v(env);
     if (v == "on" || v == "1") {

@@ -32,18 +32,12 @@ namespace {
 #define AMX_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 
 struct TileConfig;
-void amx_configure(const TileConfig& cfg);
+// The configuration is a static constant (LDTILECFG's asm names only its
+// first bytes as an operand; a constant is never written before it).
+void amx_configure(const TileConfig& cfg) { _tile_loadconfig(&cfg); }
+void amx_release() { _tile_release(); }
 
 #include "ops/cpu/gemm_amx_tile.inc"
-
-// The tile configuration is per thread and stays loaded: gpipe's threads
-// load it at their first AMX product and never change it.
-thread_local bool tiles_configured = false;
-void amx_configure(const TileConfig& cfg) {
-  if (tiles_configured) return;
-  _tile_loadconfig(&cfg);
-  tiles_configured = true;
-}
 
 int64_t padded(int64_t kc) { return (kc + kTileDepth - 1) / kTileDepth * kTileDepth; }
 
@@ -81,15 +75,17 @@ void transpose8x8_epi32(__m256i v[8]) {
 
 // Element (r, p) at src[p * ld + r]: 8 lanes by 8 pairs at a time, depths
 // 2q and 2q + 1 interleaved into pairs (one dword per lane), then the
-// 8 x 8 dwords transposed so each lane's pairs lie along its row.
+// 8 x 8 dwords transposed so each lane's pairs lie along its row. The lanes
+// run inside the pairs, so the 16 source rows of 8 pairs are read whole
+// (a 32-lane panel's row is one cache line) before the next 16.
 void pack_a_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint16_t* dst,
                  int64_t stride) {
   const int64_t depth = padded(kc);
-  for (int64_t r0 = 0; r0 < stride; r0 += 8) {
-    const int64_t in_lanes = std::clamp<int64_t>(lanes - r0, 0, 8);
-    const __mmask8 in = static_cast<__mmask8>((1u << in_lanes) - 1u);
-    const int64_t out_rows = std::min<int64_t>(8, stride - r0);
-    for (int64_t q0 = 0; q0 < depth / 2; q0 += 8) {
+  for (int64_t q0 = 0; q0 < depth / 2; q0 += 8) {
+    for (int64_t r0 = 0; r0 < stride; r0 += 8) {
+      const int64_t in_lanes = std::clamp<int64_t>(lanes - r0, 0, 8);
+      const __mmask8 in = static_cast<__mmask8>((1u << in_lanes) - 1u);
+      const int64_t out_rows = std::min<int64_t>(8, stride - r0);
       __m256i v[8];
       for (int i = 0; i < 8; ++i) {
         const int64_t p = 2 * (q0 + i);
@@ -130,6 +126,6 @@ void pack_b_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uin
 const Bf16DotKernelSet kAmxBf16Kernels = {
     "amx-bf16",        amx::kMr,         amx::kNr,         512,
     amx::kernel_32x32, amx::pack_b_rows, amx::pack_b_cols, amx::pack_a_rows,
-    amx::pack_a_cols,  amx::kTileDepth};
+    amx::pack_a_cols,  amx::kTileDepth,  amx::tiles_begin, amx::tiles_end};
 
 }  // namespace gpipe::ops::cpu::packed

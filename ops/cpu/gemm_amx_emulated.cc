@@ -121,6 +121,7 @@ void dp(int c, int a, int b) {
 #define AMX_DP(c, a, b) dp(c, a, b)
 
 void amx_configure(const TileConfig& cfg);
+void amx_release() { tiles.configured = false; }  // TILERELEASE: back to the init state
 
 #include "ops/cpu/gemm_amx_tile.inc"
 
@@ -134,6 +135,8 @@ const Bf16DotKernelSet& amx_emulated_kernels() {
     Bf16DotKernelSet s = kAmxBf16Kernels;
     s.name = "amx-bf16-emulated";
     s.kernel = amx_emulated::kernel_32x32;
+    s.begin = amx_emulated::tiles_begin;
+    s.end = amx_emulated::tiles_end;
     return s;
   }();
   return set;

@@ -130,6 +130,8 @@ const Bf16DotKernelSet kAvx512Bf16Kernels = {"avx512-bf16",
                                              avx512_bf16::pack_cols,
                                              avx512_bf16::pack_rows,
                                              avx512_bf16::pack_cols,
-                                             2};
+                                             2,
+                                             nullptr,
+                                             nullptr};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -129,6 +129,12 @@ struct Bf16DotKernelSet {
   PackPairsFn pack_rows, pack_cols;      // B panels
   PackPairsFn pack_a_rows, pack_a_cols;  // A panels
   int k_align;
+  // Called on each thread before and after its part of a block (nullptr:
+  // nothing): AMX loads its tile configuration, then releases the tiles, so
+  // whatever else runs on the thread between products (another library's
+  // tiles) neither sees gpipe's configuration nor leaves gpipe its own.
+  void (*begin)();
+  void (*end)();
 };
 
 extern const Bf16DotKernelSet kAvx512Bf16Kernels;

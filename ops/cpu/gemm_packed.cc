@@ -325,9 +325,12 @@ Bf16Path resolve(Bf16Path path) {
   if (path == Bf16Path::kAuto) return bf16_path();
   GPIPE_CHECK(path != Bf16Path::kDot || detected_bf16_dot(),
               "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
-  GPIPE_CHECK(path != Bf16Path::kAmx || g_amx_kernels.load() != nullptr || detected_amx(),
-              "bfloat16 GEMM: the AMX path needs AMX-BF16 tiles, which are not usable here: ",
-              amx_status());
+  if (path == Bf16Path::kAmx && g_amx_kernels.load() != nullptr)  // emulated: AVX-512 packers
+    GPIPE_CHECK(detected_bf16_dot(), "bfloat16 GEMM: the emulated AMX path needs AVX512_BF16");
+  else
+    GPIPE_CHECK(path != Bf16Path::kAmx || detected_amx(),
+                "bfloat16 GEMM: the AMX path needs AMX-BF16 tiles, which are not usable here: ",
+                amx_status());
   return path;
 }
 Engine engine_for(Bf16Path path) {

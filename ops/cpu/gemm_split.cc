@@ -31,9 +31,27 @@ void wait_ready(const std::atomic<uint8_t>& state) {
   }
 }
 
+// The dot kernel set's begin and end around one thread's part of a block
+// (AMX's tile configuration, gemm_kernels.h).
+class KernelScope {
+ public:
+  explicit KernelScope(const Engine& e) : e_(e) {
+    if (e_.dot != nullptr && e_.dot->begin != nullptr) e_.dot->begin();
+  }
+  ~KernelScope() {
+    if (e_.dot != nullptr && e_.dot->end != nullptr) e_.dot->end();
+  }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  const Engine& e_;
+};
+
 // Rows of C split: A panels [lo, hi) on this task, B panels shared.
 void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
                           std::atomic<uint8_t>* b_state, int64_t lo, int64_t hi) {
+  const KernelScope scope(ks);
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
   const int64_t group = a_panel_group(P, ks);  // Note [Grouped transposed A] in gemm_packed.cc
   for (int64_t jc = 0; jc < blk.b_panels; jc += nc_panels) {
@@ -58,6 +76,7 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
 // Columns of C split: B panels [lo, hi) on this task, A packed beforehand.
 void run_block_split_cols(const Problem& P, const Engine& ks, const Block& blk, int64_t lo,
                           int64_t hi) {
+  const KernelScope scope(ks);
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
   for (int64_t jc = lo; jc < hi; jc += nc_panels) {
     const int64_t jend = std::min(hi, jc + nc_panels);
