@@ -191,10 +191,10 @@ bool cpu_bf16_dot() { return cpu_isa() == CpuIsa::kAvx512 && detected_bf16_dot()
 // arch_prctl(ARCH_REQ_XCOMP_PERM, 18) (Linux 5.16 on; the permission is
 // per process, for all its threads). gpipe asks once, the first time the
 // bfloat16 GEMM chooses its path at the avx512 level with the switch not
-// off (GPIPE_CPU_AMX=off never asks: a grant enlarges every signal frame). An older kernel (EINVAL), a sigaltstack
-// too small for the larger signal frame (ENOSPC) or a seccomp policy refuse
-// it; then the GEMM keeps AVX512_BF16, and amx_status() (printed by
-// gpipe_bench gemm and in cpu_description) says why. The kernel itself is
+// off (GPIPE_CPU_AMX=off never asks: a grant enlarges every signal frame).
+// A sigaltstack too small for the larger signal frame (ENOSPC) or a seccomp
+// policy refuse it; then the GEMM keeps AVX512_BF16, and amx_status()
+// (printed by gpipe_bench gemm) says why. The kernel itself is
 // ops/cpu/gemm_amx.cc.
 AmxDecision decide_amx(const AmxProbe& p) {
   AmxDecision d;
