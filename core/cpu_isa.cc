@@ -268,7 +268,7 @@ void choose_amx_from_environment() {
   g_amx.compare_exchange_strong(expected, on ? 1 : 0);
 }
 
-bool amx_switch() {
+bool amx_switch_on() {
   int v = g_amx.load(std::memory_order_relaxed);
   if (v < 0) {
     std::call_once(g_amx_once, choose_amx_from_environment);
@@ -280,15 +280,16 @@ bool amx_switch() {
 }  // namespace
 
 bool detected_amx() { return amx_decision().usable; }
+bool cpu_amx_allowed() { return amx_switch_on(); }
 const std::string& amx_status() { return amx_decision().status; }
-bool cpu_amx() { return cpu_isa() == CpuIsa::kAvx512 && amx_switch() && detected_amx(); }
+bool cpu_amx() { return cpu_isa() == CpuIsa::kAvx512 && amx_switch_on() && detected_amx(); }
 
 void set_cpu_amx(bool on) {
   if (on) check_amx_usable("set_cpu_amx");
   g_amx = on ? 1 : 0;
 }
 
-CpuAmxGuard::CpuAmxGuard(bool on) : prev_(amx_switch()) { set_cpu_amx(on); }
+CpuAmxGuard::CpuAmxGuard(bool on) : prev_(amx_switch_on()) { set_cpu_amx(on); }
 CpuAmxGuard::~CpuAmxGuard() { g_amx = prev_ ? 1 : 0; }
 
 CpuIsaGuard::CpuIsaGuard(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }

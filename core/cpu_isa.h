@@ -70,6 +70,9 @@ bool detected_amx();
 // refused tile data (errno 28: ...)", ...
 const std::string& amx_status();
 bool cpu_amx();
+// The switch alone: GPIPE_CPU_AMX / set_cpu_amx allow the tiles (usable or
+// not). Reading it asks Linux for nothing.
+bool cpu_amx_allowed();
 // Switches the AMX path on or off for this process (tests, benchmarks).
 // Switching it on where it is not usable throws gpipe::Error with
 // amx_status(). GPIPE_CPU_AMX=on|off sets it at first use (on throws there

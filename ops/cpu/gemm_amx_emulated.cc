@@ -10,6 +10,7 @@
 // rejects (#UD, #GP) throw std::logic_error here.
 #include "ops/cpu/gemm_amx_emulated.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -28,6 +29,7 @@ struct Tiles {
   alignas(64) uint8_t data[8][16 * 64] = {};
 };
 thread_local Tiles tiles;
+std::atomic<int64_t> tile_products{0};
 
 void require(bool ok, const char* what) {
   if (!ok) throw std::logic_error(std::string("emulated AMX: ") + what);
@@ -100,6 +102,7 @@ void dp(int c, int a, int b) {
   check_tile(a);
   check_tile(b);
   require(c != a && c != b && a != b, "tdpbf16ps needs three distinct tiles");
+  tile_products.fetch_add(1, std::memory_order_relaxed);
   require(tiles.rows[a] == tiles.rows[c] && tiles.colsb[b] == tiles.colsb[c] &&
               tiles.colsb[a] == 4 * tiles.rows[b] && tiles.colsb[c] % 4 == 0,
           "tdpbf16ps tile shapes do not match");
@@ -129,6 +132,8 @@ void amx_configure(const TileConfig& cfg) { configure(&cfg); }
 
 }  // namespace
 }  // namespace amx_emulated
+
+int64_t amx_emulated_tile_products() { return amx_emulated::tile_products.load(); }
 
 const Bf16DotKernelSet& amx_emulated_kernels() {
   static const Bf16DotKernelSet set = [] {

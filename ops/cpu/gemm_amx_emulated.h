@@ -5,10 +5,15 @@
 // detected.
 #pragma once
 
+#include <cstdint>
+
 #include "ops/cpu/gemm_kernels.h"
 
 namespace gpipe::ops::cpu::packed {
 
 const Bf16DotKernelSet& amx_emulated_kernels();
+// How many emulated tdpbf16ps have run in this process (a test's evidence
+// that a product took the AMX path).
+int64_t amx_emulated_tile_products();
 
 }  // namespace gpipe::ops::cpu::packed

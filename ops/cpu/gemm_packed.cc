@@ -319,6 +319,7 @@ void packed_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 namespace {
 
 std::atomic<const packed::Bf16DotKernelSet*> g_amx_kernels{nullptr};  // tests' override
+std::atomic<bool> g_amx_as_auto{false};
 
 // The path kAuto resolves to, checked; and its engine.
 Bf16Path resolve(Bf16Path path) {
@@ -372,6 +373,8 @@ void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
 }
 
 Bf16Path bf16_path() {
+  if (g_amx_as_auto.load() && cpu_isa() == CpuIsa::kAvx512 && cpu_amx_allowed())
+    return Bf16Path::kAmx;
   if (cpu_amx()) return Bf16Path::kAmx;
   return cpu_bf16_dot() ? Bf16Path::kDot : Bf16Path::kConvert;
 }
@@ -387,8 +390,9 @@ std::string bf16_gemm_name() {
   }
 }
 
-void set_amx_kernels_for_testing(const packed::Bf16DotKernelSet* kernels) {
+void set_amx_kernels_for_testing(const packed::Bf16DotKernelSet* kernels, bool as_auto) {
   g_amx_kernels.store(kernels);
+  g_amx_as_auto.store(kernels != nullptr && as_auto);
 }
 
 }  // namespace gpipe::ops::cpu

@@ -58,7 +58,9 @@ std::string bf16_gemm_name();
 
 // Tests: the kernel set the kAmx path runs (ops/cpu/gemm_amx_emulated.h's
 // emulation), which then runs on a CPU without AMX; nullptr returns to the
-// hardware's.
-void set_amx_kernels_for_testing(const packed::Bf16DotKernelSet* kernels);
+// hardware's. as_auto: kAuto takes it too, as it takes the hardware's where
+// cpu_amx() (at the avx512 level, GPIPE_CPU_AMX not off), so every bfloat16
+// product of a model runs on it.
+void set_amx_kernels_for_testing(const packed::Bf16DotKernelSet* kernels, bool as_auto = false);
 
 }  // namespace gpipe::ops::cpu
