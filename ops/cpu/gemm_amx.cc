@@ -53,25 +53,7 @@ void pack_a_rows(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uin
   }
 }
 
-// Eight rows of eight 32-bit words, transposed in place.
-void transpose8x8_epi32(__m256i v[8]) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {
-    const int o = 4 * h;
-    u[o + 0] = _mm256_unpacklo_epi64(t[o + 0], t[o + 2]);
-    u[o + 1] = _mm256_unpackhi_epi64(t[o + 0], t[o + 2]);
-    u[o + 2] = _mm256_unpacklo_epi64(t[o + 1], t[o + 3]);
-    u[o + 3] = _mm256_unpackhi_epi64(t[o + 1], t[o + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
-    v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
-  }
-}
+#include "ops/cpu/transpose8_avx.inc"
 
 // Element (r, p) at src[p * ld + r]: 8 lanes by 8 pairs at a time, depths
 // 2q and 2q + 1 interleaved into pairs (one dword per lane), then the
@@ -95,7 +77,7 @@ void pack_a_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uin
             p + 1 < kc ? _mm_maskz_loadu_epi16(in, src + (p + 1) * ld + r0) : _mm_setzero_si128();
         v[i] = _mm256_set_m128i(_mm_unpackhi_epi16(x0, x1), _mm_unpacklo_epi16(x0, x1));
       }
-      transpose8x8_epi32(v);
+      transpose8_epi32(v);
       for (int j = 0; j < out_rows; ++j)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (r0 + j) * depth + 2 * q0), v[j]);
     }

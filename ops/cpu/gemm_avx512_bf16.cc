@@ -16,6 +16,7 @@ namespace avx512_bf16 {
 namespace {
 
 #include "ops/cpu/gemm_tile_avx512.inc"
+#include "ops/cpu/transpose8_avx.inc"
 
 constexpr int kMr = 14, kNr = 32;
 
@@ -70,23 +71,7 @@ void pack_rows(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uint1
       for (int i = 0; i < 8; ++i)
         v[i] = i < rows ? _mm256_maskz_loadu_epi16(in, src + (r + i) * ld + 2 * q)
                         : _mm256_setzero_si256();
-      // 8 x 8 transpose of 32-bit words.
-      __m256i t[8], u[8];
-      for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-      }
-      for (int h = 0; h < 2; ++h) {
-        const int o = 4 * h;
-        u[o + 0] = _mm256_unpacklo_epi64(t[o + 0], t[o + 2]);
-        u[o + 1] = _mm256_unpackhi_epi64(t[o + 0], t[o + 2]);
-        u[o + 2] = _mm256_unpacklo_epi64(t[o + 1], t[o + 3]);
-        u[o + 3] = _mm256_unpackhi_epi64(t[o + 1], t[o + 3]);
-      }
-      for (int j = 0; j < 4; ++j) {
-        v[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
-        v[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
-      }
+      transpose8_epi32(v);
       const int64_t out = std::min<int64_t>(8, pairs - q);
       for (int j = 0; j < out; ++j)
         _mm256_mask_storeu_epi32(dst + (q + j) * 2 * stride + 2 * r, width, v[j]);
