@@ -30,8 +30,9 @@
 # with CUDA on this machine" when python3 has none). It ends with a table: case, result,
 # seconds. What --prebuilt cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
 # --prebuilt also checks the GPU machine's CPU first (unless SKIP_CPU is set): the bfloat16
-# GEMM's AMX tiles against their emulation and the panel packers (//tests:bf16_ops_test,
-# gemm_pack_test), then `gpipe_bench gemm` at 1 thread (float32 and bfloat16 on every path
+# GEMM's AMX tiles against their emulation, a bf16 training step on them against AVX512_BF16,
+# every bfloat16 GEMM case on them and the panel packers (//tests:bf16_path_test, amx_bf16_test,
+# bf16_ops_test, gemm_pack_test), then `gpipe_bench gemm` at 1 thread (float32 and bfloat16 on every path
 # the CPU has, with the blocking it chose and its % of the FMA peak).
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass, and gpipe_train fails ("cuda:0 is not available");
@@ -41,7 +42,8 @@ cd "$(dirname "$0")/.." || exit 2
 
 BINARIES=(cuda_build_test runtime_test ops_test pipeline_test gemm_bench w2_bench)
 TESTS=(pipeline_test ops_test runtime_test cuda_build_test)  # the newest first: --prebuilt has a budget
-CPU_TESTS=(bf16_ops_test gemm_pack_test)  # //tests: the GPU machine's CPU (AMX) in --prebuilt
+# //tests: the GPU machine's CPU (AMX) in --prebuilt
+CPU_TESTS=(bf16_path_test amx_bf16_test bf16_ops_test gemm_pack_test)
 JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
