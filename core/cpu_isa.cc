@@ -257,7 +257,6 @@ void choose_amx_from_environment() {
     const std::string_view v(env);
     if (v == "on" || v == "1") {
       check_amx_usable(detail::concat("GPIPE_CPU_AMX=", v));
-      on = true;
     } else if (v == "off" || v == "0") {
       on = false;
     } else {
@@ -268,7 +267,10 @@ void choose_amx_from_environment() {
   g_amx.compare_exchange_strong(expected, on ? 1 : 0);
 }
 
-bool amx_switch_on() {
+}  // namespace
+
+bool detected_amx() { return amx_decision().usable; }
+bool cpu_amx_allowed() {
   int v = g_amx.load(std::memory_order_relaxed);
   if (v < 0) {
     std::call_once(g_amx_once, choose_amx_from_environment);
@@ -276,20 +278,15 @@ bool amx_switch_on() {
   }
   return v == 1;
 }
-
-}  // namespace
-
-bool detected_amx() { return amx_decision().usable; }
-bool cpu_amx_allowed() { return amx_switch_on(); }
 const std::string& amx_status() { return amx_decision().status; }
-bool cpu_amx() { return cpu_isa() == CpuIsa::kAvx512 && amx_switch_on() && detected_amx(); }
+bool cpu_amx() { return cpu_isa() == CpuIsa::kAvx512 && cpu_amx_allowed() && detected_amx(); }
 
 void set_cpu_amx(bool on) {
   if (on) check_amx_usable("set_cpu_amx");
   g_amx = on ? 1 : 0;
 }
 
-CpuAmxGuard::CpuAmxGuard(bool on) : prev_(amx_switch_on()) { set_cpu_amx(on); }
+CpuAmxGuard::CpuAmxGuard(bool on) : prev_(cpu_amx_allowed()) { set_cpu_amx(on); }
 CpuAmxGuard::~CpuAmxGuard() { g_amx = prev_ ? 1 : 0; }
 
 CpuIsaGuard::CpuIsaGuard(CpuIsa isa) : prev_(cpu_isa()) { set_cpu_isa(isa); }

@@ -326,10 +326,11 @@ Bf16Path resolve(Bf16Path path) {
   if (path == Bf16Path::kAuto) return bf16_path();
   GPIPE_CHECK(path != Bf16Path::kDot || detected_bf16_dot(),
               "bfloat16 GEMM: the dot-product path needs AVX512_BF16, which this CPU lacks");
-  if (path == Bf16Path::kAmx && g_amx_kernels.load() != nullptr)  // emulated: AVX-512 packers
+  if (path != Bf16Path::kAmx) return path;
+  if (g_amx_kernels.load() != nullptr)  // emulated: the AVX-512 packers
     GPIPE_CHECK(detected_bf16_dot(), "bfloat16 GEMM: the emulated AMX path needs AVX512_BF16");
   else
-    GPIPE_CHECK(path != Bf16Path::kAmx || detected_amx(),
+    GPIPE_CHECK(detected_amx(),
                 "bfloat16 GEMM: the AMX path needs AMX-BF16 tiles, which are not usable here: ",
                 amx_status());
   return path;
@@ -373,9 +374,9 @@ void packed_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
 }
 
 Bf16Path bf16_path() {
-  if (g_amx_as_auto.load() && cpu_isa() == CpuIsa::kAvx512 && cpu_amx_allowed())
+  // cpu_amx(), with the tests' emulation standing in for usable tiles.
+  if (cpu_isa() == CpuIsa::kAvx512 && cpu_amx_allowed() && (g_amx_as_auto.load() || detected_amx()))
     return Bf16Path::kAmx;
-  if (cpu_amx()) return Bf16Path::kAmx;
   return cpu_bf16_dot() ? Bf16Path::kDot : Bf16Path::kConvert;
 }
 
