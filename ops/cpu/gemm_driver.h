@@ -142,6 +142,9 @@ void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int
 void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip, int64_t count);
 // How many A panels a block packs at once (1: one at a time, as it runs them).
 int64_t a_panel_group(const Problem& P, const Engine& e);
+// Part `part` of `parts` of the source of A panels [ip, ip + count), into L2.
+void prefetch_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip,
+                       int64_t count, int64_t part, int64_t parts);
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp);
 
 // gemm_split.cc: one block over `threads` threads of the pool (Note [Shared

@@ -189,6 +189,34 @@ void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t 
   }
 }
 
+// Note [Prefetched A sources]. A block's A panels are packed as the thread
+// reaches them, and in a training step their source (an activation or its
+// gradient, 1-4 MB) is seldom still in the caches: each pack then waits on
+// memory while the FMA units idle. So while the tiles of one group of A
+// panels run, the source of the next group is prefetched into L2, a slice
+// per tile (the lines of rows lines * part / parts on). Cold operands
+// (a 64 MB sweep between products), Zen 4, three alternating runs: the
+// 134-MFLOP products of W2's attention projections 2-5% faster at both
+// levels, larger ones unchanged.
+void prefetch_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip,
+                       int64_t count, int64_t part, int64_t parts) {
+  const int64_t es = src_size(P), i0 = blk.i0 + ip * e.mr;
+  const int64_t rows = std::min(count * e.mr, blk.i0 + blk.rows - i0);
+  if (rows <= 0) return;
+  const bool ta = P.ta;
+  const int64_t lines = ta ? blk.kc : rows, bytes = (ta ? rows : blk.kc) * es;
+  const char* base = static_cast<const char*>(ta ? at(P.a, blk.p0, i0, P.lda, es)
+                                                 : at(P.a, i0, blk.p0, P.lda, es));
+  const int64_t lo = lines * part / parts, hi = lines * (part + 1) / parts;
+  for (int64_t r = lo; r < hi; ++r) {
+    const char* row = base + r * P.lda * es;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
+    const uintptr_t last = reinterpret_cast<uintptr_t>(row + bytes - 1);
+    for (uintptr_t q = first; q <= last; q += 64)
+      __builtin_prefetch(reinterpret_cast<const char*>(q), 0, 2);
+  }
+}
+
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp) {
   const int mr = ks.mr, nr = ks.nr;
   const char* pa = blk.a_panel(ks, ip);

@@ -68,7 +68,14 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
     for (int64_t ip = lo; ip < hi; ++ip) {
       if (jc == 0 && (ip - lo) % group == 0)
         pack_a_panels(P, ks, blk, ip, std::min(group, hi - ip));
-      for (int64_t jp = jc; jp < jend; ++jp) run_tile(P, ks, blk, ip, jp);
+      const int64_t next = lo + ((ip - lo) / group + 1) * group;
+      const int64_t parts = group * (jend - jc);
+      for (int64_t jp = jc; jp < jend; ++jp) {
+        if (jc == 0 && next < hi)  // Note [Prefetched A sources] in gemm_packed.cc
+          prefetch_a_panels(P, ks, blk, next, std::min(group, hi - next),
+                            ((ip - lo) % group) * (jend - jc) + (jp - jc), parts);
+        run_tile(P, ks, blk, ip, jp);
+      }
     }
   }
 }
