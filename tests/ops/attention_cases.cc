@@ -179,6 +179,36 @@ GPIPE_OP_CASES({
                             const In& out) { check_against_composed(in, out, 2, false); },
         .grad_inputs = {0, 1, 2},
     },
+    // Outputs wider than one column chunk (Note [Column chunks] in
+    // ops/cpu/attention.cc), the last chunk narrower: at AVX2, 24 keys
+    // (3 vectors: 2 + 1) and heads of 40 (5: 2 + 2 + 1), causal; at
+    // AVX-512, one head of 80 (5 vectors: 4 + 1).
+    OpCase{
+        .name = "attention/column_chunks_causal",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{1, 24, 80}, 95), rand64(Shape{1, 24, 80}, 96),
+                        rand64(Shape{1, 24, 80}, 97)};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 2, true)}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 2, true); },
+    },
+    OpCase{
+        .name = "attention/column_chunks_one_head",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{1, 20, 80}, 98), rand64(Shape{1, 16, 80}, 99),
+                        rand64(Shape{1, 16, 80}, 100)};
+            },
+        .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 1, false)}; },
+        .check_forward = [](const In& in,
+                            const In& out) { check_against_composed(in, out, 1, false); },
+    },
 });
 
 }  // namespace
