@@ -82,6 +82,10 @@ CLI::App* add_gemm(CLI::App& app, gpipe::bench::GemmBenchOptions& o) {
   c->add_option("--shape-min-seconds", o.shape_min_seconds,
                 "timing budget per Transformer-shape measurement")
       ->check(gpipe::train::kPositive);
+  c->add_flag("--cold", o.cold,
+              "Transformer shapes: also the packed GEMM's median with its operands out of the "
+              "caches (every core sweeps 64 MiB before each product), as a training step finds "
+              "them");
   return c;
 }
 

@@ -34,6 +34,7 @@ struct GemmBenchOptions {
   std::vector<int64_t> vocab{256, 32000};
   double shape_min_seconds = 0.5;  // timing budget per Transformer-shape measurement
   bool sweep_blocking = false;     // only the blocking sweep (Note [GEMM blocking])
+  bool cold = false;  // Transformer shapes: also the packed GEMM on operands out of the caches
   std::string env_note;
 };
 int run_gemm(const GemmBenchOptions& opt);

@@ -5,8 +5,10 @@
 //   1. square n x n through ops::matmul, beside numpy (OpenBLAS);
 //   2. the Transformer's linear layers x[T, in] -> y[T, out], each as its
 //      three GEMMs: forward y = x W^T (A*B^T), input gradient dx = dy W (A*B)
-//      and weight gradient dW = dy^T x (A^T*B), through parallel_gemm.
+//      and weight gradient dW = dy^T x (A^T*B), through parallel_gemm;
+//      with --cold also on operands evicted from the caches.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -45,6 +47,7 @@ void add_linear(std::vector<GemmShape>& out, const std::string& layer, int64_t t
 
 std::vector<GemmShape> transformer_shapes(const GemmBenchOptions& opt) {
   std::vector<GemmShape> shapes;
+  add_linear(shapes, "attn-proj", opt.tokens, opt.dim, opt.dim);  // q, k, v and the output's
   add_linear(shapes, "ffn-up", opt.tokens, opt.dim, 4 * opt.dim);
   add_linear(shapes, "ffn-down", opt.tokens, 4 * opt.dim, opt.dim);
   for (int64_t v : opt.vocab)
@@ -52,8 +55,31 @@ std::vector<GemmShape> transformer_shapes(const GemmBenchOptions& opt) {
   return shapes;
 }
 
-// Best-time GFLOP/s of each backend for one raw GEMM on the current pool.
-std::vector<double> time_backends(const GemmShape& s, double min_seconds) {
+// Median GFLOP/s of the packed GEMM on operands a training step finds cold:
+// before each product every core sweeps its share of 64 MiB (a write a
+// line), which evicts A, B and C from L2 and, on CPUs with up to 64 MiB of
+// L3, from L3. Only the product is timed.
+double cold_gflops(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
+  constexpr int kRepeats = 15;
+  static std::vector<float> sweep((size_t{64} << 20) / sizeof(float), 1.0f);
+  const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
+  std::vector<double> seconds;
+  for (int r = 0; r < kRepeats; ++r) {
+    parallel_for(0, static_cast<int64_t>(sweep.size()), 1 << 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; i += 16) sweep[static_cast<size_t>(i)] += 1.0f;
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    ops::cpu::parallel_gemm<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data<float>(), lda,
+                                   b.data<float>(), ldb, 0.0f, c.data<float>(), s.n);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + kRepeats / 2, seconds.end());
+  return 2.0 * s.m * s.n * s.k / seconds[kRepeats / 2] / 1e9;
+}
+
+// Best-time GFLOP/s of each backend for one raw GEMM on the current pool;
+// with `cold`, the packed GEMM's cold_gflops last.
+std::vector<double> time_backends(const GemmShape& s, double min_seconds, bool cold) {
   const int64_t lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
   Tensor a = Tensor::randn(Shape{s.m * s.k}, 1), b = Tensor::randn(Shape{s.k * s.n}, 2);
   Tensor c = Tensor::zeros(Shape{s.m * s.n});
@@ -69,6 +95,7 @@ std::vector<double> time_backends(const GemmShape& s, double min_seconds) {
     gf.push_back(2.0 * s.m * s.n * s.k / t.best_s / 1e9);
   }
   ops::cpu::set_gemm_backend(GemmBackend::kPacked);
+  if (cold) gf.push_back(cold_gflops(s, a, b, c));
   return gf;
 }
 
@@ -139,20 +166,26 @@ void run_transformer_shapes(const GemmBenchOptions& opt, const std::map<int, dou
       "d=%ld -> vocab; through parallel_gemm\n",
       static_cast<long>(opt.tokens), static_cast<long>(opt.dim),
       static_cast<long>(opt.vocab_tokens), static_cast<long>(opt.vocab_dim));
-  std::printf("%-16s %6s %6s %6s %6s %7s %11s %6s %8s %11s %11s %11s\n", "gemm", "op", "m", "n",
-              "k", "threads", "packed GF/s", "%peak", "speedup", "openblas", "eigen",
-              "packed/blas");
+  if (opt.cold)
+    std::printf(
+        "# cold: the packed GEMM's median after every core swept 64 MiB (operands out of the "
+        "caches, as a training step finds them)\n");
+  std::printf("%-16s %6s %6s %6s %6s %7s %11s %6s %8s %11s %11s %11s%s\n", "gemm", "op", "m", "n",
+              "k", "threads", "packed GF/s", "%peak", "speedup", "openblas", "eigen", "packed/blas",
+              opt.cold ? "   cold GF/s  cold%" : "");
   for (const GemmShape& s : transformer_shapes(opt)) {
     double one_thread = 0;
     for (int threads : opt.threads) {
       ThreadPool pool(threads);
       IntraOpScope scope(&pool);
-      const std::vector<double> gf = time_backends(s, opt.shape_min_seconds);
+      const std::vector<double> gf = time_backends(s, opt.shape_min_seconds, opt.cold);
       if (threads == 1) one_thread = gf[0];
-      std::printf("%-16s %6s %6ld %6ld %6ld %7d %11.1f %5.0f%% %7.2fx %11.1f %11.1f %11.2f\n",
+      std::printf("%-16s %6s %6ld %6ld %6ld %7d %11.1f %5.0f%% %7.2fx %11.1f %11.1f %11.2f",
                   s.name.c_str(), op_name(s), static_cast<long>(s.m), static_cast<long>(s.n),
                   static_cast<long>(s.k), threads, gf[0], 100 * gf[0] / peak.at(threads),
                   one_thread > 0 ? gf[0] / one_thread : 0.0, gf[1], gf[2], gf[0] / gf[1]);
+      if (opt.cold) std::printf(" %11.1f %5.0f%%", gf[3], 100 * gf[3] / peak.at(threads));
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
