@@ -282,7 +282,7 @@ EOF
         run_step "CPU: $t" limited 60 "$dir/$t" --durations yes
       done
       run_step "CPU: gpipe_bench gemm, 1 thread" limited 120 "$dir/gpipe_bench" gemm --threads 1 \
-        --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3
+        --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3 --cold
     fi
     for t in "${TESTS[@]}"; do
       # shellcheck disable=SC2086
