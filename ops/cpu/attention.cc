@@ -14,6 +14,7 @@
 // does not depend on the thread count. The pair's products run on the
 // register tiles of attention_tiles.inc (Note [Small attention products]).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 #include <utility>
