@@ -124,8 +124,9 @@ namespace {
 // depth p of every panel of the group (count * MR floats, 7 lines for 8
 // panels of 14), so each source line is read once, whole, and goes to the
 // panels' depth p at once. The per-panel packers, called for 8 rows at a
-// time, cost a call and its prefetches per 24 or 56 bytes: 10% of a
-// 256x256x1024 weight gradient at the AVX2 level (6 x 16 tiles). `lanes`
+// time, cost a call and its prefetches per 24 or 56 bytes: `perf` put the
+// packer at 12% of a warm 256x256x1024 weight gradient at the AVX2 level
+// (6 x 16 tiles). `lanes`
 // counts the valid columns; a short last panel's others are zero.
 template <int MR>
 void pack_a_group_f32(const float* src, int64_t ld, int64_t lanes, int64_t kc, int64_t count,
