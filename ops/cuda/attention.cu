@@ -34,28 +34,13 @@
 // columns are never written. Wider heads use the composed form
 // (kFlashAttentionMaxHeadDim in ops/attention_kernels.h).
 #include "ops/attention_kernels.h"
+#include "ops/cuda/attention_mma.h"
 #include "ops/cuda/common.cuh"
 
 namespace gpipe::ops::cuda {
 namespace {
 
 constexpr int kRows = 128;  // threads per block: one query (or key) row each
-
-struct Geometry {
-  int64_t b, tq, tk, d, heads, dh;
-  double scale;
-  bool causal;
-  __host__ __device__ int64_t q_at(int64_t bh, int64_t i) const {
-    return ((bh / heads) * tq + i) * d + (bh % heads) * dh;
-  }
-  __host__ __device__ int64_t k_at(int64_t bh, int64_t j) const {
-    return ((bh / heads) * tk + j) * d + (bh % heads) * dh;
-  }
-  // Keys row i sees by causality: [0, visible_end(i)).
-  __host__ __device__ int64_t visible_end(int64_t i) const {
-    return causal ? (i + 1 < tk ? i + 1 : tk) : tk;
-  }
-};
 
 // Rows of a shared-memory tile: 32 KB for the two tiles of kDim-wide rows.
 template <class C, int kDim>
@@ -331,6 +316,8 @@ void forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                   int64_t heads, bool causal, Tensor& out, Tensor& lse) {
   const Geometry g = geometry(q, k, heads, causal);
   if (g.tq == 0 || g.b == 0) return;
+  if (mma_attention_forward(q, k, v, pad, g, out, lse))
+    return;  // Note [Tensor-core flash attention]
   KernelScope scope(out.device());
   dispatch_float_like(q.dtype(), "attention", [&](auto z) {
     using T = decltype(z);
@@ -356,6 +343,7 @@ void backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     GPIPE_CUDA_CHECK(cudaMemsetAsync(gv.raw_data(), 0, gv.nbytes(), scope.stream()));
     return;
   }
+  if (mma_attention_backward(q, k, v, pad, out, lse, gout, g, gq, gk, gv)) return;
   dispatch_float_like(q.dtype(), "attention backward", [&](auto z) {
     using T = decltype(z);
     using C = compute_t<T>;

@@ -1,0 +1,271 @@
+// Tensor-core flash attention for 16-bit q, k, v: the block bodies, written
+// once for the GPU and for a CPU emulation of it.
+//
+// Note [Tensor-core flash attention]. The flash kernels of Note [Flash
+// attention on CUDA] (ops/cuda/attention.cu) give each thread one query or
+// key row and do every multiply-add on the CUDA cores, reading shared
+// memory: on an H200 about 2.7 TFLOP/s, 42% of a T6 bf16 step. For bfloat16
+// and float16 heads these kernels do the products on tensor cores instead
+// (WMMA, 16 x 16 x 16 tiles, float32 sums), FlashAttention-2's scheme:
+//
+//   forward, a block per (64 queries, example and head): for each tile of 64
+//     keys, S = Q K^T (tensor cores, into shared memory), the online-softmax
+//     update of each row's max m and sum l by the threads (two per row), the
+//     row's output accumulator O (float32, shared memory) scaled by
+//     exp(m_old - m_new), then O += P V (tensor cores; P rounded to the
+//     16-bit type). out = O / l, lse = m + log l.
+//   dq, a block per 64 queries: D_i = dout_i . out_i; per tile of 64 keys,
+//     S = Q K^T and dP = dO V^T, dS = P (dP - D) (16-bit), dQ += dS K in
+//     tensor-core accumulators that stay in registers across the tiles.
+//   dk and dv, a block per 64 keys: per tile of 64 queries, S^T = K Q^T and
+//     dP^T = V dO^T, then dV += P^T dO and dK += dS^T Q, in registers.
+//
+// The masks, the uniform rows (a row that sees no key: out = mean of v, lse
+// = -inf, dv gets dout / Tk on every key, q and k nothing), the scale and
+// the determinism (no atomics; sums in a fixed order) are those of the
+// CUDA-core kernels; the difference is that P and dS are rounded to the
+// 16-bit type before their products, as FlashAttention does, where the
+// CUDA-core kernels keep them in float32.
+//
+// Each body is a sequence of phases separated by block barriers:
+// `x.threads(f)` runs f(t) for every thread t of the block, `x.warps(f)`
+// runs f(w) for every warp (its tensor-core tile operations are
+// warp-collective), `x.sync()` is the barrier. On the GPU (DeviceExec, in
+// ops/cuda/attention.cu) f runs once in each thread or warp; the CPU's
+// HostExec (tests/ops/attention_mma_test.cc) runs the same bodies one
+// thread after another, with the tile operations as plain loops and shared
+// memory poisoned with NaNs, so the indexing, masking and softmax logic is
+// tested against the CPU's attention on machines without a GPU. A thread
+// keeps nothing in its own variables from one phase to the next: what
+// persists lives in shared memory, or in per-warp accumulators
+// (X::WarpLocal). Shared-memory rows are padded (16-bit rows by 8
+// elements, float rows by 4) so the tile loads hit distinct banks and every
+// tile starts on 32 bytes, as WMMA requires.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "core/dtype.h"
+
+#ifdef __CUDACC__
+#define GPIPE_HD __host__ __device__
+#define GPIPE_HD_CHECK_OFF _Pragma("nv_exec_check_disable")
+#define GPIPE_UNROLL _Pragma("unroll")
+#else
+#define GPIPE_HD
+#define GPIPE_HD_CHECK_OFF
+#define GPIPE_UNROLL
+#endif
+
+namespace gpipe {
+class Tensor;
+}
+
+namespace gpipe::ops::cuda {
+
+// One fused attention problem: q [b, tq, d], k and v [b, tk, d], `heads`
+// heads of width dh = d / heads read in place.
+struct Geometry {
+  int64_t b, tq, tk, d, heads, dh;
+  double scale;
+  bool causal;
+  GPIPE_HD int64_t q_at(int64_t bh, int64_t i) const {
+    return ((bh / heads) * tq + i) * d + (bh % heads) * dh;
+  }
+  GPIPE_HD int64_t k_at(int64_t bh, int64_t j) const {
+    return ((bh / heads) * tk + j) * d + (bh % heads) * dh;
+  }
+  // Keys row i sees by causality: [0, visible_end(i)).
+  GPIPE_HD int64_t visible_end(int64_t i) const { return causal ? (i + 1 < tk ? i + 1 : tk) : tk; }
+};
+
+// ops/cuda/attention_mma.cu: the tensor-core kernels for 16-bit q, k, v
+// when they are switched on (GPIPE_FLASH_MMA=1) and fit the device; false
+// when they did not run (the caller runs the CUDA-core kernels).
+bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
+                           const Geometry& g, Tensor& out, Tensor& lse);
+bool mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
+                            const Tensor& out, const Tensor& lse, const Tensor& gout,
+                            const Geometry& g, Tensor& gq, Tensor& gk, Tensor& gv);
+
+namespace mma {
+
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kRows = 16 * kWarps;  // a block's own rows (queries or keys), 16 per warp
+inline constexpr int kTile = 64;           // the other side's rows per step
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <int kDim>
+struct Layout {
+  static_assert(kDim % 16 == 0, "head tiles are whole 16-wide tensor-core tiles");
+  static constexpr int kLdH = kDim + 8;   // 16-bit [rows, kDim]
+  static constexpr int kLdP = kTile + 8;  // 16-bit [kRows, kTile]
+  static constexpr int kLdS = kTile + 4;  // float [kRows, kTile]
+  static constexpr int kLdO = kDim + 4;   // float [kRows, kDim]
+};
+
+template <int kDim>
+struct ForwardSmem {
+  using L = Layout<kDim>;
+  alignas(128) uint16_t q[kRows * L::kLdH];
+  alignas(128) uint16_t k[kTile * L::kLdH];
+  alignas(128) uint16_t v[kTile * L::kLdH];
+  alignas(128) uint16_t p[kRows * L::kLdP];
+  alignas(128) float s[kRows * L::kLdS];
+  alignas(128) float o[kRows * L::kLdO];
+  float m[kRows], l[kRows], alpha[kRows], red[kThreads], red2[kThreads];
+  unsigned char hidden[kTile];
+};
+
+// Stages rows [r0, r0 + n) of one head (row r at base + r * d) as the bits
+// of kDim-wide rows, zero past dh and past the last row.
+GPIPE_HD_CHECK_OFF
+template <int kDim, class T>
+GPIPE_HD void stage(int t, const T* x, int64_t base, int64_t r0, int64_t rows, int n,
+                    const Geometry& g, uint16_t* tile) {
+  constexpr int kLd = Layout<kDim>::kLdH;
+  for (int e = t; e < n * kDim; e += kThreads) {
+    const int r = e / kDim, c = e % kDim;
+    const int64_t row = r0 + r;
+    tile[r * kLd + c] = row < rows && c < g.dh ? x[base + row * g.d + c].bits : uint16_t{0};
+  }
+}
+
+// Tile products of one warp: C (16 x 16 float) += A B over kSteps 16-deep
+// steps, A 16 x (16 kSteps) row-major, B row-major or, with kBT, given as
+// B^T row-major (16 x (16 kSteps)).
+GPIPE_HD_CHECK_OFF
+template <class X, class T, bool kBT, int kSteps>
+GPIPE_HD void tile_product(typename X::Acc& c, const uint16_t* a, int lda, const uint16_t* b,
+                           int ldb) {
+  GPIPE_UNROLL
+  for (int kk = 0; kk < kSteps; ++kk) {
+    if constexpr (kBT)
+      X::template mma_abt<T>(c, a + 16 * kk, lda, b + 16 * kk, ldb);
+    else
+      X::template mma_ab<T>(c, a + 16 * kk, lda, b + 16 * kk * ldb, ldb);
+  }
+}
+
+// Forward: queries [i0, i0 + kRows) of pair bh.
+GPIPE_HD_CHECK_OFF
+template <class X, class T, int kDim>
+GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k, const T* v,
+                            const T* pad, T* out, float* lse, const Geometry& g, int64_t block,
+                            int64_t bh) {
+  using L = Layout<kDim>;
+  const int64_t b = bh / g.heads, i0 = block * kRows;
+  const int64_t q0 = g.q_at(bh, 0), kv0 = g.k_at(bh, 0);
+  const float scale = static_cast<float>(g.scale);
+  x.threads([&](int t) {
+    stage<kDim>(t, q, q0, i0, g.tq, kRows, g, sm.q);
+    for (int e = t; e < kRows * kDim; e += kThreads) sm.o[(e / kDim) * L::kLdO + e % kDim] = 0.0f;
+    if (t < kRows) {
+      sm.m[t] = kNegInf;
+      sm.l[t] = 0.0f;
+    }
+  });
+  const int64_t last = (g.tq < i0 + kRows ? g.tq : i0 + kRows) - 1;
+  const int64_t end = g.visible_end(last);
+  for (int64_t j0 = 0; j0 < end; j0 += kTile) {
+    x.sync();  // the previous tile's readers are done
+    x.threads([&](int t) {
+      stage<kDim>(t, k, kv0, j0, g.tk, kTile, g, sm.k);
+      stage<kDim>(t, v, kv0, j0, g.tk, kTile, g, sm.v);
+      for (int r = t; r < kTile; r += kThreads) {
+        const int64_t j = j0 + r;
+        sm.hidden[r] =
+            j >= g.tk || (pad != nullptr && X::template value<T>(pad[b * g.tk + j].bits) != 0.0f);
+      }
+    });
+    x.sync();
+    x.warps([&](int w) {  // S = Q K^T
+      for (int n = 0; n < kTile / 16; ++n) {
+        typename X::Acc acc;
+        X::zero(acc);
+        tile_product<X, T, true, kDim / 16>(acc, sm.q + 16 * w * L::kLdH, L::kLdH,
+                                            sm.k + 16 * n * L::kLdH, L::kLdH);
+        X::store(sm.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+      }
+    });
+    x.sync();
+    x.threads([&](int t) {  // scaled scores, -inf where masked; each half row's max
+      const int r = t >> 1, h = t & 1;
+      const int64_t i = i0 + r;
+      const int64_t vis = i < g.tq ? g.visible_end(i) - j0 : 0;
+      float mx = kNegInf;
+      for (int c = h; c < kTile; c += 2) {
+        float& s = sm.s[r * L::kLdS + c];
+        s = c < vis && !sm.hidden[c] ? s * scale : kNegInf;
+        mx = s > mx ? s : mx;
+      }
+      sm.red[t] = mx;
+    });
+    x.sync();
+    x.threads([&](int t) {  // P = exp(S - m_new) in 16 bits, each half row's sum
+      const int r = t >> 1, h = t & 1;
+      const float m_old = sm.m[r];
+      const float tile_max = sm.red[2 * r] > sm.red[2 * r + 1] ? sm.red[2 * r] : sm.red[2 * r + 1];
+      const float m_new = tile_max > m_old ? tile_max : m_old;
+      float sum = 0.0f;
+      for (int c = h; c < kTile; c += 2) {
+        const float s = sm.s[r * L::kLdS + c];
+        const float p = s == kNegInf ? 0.0f : X::exp(s - m_new);
+        sm.p[r * L::kLdP + c] = X::template bits<T>(p);
+        sum += p;
+      }
+      sm.red2[t] = sum;
+      if (h == 0) sm.alpha[r] = m_old == kNegInf ? 0.0f : X::exp(m_old - m_new);
+    });
+    x.sync();
+    x.threads([&](int t) {  // rescale O and l; the new max
+      const int r = t >> 1, h = t & 1;
+      const float a = sm.alpha[r];
+      for (int c = h; c < kDim; c += 2) sm.o[r * L::kLdO + c] *= a;
+      if (h == 0) {
+        sm.l[r] = sm.l[r] * a + sm.red2[2 * r] + sm.red2[2 * r + 1];
+        const float tile_max =
+            sm.red[2 * r] > sm.red[2 * r + 1] ? sm.red[2 * r] : sm.red[2 * r + 1];
+        sm.m[r] = tile_max > sm.m[r] ? tile_max : sm.m[r];
+      }
+    });
+    x.sync();
+    x.warps([&](int w) {  // O += P V
+      for (int n = 0; n < kDim / 16; ++n) {
+        typename X::Acc acc;
+        float* o = sm.o + 16 * w * L::kLdO + 16 * n;
+        X::load(acc, o, L::kLdO);
+        tile_product<X, T, false, kTile / 16>(acc, sm.p + 16 * w * L::kLdP, L::kLdP, sm.v + 16 * n,
+                                              L::kLdH);
+        X::store(o, L::kLdO, acc);
+      }
+    });
+  }
+  x.sync();
+  x.threads([&](int t) {
+    const int r = t >> 1, h = t & 1;
+    const int64_t i = i0 + r;
+    if (i >= g.tq) return;
+    const int64_t at = g.q_at(bh, i);
+    const float l = sm.l[r];
+    if (l > 0.0f) {
+      const float inv = 1.0f / l;
+      for (int c = h; c < g.dh; c += 2)
+        out[at + c].bits = X::template bits<T>(sm.o[r * L::kLdO + c] * inv);
+      if (h == 0) lse[bh * g.tq + i] = sm.m[r] + X::log(l);
+      return;
+    }
+    // No visible key: uniform weights over all Tk keys.
+    for (int c = h; c < g.dh; c += 2) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < g.tk; ++j) acc += X::template value<T>(v[kv0 + j * g.d + c].bits);
+      out[at + c].bits = X::template bits<T>(acc / static_cast<float>(g.tk));
+    }
+    if (h == 0) lse[bh * g.tq + i] = kNegInf;
+  });
+}
+
+}  // namespace mma
+}  // namespace gpipe::ops::cuda

@@ -1,0 +1,256 @@
+// The backward bodies of Note [Tensor-core flash attention] (ops/cuda/attention_mma.h):
+// dq with D = rowsum(dout * out), then dk and dv.
+#pragma once
+
+#include "ops/cuda/attention_mma.h"
+
+namespace gpipe::ops::cuda::mma {
+
+// dq (a block of queries, tiles of keys) and dk/dv (a block of keys, tiles
+// of queries) share one layout: `own` and `own2` are the block's rows (q
+// and dout, or k and v), `t1` and `t2` the tile's; s and dp hold S and dP
+// (or their transposes), their 16-bit products p and ds. The float32
+// results are staged through `o`, which overlays s and dp (free by then).
+template <int kDim>
+struct BackwardSmem {
+  using L = Layout<kDim>;
+  static_assert(kRows * L::kLdO <= 2 * kRows * L::kLdS, "o overlays s and dp");
+  alignas(128) uint16_t own[kRows * L::kLdH];
+  alignas(128) uint16_t own2[kRows * L::kLdH];
+  alignas(128) uint16_t t1[kTile * L::kLdH];
+  alignas(128) uint16_t t2[kTile * L::kLdH];
+  alignas(128) uint16_t p[kRows * L::kLdP];
+  alignas(128) uint16_t ds[kRows * L::kLdP];
+  union alignas(128) {
+    struct {
+      float s[kRows * L::kLdS];
+      float dp[kRows * L::kLdS];
+    } sd;
+    float o[kRows * L::kLdO];
+  } f;
+  float lse[kTile], dsum[kTile], own_lse[kRows], own_dsum[kRows], red[kThreads];
+  unsigned char hidden[kTile];
+};
+
+// dq and D = rowsum(dout * out): queries [i0, i0 + kRows) of pair bh.
+GPIPE_HD_CHECK_OFF
+template <class X, class T, int kDim>
+GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, const T* k,
+                                     const T* v, const T* pad, const T* out, const T* gout,
+                                     const float* lse, float* dsum, T* gq, const Geometry& g,
+                                     int64_t block, int64_t bh) {
+  using L = Layout<kDim>;
+  constexpr int kN = kDim / 16;
+  const int64_t b = bh / g.heads, i0 = block * kRows;
+  const int64_t q0 = g.q_at(bh, 0), kv0 = g.k_at(bh, 0);
+  const float scale = static_cast<float>(g.scale);
+  typename X::template WarpLocal<kN> dq;
+  x.warps([&](int w) {
+    GPIPE_UNROLL
+    for (int n = 0; n < kN; ++n) X::zero(dq.get(w)[n]);
+  });
+  x.threads([&](int t) {
+    stage<kDim>(t, q, q0, i0, g.tq, kRows, g, sm.own);
+    stage<kDim>(t, gout, q0, i0, g.tq, kRows, g, sm.own2);
+    const int r = t >> 1, h = t & 1;
+    const int64_t i = i0 + r;
+    float d = 0.0f;
+    if (i < g.tq) {
+      const int64_t at = g.q_at(bh, i);
+      for (int c = h; c < g.dh; c += 2)
+        d += X::template value<T>(gout[at + c].bits) * X::template value<T>(out[at + c].bits);
+    }
+    sm.red[t] = d;
+    if (h == 0) sm.own_lse[r] = i < g.tq ? lse[bh * g.tq + i] : kNegInf;
+  });
+  x.sync();
+  x.threads([&](int t) {
+    if (t >= kRows) return;
+    const int64_t i = i0 + t;
+    sm.own_dsum[t] = sm.red[2 * t] + sm.red[2 * t + 1];
+    if (i < g.tq) dsum[bh * g.tq + i] = sm.own_dsum[t];
+  });
+  const int64_t last = (g.tq < i0 + kRows ? g.tq : i0 + kRows) - 1;
+  const int64_t end = g.visible_end(last);
+  for (int64_t j0 = 0; j0 < end; j0 += kTile) {
+    x.sync();
+    x.threads([&](int t) {
+      stage<kDim>(t, k, kv0, j0, g.tk, kTile, g, sm.t1);
+      stage<kDim>(t, v, kv0, j0, g.tk, kTile, g, sm.t2);
+      for (int r = t; r < kTile; r += kThreads) {
+        const int64_t j = j0 + r;
+        sm.hidden[r] =
+            j >= g.tk || (pad != nullptr && X::template value<T>(pad[b * g.tk + j].bits) != 0.0f);
+      }
+    });
+    x.sync();
+    x.warps([&](int w) {  // S = Q K^T, dP = dO V^T
+      for (int n = 0; n < kTile / 16; ++n) {
+        typename X::Acc acc;
+        X::zero(acc);
+        tile_product<X, T, true, kN>(acc, sm.own + 16 * w * L::kLdH, L::kLdH,
+                                     sm.t1 + 16 * n * L::kLdH, L::kLdH);
+        X::store(sm.f.sd.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+        X::zero(acc);
+        tile_product<X, T, true, kN>(acc, sm.own2 + 16 * w * L::kLdH, L::kLdH,
+                                     sm.t2 + 16 * n * L::kLdH, L::kLdH);
+        X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+      }
+    });
+    x.sync();
+    x.threads([&](int t) {  // dS = P (dP - D); a uniform row (lse -inf) has none
+      const int r = t >> 1, h = t & 1;
+      const int64_t i = i0 + r;
+      const float li = sm.own_lse[r], di = sm.own_dsum[r];
+      const int64_t vis = i < g.tq && li != kNegInf ? g.visible_end(i) - j0 : 0;
+      for (int c = h; c < kTile; c += 2) {
+        float ds = 0.0f;
+        if (c < vis && !sm.hidden[c]) {
+          const float p = X::exp(sm.f.sd.s[r * L::kLdS + c] * scale - li);
+          ds = p * (sm.f.sd.dp[r * L::kLdS + c] - di);
+        }
+        sm.ds[r * L::kLdP + c] = X::template bits<T>(ds);
+      }
+    });
+    x.sync();
+    x.warps([&](int w) {  // dQ += dS K
+      GPIPE_UNROLL
+      for (int n = 0; n < kN; ++n)
+        tile_product<X, T, false, kTile / 16>(dq.get(w)[n], sm.ds + 16 * w * L::kLdP, L::kLdP,
+                                              sm.t1 + 16 * n, L::kLdH);
+    });
+  }
+  x.sync();
+  x.warps([&](int w) {
+    GPIPE_UNROLL
+    for (int n = 0; n < kN; ++n)
+      X::store(sm.f.o + 16 * w * L::kLdO + 16 * n, L::kLdO, dq.get(w)[n]);
+  });
+  x.sync();
+  x.threads([&](int t) {
+    const int r = t >> 1, h = t & 1;
+    const int64_t i = i0 + r;
+    if (i >= g.tq) return;
+    const int64_t at = g.q_at(bh, i);
+    for (int c = h; c < g.dh; c += 2)
+      gq[at + c].bits = X::template bits<T>(sm.f.o[r * L::kLdO + c] * scale);
+  });
+}
+
+// dk and dv: keys [j0, j0 + kRows) of pair bh. Runs after
+// backward_queries_block has written D (dsum) for every query.
+GPIPE_HD_CHECK_OFF
+template <class X, class T, int kDim>
+GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, const T* k, const T* v,
+                                  const T* pad, const T* gout, const float* lse, const float* dsum,
+                                  T* gk, T* gv, const Geometry& g, int64_t block, int64_t bh) {
+  using L = Layout<kDim>;
+  constexpr int kN = kDim / 16;
+  const int64_t b = bh / g.heads, j0 = block * kRows;
+  const int64_t q0 = g.q_at(bh, 0), kv0 = g.k_at(bh, 0);
+  const float scale = static_cast<float>(g.scale);
+  const float inv_tk = 1.0f / static_cast<float>(g.tk);
+  typename X::template WarpLocal<kN> dk, dv;
+  x.warps([&](int w) {
+    GPIPE_UNROLL
+    for (int n = 0; n < kN; ++n) {
+      X::zero(dk.get(w)[n]);
+      X::zero(dv.get(w)[n]);
+    }
+  });
+  x.threads([&](int t) {
+    stage<kDim>(t, k, kv0, j0, g.tk, kRows, g, sm.own);
+    stage<kDim>(t, v, kv0, j0, g.tk, kRows, g, sm.own2);
+    for (int r = t; r < kRows; r += kThreads) {
+      const int64_t j = j0 + r;
+      sm.hidden[r] =
+          j >= g.tk || (pad != nullptr && X::template value<T>(pad[b * g.tk + j].bits) != 0.0f);
+    }
+  });
+  for (int64_t i0 = 0; i0 < g.tq; i0 += kTile) {
+    x.sync();
+    x.threads([&](int t) {
+      if (t >= kTile) return;
+      const int64_t i = i0 + t;
+      sm.lse[t] = i < g.tq ? lse[bh * g.tq + i] : 0.0f;
+      sm.dsum[t] = i < g.tq ? dsum[bh * g.tq + i] : 0.0f;
+    });
+    x.sync();
+    // Queries before the block's first key see none of its keys by
+    // causality; only uniform rows among them matter (to dv). Every thread
+    // reads the same shared values, so all take the same branch.
+    if (g.causal && i0 + kTile <= j0) {
+      bool uniform = false;
+      for (int c = 0; c < kTile; ++c) uniform = uniform || (i0 + c < g.tq && sm.lse[c] == kNegInf);
+      if (!uniform) continue;
+    }
+    x.threads([&](int t) {
+      stage<kDim>(t, q, q0, i0, g.tq, kTile, g, sm.t1);
+      stage<kDim>(t, gout, q0, i0, g.tq, kTile, g, sm.t2);
+    });
+    x.sync();
+    x.warps([&](int w) {  // S^T = K Q^T, dP^T = V dO^T
+      for (int n = 0; n < kTile / 16; ++n) {
+        typename X::Acc acc;
+        X::zero(acc);
+        tile_product<X, T, true, kN>(acc, sm.own + 16 * w * L::kLdH, L::kLdH,
+                                     sm.t1 + 16 * n * L::kLdH, L::kLdH);
+        X::store(sm.f.sd.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+        X::zero(acc);
+        tile_product<X, T, true, kN>(acc, sm.own2 + 16 * w * L::kLdH, L::kLdH,
+                                     sm.t2 + 16 * n * L::kLdH, L::kLdH);
+        X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+      }
+    });
+    x.sync();
+    x.threads([&](int t) {  // P^T and dS^T; a uniform query row weighs every key 1 / Tk
+      const int r = t >> 1, h = t & 1;
+      const int64_t j = j0 + r;
+      const bool key = j < g.tk, seen = key && !sm.hidden[r];
+      for (int c = h; c < kTile; c += 2) {
+        const int64_t i = i0 + c;
+        float p = 0.0f, ds = 0.0f;
+        if (i < g.tq && sm.lse[c] == kNegInf) {
+          p = key ? inv_tk : 0.0f;
+        } else if (i < g.tq && seen && !(g.causal && j > i)) {
+          p = X::exp(sm.f.sd.s[r * L::kLdS + c] * scale - sm.lse[c]);
+          ds = p * (sm.f.sd.dp[r * L::kLdS + c] - sm.dsum[c]);
+        }
+        sm.p[r * L::kLdP + c] = X::template bits<T>(p);
+        sm.ds[r * L::kLdP + c] = X::template bits<T>(ds);
+      }
+    });
+    x.sync();
+    x.warps([&](int w) {  // dV += P^T dO, dK += dS^T Q
+      GPIPE_UNROLL
+      for (int n = 0; n < kN; ++n) {
+        tile_product<X, T, false, kTile / 16>(dv.get(w)[n], sm.p + 16 * w * L::kLdP, L::kLdP,
+                                              sm.t2 + 16 * n, L::kLdH);
+        tile_product<X, T, false, kTile / 16>(dk.get(w)[n], sm.ds + 16 * w * L::kLdP, L::kLdP,
+                                              sm.t1 + 16 * n, L::kLdH);
+      }
+    });
+  }
+  // Each result through o: dv, then dk (scaled).
+  auto emit = [&](typename X::template WarpLocal<kN>& acc, T* dst, float f) {
+    x.sync();
+    x.warps([&](int w) {
+      GPIPE_UNROLL
+      for (int n = 0; n < kN; ++n)
+        X::store(sm.f.o + 16 * w * L::kLdO + 16 * n, L::kLdO, acc.get(w)[n]);
+    });
+    x.sync();
+    x.threads([&](int t) {
+      const int r = t >> 1, h = t & 1;
+      const int64_t j = j0 + r;
+      if (j >= g.tk) return;
+      const int64_t at = g.k_at(bh, j);
+      for (int c = h; c < g.dh; c += 2)
+        dst[at + c].bits = X::template bits<T>(sm.f.o[r * L::kLdO + c] * f);
+    });
+  };
+  emit(dv, gv, 1.0f);
+  emit(dk, gk, scale);
+}
+
+}  // namespace gpipe::ops::cuda::mma
