@@ -73,6 +73,12 @@ struct DeviceExec {
   static __device__ void mma_abt(Acc& c, const uint16_t* a, int lda, const uint16_t* b, int ldb) {
     product<T, wmma::col_major>(c, a, lda, b, ldb);
   }
+  static __device__ void copy8(uint16_t* dst, const uint16_t* src) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+  }
+  static __device__ void zero8(uint16_t* dst) {
+    *reinterpret_cast<uint4*>(dst) = uint4{0, 0, 0, 0};
+  }
   static __device__ float exp(float v) { return expf(v); }
   static __device__ float log(float v) { return logf(v); }
   template <class T>
@@ -180,6 +186,14 @@ const T* or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// g with vec8 set when dh and d are multiples of 8 and every tensor starts on 16 bytes.
+Geometry with_vec8(Geometry g, std::initializer_list<const Tensor*> tensors) {
+  g.vec8 = g.dh % 8 == 0 && g.d % 8 == 0;
+  for (const Tensor* t : tensors)
+    g.vec8 = g.vec8 && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 == 0;
+  return g;
+}
+
 }  // namespace
 
 bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
@@ -191,10 +205,11 @@ bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
     const size_t bytes = sizeof(mma::ForwardSmem<kDim>);
     if (!fits(q.device().index, bytes)) return false;
     KernelScope scope(out.device());
+    const Geometry gv8 = with_vec8(g, {&q, &k, &v});
     allow_smem(forward_kernel<T, kDim>, bytes);
     forward_kernel<T, kDim><<<blocks(g.tq, g.b * g.heads), mma::kThreads, bytes, scope.stream()>>>(
         q.data<T>(), k.data<T>(), v.data<T>(), or_null<T>(pad), out.data<T>(), lse.data<float>(),
-        g);
+        gv8);
     GPIPE_CUDA_CHECK_LAUNCH();
     return true;
   });
@@ -211,14 +226,15 @@ bool mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, c
     if (!fits(q.device().index, bytes)) return false;
     KernelScope scope(gq.device());
     const Tensor dsum = workspace(g.b * g.heads * g.tq, DType::kFloat32, q.device());
+    const Geometry gv8 = with_vec8(g, {&q, &k, &v, &gout});
     allow_smem(queries_kernel<T, kDim>, bytes);
     allow_smem(keys_kernel<T, kDim>, bytes);
     queries_kernel<T, kDim><<<blocks(g.tq, g.b * g.heads), mma::kThreads, bytes, scope.stream()>>>(
         q.data<T>(), k.data<T>(), v.data<T>(), or_null<T>(pad), out.data<T>(), gout.data<T>(),
-        lse.data<float>(), dsum.data<float>(), gq.data<T>(), g);
+        lse.data<float>(), dsum.data<float>(), gq.data<T>(), gv8);
     keys_kernel<T, kDim><<<blocks(g.tk, g.b * g.heads), mma::kThreads, bytes, scope.stream()>>>(
         q.data<T>(), k.data<T>(), v.data<T>(), or_null<T>(pad), gout.data<T>(), lse.data<float>(),
-        dsum.data<float>(), gk.data<T>(), gv.data<T>(), g);
+        dsum.data<float>(), gk.data<T>(), gv.data<T>(), gv8);
     GPIPE_CUDA_CHECK_LAUNCH();
     return true;
   });

@@ -70,6 +70,10 @@ struct Geometry {
   int64_t b, tq, tk, d, heads, dh;
   double scale;
   bool causal;
+  // The tensor-core kernels may stage rows 8 elements (16 bytes) at a time:
+  // dh and d are multiples of 8 and every tensor they read starts on 16
+  // bytes (set by their launcher; the CUDA-core kernels ignore it).
+  bool vec8 = false;
   GPIPE_HD int64_t q_at(int64_t bh, int64_t i) const {
     return ((bh / heads) * tq + i) * d + (bh % heads) * dh;
   }
@@ -120,12 +124,25 @@ struct ForwardSmem {
 };
 
 // Stages rows [r0, r0 + n) of one head (row r at base + r * d) as the bits
-// of kDim-wide rows, zero past dh and past the last row.
+// of kDim-wide rows, zero past dh and past the last row: 16 bytes per copy
+// where g.vec8 allows (a chunk of 8 is then wholly inside dh or outside).
 GPIPE_HD_CHECK_OFF
-template <int kDim, class T>
+template <int kDim, class X, class T>
 GPIPE_HD void stage(int t, const T* x, int64_t base, int64_t r0, int64_t rows, int n,
                     const Geometry& g, uint16_t* tile) {
   constexpr int kLd = Layout<kDim>::kLdH;
+  if (g.vec8) {
+    constexpr int kChunks = kDim / 8;
+    for (int e = t; e < n * kChunks; e += kThreads) {
+      const int r = e / kChunks, c = (e % kChunks) * 8;
+      const int64_t row = r0 + r;
+      if (row < rows && c < g.dh)
+        X::copy8(tile + r * kLd + c, &x[base + row * g.d + c].bits);
+      else
+        X::zero8(tile + r * kLd + c);
+    }
+    return;
+  }
   for (int e = t; e < n * kDim; e += kThreads) {
     const int r = e / kDim, c = e % kDim;
     const int64_t row = r0 + r;
@@ -160,7 +177,7 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
   const int64_t q0 = g.q_at(bh, 0), kv0 = g.k_at(bh, 0);
   const float scale = static_cast<float>(g.scale);
   x.threads([&](int t) {
-    stage<kDim>(t, q, q0, i0, g.tq, kRows, g, sm.q);
+    stage<kDim, X>(t, q, q0, i0, g.tq, kRows, g, sm.q);
     for (int e = t; e < kRows * kDim; e += kThreads) sm.o[(e / kDim) * L::kLdO + e % kDim] = 0.0f;
     if (t < kRows) {
       sm.m[t] = kNegInf;
@@ -172,8 +189,8 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     x.sync();  // the previous tile's readers are done
     x.threads([&](int t) {
-      stage<kDim>(t, k, kv0, j0, g.tk, kTile, g, sm.k);
-      stage<kDim>(t, v, kv0, j0, g.tk, kTile, g, sm.v);
+      stage<kDim, X>(t, k, kv0, j0, g.tk, kTile, g, sm.k);
+      stage<kDim, X>(t, v, kv0, j0, g.tk, kTile, g, sm.v);
       for (int r = t; r < kTile; r += kThreads) {
         const int64_t j = j0 + r;
         sm.hidden[r] =

@@ -50,8 +50,8 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
     for (int n = 0; n < kN; ++n) X::zero(dq.get(w)[n]);
   });
   x.threads([&](int t) {
-    stage<kDim>(t, q, q0, i0, g.tq, kRows, g, sm.own);
-    stage<kDim>(t, gout, q0, i0, g.tq, kRows, g, sm.own2);
+    stage<kDim, X>(t, q, q0, i0, g.tq, kRows, g, sm.own);
+    stage<kDim, X>(t, gout, q0, i0, g.tq, kRows, g, sm.own2);
     const int r = t >> 1, h = t & 1;
     const int64_t i = i0 + r;
     float d = 0.0f;
@@ -75,8 +75,8 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     x.sync();
     x.threads([&](int t) {
-      stage<kDim>(t, k, kv0, j0, g.tk, kTile, g, sm.t1);
-      stage<kDim>(t, v, kv0, j0, g.tk, kTile, g, sm.t2);
+      stage<kDim, X>(t, k, kv0, j0, g.tk, kTile, g, sm.t1);
+      stage<kDim, X>(t, v, kv0, j0, g.tk, kTile, g, sm.t2);
       for (int r = t; r < kTile; r += kThreads) {
         const int64_t j = j0 + r;
         sm.hidden[r] =
@@ -159,8 +159,8 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
     }
   });
   x.threads([&](int t) {
-    stage<kDim>(t, k, kv0, j0, g.tk, kRows, g, sm.own);
-    stage<kDim>(t, v, kv0, j0, g.tk, kRows, g, sm.own2);
+    stage<kDim, X>(t, k, kv0, j0, g.tk, kRows, g, sm.own);
+    stage<kDim, X>(t, v, kv0, j0, g.tk, kRows, g, sm.own2);
     for (int r = t; r < kRows; r += kThreads) {
       const int64_t j = j0 + r;
       sm.hidden[r] =
@@ -185,8 +185,8 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
       if (!uniform) continue;
     }
     x.threads([&](int t) {
-      stage<kDim>(t, q, q0, i0, g.tq, kTile, g, sm.t1);
-      stage<kDim>(t, gout, q0, i0, g.tq, kTile, g, sm.t2);
+      stage<kDim, X>(t, q, q0, i0, g.tq, kTile, g, sm.t1);
+      stage<kDim, X>(t, gout, q0, i0, g.tq, kTile, g, sm.t2);
     });
     x.sync();
     x.warps([&](int w) {  // S^T = K Q^T, dP^T = V dO^T
