@@ -293,6 +293,15 @@ EOF
     # then T6 bf16's step with the CUDA-core kernels and with them.
     run_step "tensor-core attention (GPIPE_FLASH_MMA=1)" limited 120 env GPIPE_FLASH_MMA=1 \
       "$dir/ops_test" "cuda attention*"
+    if command -v compute-sanitizer >/dev/null; then  # shared-memory races, barriers, bounds
+      for tool in racecheck synccheck memcheck; do
+        run_step "tensor-core attention under compute-sanitizer --tool $tool" limited 90 \
+          env GPIPE_FLASH_MMA=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          "$dir/ops_test" "cuda attention: small 16-bit case"
+      done
+    else
+      skip_step "tensor-core attention under compute-sanitizer" "skipped: no compute-sanitizer"
+    fi
     if [ -z "${SKIP_BENCH:-}" ]; then
       run_step "T6 bf16 step, CUDA-core attention" limited 60 "$dir/w2_bench" --only=T6:bf16
       run_step "T6 bf16 step, tensor-core attention" limited 60 env GPIPE_FLASH_MMA=1 \

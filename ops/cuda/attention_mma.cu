@@ -46,6 +46,7 @@ struct DeviceExec {
     f(static_cast<int>(threadIdx.x) >> 5);
   }
   __device__ void sync() { __syncthreads(); }
+  __device__ void warp_sync() { __syncwarp(); }
 
   static __device__ void zero(Acc& a) { wmma::fill_fragment(a, 0.0f); }
   static __device__ void load(Acc& a, const float* p, int ld) {

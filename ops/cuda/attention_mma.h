@@ -27,20 +27,36 @@
 // 16-bit type before their products, as FlashAttention does, where the
 // CUDA-core kernels keep them in float32.
 //
-// Each body is a sequence of phases separated by block barriers:
-// `x.threads(f)` runs f(t) for every thread t of the block, `x.warps(f)`
-// runs f(w) for every warp (its tensor-core tile operations are
-// warp-collective), `x.sync()` is the barrier. On the GPU (DeviceExec, in
-// ops/cuda/attention.cu) f runs once in each thread or warp; the CPU's
-// HostExec (tests/ops/attention_mma_test.cc) runs the same bodies one
-// thread after another, with the tile operations as plain loops and shared
+// Each body is a sequence of phases separated by barriers: `x.threads(f)`
+// runs f(t) for every thread t of the block, `x.warps(f)` runs f(w) for
+// every warp (its tensor-core tile operations are warp-collective),
+// `x.sync()` is the block barrier and `x.warp_sync()` the warp's (Note
+// [Warp-local phases]). On the GPU (DeviceExec, in ops/cuda/attention_mma.cu)
+// f runs once in each thread or warp; the CPU's HostExec
+// (tests/ops/attention_mma_test.cc) runs the same bodies one thread after
+// another, in both orders, with the tile operations as plain loops and shared
 // memory poisoned with NaNs, so the indexing, masking and softmax logic is
 // tested against the CPU's attention on machines without a GPU. A thread
 // keeps nothing in its own variables from one phase to the next: what
 // persists lives in shared memory, or in per-warp accumulators
 // (X::WarpLocal). Shared-memory rows are padded (16-bit rows by 8
-// elements, float rows by 4) so the tile loads hit distinct banks and every
-// tile starts on 32 bytes, as WMMA requires.
+// elements, float rows by 4) so every tile starts on 32 bytes, as WMMA
+// requires, and the tile loads spread over the banks. Where dh, d and the
+// tensors' addresses allow (Geometry::vec8), rows are staged 16 bytes at a
+// time.
+//
+// Note [Warp-local phases]. Warp w's tensor-core tiles are the block's rows
+// [16w, 16w + 16), and in the threads' phases between the products thread t
+// works on row t / 2, one of its own warp's rows (its partner t ^ 1 holds
+// the other half of the row). So from the S (or S^T) products to the
+// products that consume P and dS, a phase reads only what its own warp
+// wrote, and a warp barrier separates them; block barriers remain where
+// all threads stage tiles every warp reads, and where the results pass
+// through `o`, which overlays other warps' rows.
+//
+// Rounding dS to float16 can overflow past 65504 (or lose values under
+// 2^-24) where the CUDA-core kernels keep it in float32; that is the price of
+// FlashAttention's scheme in float16 (bfloat16 has float32's range).
 #pragma once
 
 #include <cstdint>
@@ -52,10 +68,12 @@
 #define GPIPE_HD __host__ __device__
 #define GPIPE_HD_CHECK_OFF _Pragma("nv_exec_check_disable")
 #define GPIPE_UNROLL _Pragma("unroll")
+#define GPIPE_NO_UNROLL _Pragma("unroll 1")
 #else
 #define GPIPE_HD
 #define GPIPE_HD_CHECK_OFF
 #define GPIPE_UNROLL
+#define GPIPE_NO_UNROLL
 #endif
 
 namespace gpipe {
@@ -207,7 +225,7 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
         X::store(sm.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
       }
     });
-    x.sync();
+    x.warp_sync();          // Note [Warp-local phases]
     x.threads([&](int t) {  // scaled scores, -inf where masked; each half row's max
       const int r = t >> 1, h = t & 1;
       const int64_t i = i0 + r;
@@ -220,7 +238,7 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
       }
       sm.red[t] = mx;
     });
-    x.sync();
+    x.warp_sync();
     x.threads([&](int t) {  // P = exp(S - m_new) in 16 bits, each half row's sum
       const int r = t >> 1, h = t & 1;
       const float m_old = sm.m[r];
@@ -236,7 +254,7 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
       sm.red2[t] = sum;
       if (h == 0) sm.alpha[r] = m_old == kNegInf ? 0.0f : X::exp(m_old - m_new);
     });
-    x.sync();
+    x.warp_sync();
     x.threads([&](int t) {  // rescale O and l; the new max
       const int r = t >> 1, h = t & 1;
       const float a = sm.alpha[r];
@@ -248,7 +266,7 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
         sm.m[r] = tile_max > sm.m[r] ? tile_max : sm.m[r];
       }
     });
-    x.sync();
+    x.warp_sync();
     x.warps([&](int w) {  // O += P V
       for (int n = 0; n < kDim / 16; ++n) {
         typename X::Acc acc;

@@ -97,7 +97,7 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
         X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
       }
     });
-    x.sync();
+    x.warp_sync();          // Note [Warp-local phases] in attention_mma.h
     x.threads([&](int t) {  // dS = P (dP - D); a uniform row (lse -inf) has none
       const int r = t >> 1, h = t & 1;
       const int64_t i = i0 + r;
@@ -112,12 +112,15 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
         sm.ds[r * L::kLdP + c] = X::template bits<T>(ds);
       }
     });
-    x.sync();
-    x.warps([&](int w) {  // dQ += dS K
-      GPIPE_UNROLL
-      for (int n = 0; n < kN; ++n)
-        tile_product<X, T, false, kTile / 16>(dq.get(w)[n], sm.ds + 16 * w * L::kLdP, L::kLdP,
-                                              sm.t1 + 16 * n, L::kLdH);
+    x.warp_sync();
+    x.warps([&](int w) {  // dQ += dS K (kk outermost: each dS tile loaded once)
+      GPIPE_NO_UNROLL
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        GPIPE_UNROLL
+        for (int n = 0; n < kN; ++n)
+          X::template mma_ab<T>(dq.get(w)[n], sm.ds + 16 * w * L::kLdP + 16 * kk, L::kLdP,
+                                sm.t1 + 16 * kk * L::kLdH + 16 * n, L::kLdH);
+      }
     });
   }
   x.sync();
@@ -202,7 +205,7 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
         X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
       }
     });
-    x.sync();
+    x.warp_sync();          // Note [Warp-local phases] in attention_mma.h
     x.threads([&](int t) {  // P^T and dS^T; a uniform query row weighs every key 1 / Tk
       const int r = t >> 1, h = t & 1;
       const int64_t j = j0 + r;
@@ -220,14 +223,20 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
         sm.ds[r * L::kLdP + c] = X::template bits<T>(ds);
       }
     });
-    x.sync();
-    x.warps([&](int w) {  // dV += P^T dO, dK += dS^T Q
-      GPIPE_UNROLL
-      for (int n = 0; n < kN; ++n) {
-        tile_product<X, T, false, kTile / 16>(dv.get(w)[n], sm.p + 16 * w * L::kLdP, L::kLdP,
-                                              sm.t2 + 16 * n, L::kLdH);
-        tile_product<X, T, false, kTile / 16>(dk.get(w)[n], sm.ds + 16 * w * L::kLdP, L::kLdP,
-                                              sm.t1 + 16 * n, L::kLdH);
+    x.warp_sync();
+    // dV += P^T dO, dK += dS^T Q. kk outermost, as in dq: the P and dS tiles
+    // are loaded once for every n, and at kDim 128 the 16 accumulators then
+    // fit the registers (n outermost spilled).
+    x.warps([&](int w) {
+      GPIPE_NO_UNROLL
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        GPIPE_UNROLL
+        for (int n = 0; n < kN; ++n) {
+          X::template mma_ab<T>(dv.get(w)[n], sm.p + 16 * w * L::kLdP + 16 * kk, L::kLdP,
+                                sm.t2 + 16 * kk * L::kLdH + 16 * n, L::kLdH);
+          X::template mma_ab<T>(dk.get(w)[n], sm.ds + 16 * w * L::kLdP + 16 * kk, L::kLdP,
+                                sm.t1 + 16 * kk * L::kLdH + 16 * n, L::kLdH);
+        }
       }
     });
   }

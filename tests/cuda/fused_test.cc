@@ -78,6 +78,19 @@ TEST_CASE("cuda attention: the flash kernels match the CPU's fused attention") {
   for (const AttentionShape& s : shapes) check_shape(s);
 }
 
+// Small enough for compute-sanitizer (tools/gpu_check.sh runs it under racecheck, synccheck
+// and memcheck with GPIPE_FLASH_MMA=1, the tensor-core kernels): two query and key blocks,
+// causal with padded keys and a fully padded example, in both 16-bit types.
+TEST_CASE("cuda attention: small 16-bit case") {
+  const AttentionShape s{"causal padded 70 tokens, dh 32", 2, 70, 70, 2, 32, true, true};
+  const int64_t d = s.heads * s.dh;
+  In in{rand64(Shape{s.b, s.tq, d}, 521, -2, 2), rand64(Shape{s.b, s.tk, d}, 522, -2, 2),
+        rand64(Shape{s.b, s.tk, d}, 523), padding(s.b, s.tk)};
+  const Fn fn = [](const In& x) { return In{ops::attention(x[0], x[1], x[2], 2, true, x[3])}; };
+  compare(s.name, fn, in, DType::kBFloat16, 8 * std::ldexp(1.0, -8), true, {0, 1, 2});
+  compare(s.name, fn, in, DType::kFloat16, 8 * std::ldexp(1.0, -11), true, {0, 1, 2});
+}
+
 TEST_CASE("cuda attention: a fully padded example attends uniformly, with finite gradients") {
   // All keys padded: the mean of the values, as masked_fill's -1e9 gives
   // (Note [Masked scores]); q and k get no gradient, v gets dout / Tk.

@@ -45,16 +45,20 @@ struct HostExec {
     Acc* get(int w) { return a[w]; }
     Acc a[mma::kWarps][N];
   };
+  // reverse: the threads (and warps) of each phase last to first, so a
+  // phase that read what another thread of the same phase writes would see
+  // a different value in one of the two orders.
   template <class F>
   void threads(F&& f) {
-    for (int t = 0; t < mma::kThreads; ++t) f(t);
+    for (int i = 0; i < mma::kThreads; ++i) f(reverse ? mma::kThreads - 1 - i : i);
   }
   template <class F>
   void warps(F&& f) {
-    for (int w = 0; w < mma::kWarps; ++w) f(w);
+    for (int i = 0; i < mma::kWarps; ++i) f(reverse ? mma::kWarps - 1 - i : i);
   }
-  void sync() { ++syncs; }
-  int syncs = 0;
+  void sync() {}
+  void warp_sync() {}
+  bool reverse = false;
 
   static void zero(Acc& a) { std::fill(a.v, a.v + 256, 0.0f); }
   static void load(Acc& a, const float* p, int ld) {
@@ -130,10 +134,12 @@ std::vector<float> to_float(const std::vector<T>& x) {
   return r;
 }
 
-// Every block of the three kernels, in launch order.
+// Every block of the three kernels, in launch order; reverse: each phase's
+// threads last to first.
 template <class T, int kDim>
 Result emulate(const Geometry& g, const std::vector<T>& q, const std::vector<T>& k,
-               const std::vector<T>& v, const std::vector<T>* pad, const std::vector<T>& gout) {
+               const std::vector<T>& v, const std::vector<T>* pad, const std::vector<T>& gout,
+               bool reverse) {
   const int64_t pairs = g.b * g.heads;
   std::vector<T> out(q.size(), T{0xffff}), gq(q.size(), T{0xffff}), gk(k.size(), T{0xffff}),
       gv(v.size(), T{0xffff});
@@ -145,6 +151,7 @@ Result emulate(const Geometry& g, const std::vector<T>& q, const std::vector<T>&
     for (int64_t blk = 0; blk < q_blocks; ++blk) {
       auto sm = poisoned<mma::ForwardSmem<kDim>>();
       HostExec x;
+      x.reverse = reverse;
       mma::forward_block<HostExec, T, kDim>(x, *sm, q.data(), k.data(), v.data(), pp, out.data(),
                                             lse.data(), g, blk, bh);
     }
@@ -152,6 +159,7 @@ Result emulate(const Geometry& g, const std::vector<T>& q, const std::vector<T>&
     for (int64_t blk = 0; blk < q_blocks; ++blk) {
       auto sm = poisoned<mma::BackwardSmem<kDim>>();
       HostExec x;
+      x.reverse = reverse;
       mma::backward_queries_block<HostExec, T, kDim>(x, *sm, q.data(), k.data(), v.data(), pp,
                                                      out.data(), gout.data(), lse.data(),
                                                      dsum.data(), gq.data(), g, blk, bh);
@@ -160,6 +168,7 @@ Result emulate(const Geometry& g, const std::vector<T>& q, const std::vector<T>&
     for (int64_t blk = 0; blk < k_blocks; ++blk) {
       auto sm = poisoned<mma::BackwardSmem<kDim>>();
       HostExec x;
+      x.reverse = reverse;
       mma::backward_keys_block<HostExec, T, kDim>(x, *sm, q.data(), k.data(), v.data(), pp,
                                                   gout.data(), lse.data(), dsum.data(), gk.data(),
                                                   gv.data(), g, blk, bh);
@@ -228,10 +237,19 @@ void check(const Shape4& s, double tol, bool vec8) {
   }
 
   const std::vector<T> pad_h = to_half<T>(pad);
-  const Result got = dispatch<T>(s.dh, [&](auto dim) {
-    return emulate<T, decltype(dim)::value>(g, to_half<T>(q), to_half<T>(k), to_half<T>(v),
-                                            s.padded ? &pad_h : nullptr, to_half<T>(go));
-  });
+  auto run = [&](bool reverse) {
+    return dispatch<T>(s.dh, [&](auto dim) {
+      return emulate<T, decltype(dim)::value>(g, to_half<T>(q), to_half<T>(k), to_half<T>(v),
+                                              s.padded ? &pad_h : nullptr, to_half<T>(go), reverse);
+    });
+  };
+  const Result got = run(false);
+  // The same bits whichever order a phase's threads run in.
+  const Result back = run(true);
+  CHECK(back.out == got.out);
+  CHECK(back.gq == got.gq);
+  CHECK(back.gk == got.gk);
+  CHECK(back.gv == got.gv);
 
   Tensor tq = Tensor::from_vector(q, Shape{s.b, s.tq, d}),
          tk = Tensor::from_vector(k, Shape{s.b, s.tk, d}),
