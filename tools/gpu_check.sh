@@ -28,8 +28,11 @@
 # side-by-side vs PyTorch (benchmarks/gpu_compare.py: W2, T6 and T12 in fp32, TF32 and bf16,
 # gpipe beside the machine's python3 with torch, within COMPARE_SECONDS; "skipped: no torch
 # with CUDA on this machine" when python3 has none). It ends with a table: case, result,
-# seconds. Both modes also run the CUDA attention tests with the tensor-core kernels switched on
-# (GPIPE_FLASH_MMA=1); --prebuilt times T6 bf16's step with and without them. What --prebuilt cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
+# seconds. Both modes also run the op table and the attention and epilogue tests with the
+# kernels that have not yet passed on a GPU switched on (GPIPE_CUDA_PENDING=1, Note [Pending
+# CUDA kernels] in ops/cuda/common.cuh); --prebuilt also runs a small 16-bit attention case under
+# compute-sanitizer with them and times T6 bf16's step with and without them. What --prebuilt
+# cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
 # --prebuilt also checks the GPU machine's CPU first (unless SKIP_CPU is set): the bfloat16
 # GEMM's AMX tiles against their emulation, a bf16 training step on them against AVX512_BF16,
 # every bfloat16 GEMM case on them and the panel packers (//tests:bf16_path_test, amx_bf16_test,
@@ -201,8 +204,9 @@ case "$mode" in
     run_step "build --config=cuda //..." bazel build --config=cuda --jobs="$JOBS" //...
     run_step "test //tests/cuda/..." bazel test --config=cuda --jobs="$JOBS" --test_output=all \
       --test_env=GPIPE_CUDNN_LOG=1 //tests/cuda/...
-    run_step "tensor-core attention (GPIPE_FLASH_MMA=1)" bazel test --config=cuda \
-      --test_output=errors --test_env=GPIPE_FLASH_MMA=1 --test_arg="cuda attention*" \
+    run_step "pending kernels (GPIPE_CUDA_PENDING=1)" bazel test --config=cuda \
+      --test_output=errors --test_env=GPIPE_CUDA_PENDING=1 \
+      --test_arg="cuda ops: every op-table case*,cuda attention*,cuda bias_activation*" \
       //tests/cuda:ops_test
     # Multi-process stages on the GPU (NCCL between ranks; needs OpenMPI on the GPU machine).
     run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
@@ -288,23 +292,24 @@ EOF
       run_step "CPU: gpipe_bench gemm, 1 thread" limited 120 "$dir/gpipe_bench" gemm --threads 1 \
         --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3 --cold
     fi
-    # The 16-bit attention kernels on tensor cores (ops/cuda/attention_mma.h) are off by
-    # default until they pass here: fused_test's attention cases with them switched on,
-    # then T6 bf16's step with the CUDA-core kernels and with them.
-    run_step "tensor-core attention (GPIPE_FLASH_MMA=1)" limited 120 env GPIPE_FLASH_MMA=1 \
-      "$dir/ops_test" "cuda attention*"
+    # Kernels not yet passed on a GPU (Note [Pending CUDA kernels] in ops/cuda/common.cuh:
+    # the tensor-core attention, the epilogue's row kernels) are off by default until they pass
+    # here: the op table and the fused attention and epilogue tests with them switched on, a
+    # small case under compute-sanitizer, then T6 bf16's step without and with them.
+    run_step "pending kernels (GPIPE_CUDA_PENDING=1)" limited 180 env GPIPE_CUDA_PENDING=1 \
+      "$dir/ops_test" "cuda ops: every op-table case*,cuda attention*,cuda bias_activation*"
     if command -v compute-sanitizer >/dev/null; then  # shared-memory races, barriers, bounds
       for tool in racecheck synccheck memcheck; do
-        run_step "tensor-core attention under compute-sanitizer --tool $tool" limited 90 \
-          env GPIPE_FLASH_MMA=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-          "$dir/ops_test" "cuda attention: small 16-bit case"
+        run_step "pending kernels under compute-sanitizer --tool $tool" limited 90 \
+          env GPIPE_CUDA_PENDING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          "$dir/ops_test" "cuda attention: small 16-bit case,cuda bias_activation*"
       done
     else
-      skip_step "tensor-core attention under compute-sanitizer" "skipped: no compute-sanitizer"
+      skip_step "pending kernels under compute-sanitizer" "skipped: no compute-sanitizer"
     fi
     if [ -z "${SKIP_BENCH:-}" ]; then
-      run_step "T6 bf16 step, CUDA-core attention" limited 60 "$dir/w2_bench" --only=T6:bf16
-      run_step "T6 bf16 step, tensor-core attention" limited 60 env GPIPE_FLASH_MMA=1 \
+      run_step "T6 bf16 step, validated kernels" limited 60 "$dir/w2_bench" --only=T6:bf16
+      run_step "T6 bf16 step, with the pending kernels" limited 60 env GPIPE_CUDA_PENDING=1 \
         "$dir/w2_bench" --only=T6:bf16
     fi
     for t in "${TESTS[@]}"; do

@@ -15,7 +15,7 @@ SELF = ("tools/notes_check.py", "tools/notes_check_test.sh")  # they quote made-
 DEF_CODE = re.compile(r"^\s*(?://|#)\s*Note \[([^\]]+)\](?:[.:]|\s*$)")
 DEF_MD = re.compile(r"^\s*(?:[*-] )?\*\*Note \[([^\]]+)\]\.?\*\*")
 ANY = re.compile(r"Note \[([^\]]+)\]")
-WHERE = re.compile(r"Note \[([^\]]+)\],? in `?([\w./-]+\.(?:cc|h|inc|cu|cuh|md|sh|bzl|py))`?")
+WHERE = re.compile(r"Note \[([^\]]+)\],? in `?([\w./-]+\.(?:cuh|cc|cu|h|inc|md|sh|bzl|py))`?")
 
 
 def main():

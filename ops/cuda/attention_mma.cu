@@ -2,13 +2,10 @@
 // DeviceExec runs the block bodies with one CUDA thread per body thread and
 // WMMA for the tile products; three kernels and their launches. attention.cu
 // calls these for bfloat16 and float16 heads when they are switched on
-// (GPIPE_FLASH_MMA=1) and the device can hold a block's shared memory.
+// (GPIPE_CUDA_PENDING=1) and the device can hold a block's shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
-
-#include <cstdlib>
-#include <cstring>
 
 #include "ops/cuda/attention_mma_backward.h"
 #include "ops/cuda/common.cuh"
@@ -132,19 +129,6 @@ __global__ void __launch_bounds__(mma::kThreads)
                                                 gout, lse, dsum, gk, gv, g, blockIdx.x, blockIdx.y);
 }
 
-// GPIPE_FLASH_MMA: 1 runs these kernels, 0 or unset the CUDA-core ones (the
-// default until the tensor-core kernels have passed the GPU's op table).
-bool switched_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("GPIPE_FLASH_MMA");
-    if (v == nullptr || std::strcmp(v, "0") == 0) return false;
-    GPIPE_CHECK(std::strcmp(v, "1") == 0, "GPIPE_FLASH_MMA='", v,
-                "': expected 1 (tensor-core flash attention for 16-bit heads) or 0");
-    return true;
-  }();
-  return on;
-}
-
 // Whether `device` runs a block needing `bytes` of shared memory (sm_80 on).
 bool fits(int device, size_t bytes) {
   int major = 0, optin = 0;
@@ -199,7 +183,7 @@ Geometry with_vec8(Geometry g, std::initializer_list<const Tensor*> tensors) {
 
 bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                            const Geometry& g, Tensor& out, Tensor& lse) {
-  if (!switched_on()) return false;
+  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/common.cuh
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;
@@ -219,7 +203,7 @@ bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 bool mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                             const Tensor& out, const Tensor& lse, const Tensor& gout,
                             const Geometry& g, Tensor& gq, Tensor& gk, Tensor& gv) {
-  if (!switched_on()) return false;
+  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/common.cuh
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;

@@ -103,7 +103,7 @@ struct Geometry {
 };
 
 // ops/cuda/attention_mma.cu: the tensor-core kernels for 16-bit q, k, v
-// when they are switched on (GPIPE_FLASH_MMA=1) and fit the device; false
+// when they are switched on (GPIPE_CUDA_PENDING=1) and fit the device; false
 // when they did not run (the caller runs the CUDA-core kernels).
 bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                            const Geometry& g, Tensor& out, Tensor& lse);

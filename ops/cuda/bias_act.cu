@@ -73,6 +73,94 @@ __global__ void backward_kernel(const T* z, const B* bias, const T* y, const T* 
   if (partial != nullptr) partial[k * n + col] = sum;
 }
 
+// Note [Row-wise epilogue kernels]. Pending a GPU run (Note [Pending CUDA
+// kernels] in ops/cuda/common.cuh). The kernels above index every element with a
+// 64-bit modulo for its bias column and move 2 bytes per load for 16-bit
+// rows: on an H200 the forward ran at about 0.7 TB/s. Where the row length
+// is a multiple of a 16-byte pack of V elements and the tensors start on 16
+// bytes, these take a block per row (forward), or a thread per pack of V
+// columns and chunk of kPackChunkRows rows (backward), and move whole packs;
+// each element's arithmetic, its rounding and the bias sums' order within a
+// column are those above.
+constexpr int64_t kPackChunkRows = 64;
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <FusedActivation kAct, class T, class B, int V, class C = compute_t<T>>
+__global__ void rows_forward_kernel(const T* z, const B* bias, T* y, int64_t rows, int64_t n) {
+  const int64_t packs = n / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const auto* zr = reinterpret_cast<const Pack<T, V>*>(z + r * n);
+    auto* yr = reinterpret_cast<Pack<T, V>*>(y + r * n);
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      const Pack<T, V> in = zr[p];
+      Pack<T, V> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        C u = load(in.v, e);
+        if (bias != nullptr) u += static_cast<C>(load(bias, p * V + e));
+        store(out.v, e, apply<kAct>(u));
+      }
+      yr[p] = out;
+    }
+  }
+}
+
+template <FusedActivation kAct, class T, class B, int V, class C = compute_t<T>>
+__global__ void packs_backward_kernel(const T* z, const B* bias, const T* y, const T* g, T* gz,
+                                      double* partial, int64_t rows, int64_t n, int64_t chunks) {
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= n / V) return;
+  const int64_t k = blockIdx.y, lo = k * rows / chunks, hi = (k + 1) * rows / chunks;
+  const int64_t c0 = p * V;
+  C b[V];
+  double sum[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    b[e] = bias != nullptr ? static_cast<C>(load(bias, c0 + e)) : C(0);
+    sum[e] = 0;
+  }
+  for (int64_t r = lo; r < hi; ++r) {
+    const int64_t at = r * n + c0;
+    const Pack<T, V> gp = *reinterpret_cast<const Pack<T, V>*>(g + at);
+    Pack<T, V> ap{}, out;
+    if constexpr (kAct == FusedActivation::kGelu)
+      ap = *reinterpret_cast<const Pack<T, V>*>(z + at);
+    else if constexpr (kAct != FusedActivation::kNone)
+      ap = *reinterpret_cast<const Pack<T, V>*>(y + at);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      C d = 1;
+      if constexpr (kAct == FusedActivation::kGelu)
+        d = derivative<kAct>(load(ap.v, e) + b[e], C(0));
+      else if constexpr (kAct != FusedActivation::kNone)
+        d = derivative<kAct>(C(0), load(ap.v, e));
+      const C v = load(gp.v, e) * d;
+      store(out.v, e, v);
+      sum[e] += static_cast<double>(v);
+    }
+    if (gz != nullptr) *reinterpret_cast<Pack<T, V>*>(gz + at) = out;
+  }
+  if (partial != nullptr) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) partial[k * n + c0 + e] = sum[e];
+  }
+}
+
+// Elements per 16-byte pack when the row kernels may run on these tensors
+// (Note [Row-wise epilogue kernels]), else 0.
+template <class T>
+int pack_of(int64_t n, std::initializer_list<const Tensor*> tensors) {
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  if (!pending_kernels() || n % kV != 0) return 0;
+  for (const Tensor* t : tensors)
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return 0;
+  return kV;
+}
+
 template <class B>
 __global__ void finish_kernel(const double* partial, B* gbias, int64_t n, int64_t chunks) {
   GPIPE_KERNEL_LOOP(col, n) {
@@ -127,10 +215,19 @@ void forward_cuda(FusedActivation act, const Tensor& z, const Tensor& bias, Tens
   dispatch_types(z.dtype(), bias, "bias_activation", [&](auto tz, auto tb) {
     using T = decltype(tz);
     using B = decltype(tb);
+    constexpr int kV = static_cast<int>(16 / sizeof(T));
+    const bool packed = pack_of<T>(n, {&z, &y}) == kV;
+    const int threads =
+        static_cast<int>(std::clamp<int64_t>((n / kV + 31) / 32 * 32, 32, kThreads));
     dispatch_act(act, [&](auto a) {
-      forward_kernel<decltype(a)::value, T, B>
-          <<<blocks_for(rows * n), kThreads, 0, scope.stream()>>>(
-              z.data<T>(), data_or_null<B>(bias), y.data<T>(), rows, n);
+      if (packed)
+        rows_forward_kernel<decltype(a)::value, T, B, kV>
+            <<<blocks_for(rows, 1), threads, 0, scope.stream()>>>(
+                z.data<T>(), data_or_null<B>(bias), y.data<T>(), rows, n);
+      else
+        forward_kernel<decltype(a)::value, T, B>
+            <<<blocks_for(rows * n), kThreads, 0, scope.stream()>>>(
+                z.data<T>(), data_or_null<B>(bias), y.data<T>(), rows, n);
     });
   });
   GPIPE_CUDA_CHECK_LAUNCH();
@@ -147,24 +244,37 @@ void backward_cuda(FusedActivation act, const Tensor& z, const Tensor& bias, con
       GPIPE_CUDA_CHECK(cudaMemsetAsync(gbias.raw_data(), 0, gbias.nbytes(), scope.stream()));
     return;
   }
-  const int64_t chunks = std::clamp<int64_t>(rows / kChunkRows, 1, kMaxChunks);
-  Tensor partial;
-  if (gbias.defined()) partial = workspace(chunks * n, DType::kFloat64, g.device());
   const Tensor& b = bias.defined() ? bias : gbias;  // the bias's dtype, for the dispatch
   dispatch_types(g.dtype(), b, "bias_activation backward", [&](auto tz, auto tb) {
     using T = decltype(tz);
     using B = decltype(tb);
-    const dim3 grid(static_cast<unsigned>((n + kColumns - 1) / kColumns),
-                    static_cast<unsigned>(chunks));
+    constexpr int kV = static_cast<int>(16 / sizeof(T));
+    const bool packed = pack_of<T>(n, {&z, &y, &g, &gz}) == kV;
+    const int64_t chunks =
+        std::clamp<int64_t>(rows / (packed ? kPackChunkRows : kChunkRows), 1, kMaxChunks);
+    Tensor partial;
+    if (gbias.defined()) partial = workspace(chunks * n, DType::kFloat64, g.device());
+    double* pp = partial.defined() ? partial.data<double>() : nullptr;
     dispatch_act(act, [&](auto a) {
-      backward_kernel<decltype(a)::value, T, B><<<grid, kColumns, 0, scope.stream()>>>(
-          data_or_null<T>(z), data_or_null<B>(bias), data_or_null<T>(y), g.data<T>(),
-          data_or_null<T>(gz), partial.defined() ? partial.data<double>() : nullptr, rows, n,
-          chunks);
+      if (packed) {
+        constexpr int kPackThreads = 128;
+        const dim3 grid(static_cast<unsigned>((n / kV + kPackThreads - 1) / kPackThreads),
+                        static_cast<unsigned>(chunks));
+        packs_backward_kernel<decltype(a)::value, T, B, kV>
+            <<<grid, kPackThreads, 0, scope.stream()>>>(data_or_null<T>(z), data_or_null<B>(bias),
+                                                        data_or_null<T>(y), g.data<T>(),
+                                                        data_or_null<T>(gz), pp, rows, n, chunks);
+      } else {
+        const dim3 grid(static_cast<unsigned>((n + kColumns - 1) / kColumns),
+                        static_cast<unsigned>(chunks));
+        backward_kernel<decltype(a)::value, T, B><<<grid, kColumns, 0, scope.stream()>>>(
+            data_or_null<T>(z), data_or_null<B>(bias), data_or_null<T>(y), g.data<T>(),
+            data_or_null<T>(gz), pp, rows, n, chunks);
+      }
     });
     if (gbias.defined())
-      finish_kernel<B><<<blocks_for(n), kThreads, 0, scope.stream()>>>(partial.data<double>(),
-                                                                       gbias.data<B>(), n, chunks);
+      finish_kernel<B>
+          <<<blocks_for(n), kThreads, 0, scope.stream()>>>(pp, gbias.data<B>(), n, chunks);
   });
   GPIPE_CUDA_CHECK_LAUNCH();
 }

@@ -79,7 +79,7 @@ TEST_CASE("cuda attention: the flash kernels match the CPU's fused attention") {
 }
 
 // Small enough for compute-sanitizer (tools/gpu_check.sh runs it under racecheck, synccheck
-// and memcheck with GPIPE_FLASH_MMA=1, the tensor-core kernels): two query and key blocks,
+// and memcheck with GPIPE_CUDA_PENDING=1, the tensor-core kernels): two query and key blocks,
 // causal with padded keys and a fully padded example, in both 16-bit types.
 TEST_CASE("cuda attention: small 16-bit case") {
   const AttentionShape s{"causal padded 70 tokens, dh 32", 2, 70, 70, 2, 32, true, true};
