@@ -38,7 +38,11 @@ def _cuda_objects_impl(ctx):
     cc = cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in ctx.attr.deps]).compilation_context
     root = ctx.label.workspace_root or "."  # "external/gpipe" when built from another workspace
     flags = ["-std=c++20", "-O3", "-Xcompiler=-fPIC", "-I" + root, "-I" + ctx.bin_dir.path + "/" + root]
-    flags += ctx.attr.gencode
+    # --define=cuda_arch=sm_90 (tools/gpu_check.sh --stage): machine code for that one
+    # architecture, no PTX. The fatbins are most of a CUDA binary's bytes, and the staged
+    # bundle must stay small enough to carry to a GPU machine.
+    arch = ctx.var.get("cuda_arch")
+    flags += ["-gencode=arch=compute_%s,code=sm_%s" % (arch[3:], arch[3:])] if arch else ctx.attr.gencode
 
     # Host-side flags given with --copt (e.g. -march=x86-64-v3, sanitizers) go to nvcc's host
     # compiler too, so Eigen types shared with .cc files get the same alignment.

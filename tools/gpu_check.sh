@@ -6,12 +6,14 @@
 #   tools/gpu_check.sh --stage DIR      on a build machine (no GPU needed): build, then pack the GPU
 #                                       tests, the benchmarks (with benchmarks/gpu_compare.py and
 #                                       transformer_torch.py) and the non-CUDA libraries they link
-#                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~45 MB)
+#                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~55 MB, sm_90 only)
 #   tools/gpu_check.sh --prebuilt DIR   on the GPU machine, without bazel: unpack and run what
 #                                       --stage packed; cudart, cuBLAS, cuDNN 9 and NCCL are looked
 #                                       up on the machine (/usr/local/cuda, pip's nvidia-* wheels, ...)
 #
 # Environment: JOBS (bazel --jobs, default: all cores), BENCH_SIZES (default "4096 8192"),
+# STAGE_ARCH (--stage: the one GPU architecture whose machine code is packed, default sm_90 for
+# H100/H200; the bundle must stay under 60 MiB),
 # OUT (if set, a folder that receives gpu_check.log and gpu_compare.json), SKIP_BENCH (set: no
 # GEMM / W2 benchmark, no side-by-side), COMPARE_SECONDS (the side-by-side's limit, default 180),
 # TEST_ARGS (--prebuilt: arguments for every test binary, e.g. a Catch2 filter), BAZEL_FLAGS
@@ -224,8 +226,12 @@ case "$mode" in
 
   stage)
     run_step "build --config=cuda //tests/cuda/... //tools:gpipe_train (and the CPU checks)" \
-      bazel build --config=cuda --jobs="$JOBS" ${BAZEL_FLAGS:-} //tests/cuda/... \
-      //tools:gpipe_train //tools:gpipe_bench "${CPU_TESTS[@]/#/\/\/tests:}"
+      bazel build --config=cuda --jobs="$JOBS" --define=cuda_arch="${STAGE_ARCH:-sm_90}" \
+      ${BAZEL_FLAGS:-} //tests/cuda/... \
+      //tools:gpipe_train "${CPU_TESTS[@]/#/\/\/tests:}"
+    # gpipe_bench measures the CPU only: built without CUDA, it leaves the kernels' 20 MB out.
+    run_step "build //tools:gpipe_bench (CPU)" bazel build --jobs="$JOBS" ${BAZEL_FLAGS:-} \
+      //tools:gpipe_bench
     pack=$(mktemp -d)
     mkdir -p "$pack/gpu_check/lib" "$dir"
     for b in "${BINARIES[@]}" gpipe_train gpipe_bench "${CPU_TESTS[@]}"; do
@@ -253,6 +259,11 @@ case "$mode" in
     tar czf "$dir/gpu_check.tgz" -C "$pack" gpu_check || failed=$((failed + 1))
     rm -rf "$pack"
     ls -la "$dir/gpu_check.tgz"
+    # The device tool carries at most 64 MiB with the checkout.
+    if [ "$(stat -c %s "$dir/gpu_check.tgz")" -gt $((60 << 20)) ]; then
+      echo "!! $dir/gpu_check.tgz is over 60 MiB: too large to carry to the GPU machine"
+      failed=$((failed + 1))
+    fi
     echo "staged $dir/gpu_check.tgz; on the GPU machine: tools/gpu_check.sh --prebuilt $dir"
     ;;
 
