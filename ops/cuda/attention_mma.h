@@ -168,6 +168,22 @@ GPIPE_HD void stage(int t, const T* x, int64_t base, int64_t r0, int64_t rows, i
   }
 }
 
+// Stages the key and value tiles [j0, j0 + kTile) and marks the keys no
+// row may see (past Tk, or padded).
+GPIPE_HD_CHECK_OFF
+template <int kDim, class X, class T>
+GPIPE_HD void stage_keys(int t, const T* k, const T* v, const T* pad, int64_t b, int64_t kv0,
+                         int64_t j0, const Geometry& g, uint16_t* ks, uint16_t* vs,
+                         unsigned char* hidden) {
+  stage<kDim, X>(t, k, kv0, j0, g.tk, kTile, g, ks);
+  stage<kDim, X>(t, v, kv0, j0, g.tk, kTile, g, vs);
+  for (int r = t; r < kTile; r += kThreads) {
+    const int64_t j = j0 + r;
+    hidden[r] =
+        j >= g.tk || (pad != nullptr && X::template value<T>(pad[b * g.tk + j].bits) != 0.0f);
+  }
+}
+
 // Tile products of one warp: C (16 x 16 float) += A B over kSteps 16-deep
 // steps, A 16 x (16 kSteps) row-major, B row-major or, with kBT, given as
 // B^T row-major (16 x (16 kSteps)).
@@ -206,15 +222,8 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
   const int64_t end = g.visible_end(last);
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     x.sync();  // the previous tile's readers are done
-    x.threads([&](int t) {
-      stage<kDim, X>(t, k, kv0, j0, g.tk, kTile, g, sm.k);
-      stage<kDim, X>(t, v, kv0, j0, g.tk, kTile, g, sm.v);
-      for (int r = t; r < kTile; r += kThreads) {
-        const int64_t j = j0 + r;
-        sm.hidden[r] =
-            j >= g.tk || (pad != nullptr && X::template value<T>(pad[b * g.tk + j].bits) != 0.0f);
-      }
-    });
+    x.threads(
+        [&](int t) { stage_keys<kDim, X>(t, k, v, pad, b, kv0, j0, g, sm.k, sm.v, sm.hidden); });
     x.sync();
     x.warps([&](int w) {  // S = Q K^T
       for (int n = 0; n < kTile / 16; ++n) {

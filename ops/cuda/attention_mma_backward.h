@@ -32,6 +32,51 @@ struct BackwardSmem {
   unsigned char hidden[kTile];
 };
 
+// A warp-accumulated [kRows, kDim] result through `o` into the block's rows
+// [r0, r0 + kRows) of dst (row r from at(r), those under `rows`), times f.
+GPIPE_HD_CHECK_OFF
+template <class X, int kDim, class Acc, class T, class At>
+GPIPE_HD void emit_rows(X& x, BackwardSmem<kDim>& sm, Acc& acc, T* dst, int64_t r0, int64_t rows,
+                        float f, const Geometry& g, At at) {
+  using L = Layout<kDim>;
+  x.sync();  // o overlays rows of s and dp other warps may still read
+  x.warps([&](int w) {
+    GPIPE_UNROLL
+    for (int n = 0; n < kDim / 16; ++n)
+      X::store(sm.f.o + 16 * w * L::kLdO + 16 * n, L::kLdO, acc.get(w)[n]);
+  });
+  x.sync();
+  x.threads([&](int t) {
+    const int r = t >> 1, h = t & 1;
+    if (r0 + r >= rows) return;
+    const int64_t base = at(r0 + r);
+    for (int c = h; c < g.dh; c += 2)
+      dst[base + c].bits = X::template bits<T>(sm.f.o[r * L::kLdO + c] * f);
+  });
+}
+
+// s = own t1^T and dp = own2 t2^T, each warp its own 16 rows: S and dP in
+// dq's block (own = Q, dO; t = K, V), S^T and dP^T in dk/dv's (own = K, V;
+// t = Q, dO).
+GPIPE_HD_CHECK_OFF
+template <class X, class T, int kDim>
+GPIPE_HD void both_products(X& x, BackwardSmem<kDim>& sm) {
+  using L = Layout<kDim>;
+  x.warps([&](int w) {
+    for (int n = 0; n < kTile / 16; ++n) {
+      typename X::Acc acc;
+      X::zero(acc);
+      tile_product<X, T, true, kDim / 16>(acc, sm.own + 16 * w * L::kLdH, L::kLdH,
+                                          sm.t1 + 16 * n * L::kLdH, L::kLdH);
+      X::store(sm.f.sd.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+      X::zero(acc);
+      tile_product<X, T, true, kDim / 16>(acc, sm.own2 + 16 * w * L::kLdH, L::kLdH,
+                                          sm.t2 + 16 * n * L::kLdH, L::kLdH);
+      X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
+    }
+  });
+}
+
 // dq and D = rowsum(dout * out): queries [i0, i0 + kRows) of pair bh.
 GPIPE_HD_CHECK_OFF
 template <class X, class T, int kDim>
@@ -74,31 +119,12 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
   const int64_t end = g.visible_end(last);
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     x.sync();
-    x.threads([&](int t) {
-      stage<kDim, X>(t, k, kv0, j0, g.tk, kTile, g, sm.t1);
-      stage<kDim, X>(t, v, kv0, j0, g.tk, kTile, g, sm.t2);
-      for (int r = t; r < kTile; r += kThreads) {
-        const int64_t j = j0 + r;
-        sm.hidden[r] =
-            j >= g.tk || (pad != nullptr && X::template value<T>(pad[b * g.tk + j].bits) != 0.0f);
-      }
-    });
+    x.threads(
+        [&](int t) { stage_keys<kDim, X>(t, k, v, pad, b, kv0, j0, g, sm.t1, sm.t2, sm.hidden); });
     x.sync();
-    x.warps([&](int w) {  // S = Q K^T, dP = dO V^T
-      for (int n = 0; n < kTile / 16; ++n) {
-        typename X::Acc acc;
-        X::zero(acc);
-        tile_product<X, T, true, kN>(acc, sm.own + 16 * w * L::kLdH, L::kLdH,
-                                     sm.t1 + 16 * n * L::kLdH, L::kLdH);
-        X::store(sm.f.sd.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
-        X::zero(acc);
-        tile_product<X, T, true, kN>(acc, sm.own2 + 16 * w * L::kLdH, L::kLdH,
-                                     sm.t2 + 16 * n * L::kLdH, L::kLdH);
-        X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
-      }
-    });
-    x.warp_sync();          // Note [Warp-local phases] in attention_mma.h
-    x.threads([&](int t) {  // dS = P (dP - D); a uniform row (lse -inf) has none
+    both_products<X, T>(x, sm);  // S = Q K^T, dP = dO V^T
+    x.warp_sync();               // Note [Warp-local phases] in attention_mma.h
+    x.threads([&](int t) {       // dS = P (dP - D); a uniform row (lse -inf) has none
       const int r = t >> 1, h = t & 1;
       const int64_t i = i0 + r;
       const float li = sm.own_lse[r], di = sm.own_dsum[r];
@@ -123,21 +149,7 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
       }
     });
   }
-  x.sync();
-  x.warps([&](int w) {
-    GPIPE_UNROLL
-    for (int n = 0; n < kN; ++n)
-      X::store(sm.f.o + 16 * w * L::kLdO + 16 * n, L::kLdO, dq.get(w)[n]);
-  });
-  x.sync();
-  x.threads([&](int t) {
-    const int r = t >> 1, h = t & 1;
-    const int64_t i = i0 + r;
-    if (i >= g.tq) return;
-    const int64_t at = g.q_at(bh, i);
-    for (int c = h; c < g.dh; c += 2)
-      gq[at + c].bits = X::template bits<T>(sm.f.o[r * L::kLdO + c] * scale);
-  });
+  emit_rows<X, kDim>(x, sm, dq, gq, i0, g.tq, scale, g, [&](int64_t i) { return g.q_at(bh, i); });
 }
 
 // dk and dv: keys [j0, j0 + kRows) of pair bh. Runs after
@@ -192,21 +204,9 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
       stage<kDim, X>(t, gout, q0, i0, g.tq, kTile, g, sm.t2);
     });
     x.sync();
-    x.warps([&](int w) {  // S^T = K Q^T, dP^T = V dO^T
-      for (int n = 0; n < kTile / 16; ++n) {
-        typename X::Acc acc;
-        X::zero(acc);
-        tile_product<X, T, true, kN>(acc, sm.own + 16 * w * L::kLdH, L::kLdH,
-                                     sm.t1 + 16 * n * L::kLdH, L::kLdH);
-        X::store(sm.f.sd.s + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
-        X::zero(acc);
-        tile_product<X, T, true, kN>(acc, sm.own2 + 16 * w * L::kLdH, L::kLdH,
-                                     sm.t2 + 16 * n * L::kLdH, L::kLdH);
-        X::store(sm.f.sd.dp + 16 * w * L::kLdS + 16 * n, L::kLdS, acc);
-      }
-    });
-    x.warp_sync();          // Note [Warp-local phases] in attention_mma.h
-    x.threads([&](int t) {  // P^T and dS^T; a uniform query row weighs every key 1 / Tk
+    both_products<X, T>(x, sm);  // S^T = K Q^T, dP^T = V dO^T
+    x.warp_sync();               // Note [Warp-local phases] in attention_mma.h
+    x.threads([&](int t) {       // P^T and dS^T; a uniform query row weighs every key 1 / Tk
       const int r = t >> 1, h = t & 1;
       const int64_t j = j0 + r;
       const bool key = j < g.tk, seen = key && !sm.hidden[r];
@@ -241,25 +241,9 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
     });
   }
   // Each result through o: dv, then dk (scaled).
-  auto emit = [&](typename X::template WarpLocal<kN>& acc, T* dst, float f) {
-    x.sync();
-    x.warps([&](int w) {
-      GPIPE_UNROLL
-      for (int n = 0; n < kN; ++n)
-        X::store(sm.f.o + 16 * w * L::kLdO + 16 * n, L::kLdO, acc.get(w)[n]);
-    });
-    x.sync();
-    x.threads([&](int t) {
-      const int r = t >> 1, h = t & 1;
-      const int64_t j = j0 + r;
-      if (j >= g.tk) return;
-      const int64_t at = g.k_at(bh, j);
-      for (int c = h; c < g.dh; c += 2)
-        dst[at + c].bits = X::template bits<T>(sm.f.o[r * L::kLdO + c] * f);
-    });
-  };
-  emit(dv, gv, 1.0f);
-  emit(dk, gk, scale);
+  auto at = [&](int64_t j) { return g.k_at(bh, j); };
+  emit_rows<X, kDim>(x, sm, dv, gv, j0, g.tk, 1.0f, g, at);
+  emit_rows<X, kDim>(x, sm, dk, gk, j0, g.tk, scale, g, at);
 }
 
 }  // namespace gpipe::ops::cuda::mma
