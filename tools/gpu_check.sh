@@ -303,7 +303,7 @@ EOF
       run_step "CPU: gpipe_bench gemm, 1 thread" limited 120 "$dir/gpipe_bench" gemm --threads 1 \
         --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3 --cold
     fi
-    # Kernels not yet passed on a GPU (Note [Pending CUDA kernels] in ops/cuda/common.cuh:
+    # Kernels not yet passed on a GPU (Note [Pending CUDA kernels] in ops/cuda/pending.h:
     # the tensor-core attention, the epilogue's row kernels) are off by default until they pass
     # here: the op table and the fused attention and epilogue tests with them switched on, a
     # small case under compute-sanitizer, then T6 bf16's step without and with them.

@@ -9,6 +9,7 @@
 
 #include "ops/cuda/attention_mma_backward.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pending.h"
 
 namespace gpipe::ops::cuda {
 namespace {
@@ -183,7 +184,7 @@ Geometry with_vec8(Geometry g, std::initializer_list<const Tensor*> tensors) {
 
 bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                            const Geometry& g, Tensor& out, Tensor& lse) {
-  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/common.cuh
+  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/pending.h
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;
@@ -203,7 +204,7 @@ bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 bool mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                             const Tensor& out, const Tensor& lse, const Tensor& gout,
                             const Geometry& g, Tensor& gq, Tensor& gk, Tensor& gv) {
-  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/common.cuh
+  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/pending.h
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;

@@ -14,6 +14,7 @@
 // of their own dtype: a bf16 Transformer's linear layers run their epilogue
 // here on 16-bit activations, with no float32 copy of the product.
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pending.h"
 #include "ops/elementwise_kernels.h"
 
 namespace gpipe::ops::cuda {
@@ -74,38 +75,36 @@ __global__ void backward_kernel(const T* z, const B* bias, const T* y, const T* 
 }
 
 // Note [Row-wise epilogue kernels]. Pending a GPU run (Note [Pending CUDA
-// kernels] in ops/cuda/common.cuh). The kernels above index every element with a
-// 64-bit modulo for its bias column and move 2 bytes per load for 16-bit
-// rows: on an H200 the forward ran at about 0.7 TB/s. Where the row length
-// is a multiple of a 16-byte pack of V elements and the tensors start on 16
-// bytes, these take a block per row (forward), or a thread per pack of V
-// columns and chunk of kPackChunkRows rows (backward), and move whole packs;
-// each element's arithmetic, its rounding and the bias sums' order within a
-// column are those above.
-constexpr int64_t kPackChunkRows = 64;
-
+// kernels] in ops/cuda/pending.h). The kernels above index every element
+// with a 64-bit modulo for its bias column and move 2 bytes per load for
+// 16-bit rows: on an H200 the forward ran at about 0.7 TB/s. Where the row
+// length is a multiple of a 16-byte pack of V elements and the tensors start
+// on 16 bytes, these move whole packs: forward a thread per pack (one
+// modulo per pack, 32-bit where the packs fit), backward a thread per pack
+// of columns and chunk of rows. Each element's arithmetic and rounding, the
+// chunks and the order of the bias sums are those above, so the results
+// have the same bits (tests/cuda/fused_test.cc compares them).
 template <class T, int V>
 struct alignas(sizeof(T) * V) Pack {
   T v[V];
 };
 
-template <FusedActivation kAct, class T, class B, int V, class C = compute_t<T>>
-__global__ void rows_forward_kernel(const T* z, const B* bias, T* y, int64_t rows, int64_t n) {
-  const int64_t packs = n / V;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const auto* zr = reinterpret_cast<const Pack<T, V>*>(z + r * n);
-    auto* yr = reinterpret_cast<Pack<T, V>*>(y + r * n);
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      const Pack<T, V> in = zr[p];
-      Pack<T, V> out;
+template <FusedActivation kAct, class T, class B, int V, class I, class C = compute_t<T>>
+__global__ void packs_forward_kernel(const T* z, const B* bias, T* y, I packs, I row_packs) {
+  const auto* zp = reinterpret_cast<const Pack<T, V>*>(z);
+  auto* yp = reinterpret_cast<Pack<T, V>*>(y);
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < packs;
+       i += static_cast<I>(blockDim.x) * gridDim.x) {
+    const I c0 = (i % row_packs) * V;
+    const Pack<T, V> in = zp[i];
+    Pack<T, V> out;
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        C u = load(in.v, e);
-        if (bias != nullptr) u += static_cast<C>(load(bias, p * V + e));
-        store(out.v, e, apply<kAct>(u));
-      }
-      yr[p] = out;
+    for (int e = 0; e < V; ++e) {
+      C u = load(in.v, e);
+      if (bias != nullptr) u += static_cast<C>(load(bias, c0 + e));
+      store(out.v, e, apply<kAct>(u));
     }
+    yp[i] = out;
   }
 }
 
@@ -150,15 +149,17 @@ __global__ void packs_backward_kernel(const T* z, const B* bias, const T* y, con
   }
 }
 
-// Elements per 16-byte pack when the row kernels may run on these tensors
-// (Note [Row-wise epilogue kernels]), else 0.
+// Elements of T per 16-byte pack.
 template <class T>
-int pack_of(int64_t n, std::initializer_list<const Tensor*> tensors) {
-  constexpr int kV = static_cast<int>(16 / sizeof(T));
-  if (!pending_kernels() || n % kV != 0) return 0;
+constexpr int kPack = static_cast<int>(16 / sizeof(T));
+
+// Whether the pack kernels may run on these tensors (Note [Row-wise epilogue kernels]).
+template <class T>
+bool packed(int64_t n, std::initializer_list<const Tensor*> tensors) {
+  if (!pending_kernels() || n % kPack<T> != 0) return false;
   for (const Tensor* t : tensors)
-    if (t->defined() && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return 0;
-  return kV;
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
+  return true;
 }
 
 template <class B>
@@ -215,15 +216,20 @@ void forward_cuda(FusedActivation act, const Tensor& z, const Tensor& bias, Tens
   dispatch_types(z.dtype(), bias, "bias_activation", [&](auto tz, auto tb) {
     using T = decltype(tz);
     using B = decltype(tb);
-    constexpr int kV = static_cast<int>(16 / sizeof(T));
-    const bool packed = pack_of<T>(n, {&z, &y}) == kV;
-    const int threads =
-        static_cast<int>(std::clamp<int64_t>((n / kV + 31) / 32 * 32, 32, kThreads));
+    constexpr int kV = kPack<T>;
+    const bool pack = packed<T>(n, {&z, &y});
+    const int64_t packs = rows * n / kV;
     dispatch_act(act, [&](auto a) {
-      if (packed)
-        rows_forward_kernel<decltype(a)::value, T, B, kV>
-            <<<blocks_for(rows, 1), threads, 0, scope.stream()>>>(
-                z.data<T>(), data_or_null<B>(bias), y.data<T>(), rows, n);
+      constexpr FusedActivation kAct = decltype(a)::value;
+      if (pack && packs <= INT32_MAX)
+        packs_forward_kernel<kAct, T, B, kV, uint32_t>
+            <<<blocks_for(packs), kThreads, 0, scope.stream()>>>(
+                z.data<T>(), data_or_null<B>(bias), y.data<T>(), static_cast<uint32_t>(packs),
+                static_cast<uint32_t>(n / kV));
+      else if (pack)
+        packs_forward_kernel<kAct, T, B, kV, int64_t>
+            <<<blocks_for(packs), kThreads, 0, scope.stream()>>>(z.data<T>(), data_or_null<B>(bias),
+                                                                 y.data<T>(), packs, n / kV);
       else
         forward_kernel<decltype(a)::value, T, B>
             <<<blocks_for(rows * n), kThreads, 0, scope.stream()>>>(
@@ -248,15 +254,14 @@ void backward_cuda(FusedActivation act, const Tensor& z, const Tensor& bias, con
   dispatch_types(g.dtype(), b, "bias_activation backward", [&](auto tz, auto tb) {
     using T = decltype(tz);
     using B = decltype(tb);
-    constexpr int kV = static_cast<int>(16 / sizeof(T));
-    const bool packed = pack_of<T>(n, {&z, &y, &g, &gz}) == kV;
-    const int64_t chunks =
-        std::clamp<int64_t>(rows / (packed ? kPackChunkRows : kChunkRows), 1, kMaxChunks);
+    constexpr int kV = kPack<T>;
+    const bool pack = packed<T>(n, {&z, &y, &g, &gz});
+    const int64_t chunks = std::clamp<int64_t>(rows / kChunkRows, 1, kMaxChunks);
     Tensor partial;
     if (gbias.defined()) partial = workspace(chunks * n, DType::kFloat64, g.device());
     double* pp = partial.defined() ? partial.data<double>() : nullptr;
     dispatch_act(act, [&](auto a) {
-      if (packed) {
+      if (pack) {
         constexpr int kPackThreads = 128;
         const dim3 grid(static_cast<unsigned>((n / kV + kPackThreads - 1) / kPackThreads),
                         static_cast<unsigned>(chunks));

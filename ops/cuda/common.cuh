@@ -12,8 +12,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/allocator.h"
 #include "core/dtype_dispatch.h"
@@ -162,24 +160,6 @@ decltype(auto) dispatch_float_like(DType dtype, const char* op, F&& f) {
 inline Tensor workspace(int64_t numel, DType dtype, Device device) {
   MemoryCategoryGuard category(MemoryCategory::kWorkspace);
   return Tensor::empty(Shape{numel}, dtype, device);
-}
-
-// Note [Pending CUDA kernels]. Kernels written on machines without a GPU
-// (checked there only by compiling and, where they have one, by a CPU
-// emulation) stay off until a GPU run has passed them: GPIPE_CUDA_PENDING=1
-// switches them on (tools/gpu_check.sh runs the CUDA tests and the T6
-// benchmark with it), 0 or unset leaves the validated kernels. Today: the
-// tensor-core flash attention (ops/cuda/attention_mma.cu) and the linear
-// epilogue's 16-byte row kernels (ops/cuda/bias_act.cu).
-inline bool pending_kernels() {
-  static const bool on = [] {
-    const char* v = std::getenv("GPIPE_CUDA_PENDING");
-    if (v == nullptr || std::strcmp(v, "0") == 0) return false;
-    GPIPE_CHECK(std::strcmp(v, "1") == 0, "GPIPE_CUDA_PENDING='", v,
-                "': expected 1 (also run the CUDA kernels that have not yet passed on a GPU) or 0");
-    return true;
-  }();
-  return on;
 }
 
 // Copies one POD value from device memory (synchronises the stream): used

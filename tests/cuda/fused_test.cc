@@ -10,7 +10,8 @@
 //
 // The linear layer's epilogue (ops/cuda/bias_act.cu) on bf16 and fp16
 // activations beside a float32 bias, as a 16-bit Transformer runs it, with
-// many row chunks.
+// many row chunks; its pending pack kernels against the validated ones, bit
+// for bit. A small 16-bit attention case for compute-sanitizer.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -18,6 +19,7 @@
 #include "core/autograd.h"
 #include "ops/attention.h"
 #include "ops/attention_kernels.h"
+#include "ops/cuda/pending.h"
 #include "ops/elementwise.h"
 #include "tests/cuda/compare.h"
 #include "tests/ops/op_table.h"
@@ -124,6 +126,54 @@ TEST_CASE("cuda bias_activation: 16-bit rows beside a float32 bias") {
         compare("bias_activation", fn,
                 {rand64(Shape{3000, 520}, 531, -2, 2), rand64(Shape{520}, 532)}, DType::kFloat32,
                 half == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8) : 8 * std::ldexp(1.0, -11));
+      }
+    }
+  }
+}
+
+// Note [Row-wise epilogue kernels] (ops/cuda/bias_act.cu): with the pending
+// kernels switched on, the epilogue moves 16-byte packs where the rows allow.
+// Outputs and gradients must keep the validated kernels' bits, for every
+// dtype and activation, without a bias, with one of the rows' dtype and with
+// a float32 one beside 16-bit rows, at shapes that take the packs and at ones
+// that fall back.
+TEST_CASE("cuda bias_activation: the pending pack kernels give the validated kernels' bits") {
+  struct Rows {
+    int64_t rows, n;
+  };
+  const Rows shapes[] = {{3000, 520}, {1, 8}, {7, 64}, {130, 1024}, {5, 12}, {2, 3}};
+  for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (ops::FusedActivation act :
+         {ops::FusedActivation::kNone, ops::FusedActivation::kRelu, ops::FusedActivation::kGelu,
+          ops::FusedActivation::kTanh, ops::FusedActivation::kSigmoid}) {
+      for (int bias : {0, 1, 2}) {  // none, the rows' dtype, float32 beside 16-bit rows
+        if (bias == 2 && !is_half(dtype)) continue;
+        for (const Rows& s : shapes) {
+          SECTION(std::string(dtype_name(dtype)) + " / activation " +
+                  std::to_string(static_cast<int>(act)) + " / bias " + std::to_string(bias) +
+                  " / " + std::to_string(s.rows) + "x" + std::to_string(s.n)) {
+            const Fn fn = [dtype, act, bias](const In& x) {
+              const Tensor z = bias == 2 ? ops::cast(x[0], dtype) : x[0];
+              return In{ops::bias_activation(z, bias == 0 ? Tensor() : x[1], act)};
+            };
+            const In in{rand64(Shape{s.rows, s.n}, 551, -2, 2), rand64(Shape{s.n}, 552)};
+            auto run = [&](bool pending) {
+              ops::cuda::set_pending_kernels(pending);
+              In r = run_op(fn, in, {0, 1}, true, bias == 2 ? DType::kFloat32 : dtype, kGpu);
+              ops::cuda::set_pending_kernels(false);
+              return r;
+            };
+            const In validated = run(false), pending = run(true);
+            REQUIRE(validated.size() == pending.size());
+            for (size_t i = 0; i < validated.size(); ++i) {
+              INFO("result " << i << " (output, then the gradients of z and the bias)");
+              REQUIRE(validated[i].defined() == pending[i].defined());
+              if (!validated[i].defined()) continue;
+              CHECK(ops::cast(validated[i], DType::kFloat64).to(kCpu).to_vector<double>() ==
+                    ops::cast(pending[i], DType::kFloat64).to(kCpu).to_vector<double>());
+            }
+          }
+        }
       }
     }
   }
