@@ -42,6 +42,8 @@ def _cuda_objects_impl(ctx):
     # architecture, no PTX. The fatbins are most of a CUDA binary's bytes, and the staged
     # bundle must stay small enough to carry to a GPU machine.
     arch = ctx.var.get("cuda_arch")
+    if arch and not (arch.startswith("sm_") and arch[3:].isdigit()):
+        fail("--define=cuda_arch=%s: expected sm_NN, e.g. sm_90 (H100/H200) or sm_80 (A100)" % arch)
     flags += ["-gencode=arch=compute_%s,code=sm_%s" % (arch[3:], arch[3:])] if arch else ctx.attr.gencode
 
     # Host-side flags given with --copt (e.g. -march=x86-64-v3, sanitizers) go to nvcc's host
