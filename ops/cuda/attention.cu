@@ -295,10 +295,7 @@ template <class F>
 void dispatch_head_dim(int64_t dh, F&& f) {
   GPIPE_CHECK(dh >= 1 && dh <= kFlashAttentionMaxHeadDim, "attention: head width ", dh,
               " is outside the fused CUDA kernel's 1..", kFlashAttentionMaxHeadDim);
-  if (dh <= 16) return f(std::integral_constant<int, 16>{});
-  if (dh <= 32) return f(std::integral_constant<int, 32>{});
-  if (dh <= 64) return f(std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{});
+  with_head_width(dh, std::forward<F>(f));
 }
 
 template <class T>

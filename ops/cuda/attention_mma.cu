@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 
+#include "ops/attention_kernels.h"
 #include "ops/cuda/attention_mma_backward.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/pending.h"
@@ -155,13 +156,8 @@ dim3 blocks(int64_t rows, int64_t pairs) {
 // narrowest kDim >= dh; false (nothing called) otherwise.
 template <class F>
 bool dispatch(DType dtype, int64_t dh, F&& f) {
-  auto with_dim = [&](auto z) {
-    if (dh <= 16) return f(z, std::integral_constant<int, 16>{});
-    if (dh <= 32) return f(z, std::integral_constant<int, 32>{});
-    if (dh <= 64) return f(z, std::integral_constant<int, 64>{});
-    return f(z, std::integral_constant<int, 128>{});
-  };
-  if (dh < 1 || dh > 128) return false;
+  auto with_dim = [&](auto z) { return with_head_width(dh, [&](auto dim) { return f(z, dim); }); };
+  if (dh < 1 || dh > kFlashAttentionMaxHeadDim) return false;
   if (dtype == DType::kBFloat16) return with_dim(bfloat16{});
   if (dtype == DType::kFloat16) return with_dim(float16{});
   return false;

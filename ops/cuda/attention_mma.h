@@ -61,6 +61,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/dtype.h"
 
@@ -101,6 +102,17 @@ struct Geometry {
   // Keys row i sees by causality: [0, visible_end(i)).
   GPIPE_HD int64_t visible_end(int64_t i) const { return causal ? (i + 1 < tk ? i + 1 : tk) : tk; }
 };
+
+// Calls f(std::integral_constant<int, kDim>) with the narrowest of the
+// kernels' head widths 16, 32, 64, 128 that holds dh (1..128): every flash
+// kernel, CUDA-core or tensor-core, pads its heads to one of them.
+template <class F>
+decltype(auto) with_head_width(int64_t dh, F&& f) {
+  if (dh <= 16) return f(std::integral_constant<int, 16>{});
+  if (dh <= 32) return f(std::integral_constant<int, 32>{});
+  if (dh <= 64) return f(std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{});
+}
 
 // ops/cuda/attention_mma.cu: the tensor-core kernels for 16-bit q, k, v
 // when they are switched on (GPIPE_CUDA_PENDING=1) and fit the device; false

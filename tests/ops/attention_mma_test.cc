@@ -176,14 +176,6 @@ Result emulate(const Geometry& g, const std::vector<T>& q, const std::vector<T>&
   return {to_float(out), lse, to_float(gq), to_float(gk), to_float(gv)};
 }
 
-template <class T, class F>
-Result dispatch(int64_t dh, F&& f) {
-  if (dh <= 16) return f(std::integral_constant<int, 16>{});
-  if (dh <= 32) return f(std::integral_constant<int, 32>{});
-  if (dh <= 64) return f(std::integral_constant<int, 64>{});
-  return f(std::integral_constant<int, 128>{});
-}
-
 // max |a - b| / max(1, |b|); NaN anywhere is infinitely wrong.
 double rel_err(const std::vector<float>& a, const std::vector<double>& b) {
   REQUIRE(a.size() == b.size());
@@ -238,7 +230,7 @@ void check(const Shape4& s, double tol, bool vec8) {
 
   const std::vector<T> pad_h = to_half<T>(pad);
   auto run = [&](bool reverse) {
-    return dispatch<T>(s.dh, [&](auto dim) {
+    return ops::cuda::with_head_width(s.dh, [&](auto dim) {
       return emulate<T, decltype(dim)::value>(g, to_half<T>(q), to_half<T>(k), to_half<T>(v),
                                               s.padded ? &pad_h : nullptr, to_half<T>(go), reverse);
     });
