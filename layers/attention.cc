@@ -1,8 +1,8 @@
 // Attention: Q, K, V projections, then ops::attention (all heads in one
 // fused op: scores = Q K^T / sqrt(dh), masked (causal and key padding) with a
 // large negative value rather than -inf so a fully padded row stays finite,
-// softmax over keys, then P V), then the output projection. With dropout on
-// the probabilities in training, the composed form of the same op.
+// softmax over keys, dropout on the probabilities in training, then P V),
+// then the output projection.
 #include "layers/attention.h"
 
 #include <cmath>
@@ -39,7 +39,7 @@ MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, u
 
 Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
                                   const Tensor& key_padding, const Tensor& residual,
-                                  const ops::LinearDropout& dropout) {
+                                  const ops::FusedDropout& dropout) {
   GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
               "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
   GPIPE_CHECK(memory.rank() == 3 && memory.size(2) == opt_.dim && memory.size(0) == query.size(0),
@@ -51,12 +51,10 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
                 "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk,
                 "], got ", key_padding.shape());
   const Tensor q = q_(query), k = k_(memory), v = v_(memory);
-  // Dropout on the probabilities needs them as a tensor: the composed form.
-  // Otherwise one fused op (Note [Fused attention] in ops/cpu/attention.cc).
-  const Tensor ctx = training() && opt_.dropout > 0
-                         ? ops::attention_composed(q, k, v, opt_.heads, opt_.causal, key_padding,
-                                                   [&](const Tensor& p) { return drop_(p); })
-                         : ops::attention(q, k, v, opt_.heads, opt_.causal, key_padding);
+  // One fused op, with the dropout on the probabilities inside it (Note
+  // [Attention dropout] in ops/attention.cc: drop_'s mask, as if drop_ ran
+  // on the probabilities of the composed form).
+  const Tensor ctx = ops::attention(q, k, v, opt_.heads, opt_.causal, key_padding, drop_.fused());
   GPIPE_CHECK(residual.defined() || dropout.p == 0, "MultiHeadAttention '", name(),
               "': a dropout on the output needs the residual it is added to");
   return residual.defined() ? o_.forward_residual(ctx, residual, dropout) : o_(ctx);
@@ -139,12 +137,10 @@ FeedForward::FeedForward(std::string name, int64_t dim, int64_t hidden, Activati
 }
 
 // in_'s bias and the activation run as one fused pass (ops::bias_activation).
-Tensor FeedForward::forward(const Tensor& x) {
-  return out_(in_.forward(x, act_, drop_.for_linear()));
-}
+Tensor FeedForward::forward(const Tensor& x) { return out_(in_.forward(x, act_, drop_.fused())); }
 Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual,
-                                     const ops::LinearDropout& dropout) {
-  return out_.forward_residual(in_.forward(x, act_, drop_.for_linear()), residual, dropout);
+                                     const ops::FusedDropout& dropout) {
+  return out_.forward_residual(in_.forward(x, act_, drop_.fused()), residual, dropout);
 }
 
 TensorSpec FeedForward::output_spec(const TensorSpec& in) const {
@@ -176,9 +172,9 @@ Tensor Residual::forward(const Tensor& x) {
   // A branch that ends in a product takes the dropout and the add into its
   // epilogue (Note [Fused residual] in models/transformer.cc): same bits, same mask.
   if (auto* ffn = dynamic_cast<FeedForward*>(inner_.get()))
-    return ffn->forward_residual(h, x, drop_.for_linear());
+    return ffn->forward_residual(h, x, drop_.fused());
   if (auto* lin = dynamic_cast<Linear*>(inner_.get()); lin && lin->weight.size(0) == x.size(-1))
-    return lin->forward_residual(h, x, drop_.for_linear());
+    return lin->forward_residual(h, x, drop_.fused());
   return ops::add(x, drop_(inner_->forward(h)));
 }
 

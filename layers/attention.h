@@ -24,7 +24,7 @@ class MultiHeadAttention final : public Layer {
   // the dropout and add done in the output projection's epilogue (Note
   // [Fused residual] in models/transformer.cc).
   Tensor attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding = Tensor(),
-                const Tensor& residual = Tensor(), const ops::LinearDropout& dropout = {});
+                const Tensor& residual = Tensor(), const ops::FusedDropout& dropout = {});
   // Incremental decoding (layers/decode.h), eval mode. Self-attention:
   // `query` [B, t, D] holds the newest positions; their keys and values are
   // appended to the cache's and the queries attend over every cached
@@ -55,7 +55,7 @@ class FeedForward final : public UnaryLayer {
   // residual + dropout(forward(x)), the dropout and add done in the second
   // product's epilogue (the inner dropout in the first's under ReLU).
   Tensor forward_residual(const Tensor& x, const Tensor& residual,
-                          const ops::LinearDropout& dropout = {});
+                          const ops::FusedDropout& dropout = {});
   TensorSpec output_spec(const TensorSpec& in) const override;
   double cost(const BundleSpec& in) const override;
 

@@ -43,12 +43,12 @@ Tensor Linear::forward(const Tensor& x) {
 }
 
 Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual,
-                                const ops::LinearDropout& dropout) {
+                                const ops::FusedDropout& dropout) {
   expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
   return ops::linear(x, weight, bias, ops::FusedActivation::kNone, residual, dropout);
 }
 
-Tensor Linear::forward(const Tensor& x, Activation act, const ops::LinearDropout& dropout) {
+Tensor Linear::forward(const Tensor& x, Activation act, const ops::FusedDropout& dropout) {
   expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
   static constexpr ops::FusedActivation kFused[] = {
       ops::FusedActivation::kRelu, ops::FusedActivation::kGelu, ops::FusedActivation::kTanh,

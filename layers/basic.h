@@ -36,12 +36,12 @@ class Linear final : public UnaryLayer {
   // act(forward(x)), the bias and activation fused into one pass.
   // dropout(act(forward(x))): with ReLU the activation and dropout are done
   // in the product's epilogue where the device has one (ops::linear).
-  Tensor forward(const Tensor& x, Activation act, const ops::LinearDropout& dropout = {});
+  Tensor forward(const Tensor& x, Activation act, const ops::FusedDropout& dropout = {});
   // residual + dropout(forward(x)), the dropout and add done in the
   // product's epilogue where the device has one (ops::linear); residual has
   // the output's shape.
   Tensor forward_residual(const Tensor& x, const Tensor& residual,
-                          const ops::LinearDropout& dropout = {});
+                          const ops::FusedDropout& dropout = {});
   TensorSpec output_spec(const TensorSpec& in) const override;
   Tensor weight, bias;
 
@@ -86,10 +86,11 @@ class Dropout final : public UnaryLayer {
   double cost(const BundleSpec&) const override { return 0.0; }
   // Whether forward changes its input: training with p > 0.
   bool active() const { return training() && p_ > 0; }
-  // This dropout for ops::linear to do in its product's epilogue: the same
-  // mask as forward (p 0 when inactive).
-  ops::LinearDropout for_linear() const {
-    return active() ? ops::LinearDropout{p_, salt_} : ops::LinearDropout{};
+  // This dropout for an op to do in its own kernels (ops::linear's epilogue,
+  // ops::attention's probabilities): the same mask as forward (p 0 when
+  // inactive).
+  ops::FusedDropout fused() const {
+    return active() ? ops::FusedDropout{p_, salt_} : ops::FusedDropout{};
   }
 
  private:

@@ -158,7 +158,7 @@ class ResidualSublayer final : public Layer {
     // or the add; the same bits and the same mask as drop_ then ops::add.
     // Incremental decoding keeps the separate add (eval: no dropout).
     const Tensor& residual = x;
-    const ops::LinearDropout dropout = drop_.for_linear();
+    const ops::FusedDropout dropout = drop_.fused();
     Tensor f;
     bool added = false;  // f already holds x + f
     switch (kind_) {

@@ -6,8 +6,10 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/rng.h"
 #include "ops/attention_kernels.h"
 #include "ops/common.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/mask.h"
@@ -80,26 +82,47 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
 
 namespace {
 
+// Note [Attention dropout]. Dropout on the attention probabilities P [B,
+// heads, Tq, Tk] is ops::dropout on them: probability (b, h, i, j) is kept
+// where element ((b heads + h) Tq + i) Tk + j of the float32 Philox stream
+// current_rng_context().key(salt) is >= p, and scaled by 1 / (1 - p). The
+// fused kernels draw that mask where they make P, so the composed form with
+// on_probs = ops::dropout and the fused op agree (mask for mask; values to
+// round-off), and neither materialises a second score-sized tensor. With
+// the dropped P' = P * mask / (1 - p), out = P' v, and backward needs
+// dv = P'^T dout, dP = mask / (1 - p) * (dout v^T), dS = P (dP - D) with
+// D_i = sum_j P_ij dP_ij = dout_i . out_i, as without dropout: the CPU
+// kernels read the mask from the saved probabilities' sign bits, the CUDA
+// flash kernels draw it again.
+Tensor composed_with(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
+                     const Tensor& pad, const FusedDropout& dropout) {
+  if (dropout.p == 0) return attention_composed(q, k, v, heads, causal, pad);
+  return attention_composed(q, k, v, heads, causal, pad, [&](const Tensor& p) {
+    return ops::dropout(p, dropout.p, true, dropout.salt);
+  });
+}
+
 // Flash kernels (CUDA): only the row log-sum-exps are kept for backward, with
 // q, k, v and the output (Note [Flash attention on CUDA] in
 // ops/cuda/attention.cu).
 Tensor flash_attention(const Tensor& qd, const Tensor& kd, const Tensor& vd, const Tensor& pad,
-                       const std::vector<Tensor>& inputs, int64_t heads, bool causal) {
+                       const std::vector<Tensor>& inputs, int64_t heads, bool causal, double p,
+                       uint64_t key) {
   const Device dev = qd.device();
   const int64_t b = qd.size(0), tq = qd.size(1);
   Tensor out = Tensor::empty(qd.shape(), qd.dtype(), dev);
   Tensor lse = Tensor::empty(
       Shape{b * heads, tq}, qd.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32, dev);
-  flash_attention_forward(dev, qd, kd, vd, pad, heads, causal, out, lse);
+  flash_attention_forward(dev, qd, kd, vd, pad, heads, causal, p, key, out, lse);
   const Tensor saved_out = out.detach();
   record("attention", inputs, out,
-         [qd, kd, vd, pad, saved_out, lse, heads, causal](const std::vector<Tensor>& g) {
+         [qd, kd, vd, pad, saved_out, lse, heads, causal, p, key](const std::vector<Tensor>& g) {
            const Tensor gout = detail::dense(g[0]);
            Tensor gq = Tensor::empty(qd.shape(), qd.dtype(), qd.device());
            Tensor gk = Tensor::empty(kd.shape(), kd.dtype(), kd.device());
            Tensor gv = Tensor::empty(vd.shape(), vd.dtype(), vd.device());
            flash_attention_backward(qd.device(), qd, kd, vd, pad, saved_out, lse, gout, heads,
-                                    causal, gq, gk, gv);
+                                    causal, p, key, gq, gk, gv);
            return std::vector<Tensor>{gq, gk, gv};
          });
   return out;
@@ -108,30 +131,35 @@ Tensor flash_attention(const Tensor& qd, const Tensor& kd, const Tensor& vd, con
 }  // namespace
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
-                 const Tensor& key_padding) {
+                 const Tensor& key_padding, const FusedDropout& dropout) {
   check_args(q, k, v, heads, key_padding);
+  GPIPE_CHECK(dropout.p >= 0 && dropout.p < 1, "attention: dropout probability ", dropout.p,
+              " is outside [0, 1)");
   const Device dev = q.device();
+  const double p = dropout.p;
   const bool flash = flash_attention_forward.has(dev.type) &&
                      flash_attention_backward.has(dev.type) &&
-                     q.size(2) / heads <= kFlashAttentionMaxHeadDim;
+                     flash_attention_takes(dev, q.size(2) / heads, p > 0);
   if (!flash && (!attention_forward.has(dev.type) || !attention_backward.has(dev.type)))
-    return attention_composed(q, k, v, heads, causal, key_padding);
+    return composed_with(q, k, v, heads, causal, key_padding, dropout);
+  const uint64_t key = p > 0 ? current_rng_context().key(dropout.salt) : 0;
   const Tensor qd = detail::dense(q).detach(), kd = detail::dense(k).detach(),
                vd = detail::dense(v).detach();
   Tensor pad;
   if (key_padding.defined()) pad = detail::dense(key_padding.detach().to(q.dtype()));
-  if (flash) return flash_attention(qd, kd, vd, pad, {q, k, v}, heads, causal);
+  if (flash) return flash_attention(qd, kd, vd, pad, {q, k, v}, heads, causal, p, key);
   const int64_t b = q.size(0), tq = q.size(1), tk = k.size(1);
   Tensor out = Tensor::empty(q.shape(), q.dtype(), dev);
   Tensor probs = Tensor::empty(Shape{b * heads, tq, tk}, q.dtype(), dev);
-  attention_forward(dev, qd, kd, vd, pad, heads, causal, out, probs);
+  attention_forward(dev, qd, kd, vd, pad, heads, causal, p, key, out, probs);
   record("attention", {q, k, v}, out,
-         [qd, kd, vd, pad, probs, heads, causal](const std::vector<Tensor>& g) {
+         [qd, kd, vd, pad, probs, heads, causal, p](const std::vector<Tensor>& g) {
            const Tensor gout = detail::dense(g[0]);
            Tensor gq = Tensor::empty(qd.shape(), qd.dtype(), qd.device());
            Tensor gk = Tensor::empty(kd.shape(), kd.dtype(), kd.device());
            Tensor gv = Tensor::empty(vd.shape(), vd.dtype(), vd.device());
-           attention_backward(qd.device(), qd, kd, vd, pad, probs, gout, heads, causal, gq, gk, gv);
+           attention_backward(qd.device(), qd, kd, vd, pad, probs, gout, heads, causal, p, gq, gk,
+                              gv);
            return std::vector<Tensor>{gq, gk, gv};
          });
   return out;

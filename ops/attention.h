@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "core/tensor.h"
+#include "ops/dropout.h"
 
 namespace gpipe::ops {
 
@@ -24,8 +25,12 @@ namespace gpipe::ops {
 // keep only each row's log-sum-exp (Note [Flash attention on CUDA] in
 // ops/cuda/attention.cu; heads up to 128 wide); the composed form below
 // elsewhere.
+// `dropout` (training) drops probabilities inside the kernels: the mask and
+// result of attention_composed with on_probs = ops::dropout(P, p, true,
+// salt), whose P is [B, heads, Tq, Tk] (Note [Attention dropout] in
+// ops/attention.cc).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads, bool causal,
-                 const Tensor& key_padding = Tensor());
+                 const Tensor& key_padding = Tensor(), const FusedDropout& dropout = {});
 
 // The same from primitive ops (reshape, permute, matmul, masked_fill,
 // softmax): the reference the fused op is tested against, and the form used

@@ -23,4 +23,13 @@ namespace gpipe::ops {
 
 Tensor dropout(const Tensor& x, double p, bool training, uint64_t salt = 0);
 
+// A training dropout that an op does inside its own kernels, on one of its
+// intermediate or final results (ops::linear on its output, ops::attention
+// on the probabilities): ops::dropout(r, p, true, salt) on that result r,
+// the same mask, drawn where r is made. p 0: none.
+struct FusedDropout {
+  double p = 0.0;
+  uint64_t salt = 0;
+};
+
 }  // namespace gpipe::ops

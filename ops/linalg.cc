@@ -280,7 +280,7 @@ FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tenso
 // bfloat16 input with the weight rounded to bfloat16 and a bfloat16 result
 // (and a bfloat16 residual).
 Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
-                    bool bf16, const Tensor& residual, const LinearDropout& dropout) {
+                    bool bf16, const Tensor& residual, const FusedDropout& dropout) {
   const int64_t in = weight.size(1), out = weight.size(0);
   const Tensor x2 = detail::dense(reshape(x, {-1, in}));
   const Tensor wd = detail::dense(bf16 ? weight_operand(weight, true) : weight);
@@ -368,7 +368,7 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, F
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedActivation act,
-              const Tensor& residual, const LinearDropout& dropout) {
+              const Tensor& residual, const FusedDropout& dropout) {
   detail::check_rank("linear", weight, 2, "weight [out, in]");
   GPIPE_CHECK(x.rank() >= 1 && x.size(-1) == weight.size(1), "linear: input ", x.shape(),
               " does not match weight ", weight.shape(), " (expected last axis ", weight.size(1),

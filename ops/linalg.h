@@ -3,6 +3,7 @@
 
 #include "core/tensor.h"
 #include "ops/activation.h"
+#include "ops/dropout.h"
 
 namespace gpipe::ops {
 
@@ -11,12 +12,6 @@ namespace gpipe::ops {
 // ([k, n]) shared across a's batch. Result [..., m, n]. Float32/float64.
 // Throws naming both shapes when inner sizes or batch axes disagree.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
-
-// Training dropout on a linear's output (ops::dropout(y, p, true, salt)); p 0: none.
-struct LinearDropout {
-  double p = 0.0;
-  uint64_t salt = 0;
-};
 
 // residual + dropout(act(x @ weight^T + bias)): x [..., in], weight [out,
 // in], bias [out] or undefined, residual [..., out] (the output's shape) or
@@ -28,6 +23,6 @@ struct LinearDropout {
 // residual does not match, and for p outside [0, 1).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               FusedActivation act = FusedActivation::kNone, const Tensor& residual = Tensor(),
-              const LinearDropout& dropout = {});
+              const FusedDropout& dropout = {});
 
 }  // namespace gpipe::ops

@@ -11,11 +11,15 @@
 // per pair: dv_h = P^T dout_h; dP = dout_h v_h^T; dS = P * (dP - rowsum(dP * P)),
 // zero where masked (masked_fill passes no gradient), times the scale;
 // dq_h = dS k_h; dk_h = dS^T q_h. Pairs write disjoint slices, so the result
-// does not depend on the thread count. The pair's products run on the
-// register tiles of attention_tiles.inc (Note [Small attention products]).
+// does not depend on the thread count. Dropout on the probabilities (Note
+// [Attention dropout] in ops/attention.cc) is drawn row by row after the
+// softmax (drop_row); out_h = P' v_h and dv_h = P'^T dout_h take the
+// dropped P', and the saved probabilities carry the mask in their signs. The pair's products run on
+// the register tiles of attention_tiles.inc (Note [Small attention products]).
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -24,6 +28,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/rng.h"
 #include "ops/attention_kernels.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/isa/prelude.h"  // this file is built per ISA level: Note [CPU ISA kernels]
@@ -62,6 +67,35 @@ struct Band {
 };
 
 #include "ops/cpu/attention_tiles.inc"  // Note [Small attention products]
+
+namespace rng {  // its kLanes is Philox's, not the tiles'
+#include "ops/cpu/philox_vec.inc"
+}  // namespace rng
+
+// A pair's dropout on its probabilities (Note [Attention dropout] in
+// ops/attention.cc): row i's uniforms start at element first + i * tk of the
+// stream `key`. Forward keeps the dropped P' = P * mask * scale for the
+// product with v, and saves -P where a probability is dropped; backward
+// reads the mask back from those signs (a P of 0 needs no mask: it adds 0).
+template <class T>
+struct Drop {
+  uint64_t key, first;
+  float threshold;
+  T scale;
+};
+
+// Row i of P (tk wide, softmax done): its dropped copy into pd, and the
+// dropped entries' signs flipped in place.
+template <class T>
+void drop_row(const Drop<T>& d, int64_t i, int64_t tk, T* row, T* pd, vector<float>& u) {
+  u.resize(static_cast<size_t>(tk));
+  rng::uniforms_from(d.key, d.first + static_cast<uint64_t>(i * tk), u.data(), tk);
+  for (int64_t j = 0; j < tk; ++j) {
+    const bool keep = u[j] >= d.threshold;
+    pd[j] = keep ? row[j] * d.scale : T(0);
+    row[j] = keep ? row[j] : -row[j];
+  }
+}
 
 // Keys [0, n) visible and the rest padded (no mask, or padding only at the
 // end, as batches of sequences padded to one length have): n, which
@@ -137,7 +171,7 @@ struct Pair {
 
 template <class T>
 void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, T* out,
-                  vector<T>& kt) {
+                  vector<T>& kt, const Drop<T>* drop, vector<T>& pd, vector<float>& u) {
   product_bt<T>(g.tq, g.tk, g.dh, in.q, in.ldq, in.k, in.ldk, p, g.tk, kt);
   const int64_t visible = visible_keys(in.pad, g.tk);
   const Band band{visible, g.tq, causal};
@@ -146,6 +180,7 @@ void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, 
     if (visible > 0) {  // keys [0, n) are visible, the rest weigh exactly 0
       const int64_t n = causal ? std::min(i + 1, visible) : visible;
       softmax_prefix(row, n, g.tk, scale);
+      if (drop) drop_row(*drop, i, g.tk, row, pd.data() + i * g.tk, u);
       continue;
     }
     for (int64_t j = 0; j < g.tk; ++j)
@@ -157,8 +192,9 @@ void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, 
       for (int64_t j = 0; j < g.tk; ++j)
         if (masked(in.pad, causal, i, j)) row[j] = T(0);
     r *= T(1) / r.sum();
+    if (drop) drop_row(*drop, i, g.tk, row, pd.data() + i * g.tk, u);
   }
-  product<T>(false, g.tq, g.dh, g.tk, p, g.tk, in.v, in.ldk, out, in.ldq,
+  product<T>(false, g.tq, g.dh, g.tk, drop ? pd.data() : p, g.tk, in.v, in.ldk, out, in.ldq,
              visible > 0 ? &band : nullptr);
 }
 
@@ -169,18 +205,37 @@ T row_dot(const T* a, const T* b, int64_t n) {
   return (C(a, n) * C(b, n)).sum();
 }
 
+// With dropout (drop_scale > 0), p holds the forward's signed probabilities:
+// gv takes the dropped P' = max(p, 0) * drop_scale, dP the mask (p > 0) and
+// the scale, the softmax's backward |p|.
 template <class T>
 void backward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, const T* p, const T* go,
-                   T* gq, T* gk, T* gv, vector<T>& ds, vector<T>& vt) {
+                   T* gq, T* gk, T* gv, vector<T>& ds, vector<T>& vt, T drop_scale, vector<T>& pd) {
   ds.resize(static_cast<size_t>(g.tq * g.tk));
   const int64_t visible = visible_keys(in.pad, g.tk);
   const Band band{visible, g.tq, causal};
   const Band* banded = visible > 0 ? &band : nullptr;  // Note [Banded products]
-  product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, in.ldq, gv, in.ldk, banded);
+  const T* signed_p = p;
+  if (drop_scale > T(0)) {  // pd: P' then |P|, one pair at a time
+    const int64_t n = g.tq * g.tk;
+    pd.resize(static_cast<size_t>(2 * n));
+    for (int64_t e = 0; e < n; ++e) {
+      pd[e] = p[e] > T(0) ? p[e] * drop_scale : T(0);
+      pd[n + e] = std::abs(p[e]);
+    }
+    product<T>(true, g.tk, g.dh, g.tq, pd.data(), g.tk, go, in.ldq, gv, in.ldk, banded);
+    p = pd.data() + n;
+  } else {
+    product<T>(true, g.tk, g.dh, g.tq, p, g.tk, go, in.ldq, gv, in.ldk, banded);
+  }
   product_bt<T>(g.tq, g.tk, g.dh, go, in.ldq, in.v, in.ldk, ds.data(), g.tk, vt);
   for (int64_t i = 0; i < g.tq; ++i) {
     T* dr = ds.data() + i * g.tk;
     const T* pr = p + i * g.tk;
+    if (drop_scale > T(0)) {  // dP = mask * scale * (dout v^T)
+      const T* sr = signed_p + i * g.tk;
+      for (int64_t j = 0; j < g.tk; ++j) dr[j] = sr[j] > T(0) ? dr[j] * drop_scale : T(0);
+    }
     if (visible > 0) {  // keys [0, n) visible: no mask test per element, p is 0 after
       const int64_t n = band.row_end(i);
       const T dot = row_dot(dr, pr, n);
@@ -236,16 +291,20 @@ struct Scratch16 {
 
 template <class S>
 void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
-                  int64_t heads, bool causal, Tensor& out_t, Tensor& probs_t) {
+                  int64_t heads, bool causal, double drop_p, uint64_t key, Tensor& out_t,
+                  Tensor& probs_t) {
   using T = compute_t<S>;
   const Dims g(q, k, heads);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(g.dh)));
+  const float threshold = drop_p > 0 ? dropout_keep_threshold(drop_p) : 0.0f;
+  const T drop_scale = static_cast<T>(drop_p > 0 ? 1.0 / (1.0 - drop_p) : 0.0);
   const S *pq = q.data<S>(), *pk = k.data<S>(), *pv = v.data<S>();
   const S* pad = pad_t.defined() ? pad_t.data<S>() : nullptr;
   S* out = out_t.data<S>();
   S* probs = probs_t.data<S>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
-    vector<T> kt;
+    vector<T> kt, pd(drop_p > 0 ? static_cast<size_t>(g.tq * g.tk) : 0);
+    vector<float> u;
     Scratch16 sc;
     for (int64_t bh = lo; bh < hi; ++bh) {
       if (bh + 1 < hi) {  // Note [Prefetched pairs]
@@ -255,16 +314,18 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
       }
       const S* pad_b = pad ? pad + (bh / heads) * g.tk : nullptr;
       S* p = probs + bh * g.tq * g.tk;
+      const Drop<T> drop{key, static_cast<uint64_t>(bh * g.tq * g.tk), threshold, drop_scale};
+      const Drop<T>* dropping = drop_p > 0 ? &drop : nullptr;
       if constexpr (is_16bit_v<S>) {  // Note [bfloat16 attention]
         const Pair<float> in =
             sc.widen(g, pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b);
         forward_pair<float>(g, causal, scale, in, sized(sc.p, g.tq * g.tk),
-                            sized(sc.out, g.tq * g.dh), kt);
+                            sized(sc.out, g.tq * g.dh), kt, dropping, pd, u);
         narrow_block(sc.p, 1, g.tq * g.tk, p, 0);
         narrow_block(sc.out, g.tq, g.dh, out + g.q_at(bh), g.d);
       } else {
         const Pair<T> in{pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b, g.d, g.d};
-        forward_pair<T>(g, causal, scale, in, p, out + g.q_at(bh), kt);
+        forward_pair<T>(g, causal, scale, in, p, out + g.q_at(bh), kt, dropping, pd, u);
       }
     }
   });
@@ -273,16 +334,17 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 template <class S>
 void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad_t,
                    const Tensor& probs_t, const Tensor& gout_t, int64_t heads, bool causal,
-                   Tensor& gq_t, Tensor& gk_t, Tensor& gv_t) {
+                   double drop_p, Tensor& gq_t, Tensor& gk_t, Tensor& gv_t) {
   using T = compute_t<S>;
   const Dims g(q, k, heads);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(g.dh)));
+  const T drop_scale = static_cast<T>(drop_p > 0 ? 1.0 / (1.0 - drop_p) : 0.0);
   const S *pq = q.data<S>(), *pk = k.data<S>(), *pv = v.data<S>(), *probs = probs_t.data<S>();
   const S* gout = gout_t.data<S>();
   const S* pad = pad_t.defined() ? pad_t.data<S>() : nullptr;
   S *gq = gq_t.data<S>(), *gk = gk_t.data<S>(), *gv = gv_t.data<S>();
   parallel_for(0, g.b * heads, 1, [&](int64_t lo, int64_t hi) {
-    vector<T> ds, vt;
+    vector<T> ds, vt, pd;
     Scratch16 sc;
     for (int64_t bh = lo; bh < hi; ++bh) {
       if (bh + 1 < hi) {  // Note [Prefetched pairs]
@@ -300,31 +362,32 @@ void backward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
         backward_pair<float>(g, causal, scale, in, widen_block(p, 1, g.tq * g.tk, 0, sc.p),
                              widen_block(gout + g.q_at(bh), g.tq, g.dh, g.d, sc.go),
                              sized(sc.gq, g.tq * g.dh), sized(sc.gk, g.tk * g.dh),
-                             sized(sc.gv, g.tk * g.dh), ds, vt);
+                             sized(sc.gv, g.tk * g.dh), ds, vt, drop_scale, pd);
         narrow_block(sc.gq, g.tq, g.dh, gq + g.q_at(bh), g.d);
         narrow_block(sc.gk, g.tk, g.dh, gk + g.k_at(bh), g.d);
         narrow_block(sc.gv, g.tk, g.dh, gv + g.k_at(bh), g.d);
       } else {
         const Pair<T> in{pq + g.q_at(bh), pk + g.k_at(bh), pv + g.k_at(bh), pad_b, g.d, g.d};
         backward_pair<T>(g, causal, scale, in, p, gout + g.q_at(bh), gq + g.q_at(bh),
-                         gk + g.k_at(bh), gv + g.k_at(bh), ds, vt);
+                         gk + g.k_at(bh), gv + g.k_at(bh), ds, vt, drop_scale, pd);
       }
     }
   });
 }
 
 void attention_forward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
-                           int64_t heads, bool causal, Tensor& out, Tensor& probs) {
+                           int64_t heads, bool causal, double p, uint64_t key, Tensor& out,
+                           Tensor& probs) {
   dispatch_floating_16(q.dtype(), "attention", [&](auto z) {
-    forward_impl<decltype(z)>(q, k, v, pad, heads, causal, out, probs);
+    forward_impl<decltype(z)>(q, k, v, pad, heads, causal, p, key, out, probs);
   });
 }
 
 void attention_backward_cpu(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                             const Tensor& probs, const Tensor& gout, int64_t heads, bool causal,
-                            Tensor& gq, Tensor& gk, Tensor& gv) {
+                            double p, Tensor& gq, Tensor& gk, Tensor& gv) {
   dispatch_floating_16(q.dtype(), "attention backward", [&](auto z) {
-    backward_impl<decltype(z)>(q, k, v, pad, probs, gout, heads, causal, gq, gk, gv);
+    backward_impl<decltype(z)>(q, k, v, pad, probs, gout, heads, causal, p, gq, gk, gv);
   });
 }
 

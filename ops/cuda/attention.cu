@@ -33,9 +33,11 @@
 // (16, 32, 64 or 128): zeros add nothing to the dot products and the padded output
 // columns are never written. Wider heads use the composed form
 // (kFlashAttentionMaxHeadDim in ops/attention_kernels.h).
+#include "core/rng.h"
 #include "ops/attention_kernels.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pending.h"
 
 namespace gpipe::ops::cuda {
 namespace {
@@ -84,6 +86,7 @@ __global__ void __launch_bounds__(kRows)
     o[c] = 0;
   }
   C m = neg_infinity<C>(), l = 0;
+  DropDraw drop;
   const int64_t last =
       (g.tq < (blockIdx.x + 1) * int64_t{kRows} ? g.tq : (blockIdx.x + 1) * kRows) - 1;
   const int64_t end = g.visible_end(last);
@@ -112,8 +115,9 @@ __global__ void __launch_bounds__(kRows)
       }
       const C p = dexp(s - m);
       l += p;
+      const C kept = p * drop.factor<C>(g, bh, i, j0 + r);  // the sum l takes p undropped
 #pragma unroll
-      for (int c = 0; c < kDim; ++c) o[c] += p * vr[c];
+      for (int c = 0; c < kDim; ++c) o[c] += kept * vr[c];
     }
   }
   if (!active) return;
@@ -126,10 +130,12 @@ __global__ void __launch_bounds__(kRows)
     lse[bh * g.tq + i] = m + dlog(l);
     return;
   }
-  // No visible key: uniform weights over all Tk keys.
+  // No visible key: uniform weights over all Tk keys (dropped as any).
   for (int64_t c = 0; c < g.dh; ++c) {
     C acc = 0;
-    for (int64_t j = 0; j < g.tk; ++j) acc += load(v, kv0 + j * g.d + c);
+    DropDraw row;
+    for (int64_t j = 0; j < g.tk; ++j)
+      acc += static_cast<C>(load(v, kv0 + j * g.d + c)) * row.factor<C>(g, bh, i, j);
     store(out, at + c, acc / static_cast<C>(g.tk));
   }
   lse[bh * g.tq + i] = neg_infinity<C>();
@@ -166,6 +172,7 @@ __global__ void __launch_bounds__(kRows)
   const int64_t end = g.visible_end(last);
   // A uniform row (li = -inf) has no gradient for q.
   const int64_t mine = active && li != neg_infinity<C>() ? g.visible_end(i) : 0;
+  DropDraw drop;
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     __syncthreads();
     stage_rows<T, C, kDim, kTile>(k, kv0, j0, g.tk, g, ks);
@@ -184,7 +191,8 @@ __global__ void __launch_bounds__(kRows)
         s += qr[c] * kr[c];
         dp += go[c] * vr[c];
       }
-      const C ds = dexp(s - li) * (dp - di);
+      // dP = mask * scale * (dout . v_j): Note [Attention dropout]
+      const C ds = dexp(s - li) * (dp * drop.factor<C>(g, bh, i, j0 + r) - di);
 #pragma unroll
       for (int c = 0; c < kDim; ++c) dq[c] += ds * kr[c];
     }
@@ -244,10 +252,13 @@ __global__ void __launch_bounds__(kRows)
     const int n = static_cast<int>(g.tq - i0 < kTile ? g.tq - i0 : kTile);
     for (int r = 0; r < n; ++r) {
       const C* gr = gs + r * kDim;
+      // A column walks the rows Tk elements apart: a Philox block each.
+      DropDraw drop;
       if (ls[r] == neg_infinity<C>()) {  // uniform row: 1 / Tk on every key, no score gradient
         if constexpr (!kKeyGrad) {
+          const C w = inv_tk * drop.factor<C>(g, bh, i0 + r, j);
 #pragma unroll
-          for (int c = 0; c < kDim; ++c) acc[c] += inv_tk * gr[c];
+          for (int c = 0; c < kDim; ++c) acc[c] += w * gr[c];
         }
         continue;
       }
@@ -262,12 +273,13 @@ __global__ void __launch_bounds__(kRows)
         C dp = 0;
 #pragma unroll
         for (int c = 0; c < kDim; ++c) dp += gr[c] * vr[c];
-        const C w = p * (dp - ds[r]) * scale;
+        const C w = p * (dp * drop.factor<C>(g, bh, i0 + r, j) - ds[r]) * scale;
 #pragma unroll
         for (int c = 0; c < kDim; ++c) acc[c] += w * qr[c];
       } else {
+        const C w = p * drop.factor<C>(g, bh, i0 + r, j);
 #pragma unroll
-        for (int c = 0; c < kDim; ++c) acc[c] += p * gr[c];
+        for (int c = 0; c < kDim; ++c) acc[c] += w * gr[c];
       }
     }
   }
@@ -277,7 +289,8 @@ __global__ void __launch_bounds__(kRows)
     if (c < g.dh) store(grad, at + c, acc[c]);
 }
 
-Geometry geometry(const Tensor& q, const Tensor& k, int64_t heads, bool causal) {
+Geometry geometry(const Tensor& q, const Tensor& k, int64_t heads, bool causal, double p,
+                  uint64_t key) {
   Geometry g{};
   g.b = q.size(0);
   g.tq = q.size(1);
@@ -287,6 +300,11 @@ Geometry geometry(const Tensor& q, const Tensor& k, int64_t heads, bool causal) 
   g.dh = g.d / heads;
   g.scale = 1.0 / std::sqrt(static_cast<double>(g.dh));
   g.causal = causal;
+  if (p > 0) {
+    g.drop_scale = 1.0 / (1.0 - p);
+    g.drop_threshold = dropout_keep_threshold(p);
+    g.drop_key = key;
+  }
   return g;
 }
 
@@ -309,9 +327,14 @@ dim3 grid(int64_t rows, int64_t pairs) {
   return dim3(static_cast<unsigned>((rows + kRows - 1) / kRows), static_cast<unsigned>(pairs));
 }
 
+// Note [Pending CUDA kernels]: the kernels' dropout has not yet run on a GPU.
+bool takes_cuda(int64_t dh, bool dropout) {
+  return dh >= 1 && dh <= kFlashAttentionMaxHeadDim && (!dropout || pending_kernels());
+}
+
 void forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
-                  int64_t heads, bool causal, Tensor& out, Tensor& lse) {
-  const Geometry g = geometry(q, k, heads, causal);
+                  int64_t heads, bool causal, double p, uint64_t key, Tensor& out, Tensor& lse) {
+  const Geometry g = geometry(q, k, heads, causal, p, key);
   if (g.tq == 0 || g.b == 0) return;
   if (mma_attention_forward(q, k, v, pad, g, out, lse))
     return;  // Note [Tensor-core flash attention]
@@ -331,8 +354,8 @@ void forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
 
 void backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                    const Tensor& out, const Tensor& lse, const Tensor& gout, int64_t heads,
-                   bool causal, Tensor& gq, Tensor& gk, Tensor& gv) {
-  const Geometry g = geometry(q, k, heads, causal);
+                   bool causal, double p, uint64_t key, Tensor& gq, Tensor& gk, Tensor& gv) {
+  const Geometry g = geometry(q, k, heads, causal, p, key);
   if (g.b == 0) return;
   KernelScope scope(gq.device());
   if (g.tq == 0) {  // no query: the keys and values get no gradient
@@ -365,6 +388,7 @@ void backward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
 
 }  // namespace
 
+GPIPE_REGISTER_KERNEL(flash_attention_takes, DeviceType::kCUDA, takes_cuda);
 GPIPE_REGISTER_KERNEL(flash_attention_forward, DeviceType::kCUDA, forward_cuda);
 GPIPE_REGISTER_KERNEL(flash_attention_backward, DeviceType::kCUDA, backward_cuda);
 GPIPE_KERNEL_ACCEPTS_16BIT(flash_attention_forward, DeviceType::kCUDA, kBoth);

@@ -180,7 +180,8 @@ Geometry with_vec8(Geometry g, std::initializer_list<const Tensor*> tensors) {
 
 bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                            const Geometry& g, Tensor& out, Tensor& lse) {
-  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/pending.h
+  // Note [Pending CUDA kernels] in ops/cuda/pending.h; dropout: the CUDA-core kernels only.
+  if (!pending_kernels() || g.dropping()) return false;
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;
@@ -200,7 +201,8 @@ bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 bool mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                             const Tensor& out, const Tensor& lse, const Tensor& gout,
                             const Geometry& g, Tensor& gq, Tensor& gk, Tensor& gv) {
-  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/pending.h
+  // Note [Pending CUDA kernels] in ops/cuda/pending.h; dropout: the CUDA-core kernels only.
+  if (!pending_kernels() || g.dropping()) return false;
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;

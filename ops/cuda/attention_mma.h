@@ -64,6 +64,7 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/philox.h"
 
 #ifdef __CUDACC__
 #define GPIPE_HD __host__ __device__
@@ -101,6 +102,33 @@ struct Geometry {
   }
   // Keys row i sees by causality: [0, visible_end(i)).
   GPIPE_HD int64_t visible_end(int64_t i) const { return causal ? (i + 1 < tk ? i + 1 : tk) : tk; }
+  // Dropout on the probabilities (Note [Attention dropout] in
+  // ops/attention.cc): drop_scale 1 / (1 - p), 0 without dropout;
+  // probability (bh, i, j) is kept where element (bh tq + i) tk + j of the
+  // float32 Philox stream drop_key is >= drop_threshold.
+  double drop_scale = 0;
+  float drop_threshold = 0;
+  uint64_t drop_key = 0;
+  GPIPE_HD bool dropping() const { return drop_scale > 0; }
+};
+
+// The dropout factors of one thread's probabilities (Geometry's dropout):
+// drop_scale where kept, 0 where dropped, 1 without dropout. Keeps the last
+// Philox block, so a row walked in key order draws one block per 4 keys.
+struct DropDraw {
+  uint64_t block = ~uint64_t{0};
+  philox::Block words{};
+  template <class C>
+  GPIPE_HD C factor(const Geometry& g, int64_t bh, int64_t i, int64_t j) {
+    if (!g.dropping()) return C(1);
+    const uint64_t e = (static_cast<uint64_t>(bh) * g.tq + i) * g.tk + j;
+    if (e / 4 != block) {
+      block = e / 4;
+      words = philox::block_at(g.drop_key, block);
+    }
+    return philox::to_unit_float(words.w[e % 4]) >= g.drop_threshold ? static_cast<C>(g.drop_scale)
+                                                                     : C(0);
+  }
 };
 
 // Calls f(std::integral_constant<int, kDim>) with the narrowest of the

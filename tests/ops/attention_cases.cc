@@ -2,11 +2,14 @@
 // (ops::attention_composed: reshape, permute, matmul, masked_fill, softmax),
 // forward values, and its gradients against finite differences: causal
 // self-attention, cross-attention with padded keys (one example fully
-// padded), causal self-attention with padding that is and is not a suffix, and one head. On CUDA
-// the fused op runs the flash kernels (tests/cuda/attention_test.cc has their larger shapes).
+// padded), causal self-attention with padding that is and is not a suffix, and one head; and
+// with dropout on the probabilities, against the composed form with ops::dropout there (the
+// same mask). On CUDA the fused op runs the flash kernels (tests/cuda/attention_test.cc has
+// their larger shapes).
 #include <catch2/catch.hpp>
 
 #include "ops/attention.h"
+#include "ops/dropout.h"
 #include "tests/ops/op_table.h"
 
 namespace gpipe::testing {
@@ -19,6 +22,20 @@ void check_against_composed(const In& in, const In& out, int64_t heads, bool cau
   const Tensor want = ops::attention_composed(in[0], in[1], in[2], heads, causal, pad);
   REQUIRE(out[0].shape() == want.shape());
   CHECK(max_abs_diff(out[0], want) < 1e-12);
+}
+
+// The composed form with ops::dropout(P, p, true, salt) on its probabilities.
+void check_dropout_against_composed(const In& in, const In& out, int64_t heads, bool causal,
+                                    double p, uint64_t salt) {
+  const Tensor pad = in.size() > 3 ? in[3] : Tensor();
+  const Tensor want = ops::attention_composed(
+      in[0], in[1], in[2], heads, causal, pad,
+      [&](const Tensor& probs) { return ops::dropout(probs, p, true, salt); });
+  REQUIRE(out[0].shape() == want.shape());
+  CHECK(max_abs_diff(out[0], want) < 1e-12);
+  // The mask drops something: without it the result differs.
+  CHECK(max_abs_diff(out[0], ops::attention_composed(in[0], in[1], in[2], heads, causal, pad)) >
+        1e-3);
 }
 
 Tensor padding() {  // [2, 5]: example 0 pads its last two keys, example 1 all of them
@@ -208,6 +225,70 @@ GPIPE_OP_CASES({
         .fn = [](const In& in) { return In{ops::attention(in[0], in[1], in[2], 1, false)}; },
         .check_forward = [](const In& in,
                             const In& out) { check_against_composed(in, out, 1, false); },
+    },
+    // Dropout on the probabilities (Note [Attention dropout] in ops/attention.cc):
+    // cross-attention with a fully padded example (its uniform rows are dropped too),
+    // causal self-attention with padding that is a suffix (the CPU's prefix form) and
+    // holes (the masked form), and whole-vector widths (the register tiles).
+    OpCase{
+        .name = "attention/dropout_cross_padded_keys",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 6}, 101), rand64(Shape{2, 5, 6}, 102),
+                        rand64(Shape{2, 5, 6}, 103), padding()};
+            },
+        .fn =
+            [](const In& in) {
+              return In{ops::attention(in[0], in[1], in[2], 3, false, in[3], {0.3, 7})};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              check_dropout_against_composed(in, out, 3, false, 0.3, 7);
+            },
+        .grad_inputs = {0, 1, 2},
+    },
+    OpCase{
+        .name = "attention/dropout_causal_padded_holes_and_suffix",
+        .covers = {"attention_forward", "attention_backward"},
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 5, 6}, 104), rand64(Shape{2, 5, 6}, 105),
+                        rand64(Shape{2, 5, 6}, 106),
+                        Tensor::from_vector<double>({0, 1, 0, 0, 1, 0, 0, 0, 1, 1}, Shape{2, 5})};
+            },
+        .fn =
+            [](const In& in) {
+              return In{ops::attention(in[0], in[1], in[2], 2, true, in[3], {0.25, 3})};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              check_dropout_against_composed(in, out, 2, true, 0.25, 3);
+            },
+        .grad_inputs = {0, 1, 2},
+    },
+    OpCase{
+        .name = "attention/dropout_vector_width_causal_suffix_padded",
+        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
+                   "flash_attention_backward"},
+        .make_inputs =
+            [] {
+              std::vector<double> pad(40, 0.0);
+              for (int j = 35; j < 40; ++j) pad[j] = 1.0;
+              return In{rand64(Shape{2, 20, 32}, 107), rand64(Shape{2, 20, 32}, 108),
+                        rand64(Shape{2, 20, 32}, 109),
+                        Tensor::from_vector<double>(pad, Shape{2, 20})};
+            },
+        .fn =
+            [](const In& in) {
+              return In{ops::attention(in[0], in[1], in[2], 2, true, in[3], {0.5, 11})};
+            },
+        .check_forward =
+            [](const In& in, const In& out) {
+              check_dropout_against_composed(in, out, 2, true, 0.5, 11);
+            },
+        .grad_inputs = {0, 1, 2},
     },
 });
 

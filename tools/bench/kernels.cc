@@ -200,6 +200,18 @@ std::vector<Case> make_cases() {
     cs.push_back({"attention fwd+bwd", "[32, 32, 256] x 4 heads", "W2",
                   [=] { backward_of(ops::attention(q, k, v, 4, false)); }, "composed ops",
                   [=] { backward_of(ops::attention_composed(q, k, v, 4, false)); }});
+    // A Transformer trained with dropout drops attention probabilities too:
+    // the fused op draws the mask itself (Note [Attention dropout]).
+    cs.push_back({"attention causal +dropout fwd+bwd", "[32, 32, 256] x 4 heads, p=0.1", "W2",
+                  [=] {
+                    backward_of(ops::attention(q, k, v, 4, true, Tensor(), {0.1, 1}));
+                  },
+                  "composed ops, ops::dropout",
+                  [=] {
+                    backward_of(ops::attention_composed(
+                        q, k, v, 4, true, Tensor(),
+                        [](const Tensor& p) { return ops::dropout(p, 0.1, true, 1); }));
+                  }});
   }
   {
     Tensor w = rnd({vocab, d}, 14, true);
