@@ -27,6 +27,12 @@
 // A uniform row contributes dout_i / Tk to every dv_j and nothing to dq or
 // dk (masked_fill passes no gradient to masked scores).
 //
+// Dropout on the probabilities (Note [Attention dropout] in
+// ops/attention.cc): the sum l and the log-sum-exp take p_ij undropped, the
+// output o += p_ij f_ij v_j with f_ij the mask times 1 / (1 - p)
+// (DropDraw in attention_mma.h draws it from Philox); backward draws f again:
+// dp_ij becomes f_ij dp_ij, and dv_j takes p_ij f_ij.
+//
 // Heads are read in place in the [B, T, D] layout. Everything computes in
 // compute_t<T> (float32 for 16-bit tensors, each output rounded once; float64
 // for float64). The head width is padded with zeros to the template's kDim
@@ -327,7 +333,8 @@ dim3 grid(int64_t rows, int64_t pairs) {
   return dim3(static_cast<unsigned>((rows + kRows - 1) / kRows), static_cast<unsigned>(pairs));
 }
 
-// Note [Pending CUDA kernels]: the kernels' dropout has not yet run on a GPU.
+// Dropout in these kernels has not yet run on a GPU: pending (Note [Pending CUDA kernels] in
+// ops/cuda/pending.h), the composed form without the switch.
 bool takes_cuda(int64_t dh, bool dropout) {
   return dh >= 1 && dh <= kFlashAttentionMaxHeadDim && (!dropout || pending_kernels());
 }

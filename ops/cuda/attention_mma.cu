@@ -180,8 +180,7 @@ Geometry with_vec8(Geometry g, std::initializer_list<const Tensor*> tensors) {
 
 bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                            const Geometry& g, Tensor& out, Tensor& lse) {
-  // Note [Pending CUDA kernels] in ops/cuda/pending.h; dropout: the CUDA-core kernels only.
-  if (!pending_kernels() || g.dropping()) return false;
+  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/pending.h
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;
@@ -201,8 +200,7 @@ bool mma_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 bool mma_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pad,
                             const Tensor& out, const Tensor& lse, const Tensor& gout,
                             const Geometry& g, Tensor& gq, Tensor& gk, Tensor& gv) {
-  // Note [Pending CUDA kernels] in ops/cuda/pending.h; dropout: the CUDA-core kernels only.
-  if (!pending_kernels() || g.dropping()) return false;
+  if (!pending_kernels()) return false;  // Note [Pending CUDA kernels] in ops/cuda/pending.h
   return dispatch(q.dtype(), g.dh, [&](auto z, auto dim) {
     using T = decltype(z);
     constexpr int kDim = decltype(dim)::value;

@@ -54,6 +54,11 @@
 // all threads stage tiles every warp reads, and where the results pass
 // through `o`, which overlays other warps' rows.
 //
+// Dropout (Note [Attention dropout] in ops/attention.cc): the P tile the
+// forward multiplies with V is dropped (the sum l is not); dq's and dk's dS
+// take the dropped dP, dv's P^T is dropped; each thread draws its elements'
+// factors with DropDraw.
+//
 // Rounding dS to float16 can overflow past 65504 (or lose values under
 // 2^-24) where the CUDA-core kernels keep it in float32; that is the price of
 // FlashAttention's scheme in float16 (bfloat16 has float32's range).
@@ -294,10 +299,12 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
       const float tile_max = sm.red[2 * r] > sm.red[2 * r + 1] ? sm.red[2 * r] : sm.red[2 * r + 1];
       const float m_new = tile_max > m_old ? tile_max : m_old;
       float sum = 0.0f;
+      DropDraw drop;  // the sum l takes p undropped, the product with V dropped
       for (int c = h; c < kTile; c += 2) {
         const float s = sm.s[r * L::kLdS + c];
         const float p = s == kNegInf ? 0.0f : X::exp(s - m_new);
-        sm.p[r * L::kLdP + c] = X::template bits<T>(p);
+        const float kept = p == 0.0f ? 0.0f : p * drop.factor<float>(g, bh, i0 + r, j0 + c);
+        sm.p[r * L::kLdP + c] = X::template bits<T>(kept);
         sum += p;
       }
       sm.red2[t] = sum;
@@ -341,10 +348,12 @@ GPIPE_HD void forward_block(X& x, ForwardSmem<kDim>& sm, const T* q, const T* k,
       if (h == 0) lse[bh * g.tq + i] = sm.m[r] + X::log(l);
       return;
     }
-    // No visible key: uniform weights over all Tk keys.
+    // No visible key: uniform weights over all Tk keys (dropped as any).
     for (int c = h; c < g.dh; c += 2) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < g.tk; ++j) acc += X::template value<T>(v[kv0 + j * g.d + c].bits);
+      DropDraw drop;
+      for (int64_t j = 0; j < g.tk; ++j)
+        acc += X::template value<T>(v[kv0 + j * g.d + c].bits) * drop.factor<float>(g, bh, i, j);
       out[at + c].bits = X::template bits<T>(acc / static_cast<float>(g.tk));
     }
     if (h == 0) lse[bh * g.tq + i] = kNegInf;

@@ -129,11 +129,12 @@ GPIPE_HD void backward_queries_block(X& x, BackwardSmem<kDim>& sm, const T* q, c
       const int64_t i = i0 + r;
       const float li = sm.own_lse[r], di = sm.own_dsum[r];
       const int64_t vis = i < g.tq && li != kNegInf ? g.visible_end(i) - j0 : 0;
+      DropDraw drop;  // dP = mask * scale * (dO V^T): Note [Attention dropout]
       for (int c = h; c < kTile; c += 2) {
         float ds = 0.0f;
         if (c < vis && !sm.hidden[c]) {
           const float p = X::exp(sm.f.sd.s[r * L::kLdS + c] * scale - li);
-          ds = p * (sm.f.sd.dp[r * L::kLdS + c] - di);
+          ds = p * (sm.f.sd.dp[r * L::kLdS + c] * drop.factor<float>(g, bh, i, j0 + c) - di);
         }
         sm.ds[r * L::kLdP + c] = X::template bits<T>(ds);
       }
@@ -210,14 +211,17 @@ GPIPE_HD void backward_keys_block(X& x, BackwardSmem<kDim>& sm, const T* q, cons
       const int r = t >> 1, h = t & 1;
       const int64_t j = j0 + r;
       const bool key = j < g.tk, seen = key && !sm.hidden[r];
+      DropDraw drop;  // P^T dropped for dV; dS^T from P and the dropped dP
       for (int c = h; c < kTile; c += 2) {
         const int64_t i = i0 + c;
         float p = 0.0f, ds = 0.0f;
         if (i < g.tq && sm.lse[c] == kNegInf) {
-          p = key ? inv_tk : 0.0f;
+          p = key ? inv_tk * drop.factor<float>(g, bh, i, j) : 0.0f;
         } else if (i < g.tq && seen && !(g.causal && j > i)) {
           p = X::exp(sm.f.sd.s[r * L::kLdS + c] * scale - sm.lse[c]);
-          ds = p * (sm.f.sd.dp[r * L::kLdS + c] - sm.dsum[c]);
+          const float f = drop.factor<float>(g, bh, i, j);
+          ds = p * (sm.f.sd.dp[r * L::kLdS + c] * f - sm.dsum[c]);
+          p *= f;
         }
         sm.p[r * L::kLdP + c] = X::template bits<T>(p);
         sm.ds[r * L::kLdP + c] = X::template bits<T>(ds);

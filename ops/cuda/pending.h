@@ -6,8 +6,10 @@
 // switches them on (tools/gpu_check.sh runs the CUDA tests and the T6
 // benchmark with it), 0 or unset leaves the validated kernels; any other
 // value is an error at the first kernel that asks. Today: the tensor-core
-// flash attention (ops/cuda/attention_mma.cu) and the linear epilogue's
-// 16-byte pack kernels (ops/cuda/bias_act.cu). Whoever sees them pass on a
+// flash attention (ops/cuda/attention_mma.cu), the linear epilogue's
+// 16-byte pack kernels (ops/cuda/bias_act.cu), and attention dropout in the
+// flash kernels (flash_attention_takes in ops/cuda/attention.cu; without
+// the switch a dropout takes the composed form). Whoever sees them pass on a
 // GPU removes their pending_kernels() checks and this list's entries.
 #pragma once
 

@@ -11,7 +11,8 @@
 // The linear layer's epilogue (ops/cuda/bias_act.cu) on bf16 and fp16
 // activations beside a float32 bias, as a 16-bit Transformer runs it, with
 // many row chunks; its pending pack kernels against the validated ones, bit
-// for bit. A small 16-bit attention case for compute-sanitizer.
+// for bit. A small 16-bit attention case for compute-sanitizer. Attention
+// dropout, flash and composed, against the CPU's fused kernel.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -43,6 +44,16 @@ Tensor padding(int64_t b, int64_t tk) {
   }
   return Tensor::from_vector(v, Shape{b, tk});
 }
+
+// Sets the pending switch while alive; then restores it as the environment set it (gpu_check
+// runs these tests with GPIPE_CUDA_PENDING=1; later tests must see it unchanged).
+struct PendingScope {
+  bool before = ops::cuda::pending_kernels();
+  explicit PendingScope(bool on) { ops::cuda::set_pending_kernels(on); }
+  ~PendingScope() { ops::cuda::set_pending_kernels(before); }
+  PendingScope(const PendingScope&) = delete;
+  PendingScope& operator=(const PendingScope&) = delete;
+};
 
 void check_shape(const AttentionShape& s) {
   const int64_t d = s.heads * s.dh;
@@ -91,6 +102,43 @@ TEST_CASE("cuda attention: small 16-bit case") {
   const Fn fn = [](const In& x) { return In{ops::attention(x[0], x[1], x[2], 2, true, x[3])}; };
   compare(s.name, fn, in, DType::kBFloat16, 8 * std::ldexp(1.0, -8), true, {0, 1, 2});
   compare(s.name, fn, in, DType::kFloat16, 8 * std::ldexp(1.0, -11), true, {0, 1, 2});
+}
+
+// Dropout on the probabilities (Note [Attention dropout] in ops/attention.cc): the CUDA-core
+// flash kernels draw the CPU kernel's mask (pending: GPIPE_CUDA_PENDING=1), and without the
+// switch CUDA takes the composed form with ops::dropout; both against the CPU's fused op with
+// the same mask, outputs and gradients, in every dtype.
+TEST_CASE("cuda attention: dropout on the probabilities, flash (pending) and composed") {
+  const AttentionShape shapes[] = {
+      {"dropout causal padded 150 tokens, dh 40", 3, 150, 150, 3, 40, true, true},
+      {"dropout cross 70 queries x 333 keys, dh 64", 2, 70, 333, 2, 64, false, false},
+  };
+  for (bool pending : {true, false}) {
+    for (const AttentionShape& s : shapes) {
+      const int64_t d = s.heads * s.dh;
+      In in{rand64(Shape{s.b, s.tq, d}, 531, -2, 2), rand64(Shape{s.b, s.tk, d}, 532, -2, 2),
+            rand64(Shape{s.b, s.tk, d}, 533)};
+      if (s.padded) in.push_back(padding(s.b, s.tk));
+      const int64_t heads = s.heads;
+      const bool causal = s.causal;
+      const Fn fn = [heads, causal](const In& x) {
+        return In{ops::attention(x[0], x[1], x[2], heads, causal, x.size() > 3 ? x[3] : Tensor(),
+                                 {0.2, 9})};
+      };
+      for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+        SECTION(std::string(s.name) + (pending ? " / flash" : " / composed") + " / " +
+                std::string(dtype_name(dtype))) {
+          const PendingScope scope(pending);
+          REQUIRE(ops::flash_attention_takes(kGpu, s.dh, true) == pending);
+          const double tol = dtype == DType::kFloat64    ? 1e-9
+                             : dtype == DType::kFloat32  ? 1e-3
+                             : dtype == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8)
+                                                         : 8 * std::ldexp(1.0, -11);
+          compare(s.name, fn, in, dtype, tol, true, {0, 1, 2});
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("cuda attention: a fully padded example attends uniformly, with finite gradients") {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/rng.h"
 #include "ops/attention.h"
 #include "ops/cuda/attention_mma_backward.h"
 
@@ -197,8 +198,10 @@ std::vector<double> uniform(size_t n, uint32_t seed, double lo, double hi) {
 
 // vec8: rows staged 16 bytes at a time (Geometry::vec8; the vectors' data
 // start on 16 bytes, as malloc gives).
+// drop_p > 0: dropout on the probabilities (Note [Attention dropout] in
+// ops/attention.cc), the CPU op with the same mask as the reference.
 template <class T>
-void check(const Shape4& s, double tol, bool vec8) {
+void check(const Shape4& s, double tol, bool vec8, double drop_p = 0) {
   const int64_t d = s.heads * s.dh;
   Geometry g{};
   g.b = s.b;
@@ -210,6 +213,12 @@ void check(const Shape4& s, double tol, bool vec8) {
   g.scale = 1.0 / std::sqrt(static_cast<double>(s.dh));
   g.causal = s.causal;
   g.vec8 = vec8;
+  const ops::FusedDropout dropout{drop_p, 13};
+  if (drop_p > 0) {
+    g.drop_scale = 1.0 / (1.0 - drop_p);
+    g.drop_threshold = dropout_keep_threshold(drop_p);
+    g.drop_key = current_rng_context().key(dropout.salt);
+  }
   // Inputs rounded to T: the reference sees exactly the values the kernels do.
   auto rounded = [](const std::vector<double>& x) {
     std::vector<double> r(x.size());
@@ -248,7 +257,7 @@ void check(const Shape4& s, double tol, bool vec8) {
          tv = Tensor::from_vector(v, Shape{s.b, s.tk, d});
   for (Tensor* t : {&tq, &tk, &tv}) t->set_requires_grad(true);
   const Tensor tpad = s.padded ? Tensor::from_vector(pad, Shape{s.b, s.tk}) : Tensor();
-  const Tensor out = ops::attention(tq, tk, tv, s.heads, s.causal, tpad);
+  const Tensor out = ops::attention(tq, tk, tv, s.heads, s.causal, tpad, dropout);
   backward({out}, {Tensor::from_vector(go, out.shape())});
 
   // The log-sum-exp of each row's visible scaled scores (-inf: no visible key).
@@ -276,7 +285,8 @@ void check(const Shape4& s, double tol, bool vec8) {
     }
   }
 
-  INFO(s.name << " / " << dtype_name(dtype_of<T>()) << (vec8 ? " / 16-byte staging" : ""));
+  INFO(s.name << " / " << dtype_name(dtype_of<T>()) << (vec8 ? " / 16-byte staging" : "")
+              << (drop_p > 0 ? " / dropout" : ""));
   const double e_out = rel_err(got.out, out.to_vector<double>());
   const double e_lse = rel_err(got_lse, lse);
   const double e_gq = rel_err(got.gq, tq.grad().to_vector<double>());
@@ -301,12 +311,15 @@ const Shape4 kShapes[] = {
     {"causal 100 queries x 70 keys, padded, dh 16", 2, 100, 70, 1, 16, true, true},
 };
 
-// Every shape element by element, and 16 bytes at a time where dh allows.
+// Every shape element by element, and 16 bytes at a time where dh allows;
+// and with dropout (p 0.2).
 template <class T>
 void check_all(double tol) {
-  for (const Shape4& s : kShapes)
+  for (const Shape4& s : kShapes) {
     for (bool vec8 : {false, true})
       if (!vec8 || s.dh % 8 == 0) check<T>(s, tol, vec8);
+    check<T>(s, tol, false, 0.2);
+  }
 }
 
 TEST_CASE("tensor-core flash attention (emulated on the CPU): bfloat16 against the CPU op") {
