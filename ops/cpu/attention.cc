@@ -84,17 +84,20 @@ struct Drop {
   T scale;
 };
 
-// Row i of P (tk wide, softmax done): its dropped copy into pd, and the
-// dropped entries' signs flipped in place.
+// Row i of P (tk wide, softmax done, zero from n on): its dropped copy into
+// pd, and the dropped entries' signs flipped in place. Uniforms are drawn
+// for [0, n) only (a causal row's zeros need no mask).
 template <class T>
-void drop_row(const Drop<T>& d, int64_t i, int64_t tk, T* row, T* pd, vector<float>& u) {
-  u.resize(static_cast<size_t>(tk));
-  rng::uniforms_from(d.key, d.first + static_cast<uint64_t>(i * tk), u.data(), tk);
-  for (int64_t j = 0; j < tk; ++j) {
+void drop_row(const Drop<T>& d, int64_t i, int64_t n, int64_t tk, T* row, T* pd,
+              vector<float>& u) {
+  u.resize(static_cast<size_t>(n));
+  rng::uniforms_from(d.key, d.first + static_cast<uint64_t>(i * tk), u.data(), n);
+  for (int64_t j = 0; j < n; ++j) {
     const bool keep = u[j] >= d.threshold;
     pd[j] = keep ? row[j] * d.scale : T(0);
     row[j] = keep ? row[j] : -row[j];
   }
+  std::fill(pd + n, pd + tk, T(0));
 }
 
 // Keys [0, n) visible and the rest padded (no mask, or padding only at the
@@ -180,7 +183,7 @@ void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, 
     if (visible > 0) {  // keys [0, n) are visible, the rest weigh exactly 0
       const int64_t n = causal ? std::min(i + 1, visible) : visible;
       softmax_prefix(row, n, g.tk, scale);
-      if (drop) drop_row(*drop, i, g.tk, row, pd.data() + i * g.tk, u);
+      if (drop) drop_row(*drop, i, n, g.tk, row, pd.data() + i * g.tk, u);
       continue;
     }
     for (int64_t j = 0; j < g.tk; ++j)
@@ -192,7 +195,7 @@ void forward_pair(const Dims& g, bool causal, T scale, const Pair<T>& in, T* p, 
       for (int64_t j = 0; j < g.tk; ++j)
         if (masked(in.pad, causal, i, j)) row[j] = T(0);
     r *= T(1) / r.sum();
-    if (drop) drop_row(*drop, i, g.tk, row, pd.data() + i * g.tk, u);
+    if (drop) drop_row(*drop, i, g.tk, g.tk, row, pd.data() + i * g.tk, u);
   }
   product<T>(false, g.tq, g.dh, g.tk, drop ? pd.data() : p, g.tk, in.v, in.ldk, out, in.ldq,
              visible > 0 ? &band : nullptr);
