@@ -85,7 +85,8 @@ namespace {
 // Note [Attention dropout]. Dropout on the attention probabilities P [B,
 // heads, Tq, Tk] is ops::dropout on them: probability (b, h, i, j) is kept
 // where element ((b heads + h) Tq + i) Tk + j of the float32 Philox stream
-// current_rng_context().key(salt) is >= p, and scaled by 1 / (1 - p). The
+// current_rng_context().key(salt) is >= dropout_keep_threshold(p) (p
+// rounded up to a float, as ops::dropout compares), and scaled by 1 / (1 - p). The
 // fused kernels draw that mask where they make P, so the composed form with
 // on_probs = ops::dropout and the fused op agree (mask for mask; values to
 // round-off), and neither materialises a second score-sized tensor. With

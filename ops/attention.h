@@ -34,7 +34,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t head
 
 // The same from primitive ops (reshape, permute, matmul, masked_fill,
 // softmax): the reference the fused op is tested against, and the form used
-// when something must act on the probabilities (`on_probs`, e.g. dropout).
+// where the device has no fused kernels for the case. `on_probs` acts on the
+// probabilities (ops::dropout there is what `attention`'s dropout equals).
 Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
                           bool causal, const Tensor& key_padding = Tensor(),
                           const std::function<Tensor(const Tensor&)>& on_probs = {});

@@ -14,9 +14,10 @@ namespace gpipe::ops {
 // for backward).
 // Dropout (p > 0; Note [Attention dropout] in ops/attention.cc): probability
 // (bh, i, j) is kept where element (bh * Tq + i) * Tk + j of the float32
-// Philox stream `key` is >= p, and scaled by 1 / (1 - p); out = P' v with
-// the dropped P'. probs then holds P with the sign bit set where dropped
-// (-P, -0 for a 0), so backward reads the mask instead of drawing it again.
+// Philox stream `key` is >= dropout_keep_threshold(p) (core/rng.h: p
+// rounded up to a float), and scaled by 1 / (1 - p); out = P' v with the
+// dropped P'. probs then holds -P where a nonzero P is dropped, so backward
+// reads the mask instead of drawing it again (a zero needs no mask).
 GPIPE_DECLARE_KERNEL(attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& key_padding, int64_t heads, bool causal,
                                              double p, uint64_t key, Tensor& out, Tensor& probs));

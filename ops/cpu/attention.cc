@@ -88,8 +88,7 @@ struct Drop {
 // pd, and the dropped entries' signs flipped in place. Uniforms are drawn
 // for [0, n) only (a causal row's zeros need no mask).
 template <class T>
-void drop_row(const Drop<T>& d, int64_t i, int64_t n, int64_t tk, T* row, T* pd,
-              vector<float>& u) {
+void drop_row(const Drop<T>& d, int64_t i, int64_t n, int64_t tk, T* row, T* pd, vector<float>& u) {
   u.resize(static_cast<size_t>(n));
   rng::uniforms_from(d.key, d.first + static_cast<uint64_t>(i * tk), u.data(), n);
   for (int64_t j = 0; j < n; ++j) {

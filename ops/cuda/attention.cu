@@ -24,8 +24,9 @@
 //            with dp_ij = dout_i . v_j;
 //   dv:      a thread per key:  dv_j = sum_i p_ij dout_i;
 //   dk:      a thread per key:  dk_j = sum_i p_ij (dp_ij - D_i) (scale q_i).
-// A uniform row contributes dout_i / Tk to every dv_j and nothing to dq or
-// dk (masked_fill passes no gradient to masked scores).
+// A uniform row contributes dout_i / Tk (times the dropout factor, below)
+// to every dv_j and nothing to dq or dk (masked_fill passes no gradient to
+// masked scores).
 //
 // Dropout on the probabilities (Note [Attention dropout] in
 // ops/attention.cc): the sum l and the log-sum-exp take p_ij undropped, the

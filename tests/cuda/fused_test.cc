@@ -15,6 +15,7 @@
 // dropout, flash and composed, against the CPU's fused kernel.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "core/autograd.h"
@@ -55,18 +56,27 @@ struct PendingScope {
   PendingScope& operator=(const PendingScope&) = delete;
 };
 
-void check_shape(const AttentionShape& s) {
+// s through the fused op (with `drop` on the probabilities) against the CPU's, every dtype.
+// pending 0 or 1: with the switch set so, the flash kernels' dropout taken (1) or declined (0).
+void check_shape(const AttentionShape& s, const ops::FusedDropout& drop = {}, int pending = -1) {
   const int64_t d = s.heads * s.dh;
   In in{rand64(Shape{s.b, s.tq, d}, 501, -2, 2), rand64(Shape{s.b, s.tk, d}, 502, -2, 2),
         rand64(Shape{s.b, s.tk, d}, 503)};
   if (s.padded) in.push_back(padding(s.b, s.tk));
   const int64_t heads = s.heads;
   const bool causal = s.causal;
-  const Fn fn = [heads, causal](const In& x) {
-    return In{ops::attention(x[0], x[1], x[2], heads, causal, x.size() > 3 ? x[3] : Tensor())};
+  const Fn fn = [heads, causal, drop](const In& x) {
+    return In{
+        ops::attention(x[0], x[1], x[2], heads, causal, x.size() > 3 ? x[3] : Tensor(), drop)};
   };
+  const std::string how = pending < 0 ? "" : pending == 1 ? " / flash" : " / composed";
   for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    SECTION(std::string(s.name) + " / " + std::string(dtype_name(dtype))) {
+    SECTION(std::string(s.name) + how + " / " + std::string(dtype_name(dtype))) {
+      std::optional<PendingScope> scope;
+      if (pending >= 0) {
+        scope.emplace(pending == 1);
+        REQUIRE(ops::flash_attention_takes(kGpu, s.dh, drop.p > 0) == (pending == 1));
+      }
       const double tol = dtype == DType::kFloat64    ? 1e-9
                          : dtype == DType::kFloat32  ? 1e-3
                          : dtype == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8)
@@ -104,41 +114,18 @@ TEST_CASE("cuda attention: small 16-bit case") {
   compare(s.name, fn, in, DType::kFloat16, 8 * std::ldexp(1.0, -11), true, {0, 1, 2});
 }
 
-// Dropout on the probabilities (Note [Attention dropout] in ops/attention.cc): the CUDA-core
-// flash kernels draw the CPU kernel's mask (pending: GPIPE_CUDA_PENDING=1), and without the
-// switch CUDA takes the composed form with ops::dropout; both against the CPU's fused op with
-// the same mask, outputs and gradients, in every dtype.
+// Dropout on the probabilities (Note [Attention dropout] in ops/attention.cc): the flash
+// kernels draw the CPU kernel's mask (pending: GPIPE_CUDA_PENDING=1; float32 and float64 on
+// the CUDA cores, the 16-bit types on tensor cores from sm_80 on), and without the switch CUDA
+// takes the composed form with ops::dropout; both against the CPU's fused op with the same
+// mask, outputs and gradients, in every dtype.
 TEST_CASE("cuda attention: dropout on the probabilities, flash (pending) and composed") {
   const AttentionShape shapes[] = {
       {"dropout causal padded 150 tokens, dh 40", 3, 150, 150, 3, 40, true, true},
       {"dropout cross 70 queries x 333 keys, dh 64", 2, 70, 333, 2, 64, false, false},
   };
-  for (bool pending : {true, false}) {
-    for (const AttentionShape& s : shapes) {
-      const int64_t d = s.heads * s.dh;
-      In in{rand64(Shape{s.b, s.tq, d}, 531, -2, 2), rand64(Shape{s.b, s.tk, d}, 532, -2, 2),
-            rand64(Shape{s.b, s.tk, d}, 533)};
-      if (s.padded) in.push_back(padding(s.b, s.tk));
-      const int64_t heads = s.heads;
-      const bool causal = s.causal;
-      const Fn fn = [heads, causal](const In& x) {
-        return In{ops::attention(x[0], x[1], x[2], heads, causal, x.size() > 3 ? x[3] : Tensor(),
-                                 {0.2, 9})};
-      };
-      for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-        SECTION(std::string(s.name) + (pending ? " / flash" : " / composed") + " / " +
-                std::string(dtype_name(dtype))) {
-          const PendingScope scope(pending);
-          REQUIRE(ops::flash_attention_takes(kGpu, s.dh, true) == pending);
-          const double tol = dtype == DType::kFloat64    ? 1e-9
-                             : dtype == DType::kFloat32  ? 1e-3
-                             : dtype == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8)
-                                                         : 8 * std::ldexp(1.0, -11);
-          compare(s.name, fn, in, dtype, tol, true, {0, 1, 2});
-        }
-      }
-    }
-  }
+  for (int pending : {1, 0})
+    for (const AttentionShape& s : shapes) check_shape(s, {0.2, 9}, pending);
 }
 
 TEST_CASE("cuda attention: a fully padded example attends uniformly, with finite gradients") {

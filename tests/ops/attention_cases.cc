@@ -45,8 +45,8 @@ Tensor padding() {  // [2, 5]: example 0 pads its last two keys, example 1 all o
 GPIPE_OP_CASES({
     OpCase{
         .name = "attention/causal_self",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 4, 6}, 71), rand64(Shape{2, 4, 6}, 72),
@@ -58,8 +58,8 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "attention/cross_padded_keys",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 3, 6}, 74), rand64(Shape{2, 5, 6}, 75),
@@ -127,8 +127,8 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "attention/one_head",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{1, 3, 4}, 77), rand64(Shape{1, 2, 4}, 78),
@@ -143,8 +143,8 @@ GPIPE_OP_CASES({
     // ops/cpu/attention.cc at the AVX2 and AVX-512 levels, all six products.
     OpCase{
         .name = "attention/vector_width_causal",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 16, 32}, 86), rand64(Shape{2, 16, 32}, 87),
@@ -161,8 +161,8 @@ GPIPE_OP_CASES({
     // tile, and its softmax rows of 1-20 keys end inside a vector.
     OpCase{
         .name = "attention/vector_width_causal_suffix_padded",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               std::vector<double> pad(40, 0.0);
@@ -181,8 +181,8 @@ GPIPE_OP_CASES({
     // not a multiple of 8, the value products (12 wide) the general GEMM.
     OpCase{
         .name = "attention/vector_width_keys_padded",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               std::vector<double> pad(32, 0.0);  // example 1 pads its last five keys
@@ -202,8 +202,8 @@ GPIPE_OP_CASES({
     // AVX-512, one head of 80 (5 vectors: 4 + 1).
     OpCase{
         .name = "attention/column_chunks_causal",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{1, 24, 80}, 95), rand64(Shape{1, 24, 80}, 96),
@@ -215,8 +215,8 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "attention/column_chunks_one_head",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{1, 20, 80}, 98), rand64(Shape{1, 16, 80}, 99),
@@ -232,8 +232,8 @@ GPIPE_OP_CASES({
     // holes (the masked form), and whole-vector widths (the register tiles).
     OpCase{
         .name = "attention/dropout_cross_padded_keys",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 3, 6}, 101), rand64(Shape{2, 5, 6}, 102),
@@ -270,8 +270,8 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "attention/dropout_vector_width_causal_suffix_padded",
-        .covers = {"attention_forward", "attention_backward", "flash_attention_forward",
-                   "flash_attention_backward"},
+        .covers = {"attention_forward", "attention_backward", "flash_attention_takes",
+                   "flash_attention_forward", "flash_attention_backward"},
         .make_inputs =
             [] {
               std::vector<double> pad(40, 0.0);
