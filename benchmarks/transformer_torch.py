@@ -63,6 +63,9 @@ def parse_args():
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--tgt-len", type=int, default=32)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="training dropout where gpipe's Transformer has it (--dropout): embeddings, "
+                        "attention probabilities, the FFN's hidden layer, each sublayer's output")
     a = p.parse_args()
     a.precisions, a.attentions = a.precision.split(","), a.attention.split(",")
     if a.device == "cuda" and a.mode != "step":
@@ -75,6 +78,8 @@ def parse_args():
         p.error("lists and --precision tf32: --device cuda only")
     if a.dim % a.heads:
         p.error("--dim must be a multiple of --heads")
+    if not 0.0 <= a.dropout < 1.0:
+        p.error("--dropout must be in [0, 1)")
     return a
 
 
@@ -92,6 +97,12 @@ DEVICE = torch.device("cuda:0" if ARGS.device == "cuda" else "cpu")
 # The run's precision and attention (main() sets them per run with --device cuda).
 BF16 = ARGS.autocast == "bf16" or ARGS.precision == "bf16"
 ATTENTION = ARGS.attention
+DROPOUT = ARGS.dropout
+
+
+def drop(x, training):
+    """gpipe's training dropout (--dropout); nothing at all when it is 0."""
+    return F.dropout(x, DROPOUT, training) if DROPOUT > 0 else x
 
 
 def max_rss_bytes():
@@ -125,13 +136,14 @@ class Attention(nn.Module):
         k = self.k(mem).view(b, s, HEADS, dh).transpose(1, 2)
         v = self.v(mem).view(b, s, HEADS, dh).transpose(1, 2)
         if ATTENTION == "sdpa":
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                                 dropout_p=DROPOUT if self.training else 0.0)
             return self.o(out.transpose(1, 2).reshape(b, t, D_MODEL))
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh)
         if self.causal:
             mask = torch.full((t, s), float("-inf"), device=x.device).triu(1)
             scores = scores + mask
-        p = scores.softmax(dim=-1)
+        p = drop(scores.softmax(dim=-1), self.training)
         out = torch.matmul(p, v).transpose(1, 2).reshape(b, t, D_MODEL)
         return self.o(out)
 
@@ -142,7 +154,7 @@ class FeedForward(nn.Module):
         self.fc1, self.fc2 = nn.Linear(D_MODEL, FFN), nn.Linear(FFN, D_MODEL)
 
     def forward(self, x):
-        return self.fc2(F.relu(self.fc1(x)))
+        return self.fc2(drop(F.relu(self.fc1(x)), self.training))
 
 
 class EncoderLayer(nn.Module):
@@ -153,8 +165,8 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x):
         h = self.ln1(x)
-        x = x + self.attn(h, h)
-        return x + self.ffn(self.ln2(x))
+        x = x + drop(self.attn(h, h), self.training)
+        return x + drop(self.ffn(self.ln2(x)), self.training)
 
 
 class DecoderLayer(nn.Module):
@@ -165,9 +177,9 @@ class DecoderLayer(nn.Module):
 
     def forward(self, y, mem):
         h = self.ln1(y)
-        y = y + self.self_attn(h, h)
-        y = y + self.cross_attn(self.ln2(y), mem)
-        return y + self.ffn(self.ln3(y))
+        y = y + drop(self.self_attn(h, h), self.training)
+        y = y + drop(self.cross_attn(self.ln2(y), mem), self.training)
+        return y + drop(self.ffn(self.ln3(y)), self.training)
 
 
 # W3's tuple -> tuple blocks; W2 chains the same blocks with 3 + 3 layers.
@@ -178,7 +190,7 @@ class Embed(nn.Module):
         self.register_buffer("pe", sinusoid_table(max(512, SRC_LEN, TGT_LEN), D_MODEL), persistent=False)
 
     def embed(self, tok):
-        return self.weight[tok] * math.sqrt(D_MODEL) + self.pe[: tok.shape[1]]
+        return drop(self.weight[tok] * math.sqrt(D_MODEL) + self.pe[: tok.shape[1]], self.training)
 
     def forward(self, src_tok, tgt_tok):
         return self.embed(src_tok), self.embed(tgt_tok)

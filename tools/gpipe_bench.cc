@@ -107,6 +107,8 @@ CLI::App* add_profile(CLI::App& app, gpipe::bench::ProfileBenchOptions& o) {
   c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
   c->add_flag("--unfused-loss", o.unfused_loss,
               "transformer: the output projection's logits, then the loss (not fused)");
+  c->add_option("--dropout", o.dropout, "transformer: training dropout")
+      ->check(CLI::Range(0.0, 0.999));
   add_warmup_steps(c, o.warmup, o.steps, "profiled steps");
   return c;
 }
@@ -132,6 +134,10 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
       ->capture_default_str();
   c->add_flag("--unfused-loss", o.unfused_loss,
               "gpipe's output projection's logits, then the loss (not fused)");
+  c->add_option("--dropout", o.dropout,
+                "training dropout on both sides (embeddings, attention probabilities, the FFN's "
+                "hidden layer, each sublayer's output)")
+      ->check(CLI::Range(0.0, 0.999));
   add_torch_flags(c, o.torch);
   return c;
 }

@@ -64,6 +64,7 @@ struct ProfileBenchOptions {
   int threads = 1;
   std::string precision = "fp32";
   bool unfused_loss = false;  // transformer: the output projection outside the loss
+  double dropout = 0;         // transformer: TransformerConfig::dropout (training)
   int warmup = 3, steps = 10;
   std::string env_note;
 };
@@ -107,6 +108,7 @@ struct MeasureOptions {
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (PipelineOptions::precision)
   // transformer: logits then the loss, not linear_cross_entropy (Note [Fused output loss]).
   bool unfused_loss = false;
+  double dropout = 0;  // transformer: TransformerConfig::dropout (training)
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -138,6 +140,9 @@ struct TransformerBenchOptions {
   // bf16: gpipe at --precision=bf16 against PyTorch under torch.autocast("cpu", bfloat16).
   std::string precision = "fp32";
   bool unfused_loss = false;  // gpipe's output projection outside the loss
+  // Training dropout on both sides where gpipe's Transformer has it (embeddings, attention
+  // probabilities, the FFN's hidden layer, each sublayer's output).
+  double dropout = 0;
   int warmup = 3, steps = 20;
   double max_seconds = 30;
 };

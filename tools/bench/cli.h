@@ -42,6 +42,8 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->add_option("--skips", o.skips, "direct | through-cells");
   c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
   c->add_flag("--unfused-loss", o.unfused_loss, "transformer: logits, then the loss");
+  c->add_option("--dropout", o.dropout, "transformer: training dropout")
+      ->check(CLI::Range(0.0, 0.999));
   return c;
 }
 

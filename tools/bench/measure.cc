@@ -94,6 +94,7 @@ MeasuredWorkload measure_workload(const MeasureOptions& o) {
     c.vocab = kVocab;
     c.max_len = 64;
     c.fused_loss = !o.unfused_loss;
+    c.dropout = o.dropout;
     w.expected_params = models::transformer_parameter_count(c);
     w.model = models::transformer(c);
     w.batch = transformer_batch(o.batch, 1234);
@@ -406,6 +407,7 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (o.replicas > 1) cmd += " --replicas " + std::to_string(o.replicas);
   if (o.precision != "fp32") cmd += " --precision " + o.precision;
   if (o.unfused_loss) cmd += " --unfused-loss";
+  if (o.dropout > 0) cmd += " --dropout " + std::to_string(o.dropout);
   if (o.workload == "unet" || o.workload == "resnet")
     cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
            " --skips " + o.skips + (o.split_blocks ? " --split-blocks" : "");

@@ -32,6 +32,7 @@ int run_profile(const ProfileBenchOptions& o) {
   m.threads = o.threads;
   m.precision = o.precision;
   m.unfused_loss = o.unfused_loss;
+  m.dropout = o.dropout;
   MeasuredWorkload w = measure_workload(m);
   set_default_intra_op_threads(o.threads);
   PipelineOptions po;

@@ -28,6 +28,14 @@ int run_transformer(const TransformerBenchOptions& opt) {
         "master weights) vs PyTorch torch.autocast(\"cpu\", bfloat16)\n");
   StepComparison c{"W2", "tok", {}, 1024, 7627776, "transformer_torch.py", "step", "", "%10.1f"};
   if (bf16) c.script_extra += " --autocast bf16";
+  if (opt.dropout > 0) {
+    std::printf(
+        "# dropout %g on both sides (embeddings, attention probabilities, FFN hidden, "
+        "sublayer outputs; different masks, so the losses differ)\n",
+        opt.dropout);
+    c.script_extra += " --dropout " + std::to_string(opt.dropout);
+  }
+  c.model.dropout = opt.dropout;
   c.model.workload = "transformer";
   c.model.precision = opt.precision;
   c.model.unfused_loss = opt.unfused_loss;
