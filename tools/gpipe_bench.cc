@@ -108,7 +108,7 @@ CLI::App* add_profile(CLI::App& app, gpipe::bench::ProfileBenchOptions& o) {
   c->add_flag("--unfused-loss", o.unfused_loss,
               "transformer: the output projection's logits, then the loss (not fused)");
   c->add_option("--dropout", o.dropout, "transformer: training dropout")
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(gpipe::train::kProbability);
   add_warmup_steps(c, o.warmup, o.steps, "profiled steps");
   return c;
 }
@@ -137,7 +137,7 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
   c->add_option("--dropout", o.dropout,
                 "training dropout on both sides (embeddings, attention probabilities, the FFN's "
                 "hidden layer, each sublayer's output)")
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(gpipe::train::kProbability);
   add_torch_flags(c, o.torch);
   return c;
 }

@@ -392,3 +392,24 @@ TEST_CASE("tool flags: a whole-number range names the range and the text given")
   for (const std::string bad : {"0", "17", "x", "4x", "-1", "99999999999999999999"})
     CHECK(parse(bad) == "--K: expected a whole number from 1 to 16, got '" + bad + "'");
 }
+
+TEST_CASE("tool flags: a dropout rate is a probability in [0, 1)") {
+  CLI::App app("t");
+  double p = 0.5;
+  app.add_option("--dropout", p)->check(gpipe::train::kProbability);
+  auto parse = [&](const std::string& value) -> std::string {
+    std::vector<std::string> args = {"--dropout=" + value};
+    try {
+      app.parse(args);
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(parse("0").empty());
+  CHECK(p == 0.0);
+  CHECK(parse("0.1").empty());
+  CHECK(p == 0.1);
+  for (const std::string bad : {"1", "1.5", "-0.1", "x", "0.1x", "nan"})
+    CHECK(parse(bad) == "--dropout: expected a probability in [0, 1), got '" + bad + "'");
+}

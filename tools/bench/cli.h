@@ -43,7 +43,7 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->add_option("--precision", o.precision, "fp32 | bf16 | fp16");
   c->add_flag("--unfused-loss", o.unfused_loss, "transformer: logits, then the loss");
   c->add_option("--dropout", o.dropout, "transformer: training dropout")
-      ->check(CLI::Range(0.0, 0.999));
+      ->check(gpipe::train::kProbability);
   return c;
 }
 

@@ -33,6 +33,17 @@ inline const CLI::Validator kNonNegative(
     [](std::string& s) { return cli_detail::number_check(s, true); }, "NONNEGATIVE",
     "non-negative");
 
+// A probability in [0, 1) (dropout rates: "expected a probability in [0, 1), got '1.5'").
+inline const CLI::Validator kProbability(
+    [](std::string& s) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (s.empty() || end == s.c_str() || *end != '\0' || !(v >= 0 && v < 1))
+        return "expected a probability in [0, 1), got '" + s + "'";
+      return "";
+    },
+    "PROBABILITY", "probability");
+
 // A whole number in [lo, hi] ("--K: expected a whole number from 1 to 16, got '0'").
 inline CLI::Validator int_range(long lo, long hi) {
   const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
