@@ -192,14 +192,9 @@ TEST_CASE("cuda bias_activation: the pending pack kernels give the validated ker
               return In{ops::bias_activation(z, bias == 0 ? Tensor() : x[1], act)};
             };
             const In in{rand64(Shape{s.rows, s.n}, 551, -2, 2), rand64(Shape{s.n}, 552)};
-            // The switch as the environment set it is restored: later tests (gpu_check runs
-            // the attention tests with GPIPE_CUDA_PENDING=1) must see it unchanged.
-            const bool before = ops::cuda::pending_kernels();
             auto run = [&](bool pending) {
-              ops::cuda::set_pending_kernels(pending);
-              In r = run_op(fn, in, {0, 1}, true, bias == 2 ? DType::kFloat32 : dtype, kGpu);
-              ops::cuda::set_pending_kernels(before);
-              return r;
+              const PendingScope scope(pending);
+              return run_op(fn, in, {0, 1}, true, bias == 2 ? DType::kFloat32 : dtype, kGpu);
             };
             const In validated = run(false), pending = run(true);
             REQUIRE(validated.size() == pending.size());

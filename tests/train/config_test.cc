@@ -373,19 +373,24 @@ TEST_CASE("gpipe_train flags: --plan=auto chooses what it plans; --memory needs 
   CHECK_THROWS_WITH(parse_train_flags(with({"--plan=manual"})), Contains("--plan"));
 }
 
+namespace {
+// app's message for the one argument `arg`, or "" when it parses.
+std::string parse_error(CLI::App& app, const std::string& arg) {
+  std::vector<std::string> args = {arg};
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
 TEST_CASE("tool flags: a whole-number range names the range and the text given") {
   CLI::App app("t");
   int k = 2;
   app.add_option("--K", k)->check(gpipe::train::int_range(1, 16));
-  auto parse = [&](const std::string& value) -> std::string {
-    std::vector<std::string> args = {"--K=" + value};
-    try {
-      app.parse(args);
-    } catch (const CLI::ParseError& e) {
-      return e.what();
-    }
-    return "";
-  };
+  auto parse = [&](const std::string& value) { return parse_error(app, "--K=" + value); };
   CHECK(parse("4").empty());
   CHECK(k == 4);
   CHECK(parse("16").empty());
@@ -397,15 +402,7 @@ TEST_CASE("tool flags: a dropout rate is a probability in [0, 1)") {
   CLI::App app("t");
   double p = 0.5;
   app.add_option("--dropout", p)->check(gpipe::train::kProbability);
-  auto parse = [&](const std::string& value) -> std::string {
-    std::vector<std::string> args = {"--dropout=" + value};
-    try {
-      app.parse(args);
-    } catch (const CLI::ParseError& e) {
-      return e.what();
-    }
-    return "";
-  };
+  auto parse = [&](const std::string& value) { return parse_error(app, "--dropout=" + value); };
   CHECK(parse("0").empty());
   CHECK(p == 0.0);
   CHECK(parse("0.1").empty());
