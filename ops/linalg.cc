@@ -234,7 +234,8 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 }
 
 // Note [Fused linear]. A float32 linear layer with a bias, ReLU, residual
-// or training dropout on a device with linear_bias_act (the CPU) runs as one
+// or training dropout on a device with linear_bias_act (the CPU; CUDA
+// where linear_bias_act_takes the case, as below) runs as one
 // GEMM whose epilogue adds the bias, applies the activation and the dropout
 // and adds the residual in cache (Note [GEMM epilogue] in
 // ops/cpu/gemm_kernels.h), instead of a GEMM and a pass over memory for each.
@@ -255,9 +256,15 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 // (gz in bfloat16, the bias gradient in float32), then the 16-bit linear's
 // gx = gz w16 (bfloat16) and gw = gz^T x (float32). Same bits as
 // linear_16bit followed by bias_activation, forward and backward.
+//
+// A device whose linear_bias_act_takes declines a case (CUDA: a dropout, or
+// the pending kernels off) runs the composed form. Where CUDA takes it, the
+// forward is one cuBLASLt call (Note [cuBLASLt epilogue] in
+// ops/cuda/linear_lt.cc), within one rounding of the composed ops rather
+// than their bits, and the backward is this node's, the composed kernels.
 enum class FusedLinear { kNone, kFloat32, kBFloat16 };
 FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                              FusedActivation act, const Tensor& residual, bool dropout) {
+                              FusedActivation act, const Tensor& residual, double dropout) {
   const DeviceType dev = x.device().type;
   const bool fits =
       ((act == FusedActivation::kRelu && !residual.defined()) ||
@@ -266,7 +273,10 @@ FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tenso
       (!bias.defined() || bias.dtype() == DType::kFloat32) && weight.device() == x.device() &&
       (!bias.defined() || bias.device() == x.device()) &&
       (!residual.defined() || (residual.dtype() == x.dtype() && residual.device() == x.device())) &&
-      bias_act_backward.has(dev);
+      bias_act_backward.has(dev) &&
+      (!linear_bias_act_takes.has(dev) ||
+       linear_bias_act_takes(x.device(), x.dtype(), act == FusedActivation::kRelu,
+                             residual.defined(), dropout));
   const Precision p = current_precision();
   if (fits && x.dtype() == DType::kFloat32 && p == Precision::kFloat32 && linear_bias_act.has(dev))
     return FusedLinear::kFloat32;
@@ -387,7 +397,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, FusedAc
   // The fused backward reads ReLU's mask off its output, which a residual would change.
   if (residual.defined() && act != FusedActivation::kNone)
     return add(residual, linear(x, weight, bias, act, Tensor(), dropout));
-  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act, residual, dropout.p > 0);
+  if (const FusedLinear kind = fused_linear_kind(x, weight, bias, act, residual, dropout.p);
       kind != FusedLinear::kNone)
     return fused_linear(x, weight, bias, act, kind == FusedLinear::kBFloat16, residual, dropout);
   const Precision p = current_precision();

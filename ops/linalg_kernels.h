@@ -26,14 +26,22 @@ GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
 // [out, in], bias [out] float32 or undefined, act ReLU (relu) or none,
 // dropout p in [0, 1) with dropout_apply(p, key)'s mask (0: none), residual
 // [rows, out] of x's dtype or undefined: the bias, activation, dropout and residual done in the
-// GEMM's epilogue (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h), the same bits as the GEMM
-// followed by bias_act_forward, dropout_apply and add. CPU only; ops::linear uses it where it is
-// registered (Note [Fused linear] in ops/linalg.cc). A device that takes bfloat16 here (the CPU)
-// also multiplies bfloat16 x and w into a bfloat16 y with a float32 bias and a bfloat16 residual,
-// each step's result rounded to bfloat16 as the composed 16-bit ops round theirs
-// (batched_gemm_bf16_out, bias_act_forward, dropout_apply, add).
+// GEMM's epilogue. ops::linear uses it where it is registered and linear_bias_act_takes the case
+// (Note [Fused linear] in ops/linalg.cc). A device that takes bfloat16 here also multiplies
+// bfloat16 x and w into a bfloat16 y with a float32 bias and a bfloat16 residual.
+//  - CPU (Note [GEMM epilogue] in ops/cpu/gemm_kernels.h): the same bits as the GEMM followed by
+//    bias_act_forward, dropout_apply and add, under bf16 each step's result rounded to bfloat16
+//    as the composed 16-bit ops round theirs (batched_gemm_bf16_out, bias_act_forward, ...).
+//  - CUDA (Note [cuBLASLt epilogue] in ops/cuda/linear_lt.cc; pending): cuBLASLt adds the
+//    residual and the bias to the float32 sums and rounds once, so the result is within one
+//    rounding of the composed ops', not their bits; no dropout, no residual after a ReLU.
 GPIPE_DECLARE_KERNEL(linear_bias_act,
                      void(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
                           double dropout, uint64_t dropout_key, const Tensor& residual, Tensor& y));
+// Whether the device's linear_bias_act takes a case: inputs of dtype io (float32, or bfloat16
+// under bf16 precision), ReLU or none, a residual or none, dropout p (0: none). A device without
+// it (the CPU) takes every case; CUDA only with the pending kernels on, and no dropout.
+GPIPE_DECLARE_KERNEL(linear_bias_act_takes,
+                     bool(DType io, bool relu, bool residual, double dropout));
 
 }  // namespace gpipe::ops

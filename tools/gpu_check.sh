@@ -30,8 +30,8 @@
 # side-by-side vs PyTorch (benchmarks/gpu_compare.py: W2, T6 and T12 in fp32, TF32 and bf16,
 # gpipe beside the machine's python3 with torch, within COMPARE_SECONDS; "skipped: no torch
 # with CUDA on this machine" when python3 has none). It ends with a table: case, result,
-# seconds. Both modes also run the op table and the attention and epilogue tests with the
-# kernels that have not yet passed on a GPU switched on (GPIPE_CUDA_PENDING=1, Note [Pending
+# seconds. Both modes also run the op table and the attention, epilogue and linear tests with
+# the kernels that have not yet passed on a GPU switched on (GPIPE_CUDA_PENDING=1, Note [Pending
 # CUDA kernels] in ops/cuda/pending.h); --prebuilt also runs a small 16-bit attention case under
 # compute-sanitizer with them and times T6 bf16's step with and without them. What --prebuilt
 # cannot run (no bazel, no MPI build): the MPI/NCCL equivalence test.
@@ -208,7 +208,7 @@ case "$mode" in
       --test_env=GPIPE_CUDNN_LOG=1 //tests/cuda/...
     run_step "pending kernels (GPIPE_CUDA_PENDING=1)" bazel test --config=cuda \
       --test_output=errors --test_env=GPIPE_CUDA_PENDING=1 \
-      --test_arg="cuda ops: every op-table case*,cuda attention*,cuda bias_activation*" \
+      --test_arg="cuda ops: every op-table case*,cuda attention*,cuda bias_activation*,cuda linear*" \
       //tests/cuda:ops_test
     # Multi-process stages on the GPU (NCCL between ranks; needs OpenMPI on the GPU machine).
     run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
@@ -304,12 +304,13 @@ EOF
         --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3 --cold
     fi
     # Kernels not yet passed on a GPU (Note [Pending CUDA kernels] in ops/cuda/pending.h:
-    # the tensor-core attention, the epilogue's row kernels) are off by default until they pass
-    # here: the op table and the fused attention and epilogue tests with them switched on, a
+    # the tensor-core attention, the epilogue's row kernels, the cuBLASLt linear) are off by
+    # default until they pass here: the op table and the fused attention, epilogue and linear
+    # tests with them switched on, a
     # small case under compute-sanitizer, then T6 bf16's step without and with them.
     # They come first (the newest), within the same budget: about 4 minutes in all.
     run_step "pending kernels (GPIPE_CUDA_PENDING=1)" limited 120 env GPIPE_CUDA_PENDING=1 \
-      "$dir/ops_test" "cuda ops: every op-table case*,cuda attention*,cuda bias_activation*"
+      "$dir/ops_test" "cuda ops: every op-table case*,cuda attention*,cuda bias_activation*,cuda linear*"
     if command -v compute-sanitizer >/dev/null; then  # shared-memory races and bounds
       for tool in racecheck memcheck; do
         run_step "pending kernels under compute-sanitizer --tool $tool" limited 60 \

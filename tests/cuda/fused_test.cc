@@ -12,17 +12,24 @@
 // activations beside a float32 bias, as a 16-bit Transformer runs it, with
 // many row chunks; its pending pack kernels against the validated ones, bit
 // for bit. A small 16-bit attention case for compute-sanitizer. Attention
-// dropout, flash and composed, against the CPU's fused kernel.
+// dropout, flash and composed, against the CPU's fused kernel. The fused
+// linear's cuBLASLt epilogue (pending), its fallback and the composed ops it
+// replaces, against the CPU's fused linear.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
 #include <string>
 
 #include "core/autograd.h"
+#include "core/precision.h"
 #include "ops/attention.h"
 #include "ops/attention_kernels.h"
+#include "ops/cuda/linear_lt.h"
 #include "ops/cuda/pending.h"
+#include "ops/dispatch.h"
 #include "ops/elementwise.h"
+#include "ops/linalg.h"
+#include "ops/linalg_kernels.h"
 #include "tests/cuda/compare.h"
 #include "tests/ops/op_table.h"
 
@@ -210,6 +217,111 @@ TEST_CASE("cuda bias_activation: the pending pack kernels give the validated ker
       }
     }
   }
+}
+
+// Note [cuBLASLt epilogue] (ops/cuda/linear_lt.cc): with the pending kernels on, ops::linear's
+// bias, ReLU and residual ride in one cuBLASLt call; with cuBLASLt switched off the fused slot
+// runs the composed kernels itself (its fallback); with the pending kernels off, CUDA runs the
+// composed ops. All three against the CPU's fused linear, outputs and the gradients of x, w,
+// the bias and the residual, in float32 and in bfloat16 under bf16 precision (float32 weight
+// and bias, as a layer's), on [2, rows, in] inputs. No pre-activation may sit near ReLU's
+// kink, where one rounding against three could flip the mask: with a bias, x and w are small
+// and every bias at least 0.5 away from zero; without one, x is positive and each row of w
+// has one sign. At shapes whose rows are 16-byte aligned cuBLASLt must have computed the
+// forward.
+enum class LinearPath { kComposed, kCublasLt, kFallback };
+
+// Switches cuBLASLt off on cuda:0 while alive (LinearPath::kFallback).
+struct CublasLtOff {
+  CublasLtOff() { ops::cuda::set_cublaslt_linear(0, false); }
+  ~CublasLtOff() { ops::cuda::set_cublaslt_linear(0, true); }
+  CublasLtOff(const CublasLtOff&) = delete;
+  CublasLtOff& operator=(const CublasLtOff&) = delete;
+};
+
+// The kernel profile on while alive.
+struct ProfileOn {
+  ProfileOn() {
+    ops::kernel_profile::reset();
+    ops::kernel_profile::set_enabled(true);
+  }
+  ~ProfileOn() { ops::kernel_profile::set_enabled(false); }
+  ProfileOn(const ProfileOn&) = delete;
+  ProfileOn& operator=(const ProfileOn&) = delete;
+};
+
+TEST_CASE("cuda linear: the cuBLASLt epilogue (pending), its fallback and the composed ops") {
+  struct LinearShape {
+    int64_t rows, in, out;
+    bool aligned;
+  };
+  const LinearShape shapes[] = {{512, 256, 384, true}, {128, 1024, 1024, true}, {37, 9, 7, false}};
+  struct Form {
+    const char* name;
+    bool relu, bias, residual;
+  };
+  const Form forms[] = {{"bias relu", true, true, false},
+                        {"bias", false, true, false},
+                        {"bias residual", false, true, true},
+                        {"residual", false, false, true},
+                        {"relu", true, false, false}};
+  const char* path_names[] = {"composed", "cuBLASLt", "fallback"};
+  for (LinearPath path : {LinearPath::kCublasLt, LinearPath::kFallback, LinearPath::kComposed})
+    for (DType io : {DType::kFloat32, DType::kBFloat16})
+      for (const Form& f : forms)
+        for (const LinearShape& s : shapes) {
+          if (path == LinearPath::kFallback && s.in == 1024) continue;  // two shapes suffice
+          SECTION(std::string(path_names[static_cast<int>(path)]) + " / " +
+                  std::string(dtype_name(io)) + " / " + f.name + " / " + std::to_string(s.rows) +
+                  "x" + std::to_string(s.in) + "x" + std::to_string(s.out)) {
+            const bool pending = path != LinearPath::kComposed;
+            const PendingScope scope(pending);
+            std::optional<CublasLtOff> off;
+            if (path == LinearPath::kFallback) off.emplace();
+            REQUIRE(ops::linear_bias_act_takes(kGpu, io, f.relu, f.residual, 0.0) == pending);
+            const double a = std::sqrt(0.15 / std::sqrt(static_cast<double>(s.in)));
+            std::vector<double> x = rand64(Shape{2, s.rows, s.in}, 561, -a, a).to_vector<double>();
+            std::vector<double> w = rand64(Shape{s.out, s.in}, 562, -a, a).to_vector<double>();
+            std::vector<double> b = rand64(Shape{s.out}, 563).to_vector<double>();
+            for (double& v : b) v = (v < 0 ? -0.5 : 0.5) + 0.5 * v;
+            if (f.relu && !f.bias) {
+              for (double& v : x) v = 0.5 * a + 0.5 * std::abs(v);
+              for (int64_t o = 0; o < s.out; ++o)
+                for (int64_t i = 0; i < s.in; ++i)
+                  w[o * s.in + i] =
+                      (o % 2 == 0 ? 1 : -1) * (0.5 * a + 0.5 * std::abs(w[o * s.in + i]));
+            }
+            const In in{Tensor::from_vector(x, Shape{2, s.rows, s.in}),
+                        Tensor::from_vector(w, Shape{s.out, s.in}),
+                        Tensor::from_vector(b, Shape{s.out}), rand64(Shape{2, s.rows, s.out}, 564)};
+            const Fn fn = [io, f](const In& t) {
+              const PrecisionScope precision(io == DType::kBFloat16 ? Precision::kBFloat16
+                                                                    : Precision::kFloat32);
+              return In{
+                  ops::linear(ops::cast(t[0], io), t[1], f.bias ? t[2] : Tensor(),
+                              f.relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kNone,
+                              f.residual ? ops::cast(t[3], io) : Tensor())};
+            };
+            // Which path the forward took: the fused slot, and in it cuBLASLt or not.
+            int64_t fused = 0, lt_calls = 0;
+            {
+              const ProfileOn profile;
+              const int64_t before = ops::cuda::cublaslt_linear_calls();
+              run_op(fn, in, {}, false, DType::kFloat32, kGpu);
+              lt_calls = ops::cuda::cublaslt_linear_calls() - before;
+              for (const auto& e : ops::kernel_profile::snapshot())
+                if (e.name == "linear_bias_act") fused += e.calls;
+            }
+            CHECK(fused == (pending ? 1 : 0));
+            if (path != LinearPath::kCublasLt) CHECK(lt_calls == 0);
+            if (path == LinearPath::kCublasLt && s.aligned) CHECK(lt_calls == 1);
+            std::vector<int> which{0, 1};
+            if (f.bias) which.push_back(2);
+            if (f.residual) which.push_back(3);
+            compare("linear", fn, in, DType::kFloat32,
+                    io == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8) : 1e-4, true, which);
+          }
+        }
 }
 
 }  // namespace

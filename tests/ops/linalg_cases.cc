@@ -144,10 +144,11 @@ GPIPE_OP_CASES({
         .check_forward = [](const In& in, const In& out) { check_linear_3d(in, out, false); },
     },
     // Note [Fused linear] in ops/linalg.cc. In the float32 run this is one GEMM with the bias
-    // and ReLU in its epilogue (float64 takes the composed ops).
+    // and ReLU in its epilogue (float64 takes the composed ops); on CUDA, with the pending
+    // kernels on, one cuBLASLt call (Note [cuBLASLt epilogue] in ops/cuda/linear_lt.cc).
     OpCase{
         .name = "linear/3d_input_bias_relu",
-        .covers = {"linear_bias_act", "bias_act_backward"},
+        .covers = {"linear_bias_act", "linear_bias_act_takes", "bias_act_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 3, 4}, 8), rand64(Shape{6, 4}, 9), rand64(Shape{6}, 10)};
@@ -162,7 +163,7 @@ GPIPE_OP_CASES({
     // residual] in models/transformer.cc); its gradient is the upstream one.
     OpCase{
         .name = "linear/3d_input_bias_residual",
-        .covers = {"linear_bias_act", "bias_act_backward"},
+        .covers = {"linear_bias_act", "linear_bias_act_takes", "bias_act_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 3, 4}, 11), rand64(Shape{6, 4}, 12), rand64(Shape{6}, 13),

@@ -1,0 +1,352 @@
+// The fused linear on CUDA: one cuBLASLt call with the bias, ReLU and
+// residual in its epilogue.
+//
+// Note [cuBLASLt epilogue]. Pending a GPU run (Note [Pending CUDA kernels]
+// in ops/cuda/pending.h): linear_bias_act_takes declines every case until
+// the switch is on. A linear layer's forward on CUDA was a cuBLAS GEMM, then
+// bias_act_forward and the residual add, each a pass over the product in
+// memory (about 15% of a bf16 T6 step's GPU time, docs/BENCHMARKS.md).
+// cuBLASLt computes D = epilogue(alpha op(A) op(B) + beta C): the bias
+// (CUBLASLT_EPILOGUE_BIAS) and ReLU (RELU_BIAS, RELU) are applied to the
+// float32 sums before D is written, and the residual is C with beta = 1, so
+// y = act(x w^T + residual + bias) is written once.
+//
+// Layout: a row-major y[rows, out] = x[rows, in] w[out, in]^T is the
+// column-major D[out, rows] = op_T(A) B with A = w (stored in x out, ld in)
+// and B = x (stored in x rows, ld in); C and D are out x rows with ld out;
+// the bias, one value per row of D, is one per output feature.
+//
+// Numerics: within one rounding of the composed ops, not their bits. The
+// composed 16-bit form rounds the product to bfloat16, adds the bias and
+// rounds again, then adds the residual and rounds a third time; cuBLASLt
+// rounds once. TF32 follows gpipe::cuda::allow_tf32(), as batched_gemm.
+//
+// Cases: float32 (bias float32) and bfloat16 x, w, residual and y (bias
+// float32, passed as CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; should cuBLASLt
+// have no algorithm for a float32 bias beside bfloat16 D, a bfloat16 copy of
+// the bias is tried, noted once on stderr). No dropout and no residual after
+// a ReLU (the epilogue would add the residual before the ReLU). Where
+// cuBLASLt has no algorithm at all for a case (noted once per case on
+// stderr), or the call fails, the kernel runs the composed kernels itself
+// (batched_gemm, bias_act_forward, the add) into y: slower, same results as
+// the composed form. set_cublaslt_linear (ops/cuda/linear_lt.h) makes it
+// do so always, for the tests of that path.
+//
+// One plan per case (dtype, sizes, epilogue, residual, pointer alignments):
+// the descriptors and the heuristic's first algorithm, made on first use and
+// kept for the process's life (a weak point: rows that change every call,
+// as in inference on ragged batches, add a plan each). The workspace (32 MiB from sm_90 on, 4 MiB
+// before) and the cuBLASLt handle are per device; calls on one device hold
+// its lock while they set the bias pointer and enqueue on its compute
+// stream, so the one workspace is used in stream order.
+#include "ops/cuda/linear_lt.h"
+
+#include <cublasLt.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "core/error.h"
+#include "ops/cuda/pending.h"
+#include "ops/elementwise_kernels.h"
+#include "ops/linalg_kernels.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/device.h"
+
+namespace gpipe::ops::cuda {
+namespace {
+
+std::atomic<int64_t> g_lt_calls{0};
+
+// The largest power of two up to 256 that divides p's address (cuBLASLt's
+// preferences assume 256 unless told).
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+struct PlanKey {
+  DType io;
+  bool tf32, relu, bias, bias_bf16, residual;
+  int64_t rows, in, out;
+  uint32_t align_x, align_w, align_r, align_y, align_b;
+  auto tie() const {
+    return std::tie(io, tf32, relu, bias, bias_bf16, residual, rows, in, out, align_x, align_w,
+                    align_r, align_y, align_b);
+  }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+};
+
+// One case's descriptors and algorithm.
+enum class PlanState {
+  kReady,
+  kNoAlgorithm,  // the heuristic offered none
+  kFailed,       // cublasLtMatmul refused it once: not tried again
+};
+struct Plan {
+  PlanState state = PlanState::kNoAlgorithm;
+  bool noted = false;  // its decline is on stderr
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+struct Device {
+  std::mutex mu;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<PlanKey, Plan> plans;
+  bool noted_bias_copy = false;
+  bool enabled = true;  // set_cublaslt_linear
+};
+
+Device& device_state(int index) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Device>> devices;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Device>& d = devices[index];
+  if (!d) d = std::make_unique<Device>();
+  return *d;
+}
+
+// Makes the handle and the workspace on first use (d.mu held); both or neither.
+void open(Device& d, int index) {
+  if (d.handle != nullptr) return;
+  const size_t bytes = gpipe::cuda::device_properties(index).major >= 9 ? (32u << 20) : (4u << 20);
+  void* workspace = nullptr;
+  GPIPE_CUDA_CHECK(cudaMalloc(&workspace, bytes));
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t status = cublasLtCreate(&handle);
+  if (status != CUBLAS_STATUS_SUCCESS) cudaFree(workspace);
+  GPIPE_CUBLAS_CHECK(status);
+  d.workspace = workspace;
+  d.workspace_bytes = bytes;
+  d.handle = handle;
+}
+
+std::string describe(const PlanKey& k) {
+  return detail::concat(
+      dtype_name(k.io), " ", k.rows, "x", k.out, "x", k.in, k.relu ? " +relu" : "",
+      k.bias ? (k.bias_bf16 ? " +bias(bf16)" : " +bias") : "", k.residual ? " +residual" : "",
+      " (alignments in bytes: x ", k.align_x, ", w ", k.align_w, ", y ", k.align_y, ", residual ",
+      k.align_r, ", bias ", k.align_b, ")");
+}
+
+template <class V>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  GPIPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)));
+}
+
+template <class V>
+void prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+            const V& v) {
+  GPIPE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
+}
+
+// The descriptors for key and the heuristic's first algorithm (d.mu held);
+// bias is the pointer the heuristic reads the alignment of.
+Plan make_plan(Device& d, const PlanKey& k, const void* bias) {
+  Plan p;
+  const bool bf16 = k.io == DType::kBFloat16;
+  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute =
+      !bf16 && k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  GPIPE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  const cublasLtEpilogue_t epilogue = k.relu && k.bias ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                      : k.relu         ? CUBLASLT_EPILOGUE_RELU
+                                      : k.bias         ? CUBLASLT_EPILOGUE_BIAS
+                                                       : CUBLASLT_EPILOGUE_DEFAULT;
+  set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (k.bias) {
+    const int32_t bias_type = k.bias_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  }
+  // Column-major: A = w stored in x out, B = x stored in x rows, C = D out x rows.
+  GPIPE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k.in, k.out, k.in));
+  GPIPE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k.in, k.rows, k.in));
+  GPIPE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, type, k.out, k.rows, k.out));
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  GPIPE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
+                        cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+      owned(raw_pref, cublasLtMatmulPreferenceDestroy);
+  cublasLtMatmulPreference_t pref = owned.get();
+  prefer(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(d.workspace_bytes));
+  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w);
+  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x);
+  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.residual ? k.align_r : k.align_y);
+  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_y);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(d.handle, p.desc, p.a, p.b, p.c, p.c,
+                                                               pref, 1, &result, &found);
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    p.state = PlanState::kReady;
+    p.algo = result.algo;
+    p.workspace = result.workspaceSize;
+  }
+  return p;
+}
+
+// The plan for key, made on first use (d.mu held).
+Plan& plan_for(Device& d, const PlanKey& k, const void* bias) {
+  auto it = d.plans.find(k);
+  if (it == d.plans.end()) it = d.plans.emplace(k, make_plan(d, k, bias)).first;
+  return it->second;
+}
+
+// y = act(x w^T + bias) + residual through cuBLASLt; false where it has no
+// algorithm for the case or the call fails (noted once per case).
+bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, const Tensor& residual,
+            Tensor& y) {
+  const int index = y.device().index;
+  gpipe::cuda::DeviceGuard guard(index);
+  Device& d = device_state(index);
+  std::lock_guard<std::mutex> lock(d.mu);
+  open(d, index);
+  PlanKey k{x.dtype(),
+            gpipe::cuda::allow_tf32(),
+            relu,
+            bias.defined(),
+            false,
+            residual.defined(),
+            x.size(0),
+            x.size(1),
+            w.size(0),
+            alignment(x.raw_data()),
+            alignment(w.raw_data()),
+            residual.defined() ? alignment(residual.raw_data()) : 256u,
+            alignment(y.raw_data()),
+            bias.defined() ? alignment(bias.raw_data()) : 256u};
+  const void* bias_ptr = bias.defined() ? bias.raw_data() : nullptr;
+  Plan* p = &plan_for(d, k, bias_ptr);
+  // A bfloat16 copy of a float32 bias, where cuBLASLt takes no float32 one beside bfloat16 D.
+  // The copy is a fresh block of the caching allocator, 256-byte aligned as its key says.
+  Tensor bias16;
+  if (p->state == PlanState::kNoAlgorithm && k.bias && k.io == DType::kBFloat16 &&
+      bias.dtype() == DType::kFloat32) {
+    PlanKey k16 = k;
+    k16.bias_bf16 = true;
+    k16.align_b = 256;
+    // The heuristic reads only the bias pointer's alignment: any 256-aligned address will do.
+    Plan* p16 = &plan_for(d, k16, reinterpret_cast<const void*>(uintptr_t{256}));
+    if (p16->state == PlanState::kReady) {
+      bias16 = Tensor::empty(bias.shape(), DType::kBFloat16, y.device());
+      if (alignment(bias16.raw_data()) == 256) {
+        if (!d.noted_bias_copy)
+          std::fprintf(stderr,
+                       "gpipe: cuBLASLt takes no float32 bias beside bfloat16 results on "
+                       "cuda:%d; the linear epilogue adds a bfloat16 copy of the bias\n",
+                       index);
+        d.noted_bias_copy = true;
+        cast_into(y.device(), bias, bias16);
+        bias_ptr = bias16.raw_data();
+        k = k16;
+        p = p16;
+      }
+    }
+  }
+  if (p->state != PlanState::kReady) {
+    if (!p->noted)
+      std::fprintf(stderr,
+                   "gpipe: cuBLASLt has no algorithm for the linear %s; it runs as a GEMM and "
+                   "its epilogue kernels\n",
+                   describe(k).c_str());
+    p->noted = true;
+    return false;
+  }
+  if (k.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
+  const float one = 1, zero = 0;
+  const void* c = residual.defined() ? residual.raw_data() : y.raw_data();
+  const cublasStatus_t status =
+      cublasLtMatmul(d.handle, p->desc, &one, w.raw_data(), p->a, x.raw_data(), p->b,
+                     residual.defined() ? &one : &zero, c, p->c, y.raw_data(), p->c, &p->algo,
+                     d.workspace, p->workspace, gpipe::cuda::compute_stream(index));
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr,
+                 "gpipe: cuBLASLt failed on the linear %s (%s); it runs as a GEMM and its "
+                 "epilogue kernels from now on\n",
+                 describe(k).c_str(), cublasGetStatusName(status));
+    p->state = PlanState::kFailed;
+    p->noted = true;
+    return false;
+  }
+  g_lt_calls.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool cublaslt_linear_enabled(int index) {
+  Device& d = device_state(index);
+  std::lock_guard<std::mutex> lock(d.mu);
+  return d.enabled;
+}
+
+// The composed form's kernels into y: the GEMM, bias_act_forward and the add, in place.
+void run_composed(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
+                  const Tensor& residual, Tensor& y) {
+  GemmShape s;
+  s.tb = true;
+  s.b_shared = true;
+  s.m = x.size(0);
+  s.n = w.size(0);
+  s.k = x.size(1);
+  // y as [rows, out], the shape of x, the residual and the slots' flat views (y keeps the
+  // caller's leading axes).
+  Tensor y2 = Tensor::make_view(y, Shape{s.m, s.n}, {s.n, 1}, y.offset());
+  if (x.dtype() == DType::kBFloat16)
+    batched_gemm_bf16_out(y.device(), s, x, w, y2);
+  else
+    batched_gemm(y.device(), s, x, w, y2);
+  if (bias.defined() || relu)
+    bias_act_forward(y.device(), relu ? FusedActivation::kRelu : FusedActivation::kNone, y2, bias,
+                     y2);
+  if (residual.defined()) binary_elementwise(y.device(), BinaryOp::kAdd, residual, y2, y2);
+}
+
+bool takes_cuda(DType io, bool relu, bool residual, double dropout) {
+  return pending_kernels() && dropout == 0 && !(relu && residual) &&
+         (io == DType::kFloat32 || io == DType::kBFloat16);
+}
+
+void linear_bias_act_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
+                          double dropout, uint64_t, const Tensor& residual, Tensor& y) {
+  GPIPE_CHECK(takes_cuda(x.dtype(), relu, residual.defined(), dropout),
+              "linear_bias_act on CUDA: a case linear_bias_act_takes declines (", x.dtype(),
+              relu ? ", relu" : "", residual.defined() ? ", residual" : "", ", dropout ", dropout,
+              ")");
+  GPIPE_ASSERT(w.dtype() == x.dtype() && y.dtype() == x.dtype() &&
+               (!residual.defined() || residual.dtype() == x.dtype()));
+  if (y.numel() == 0) return;
+  if (x.size(1) == 0 || !cublaslt_linear_enabled(y.device().index) ||
+      !run_lt(x, w, bias, relu, residual, y))
+    run_composed(x, w, bias, relu, residual, y);
+}
+
+}  // namespace
+
+int64_t cublaslt_linear_calls() { return g_lt_calls.load(std::memory_order_relaxed); }
+
+void set_cublaslt_linear(int device, bool on) {
+  Device& d = device_state(device);
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.enabled = on;
+}
+
+GPIPE_REGISTER_KERNEL(linear_bias_act_takes, DeviceType::kCUDA, takes_cuda);
+GPIPE_REGISTER_KERNEL(linear_bias_act, DeviceType::kCUDA, linear_bias_act_cuda);
+GPIPE_KERNEL_ACCEPTS_16BIT(linear_bias_act, DeviceType::kCUDA, kBFloat16);
+
+}  // namespace gpipe::ops::cuda
