@@ -113,7 +113,8 @@ bool is_bf16_arg(const A& a) {
 // the bytes of its tensor arguments (inputs read plus outputs written: the
 // least memory traffic the call can have). Calls made inside another slot's
 // call (the 16-bit scratch casts of Note [16-bit kernels]) count toward the
-// outer one only. Disabled, a call pays one relaxed atomic load.
+// outer one only. Slots that return a value (the *_takes queries, which
+// move no data) are not timed. Disabled, a call pays one relaxed atomic load.
 // gpipe_bench profile prints it against the step and the measured bandwidth.
 // On CUDA a call returns when its kernels are queued: there it times the
 // host's side (launch and checks), not the device's.
@@ -217,7 +218,8 @@ class KernelSlot<R(Args...)> {
   // Runs the kernel registered for `device`'s kind.
   template <class... A>
   R operator()(Device device, A&&... args) const {
-    if (kernel_profile::enabled()) {
+    // A slot that returns a value answers a question (the *_takes queries): not profiled.
+    if (std::is_void_v<R> && kernel_profile::enabled()) {
       const kernel_profile::Call timed(name_, (0.0 + ... + half_args::tensor_bytes(args)));
       return call(device, std::forward<A>(args)...);
     }

@@ -6,6 +6,15 @@
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
+// A query slot (as flash_attention_takes, linear_bias_act_takes) for the last test.
+namespace gpipe::ops {
+GPIPE_DECLARE_KERNEL(profile_test_takes, bool(int64_t n));
+namespace {
+bool takes_even(int64_t n) { return n % 2 == 0; }
+}  // namespace
+GPIPE_REGISTER_KERNEL(profile_test_takes, DeviceType::kCPU, takes_even);
+}  // namespace gpipe::ops
+
 namespace gpipe {
 namespace {
 
@@ -60,6 +69,22 @@ TEST_CASE("kernel profile: the 16-bit scratch casts inside a call count toward t
   REQUIRE(find(es, "softmax_forward") != nullptr);
   CHECK(find(es, "softmax_forward")->calls == 1);
   CHECK(find(es, "cast_into") == nullptr);
+}
+
+}  // namespace
+}  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST_CASE("kernel profile: a query slot's answers are not listed as kernels") {
+  ops::kernel_profile::reset();
+  ops::kernel_profile::set_enabled(true);
+  const bool even = ops::profile_test_takes(kCpu, 4), odd = ops::profile_test_takes(kCpu, 3);
+  ops::kernel_profile::set_enabled(false);
+  CHECK(even);
+  CHECK_FALSE(odd);
+  CHECK(ops::kernel_profile::snapshot().empty());
 }
 
 }  // namespace
