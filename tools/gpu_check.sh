@@ -112,6 +112,15 @@ print_table() {
     printf '%-52s %-24s %8s\n' "$name" "$result" "$secs"
   done
 }
+# The pending kernels' tests (Note [Pending CUDA kernels] in ops/cuda/pending.h), one step
+# per family so the table says which family passed: "name|ops_test filter". The op table
+# runs every family's small cases.
+PENDING_GROUPS=(
+  "op table|cuda ops: every op-table case*"
+  "flash attention (tensor cores, dropout)|cuda attention*"
+  "epilogue pack kernels|cuda bias_activation*"
+  "cuBLASLt linear|cuda linear*"
+)
 START=$SECONDS
 BUDGET=""  # --prebuilt: seconds for the whole check (GPU_CHECK_BUDGET, default 480)
 budget_left() { echo $((BUDGET - (SECONDS - START))); }
@@ -206,10 +215,10 @@ case "$mode" in
     run_step "build --config=cuda //..." bazel build --config=cuda --jobs="$JOBS" //...
     run_step "test //tests/cuda/..." bazel test --config=cuda --jobs="$JOBS" --test_output=all \
       --test_env=GPIPE_CUDNN_LOG=1 //tests/cuda/...
-    run_step "pending kernels (GPIPE_CUDA_PENDING=1)" bazel test --config=cuda \
-      --test_output=errors --test_env=GPIPE_CUDA_PENDING=1 \
-      --test_arg="cuda ops: every op-table case*,cuda attention*,cuda bias_activation*,cuda linear*" \
-      //tests/cuda:ops_test
+    for group in "${PENDING_GROUPS[@]}"; do
+      run_step "pending: ${group%%|*}" bazel test --config=cuda --test_output=errors \
+        --test_env=GPIPE_CUDA_PENDING=1 --test_arg="${group#*|}" //tests/cuda:ops_test
+    done
     # Multi-process stages on the GPU (NCCL between ranks; needs OpenMPI on the GPU machine).
     run_step "MPI equivalence on cuda:0" bazel test --config=cuda --test_output=errors \
       --test_env=GPIPE_TEST_DEVICES=cuda:0 //tests/mpi:equivalence_test
@@ -309,8 +318,10 @@ EOF
     # tests with them switched on, a
     # small case under compute-sanitizer, then T6 bf16's step without and with them.
     # They come first (the newest), within the same budget: about 4 minutes in all.
-    run_step "pending kernels (GPIPE_CUDA_PENDING=1)" limited 120 env GPIPE_CUDA_PENDING=1 \
-      "$dir/ops_test" "cuda ops: every op-table case*,cuda attention*,cuda bias_activation*,cuda linear*"
+    for group in "${PENDING_GROUPS[@]}"; do
+      run_step "pending: ${group%%|*}" limited 90 env GPIPE_CUDA_PENDING=1 \
+        "$dir/ops_test" "${group#*|}"
+    done
     if command -v compute-sanitizer >/dev/null; then  # shared-memory races and bounds
       for tool in racecheck memcheck; do
         run_step "pending kernels under compute-sanitizer --tool $tool" limited 60 \
