@@ -34,8 +34,9 @@
 //
 // One plan per case (dtype, sizes, epilogue, residual, pointer alignments):
 // the descriptors and the heuristic's first algorithm, made on first use and
-// kept for the process's life (a weak point: rows that change every call,
-// as in inference on ragged batches, add a plan each). The workspace (32 MiB from sm_90 on, 4 MiB
+// kept until a device holds kMaxPlans (rows that change with every batch,
+// as ragged inference batches do, add a plan each): then they are all
+// dropped and made again as used. The workspace (32 MiB from sm_90 on, 4 MiB
 // before) and the cuBLASLt handle are per device; calls on one device hold
 // its lock while they set the bias pointer and enqueue on its compute
 // stream, so the one workspace is used in stream order.
@@ -202,6 +203,18 @@ Plan make_plan(Device& d, const PlanKey& k, const void* bias) {
 }
 
 // The plan for key, made on first use (d.mu held).
+constexpr size_t kMaxPlans = 512;
+
+// Destroys every plan's descriptors (d.mu held; cublasLtMatmul has read them at its call).
+void drop_plans(Device& d) {
+  for (auto& [key, p] : d.plans) {
+    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+    for (cublasLtMatrixLayout_t l : {p.a, p.b, p.c})
+      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  }
+  d.plans.clear();
+}
+
 Plan& plan_for(Device& d, const PlanKey& k, const void* bias) {
   auto it = d.plans.find(k);
   if (it == d.plans.end()) it = d.plans.emplace(k, make_plan(d, k, bias)).first;
@@ -217,6 +230,7 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
   Device& d = device_state(index);
   std::lock_guard<std::mutex> lock(d.mu);
   open(d, index);
+  if (d.plans.size() >= kMaxPlans) drop_plans(d);  // before any Plan* of this call is held
   PlanKey k{x.dtype(),
             gpipe::cuda::allow_tf32(),
             relu,
