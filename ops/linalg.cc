@@ -234,8 +234,8 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 }
 
 // Note [Fused linear]. A float32 linear layer with a bias, ReLU, residual
-// or training dropout on a device with linear_bias_act (the CPU; CUDA
-// where linear_bias_act_takes the case, as below) runs as one
+// or training dropout on a device with linear_bias_act (the CPU; CUDA,
+// not bit for bit, where linear_bias_act_takes the case: below) runs as one
 // GEMM whose epilogue adds the bias, applies the activation and the dropout
 // and adds the residual in cache (Note [GEMM epilogue] in
 // ops/cpu/gemm_kernels.h), instead of a GEMM and a pass over memory for each.
@@ -260,8 +260,8 @@ Tensor linear_16bit(const Tensor& x, const Tensor& weight, bool bf16, DType out)
 // A device whose linear_bias_act_takes declines a case (CUDA: a dropout, or
 // the pending kernels off) runs the composed form. Where CUDA takes it, the
 // forward is one cuBLASLt call (Note [cuBLASLt epilogue] in
-// ops/cuda/linear_lt.cc), within one rounding of the composed ops rather
-// than their bits, and the backward is this node's, the composed kernels.
+// ops/cuda/linear_lt.cc), close to the composed ops rather than their bits,
+// and the backward is this node's, the composed kernels.
 enum class FusedLinear { kNone, kFloat32, kBFloat16 };
 FusedLinear fused_linear_kind(const Tensor& x, const Tensor& weight, const Tensor& bias,
                               FusedActivation act, const Tensor& residual, double dropout) {

@@ -33,14 +33,15 @@ GPIPE_DECLARE_KERNEL(batched_gemm_bf16_out,
 //    bias_act_forward, dropout_apply and add, under bf16 each step's result rounded to bfloat16
 //    as the composed 16-bit ops round theirs (batched_gemm_bf16_out, bias_act_forward, ...).
 //  - CUDA (Note [cuBLASLt epilogue] in ops/cuda/linear_lt.cc; pending): cuBLASLt adds the
-//    residual and the bias to the float32 sums and rounds once, so the result is within one
-//    rounding of the composed ops', not their bits; no dropout, no residual after a ReLU.
+//    residual and the bias to the float32 sums and rounds once, so the result is close to the
+//    composed ops', not their bits; no dropout, no residual after a ReLU.
 GPIPE_DECLARE_KERNEL(linear_bias_act,
                      void(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
                           double dropout, uint64_t dropout_key, const Tensor& residual, Tensor& y));
 // Whether the device's linear_bias_act takes a case: inputs of dtype io (float32, or bfloat16
 // under bf16 precision), ReLU or none, a residual or none, dropout p (0: none). A device without
-// it (the CPU) takes every case; CUDA only with the pending kernels on, and no dropout.
+// it (the CPU) takes every case; CUDA only with the pending kernels on, float32 or bfloat16, no
+// dropout and no residual beside a ReLU.
 GPIPE_DECLARE_KERNEL(linear_bias_act_takes,
                      bool(DType io, bool relu, bool residual, double dropout));
 

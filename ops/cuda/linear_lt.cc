@@ -5,7 +5,9 @@
 // in ops/cuda/pending.h): linear_bias_act_takes declines every case until
 // the switch is on. A linear layer's forward on CUDA was a cuBLAS GEMM, then
 // bias_act_forward and the residual add, each a pass over the product in
-// memory (about 15% of a bf16 T6 step's GPU time, docs/BENCHMARKS.md).
+// memory (the forward part of the epilogue rows, about 15% of a bf16 T6
+// step's GPU time with the backward's bias sums, and the residual add's 4%:
+// docs/BENCHMARKS.md).
 // cuBLASLt computes D = epilogue(alpha op(A) op(B) + beta C): the bias
 // (CUBLASLT_EPILOGUE_BIAS) and ReLU (RELU_BIAS, RELU) are applied to the
 // float32 sums before D is written, and the residual is C with beta = 1, so
@@ -16,25 +18,29 @@
 // and B = x (stored in x rows, ld in); C and D are out x rows with ld out;
 // the bias, one value per row of D, is one per output feature.
 //
-// Numerics: within one rounding of the composed ops, not their bits. The
-// composed 16-bit form rounds the product to bfloat16, adds the bias and
-// rounds again, then adds the residual and rounds a third time; cuBLASLt
-// rounds once. TF32 follows gpipe::cuda::allow_tf32(), as batched_gemm.
+// Numerics: close to the composed ops, not their bits. The composed 16-bit
+// form rounds the product to bfloat16, adds the bias and rounds again, then
+// adds the residual and rounds a third time; cuBLASLt rounds the sum once
+// (and rounds the bias too where it takes a bfloat16 copy, below). In
+// float32 the additions differ in order: (product + residual) + bias against
+// (product + bias) + residual. TF32 follows gpipe::cuda::allow_tf32(), as
+// batched_gemm.
 //
 // Cases: float32 (bias float32) and bfloat16 x, w, residual and y (bias
 // float32, passed as CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; should cuBLASLt
 // have no algorithm for a float32 bias beside bfloat16 D, a bfloat16 copy of
 // the bias is tried, noted once on stderr). No dropout and no residual after
 // a ReLU (the epilogue would add the residual before the ReLU). Where
-// cuBLASLt has no algorithm at all for a case (noted once per case on
-// stderr), or the call fails, the kernel runs the composed kernels itself
+// cuBLASLt declines a case (no algorithm, or an attribute it rejects; noted
+// once per case on stderr), or a call fails (that case is not tried again),
+// the kernel runs the composed kernels itself
 // (batched_gemm, bias_act_forward, the add) into y: slower, same results as
 // the composed form. set_cublaslt_linear (ops/cuda/linear_lt.h) makes it
 // do so always, for the tests of that path.
 //
 // One plan per case (dtype, sizes, epilogue, residual, pointer alignments):
 // the descriptors and the heuristic's first algorithm, made on first use and
-// kept until a device holds kMaxPlans (rows that change with every batch,
+// kept until a device holds kCublasLtMaxPlans (rows that change with every batch,
 // as ragged inference batches do, add a plan each): then they are all
 // dropped and made again as used. The workspace (32 MiB from sm_90 on, 4 MiB
 // before) and the cuBLASLt handle are per device; calls on one device hold
@@ -50,6 +56,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -94,7 +101,7 @@ enum class PlanState {
 };
 struct Plan {
   PlanState state = PlanState::kNoAlgorithm;
-  bool noted = false;  // its decline is on stderr
+  const char* why = "";  // kNoAlgorithm: the status that declined, or "no algorithm"
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -107,6 +114,9 @@ struct Device {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<PlanKey, Plan> plans;
+  // Cases whose decline is on stderr, and those cublasLtMatmul refused: kept when the plans
+  // are dropped, so a case is noted once and a refused one is not tried again.
+  std::set<PlanKey> noted, failed;
   bool noted_bias_copy = false;
   bool enabled = true;  // set_cublaslt_linear
 };
@@ -123,12 +133,16 @@ Device& device_state(int index) {
 // Makes the handle and the workspace on first use (d.mu held); both or neither.
 void open(Device& d, int index) {
   if (d.handle != nullptr) return;
-  const size_t bytes = gpipe::cuda::device_properties(index).major >= 9 ? (32u << 20) : (4u << 20);
+  size_t bytes = gpipe::cuda::device_properties(index).major >= 9 ? (32u << 20) : (4u << 20);
   void* workspace = nullptr;
-  GPIPE_CUDA_CHECK(cudaMalloc(&workspace, bytes));
+  if (cudaMalloc(&workspace, bytes) != cudaSuccess) {  // memory taken: algorithms without one
+    (void)cudaGetLastError();
+    workspace = nullptr;
+    bytes = 0;
+  }
   cublasLtHandle_t handle = nullptr;
   const cublasStatus_t status = cublasLtCreate(&handle);
-  if (status != CUBLAS_STATUS_SUCCESS) cudaFree(workspace);
+  if (status != CUBLAS_STATUS_SUCCESS && workspace != nullptr) cudaFree(workspace);
   GPIPE_CUBLAS_CHECK(status);
   d.workspace = workspace;
   d.workspace_bytes = bytes;
@@ -143,81 +157,93 @@ std::string describe(const PlanKey& k) {
       k.align_r, ", bias ", k.align_b, ")");
 }
 
-template <class V>
-void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& v) {
-  GPIPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &v, sizeof(v)));
-}
-
-template <class V>
-void prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
-            const V& v) {
-  GPIPE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
+// Destroys a plan's descriptors (cublasLtMatmul has read them at its call).
+void destroy(Plan& p) {
+  if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.c})
+    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  p.desc = nullptr;
+  p.a = p.b = p.c = nullptr;
 }
 
 // The descriptors for key and the heuristic's first algorithm (d.mu held);
-// bias is the pointer the heuristic reads the alignment of.
+// bias is the pointer the heuristic reads the alignment of. Any status but
+// success on the way (an attribute this cuBLASLt rejects) declines the case.
 Plan make_plan(Device& d, const PlanKey& k, const void* bias) {
   Plan p;
   const bool bf16 = k.io == DType::kBFloat16;
   const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute =
       !bf16 && k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  GPIPE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
-  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  cublasStatus_t st = cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F);
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& v) {
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulDescSetAttribute(p.desc, attr, &v, sizeof(v));
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   const cublasLtEpilogue_t epilogue = k.relu && k.bias ? CUBLASLT_EPILOGUE_RELU_BIAS
                                       : k.relu         ? CUBLASLT_EPILOGUE_RELU
                                       : k.bias         ? CUBLASLT_EPILOGUE_BIAS
                                                        : CUBLASLT_EPILOGUE_DEFAULT;
-  set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   if (k.bias) {
     const int32_t bias_type = k.bias_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
-    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
   // Column-major: A = w stored in x out, B = x stored in x rows, C = D out x rows.
-  GPIPE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k.in, k.out, k.in));
-  GPIPE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k.in, k.rows, k.in));
-  GPIPE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, type, k.out, k.rows, k.out));
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  GPIPE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
-                        cublasStatus_t (*)(cublasLtMatmulPreference_t)>
-      owned(raw_pref, cublasLtMatmulPreferenceDestroy);
-  cublasLtMatmulPreference_t pref = owned.get();
-  prefer(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(d.workspace_bytes));
-  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w);
-  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x);
-  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.residual ? k.align_r : k.align_y);
-  prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_y);
+  auto layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols) {
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatrixLayoutCreate(l, type, static_cast<uint64_t>(rows),
+                                      static_cast<uint64_t>(cols), rows);
+  };
+  layout(&p.a, k.in, k.out);
+  layout(&p.b, k.in, k.rows);
+  layout(&p.c, k.out, k.rows);
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
+  auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attr, const auto& v) {
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
+  };
+  prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(d.workspace_bytes));
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.residual ? k.align_r : k.align_y);
+  prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_y);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(d.handle, p.desc, p.a, p.b, p.c, p.c,
-                                                               pref, 1, &result, &found);
-  if (status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(d.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result,
+                                        &found);
+  if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     p.state = PlanState::kReady;
     p.algo = result.algo;
     p.workspace = result.workspaceSize;
+    return p;
   }
+  destroy(p);
+  p.why = st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(st) : "no algorithm";
   return p;
 }
 
 // The plan for key, made on first use (d.mu held).
-constexpr size_t kMaxPlans = 512;
 
-// Destroys every plan's descriptors (d.mu held; cublasLtMatmul has read them at its call).
+// Destroys every plan (d.mu held).
 void drop_plans(Device& d) {
-  for (auto& [key, p] : d.plans) {
-    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
-    for (cublasLtMatrixLayout_t l : {p.a, p.b, p.c})
-      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
-  }
+  for (auto& [key, p] : d.plans) destroy(p);
   d.plans.clear();
 }
 
 Plan& plan_for(Device& d, const PlanKey& k, const void* bias) {
   auto it = d.plans.find(k);
-  if (it == d.plans.end()) it = d.plans.emplace(k, make_plan(d, k, bias)).first;
+  if (it == d.plans.end()) {
+    Plan refused;
+    refused.state = PlanState::kFailed;
+    it = d.plans.emplace(k, d.failed.count(k) != 0 ? refused : make_plan(d, k, bias)).first;
+  }
   return it->second;
 }
 
@@ -230,7 +256,7 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
   Device& d = device_state(index);
   std::lock_guard<std::mutex> lock(d.mu);
   open(d, index);
-  if (d.plans.size() >= kMaxPlans) drop_plans(d);  // before any Plan* of this call is held
+  if (d.plans.size() >= kCublasLtMaxPlans) drop_plans(d);  // before any Plan* of this call is held
   PlanKey k{x.dtype(),
             gpipe::cuda::allow_tf32(),
             relu,
@@ -274,15 +300,16 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
     }
   }
   if (p->state != PlanState::kReady) {
-    if (!p->noted)
+    if (d.noted.insert(k).second && p->state == PlanState::kNoAlgorithm)
       std::fprintf(stderr,
-                   "gpipe: cuBLASLt has no algorithm for the linear %s; it runs as a GEMM and "
-                   "its epilogue kernels\n",
-                   describe(k).c_str());
-    p->noted = true;
+                   "gpipe: cuBLASLt declines the linear %s (%s); it runs as a GEMM and its "
+                   "epilogue kernels\n",
+                   describe(k).c_str(), p->why);
     return false;
   }
-  if (k.bias) set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
+  if (k.bias)  // accepted at the plan's making, with a pointer of the same alignment
+    GPIPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias_ptr, sizeof(bias_ptr)));
   const float one = 1, zero = 0;
   const void* c = residual.defined() ? residual.raw_data() : y.raw_data();
   const cublasStatus_t status =
@@ -295,7 +322,8 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
                  "epilogue kernels from now on\n",
                  describe(k).c_str(), cublasGetStatusName(status));
     p->state = PlanState::kFailed;
-    p->noted = true;
+    d.failed.insert(k);
+    d.noted.insert(k);
     return false;
   }
   g_lt_calls.fetch_add(1, std::memory_order_relaxed);

@@ -9,7 +9,7 @@
 // flash attention (ops/cuda/attention_mma.cu), the linear epilogue's
 // 16-byte pack kernels (ops/cuda/bias_act.cu), and attention dropout in the
 // flash kernels (flash_attention_takes in ops/cuda/attention.cu; without
-// the switch a dropout takes the composed form), and the fused linear's
+// the switch a dropout takes the composed form); the fused linear's
 // cuBLASLt epilogue (linear_bias_act_takes in ops/cuda/linear_lt.cc; without
 // the switch CUDA runs the composed GEMM and epilogue kernels). Whoever sees
 // them pass on a GPU removes their pending_kernels() checks and this list's

@@ -15,6 +15,7 @@
 // dropout, flash and composed, against the CPU's fused kernel. The fused
 // linear's cuBLASLt epilogue (pending), its fallback and the composed ops it
 // replaces, against the CPU's fused linear.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <optional>
@@ -313,6 +314,8 @@ TEST_CASE("cuda linear: the cuBLASLt epilogue (pending), its fallback and the co
                 if (e.name == "linear_bias_act") fused += e.calls;
             }
             CHECK(fused == (pending ? 1 : 0));
+            INFO("cuBLASLt computed " << lt_calls
+                                      << " forward(s); where it declined, stderr says why");
             if (path != LinearPath::kCublasLt) CHECK(lt_calls == 0);
             if (path == LinearPath::kCublasLt && s.aligned) CHECK(lt_calls == 1);
             std::vector<int> which{0, 1};
@@ -322,6 +325,26 @@ TEST_CASE("cuda linear: the cuBLASLt epilogue (pending), its fallback and the co
                     io == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8) : 1e-4, true, which);
           }
         }
+}
+
+// Past ops::cuda::kCublasLtMaxPlans plans a device drops them all and makes them again: a row
+// count per call (ragged batches) must keep giving the CPU's results through cuBLASLt.
+TEST_CASE("cuda linear: a new row count per call, past the plan cap (pending)") {
+  const PendingScope scope(true);
+  const Tensor w = rand64(Shape{8, 16}, 571), b = rand64(Shape{8}, 572);
+  const Tensor wg = w.to(kGpu), bg = b.to(kGpu);
+  const int64_t calls = static_cast<int64_t>(ops::cuda::kCublasLtMaxPlans) + 40;
+  const int64_t before = ops::cuda::cublaslt_linear_calls();
+  double worst = 0;
+  for (int64_t rows = 1; rows <= calls; ++rows) {
+    const Tensor x = rand64(Shape{rows, 16}, 573 + rows);
+    const Tensor want = ops::linear(x, w, b, ops::FusedActivation::kRelu);
+    const Tensor got = ops::linear(x.to(kGpu), wg, bg, ops::FusedActivation::kRelu).to(kCpu);
+    worst = std::max(worst, rel_err(got, want));
+  }
+  INFO("cuBLASLt computed " << ops::cuda::cublaslt_linear_calls() - before << " of " << calls);
+  CHECK(ops::cuda::cublaslt_linear_calls() - before == calls);
+  CHECK(worst < 1e-4);
 }
 
 }  // namespace
