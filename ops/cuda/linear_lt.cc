@@ -229,14 +229,13 @@ Plan make_plan(Device& d, const PlanKey& k, const void* bias) {
   return p;
 }
 
-// The plan for key, made on first use (d.mu held).
-
 // Destroys every plan (d.mu held).
 void drop_plans(Device& d) {
   for (auto& [key, p] : d.plans) destroy(p);
   d.plans.clear();
 }
 
+// The plan for key, made on first use (d.mu held).
 Plan& plan_for(Device& d, const PlanKey& k, const void* bias) {
   auto it = d.plans.find(k);
   if (it == d.plans.end()) {
@@ -247,14 +246,16 @@ Plan& plan_for(Device& d, const PlanKey& k, const void* bias) {
   return it->second;
 }
 
-// y = act(x w^T + bias) + residual through cuBLASLt; false where it has no
-// algorithm for the case or the call fails (noted once per case).
+// y = act(x w^T + bias) + residual through cuBLASLt; false where it is
+// switched off (set_cublaslt_linear), declines the case or the call fails
+// (noted once per case).
 bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, const Tensor& residual,
             Tensor& y) {
   const int index = y.device().index;
   gpipe::cuda::DeviceGuard guard(index);
   Device& d = device_state(index);
   std::lock_guard<std::mutex> lock(d.mu);
+  if (!d.enabled) return false;
   open(d, index);
   if (d.plans.size() >= kCublasLtMaxPlans) drop_plans(d);  // before any Plan* of this call is held
   PlanKey k{x.dtype(),
@@ -330,12 +331,6 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
   return true;
 }
 
-bool cublaslt_linear_enabled(int index) {
-  Device& d = device_state(index);
-  std::lock_guard<std::mutex> lock(d.mu);
-  return d.enabled;
-}
-
 // The composed form's kernels into y: the GEMM, bias_act_forward and the add, in place.
 void run_composed(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu,
                   const Tensor& residual, Tensor& y) {
@@ -372,8 +367,7 @@ void linear_bias_act_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, 
   GPIPE_ASSERT(w.dtype() == x.dtype() && y.dtype() == x.dtype() &&
                (!residual.defined() || residual.dtype() == x.dtype()));
   if (y.numel() == 0) return;
-  if (x.size(1) == 0 || !cublaslt_linear_enabled(y.device().index) ||
-      !run_lt(x, w, bias, relu, residual, y))
+  if (x.size(1) == 0 || !run_lt(x, w, bias, relu, residual, y))
     run_composed(x, w, bias, relu, residual, y);
 }
 
