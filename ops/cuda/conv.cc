@@ -27,6 +27,7 @@
 
 #include "core/allocator.h"
 #include "ops/conv_kernels.h"
+#include "ops/cuda/alignment.h"
 #include "ops/cuda/conv_direct.h"
 #include "ops/cuda/cudnn_backend.h"
 #include "ops/elementwise_kernels.h"
@@ -91,14 +92,6 @@ cudnnDataType_t cudnn_type(DType t) {
 // The type products are summed in: float64 for float64, else float32.
 cudnnDataType_t compute_type(DType t) {
   return t == DType::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-}
-
-// Largest power of two <= 16 dividing every pointer.
-int64_t common_alignment(std::initializer_list<const void*> ptrs) {
-  int64_t a = 16;
-  for (const void* p : ptrs)
-    while (a > 1 && reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(a) != 0) a /= 2;
-  return a;
 }
 
 cudnn::Descriptor operation(const Problem& pr, const cudnn::Descriptor& conv,
@@ -243,7 +236,7 @@ bool run_cudnn(Direction direction, const Tensor& x, const Tensor& w, const Tens
              w.shape().dims(),
              y.shape().dims(),
              params,
-             common_alignment({x.raw_data(), w.raw_data(), y.raw_data()}),
+             pointer_alignment({x.raw_data(), w.raw_data(), y.raw_data()}, 16),
              tf32,
              device.index};
   gpipe::cuda::DeviceGuard guard(device.index);

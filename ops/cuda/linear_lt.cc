@@ -61,6 +61,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "ops/cuda/alignment.h"
 #include "ops/cuda/pending.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/linalg_kernels.h"
@@ -72,14 +73,8 @@ namespace {
 
 std::atomic<int64_t> g_lt_calls{0};
 
-// The largest power of two up to 256 that divides p's address (cuBLASLt's
-// preferences assume 256 unless told).
-uint32_t alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align /= 2;
-  return align;
-}
+// The alignment cuBLASLt's preferences ask for (they assume 256 unless told).
+uint32_t alignment(const void* p) { return pointer_alignment({p}, 256); }
 
 struct PlanKey {
   DType io;

@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/cuda/alignment.h"
 #include "ops/dispatch.h"
 #include "runtime/cuda/allocator.h"
 #include "runtime/cuda/check.h"
@@ -59,6 +60,18 @@ TEST_CASE("cuda build: every CPU kernel slot has a CUDA kernel") {
   CHECK(ops::is_optional_kernel("attention_forward"));
   CHECK(ops::is_optional_kernel("linear_bias_act"));
   CHECK_FALSE(ops::is_optional_kernel("batched_gemm"));
+}
+
+TEST_CASE("cuda build: pointer alignment, as cuDNN and cuBLASLt plans are keyed by it") {
+  // ops::cuda::pointer_alignment picks the kernels the convolutions and the cuBLASLt linear may
+  // use: too large a claim would let a vectorised kernel read misaligned memory.
+  auto at = [](uintptr_t a) { return reinterpret_cast<const void*>(a); };
+  CHECK(ops::cuda::pointer_alignment({at(4096)}, 256) == 256);
+  CHECK(ops::cuda::pointer_alignment({at(4096 + 64)}, 256) == 64);
+  CHECK(ops::cuda::pointer_alignment({at(4096 + 6)}, 256) == 2);
+  CHECK(ops::cuda::pointer_alignment({at(4096 + 3)}, 256) == 1);
+  CHECK(ops::cuda::pointer_alignment({at(4096 + 64)}, 16) == 16);
+  CHECK(ops::cuda::pointer_alignment({at(4096), at(4096 + 8), at(4096 + 32)}, 16) == 8);
 }
 
 TEST_CASE("cuda build: a missing CUDA device is a clear gpipe::Error, never a crash") {
