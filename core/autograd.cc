@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "core/autograd_engine.h"
+#include "core/parallel.h"
 #include "core/rng.h"
 
 namespace gpipe {
@@ -68,15 +69,25 @@ class SplitLambdaNode final : public CountedNode {
   SplitBackwardFn fn_;
 };
 
+// Gradient sums are elementwise, so they are split over the intra-op pool
+// in chunks of at least this many elements (the result is the same): a
+// Transformer's residual stream sums two 1 MB gradients per sublayer, which
+// ran on one core while the other waited.
+constexpr int64_t kAccumulateGrain = int64_t{1} << 15;
+
 template <class T>
 void add_into(T* dst, const T* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  parallel_for(0, n, kAccumulateGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
+  });
 }
 
 // 16-bit gradients add in float32 and round once.
 template <class T, class Load, class Store>
 void add_into_half(T* dst, const T* src, int64_t n, Load load, Store store) {
-  for (int64_t i = 0; i < n; ++i) dst[i].bits = store(load(dst[i].bits) + load(src[i].bits));
+  parallel_for(0, n, kAccumulateGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) dst[i].bits = store(load(dst[i].bits) + load(src[i].bits));
+  });
 }
 
 void cpu_accumulate_into(Tensor& dst, const Tensor& src) {

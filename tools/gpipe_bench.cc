@@ -43,6 +43,14 @@ void add_max_seconds(CLI::App* c, double& max_seconds) {
       ->check(gpipe::train::kPositive);
 }
 
+// Rounds of both sides per thread count (Note [Rounds against noise] in tools/bench/compare.cc).
+void add_rounds(CLI::App* c, int& rounds) {
+  c->add_option("--rounds", rounds,
+                "rounds per thread count, each: the FMA peak, then both sides in alternating "
+                "order, a row each (and a summary of the rounds)")
+      ->check(gpipe::train::kPositive);
+}
+
 void add_torch_flags(CLI::App* c, gpipe::bench::TorchSide& t) {
   c->add_option("--python", t.python,
                 "python with torch for the reference (default: benchmarks/setup_torch.sh's venv, "
@@ -138,6 +146,7 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
                 "training dropout on both sides (embeddings, attention probabilities, the FFN's "
                 "hidden layer, each sublayer's output)")
       ->check(gpipe::train::kProbability);
+  add_rounds(c, o.rounds);
   add_torch_flags(c, o.torch);
   return c;
 }
@@ -206,6 +215,7 @@ CLI::App* add_amoebanet(CLI::App& app, gpipe::bench::AmoebaNetBenchOptions& o) {
               "both sides: torchgpipe's AvgPool for max_pool_3x3");
   add_warmup_steps(c, o.warmup, o.steps);
   add_max_seconds(c, o.max_seconds);
+  add_rounds(c, o.rounds);
   add_torch_flags(c, o.torch);
   return c;
 }

@@ -26,26 +26,37 @@
 // (product + bias) + residual. TF32 follows gpipe::cuda::allow_tf32(), as
 // batched_gemm.
 //
-// Cases: float32 (bias float32) and bfloat16 x, w, residual and y (bias
-// float32, passed as CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; should cuBLASLt
-// have no algorithm for a float32 bias beside bfloat16 D, a bfloat16 copy of
-// the bias is tried, noted once on stderr). No dropout and no residual after
-// a ReLU (the epilogue would add the residual before the ReLU). Where
-// cuBLASLt declines a case (no algorithm, or an attribute it rejects; noted
-// once per case on stderr), or a call fails (that case is not tried again),
-// the kernel runs the composed kernels itself
-// (batched_gemm, bias_act_forward, the add) into y: slower, same results as
-// the composed form. set_cublaslt_linear (ops/cuda/linear_lt.h) makes it
-// do so always, for the tests of that path.
+// Cases: float32 (bias float32) and bfloat16 x, w, residual and y. For
+// bfloat16 the float32 bias is tried first (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
+// cuBLASLt's type table lists only a bfloat16 bias beside bfloat16 D, so
+// where it declines or refuses that, a bfloat16 copy of the bias is used,
+// noted once on stderr. A bias that is a view at an offset under 16 bytes
+// is copied to a fresh block first: the preferences' alignments name A to
+// D, and a kernel that assumes an aligned bias would fault (a sticky CUDA
+// error, not a status). No dropout and no residual after a ReLU (the
+// epilogue would add the residual before the ReLU).
+//
+// Declines and failures. Where cuBLASLt declines a case (no algorithm, or
+// an attribute it rejects; noted once per case on stderr, whatever the row
+// count), or refuses it with each algorithm the heuristic offered (not
+// tried again), the kernel runs the composed kernels itself (batched_gemm,
+// bias_act_forward, the add) into y: slower, same results as the composed
+// form. A heuristic out of memory (it loads kernels) or a failed call that
+// is not a refusal falls back for that call only. set_cublaslt_linear
+// (ops/cuda/linear_lt.h) makes it fall back always, for the tests of that
+// path.
 //
 // One plan per case (dtype, sizes, epilogue, residual, pointer alignments):
-// the descriptors and the heuristic's first algorithm, made on first use and
-// kept until a device holds kCublasLtMaxPlans (rows that change with every batch,
-// as ragged inference batches do, add a plan each): then they are all
-// dropped and made again as used. The workspace (32 MiB from sm_90 on, 4 MiB
-// before) and the cuBLASLt handle are per device; calls on one device hold
-// its lock while they set the bias pointer and enqueue on its compute
-// stream, so the one workspace is used in stream order.
+// the descriptors and up to kAlgorithms of the heuristic's algorithms, best
+// first (with a residual, only those that write D apart from C:
+// CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT), made on first use; a call
+// runs the first one not refused. Plans are kept until a device holds
+// kCublasLtMaxPlans (rows that change with every batch, as ragged inference
+// batches do, add a plan each): then they are all dropped and made again as
+// used. The workspace (32 MiB from sm_90 on, 4 MiB before) and the cuBLASLt
+// handle are per device; calls on one device hold its lock while they set
+// the bias pointer and enqueue on its compute stream, so the one workspace is
+// used in stream order.
 #include "ops/cuda/linear_lt.h"
 
 #include <cublasLt.h>
@@ -59,6 +70,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cuda/alignment.h"
@@ -88,19 +100,21 @@ struct PlanKey {
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
-// One case's descriptors and algorithm.
+// One case's descriptors and algorithms.
 enum class PlanState {
   kReady,
-  kNoAlgorithm,  // the heuristic offered none
-  kFailed,       // cublasLtMatmul refused it once: not tried again
+  kNoAlgorithm,  // the heuristic offered none (or an attribute was rejected)
+  kFailed,       // cublasLtMatmul refused every algorithm: not tried again
 };
+constexpr int kAlgorithms = 8;  // the heuristic's candidates kept per plan
 struct Plan {
   PlanState state = PlanState::kNoAlgorithm;
-  const char* why = "";  // kNoAlgorithm: the status that declined, or "no algorithm"
+  const char* why = "";    // kNoAlgorithm: the status that declined, or "no algorithm"
+  bool transient = false;  // declined for want of memory: not kept, tried again next call
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-  size_t workspace = 0;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;  // best first
+  size_t next = 0;                                     // algos[next] on: not refused yet
 };
 
 struct Device {
@@ -109,12 +123,27 @@ struct Device {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::map<PlanKey, Plan> plans;
-  // Cases whose decline is on stderr, and those cublasLtMatmul refused: kept when the plans
-  // are dropped, so a case is noted once and a refused one is not tried again.
+  Plan declined;  // where plan_for points for a transient decline (not kept)
+  // Cases whose decline is on stderr (keyed without the row count, so ragged batches note a
+  // case once), and those cublasLtMatmul refused: kept when the plans are dropped, so a refused
+  // case is not tried again; each emptied past kMaxRemembered.
   std::set<PlanKey> noted, failed;
-  bool noted_bias_copy = false;
+  bool noted_bias_copy = false, noted_transient = false;
   bool enabled = true;  // set_cublaslt_linear
 };
+constexpr size_t kMaxRemembered = 4096;
+
+void remember(std::set<PlanKey>& set, const PlanKey& k) {
+  if (set.size() >= kMaxRemembered) set.clear();
+  set.insert(k);
+}
+// Whether the case's note is new (and now on record).
+bool first_note(Device& d, PlanKey k) {
+  k.rows = 0;
+  if (d.noted.count(k) != 0) return false;
+  remember(d.noted, k);
+  return true;
+}
 
 Device& device_state(int index) {
   static std::mutex mu;
@@ -161,9 +190,19 @@ void destroy(Plan& p) {
   p.a = p.b = p.c = nullptr;
 }
 
-// The descriptors for key and the heuristic's first algorithm (d.mu held);
-// bias is the pointer the heuristic reads the alignment of. Any status but
-// success on the way (an attribute this cuBLASLt rejects) declines the case.
+// Whether an algorithm writes D apart from C (a residual is C, y is D).
+bool out_of_place(const cublasLtMatmulAlgo_t& algo) {
+  int32_t v = 0;
+  size_t written = 0;
+  return cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &v,
+                                           sizeof(v), &written) == CUBLAS_STATUS_SUCCESS &&
+         v != 0;
+}
+
+// The descriptors for key and the heuristic's algorithms (d.mu held); bias is
+// a pointer of the key's bias alignment. Any status but success on the way (an
+// attribute this cuBLASLt rejects) declines the case; a want of memory (the
+// heuristic loads kernels) declines it for this call only.
 Plan make_plan(Device& d, const PlanKey& k, const void* bias) {
   Plan p;
   const bool bf16 = k.io == DType::kBFloat16;
@@ -207,20 +246,25 @@ Plan make_plan(Device& d, const PlanKey& k, const void* bias) {
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x);
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.residual ? k.align_r : k.align_y);
   prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_y);
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kAlgorithms] = {};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(d.handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result,
-                                        &found);
+    st = cublasLtMatmulAlgoGetHeuristic(d.handle, p.desc, p.a, p.b, p.c, p.c, pref, kAlgorithms,
+                                        results, &found);
   if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+  // With a residual, C (the residual) and D (y) are apart: only algorithms that allow it.
+  for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && (!k.residual || out_of_place(results[i].algo)))
+      p.algos.push_back(results[i]);
+  if (!p.algos.empty()) {
     p.state = PlanState::kReady;
-    p.algo = result.algo;
-    p.workspace = result.workspaceSize;
     return p;
   }
   destroy(p);
-  p.why = st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(st) : "no algorithm";
+  p.transient = st == CUBLAS_STATUS_ALLOC_FAILED;
+  p.why = st != CUBLAS_STATUS_SUCCESS ? cublasGetStatusName(st)
+          : found > 0                 ? "no algorithm that writes D apart from C"
+                                      : "no algorithm";
   return p;
 }
 
@@ -231,14 +275,26 @@ void drop_plans(Device& d) {
 }
 
 // The plan for key, made on first use (d.mu held).
-Plan& plan_for(Device& d, const PlanKey& k, const void* bias) {
+Plan* plan_for(Device& d, const PlanKey& k, const void* bias) {
   auto it = d.plans.find(k);
-  if (it == d.plans.end()) {
+  if (it != d.plans.end()) return &it->second;
+  if (d.failed.count(k) != 0) {
     Plan refused;
     refused.state = PlanState::kFailed;
-    it = d.plans.emplace(k, d.failed.count(k) != 0 ? refused : make_plan(d, k, bias)).first;
+    return &d.plans.emplace(k, refused).first->second;
   }
-  return it->second;
+  Plan made = make_plan(d, k, bias);
+  if (made.transient) {
+    d.declined = made;
+    return &d.declined;
+  }
+  return &d.plans.emplace(k, std::move(made)).first->second;
+}
+
+// Statuses that say an algorithm cannot run this case (as opposed to a want of
+// memory or a failed launch, which a later call may not meet).
+bool refuses(cublasStatus_t s) {
+  return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE;
 }
 
 // y = act(x w^T + bias) + residual through cuBLASLt; false where it is
@@ -253,6 +309,11 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
   if (!d.enabled) return false;
   open(d, index);
   if (d.plans.size() >= kCublasLtMaxPlans) drop_plans(d);  // before any Plan* of this call is held
+  // The bias as cuBLASLt reads it. Its kernels may assume a 16-byte aligned bias whatever the
+  // preferences say (those name A to D only), and a misaligned read there is a sticky CUDA
+  // error, not a status: a bias that is a view at an odd offset is copied to a fresh block.
+  Tensor bias_used = bias;
+  if (bias.defined() && alignment(bias.raw_data()) < 16) bias_used = bias.clone();
   PlanKey k{x.dtype(),
             gpipe::cuda::allow_tf32(),
             relu,
@@ -266,64 +327,91 @@ bool run_lt(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, con
             alignment(w.raw_data()),
             residual.defined() ? alignment(residual.raw_data()) : 256u,
             alignment(y.raw_data()),
-            bias.defined() ? alignment(bias.raw_data()) : 256u};
-  const void* bias_ptr = bias.defined() ? bias.raw_data() : nullptr;
-  Plan* p = &plan_for(d, k, bias_ptr);
-  // A bfloat16 copy of a float32 bias, where cuBLASLt takes no float32 one beside bfloat16 D.
-  // The copy is a fresh block of the caching allocator, 256-byte aligned as its key says.
-  Tensor bias16;
-  if (p->state == PlanState::kNoAlgorithm && k.bias && k.io == DType::kBFloat16 &&
-      bias.dtype() == DType::kFloat32) {
+            bias.defined() ? alignment(bias_used.raw_data()) : 256u};
+  // The cases to try: the float32 bias, then (bfloat16 results) a bfloat16 copy of it, where
+  // cuBLASLt takes no float32 bias beside bfloat16 D (its table lists a bfloat16 bias there).
+  std::vector<PlanKey> keys{k};
+  if (k.bias && k.io == DType::kBFloat16) {
     PlanKey k16 = k;
     k16.bias_bf16 = true;
-    k16.align_b = 256;
-    // The heuristic reads only the bias pointer's alignment: any 256-aligned address will do.
-    Plan* p16 = &plan_for(d, k16, reinterpret_cast<const void*>(uintptr_t{256}));
-    if (p16->state == PlanState::kReady) {
-      bias16 = Tensor::empty(bias.shape(), DType::kBFloat16, y.device());
-      if (alignment(bias16.raw_data()) == 256) {
-        if (!d.noted_bias_copy)
-          std::fprintf(stderr,
-                       "gpipe: cuBLASLt takes no float32 bias beside bfloat16 results on "
-                       "cuda:%d; the linear epilogue adds a bfloat16 copy of the bias\n",
-                       index);
-        d.noted_bias_copy = true;
-        cast_into(y.device(), bias, bias16);
-        bias_ptr = bias16.raw_data();
-        k = k16;
-        p = p16;
-      }
-    }
+    k16.align_b = 256;  // a fresh block of the caching allocator (checked below)
+    keys.push_back(k16);
   }
-  if (p->state != PlanState::kReady) {
-    if (d.noted.insert(k).second && p->state == PlanState::kNoAlgorithm)
-      std::fprintf(stderr,
-                   "gpipe: cuBLASLt declines the linear %s (%s); it runs as a GEMM and its "
-                   "epilogue kernels\n",
-                   describe(k).c_str(), p->why);
-    return false;
-  }
-  if (k.bias)  // accepted at the plan's making, with a pointer of the same alignment
-    GPIPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias_ptr, sizeof(bias_ptr)));
   const float one = 1, zero = 0;
   const void* c = residual.defined() ? residual.raw_data() : y.raw_data();
-  const cublasStatus_t status =
-      cublasLtMatmul(d.handle, p->desc, &one, w.raw_data(), p->a, x.raw_data(), p->b,
-                     residual.defined() ? &one : &zero, c, p->c, y.raw_data(), p->c, &p->algo,
-                     d.workspace, p->workspace, gpipe::cuda::compute_stream(index));
-  if (status != CUBLAS_STATUS_SUCCESS) {
+  Tensor bias16;
+  for (const PlanKey& key : keys) {
+    const void* bias_ptr = key.bias ? bias_used.raw_data() : nullptr;
+    if (key.bias_bf16) {
+      if (!bias16.defined()) {
+        bias16 = Tensor::empty(bias.shape(), DType::kBFloat16, y.device());
+        cast_into(y.device(), bias, bias16);
+      }
+      if (alignment(bias16.raw_data()) != 256) continue;
+      bias_ptr = bias16.raw_data();
+    }
+    Plan* p = plan_for(d, key, bias_ptr);
+    if (p->state != PlanState::kReady) {
+      if (p->transient && !d.noted_transient) {
+        d.noted_transient = true;
+        std::fprintf(stderr,
+                     "gpipe: cuBLASLt's heuristic ran out of memory on cuda:%d (%s); the linear "
+                     "runs as a GEMM and its epilogue kernels until it has some\n",
+                     index, p->why);
+      } else if (p->state == PlanState::kNoAlgorithm && first_note(d, key)) {
+        std::fprintf(stderr, "gpipe: cuBLASLt declines the linear %s (%s)%s\n",
+                     describe(key).c_str(), p->why,
+                     key.bias && !key.bias_bf16 && keys.size() > 1
+                         ? "; trying a bfloat16 copy of the bias"
+                         : "; it runs as a GEMM and its epilogue kernels");
+      }
+      continue;
+    }
+    if (key.bias) {  // accepted at the plan's making, with a pointer of the same alignment
+      GPIPE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &bias_ptr, sizeof(bias_ptr)));
+      if (key.bias_bf16 && !d.noted_bias_copy) {
+        d.noted_bias_copy = true;
+        std::fprintf(stderr,
+                     "gpipe: cuBLASLt takes no float32 bias beside bfloat16 results on cuda:%d; "
+                     "the linear epilogue adds a bfloat16 copy of the bias\n",
+                     index);
+      }
+    }
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    for (; p->next < p->algos.size(); ++p->next) {  // an algorithm refused is not tried again
+      const cublasLtMatmulHeuristicResult_t& r = p->algos[p->next];
+      status =
+          cublasLtMatmul(d.handle, p->desc, &one, w.raw_data(), p->a, x.raw_data(), p->b,
+                         residual.defined() ? &one : &zero, c, p->c, y.raw_data(), p->c, &r.algo,
+                         d.workspace, r.workspaceSize, gpipe::cuda::compute_stream(index));
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        g_lt_calls.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+      if (!refuses(status)) break;
+    }
+    if (p->next < p->algos.size()) {  // a failure another call may not meet: this call only
+      std::fprintf(stderr,
+                   "gpipe: cuBLASLt failed on the linear %s (%s); this call runs as a GEMM and "
+                   "its epilogue kernels\n",
+                   describe(key).c_str(), cublasGetStatusName(status));
+      return false;
+    }
     std::fprintf(stderr,
-                 "gpipe: cuBLASLt failed on the linear %s (%s); it runs as a GEMM and its "
-                 "epilogue kernels from now on\n",
-                 describe(k).c_str(), cublasGetStatusName(status));
+                 "gpipe: cuBLASLt refused the linear %s with each of its %zu algorithm(s) (%s)%s\n",
+                 describe(key).c_str(), p->algos.size(), cublasGetStatusName(status),
+                 &key == &keys.back() ? "; it runs as a GEMM and its epilogue kernels from now on"
+                                      : "; trying a bfloat16 copy of the bias");
     p->state = PlanState::kFailed;
-    d.failed.insert(k);
-    d.noted.insert(k);
-    return false;
+    remember(d.failed, key);
+    remember(d.noted, [&] {
+      PlanKey n = key;
+      n.rows = 0;
+      return n;
+    }());
   }
-  g_lt_calls.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return false;
 }
 
 // The composed form's kernels into y: the GEMM, bias_act_forward and the add, in place.
@@ -359,8 +447,16 @@ void linear_bias_act_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, 
               "linear_bias_act on CUDA: a case linear_bias_act_takes declines (", x.dtype(),
               relu ? ", relu" : "", residual.defined() ? ", residual" : "", ", dropout ", dropout,
               ")");
+  // ops::linear's contract (fused_linear in ops/linalg.cc), on which the plan's layouts rest:
+  // dense rows, a float32 bias of one value per output feature.
+  const int64_t rows = x.size(0), out = w.size(0);
+  GPIPE_ASSERT(x.rank() == 2 && w.rank() == 2 && w.size(1) == x.size(1) && x.is_contiguous() &&
+               w.is_contiguous() && y.is_contiguous() && y.numel() == rows * out);
   GPIPE_ASSERT(w.dtype() == x.dtype() && y.dtype() == x.dtype() &&
                (!residual.defined() || residual.dtype() == x.dtype()));
+  GPIPE_ASSERT(!bias.defined() ||
+               (bias.dtype() == DType::kFloat32 && bias.numel() == out && bias.is_contiguous()));
+  GPIPE_ASSERT(!residual.defined() || (residual.is_contiguous() && residual.numel() == rows * out));
   if (y.numel() == 0) return;
   if (x.size(1) == 0 || !run_lt(x, w, bias, relu, residual, y))
     run_composed(x, w, bias, relu, residual, y);

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 
@@ -22,6 +23,38 @@ TEST_CASE("autograd: shared subexpressions sum their gradients") {
   Tensor z = ops::sum(ops::add(y, y));  // dz/dx = 4x
   z.backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{4, 8, 12});
+}
+
+TEST_CASE("autograd: a large tensor's gradients sum on the pool, exactly, in every dtype") {
+  // Over kAccumulateGrain (autograd.cc) and not a multiple of it: the sum is
+  // split over the pool's threads, and every element must still be g1 + g2.
+  ThreadPool pool(2);
+  IntraOpScope scope(&pool);
+  const int64_t n = 100003;
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
+    CAPTURE(dt);
+    const Tensor w1 = Tensor::uniform(Shape{n}, 1, -1, 1).to(dt);
+    const Tensor w2 = Tensor::uniform(Shape{n}, 2, -1, 1).to(dt);
+    Tensor x = Tensor::zeros(Shape{n}, dt);
+    x.set_requires_grad(true);
+    ops::add(ops::sum(ops::mul(x, w1)), ops::sum(ops::mul(x, w2))).backward();
+    const std::vector<double> g = x.grad().to(DType::kFloat64).to_vector<double>();
+    const std::vector<double> a = w1.to(DType::kFloat64).to_vector<double>();
+    const std::vector<double> b = w2.to(DType::kFloat64).to_vector<double>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      // The sum in the tensor's own type (16-bit: in float32, rounded once).
+      const double want =
+          dt == DType::kFloat64
+              ? a[i] + b[i]
+              : Tensor::scalar(static_cast<float>(a[i]) + static_cast<float>(b[i]), DType::kFloat32)
+                    .to(dt)
+                    .to(DType::kFloat64)
+                    .item();
+      wrong += g[i] != want;
+    }
+    CHECK(wrong == 0);
+  }
 }
 
 TEST_CASE("autograd: several roots in one backward") {

@@ -31,6 +31,7 @@
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 #include "ops/linalg_kernels.h"
+#include "ops/shape.h"
 #include "tests/cuda/compare.h"
 #include "tests/ops/op_table.h"
 
@@ -345,6 +346,38 @@ TEST_CASE("cuda linear: a new row count per call, past the plan cap (pending)") 
   INFO("cuBLASLt computed " << ops::cuda::cublaslt_linear_calls() - before << " of " << calls);
   CHECK(ops::cuda::cublaslt_linear_calls() - before == calls);
   CHECK(worst < 1e-4);
+}
+
+// Views one element into larger buffers (4-byte aligned in float32, 2-byte in bfloat16): the
+// plan key's alignments and preferences, and the bias copied to an aligned block (Note [cuBLASLt
+// epilogue]), must still give the CPU's results, through cuBLASLt or its fallback.
+TEST_CASE("cuda linear: operands at odd offsets (pending)") {
+  const PendingScope scope(true);
+  const int64_t rows = 64, in = 32, out = 48;
+  // Tensor t as a view one element into a buffer of its dtype on `device`.
+  const auto offset_view = [](const Tensor& t, Device device) {
+    const Tensor flat = ops::reshape(t, {-1});
+    const Tensor big = ops::concat({ops::narrow(flat, 0, 0, 1), flat}, 0).to(device);
+    return ops::reshape(ops::narrow(big, 0, 1, t.numel()), t.shape().dims());
+  };
+  for (DType io : {DType::kFloat32, DType::kBFloat16})
+    for (bool residual : {false, true}) {
+      CAPTURE(io, residual);
+      const PrecisionScope precision(io == DType::kBFloat16 ? Precision::kBFloat16
+                                                            : Precision::kFloat32);
+      const Tensor x = ops::cast(rand64(Shape{rows, in}, 581, -0.5, 0.5), io);
+      const Tensor w = ops::cast(rand64(Shape{out, in}, 582, -0.5, 0.5), DType::kFloat32);
+      const Tensor b = ops::cast(rand64(Shape{out}, 583), DType::kFloat32);
+      const Tensor r = residual ? ops::cast(rand64(Shape{rows, out}, 584), io) : Tensor();
+      const auto act = residual ? ops::FusedActivation::kNone : ops::FusedActivation::kRelu;
+      const Tensor want = ops::linear(x, w, b, act, r);
+      const Tensor xv = offset_view(x, kGpu), bv = offset_view(b, kGpu);
+      REQUIRE(xv.offset() == 1);
+      const Tensor got =
+          ops::linear(xv, w.to(kGpu), bv, act, residual ? offset_view(r, kGpu) : Tensor()).to(kCpu);
+      CHECK(rel_err(ops::cast(got, DType::kFloat64), ops::cast(want, DType::kFloat64)) <
+            (io == DType::kBFloat16 ? 8 * std::ldexp(1.0, -8) : 1e-4));
+    }
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ int run_amoebanet(const AmoebaNetBenchOptions& opt) {
   c.model.layers = 2;
   c.model.batch = 64;
   c.model.quirk_maxpool = opt.quirk_maxpool;
-  return compare_steps(c, opt.torch, opt.threads, opt.warmup, opt.steps, opt.max_seconds, gflop);
+  return compare_steps(c, opt.torch,
+                       {opt.threads, opt.warmup, opt.steps, opt.max_seconds, opt.rounds}, gflop);
 }
 
 }  // namespace gpipe::bench

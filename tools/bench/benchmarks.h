@@ -145,6 +145,7 @@ struct TransformerBenchOptions {
   double dropout = 0;
   int warmup = 3, steps = 20;
   double max_seconds = 30;
+  int rounds = 1;  // Note [Rounds against noise] in compare.cc
 };
 int run_transformer(const TransformerBenchOptions& opt);
 
@@ -241,6 +242,7 @@ struct AmoebaNetBenchOptions {
   bool quirk_maxpool = false;  // both sides: torchgpipe's AvgPool for max_pool_3x3
   int warmup = 2, steps = 10;
   double max_seconds = 30;
+  int rounds = 1;  // Note [Rounds against noise] in compare.cc
 };
 int run_amoebanet(const AmoebaNetBenchOptions& opt);
 
@@ -259,9 +261,18 @@ struct StepComparison {
   std::string script_extra;  // after them
   const char* gflop_format;  // printf format of the GF/s columns, e.g. "%10.2f"
 };
-// Prints the rows and the footer; `gflop` is the model's GFLOP per step.
-int compare_steps(const StepComparison& c, const TorchSide& torch, const std::vector<int>& threads,
-                  int warmup, int steps, double max_seconds, double gflop);
+// How each side is run: at each thread count, `rounds` rounds of both sides
+// (Note [Rounds against noise] in compare.cc).
+struct StepRuns {
+  std::vector<int> threads;
+  int warmup, steps;
+  double max_seconds;
+  int rounds = 1;
+};
+// Prints a row per round, a summary per thread count when there are several
+// rounds, and the footer; `gflop` is the model's GFLOP per step.
+int compare_steps(const StepComparison& c, const TorchSide& torch, const StepRuns& runs,
+                  double gflop);
 
 // Matmul FLOPs of one training step of the encoder-decoder Transformer
 // (3 x forward, dense attention), as BENCHMARKS.md counts them.

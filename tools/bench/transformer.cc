@@ -41,7 +41,8 @@ int run_transformer(const TransformerBenchOptions& opt) {
   c.model.unfused_loss = opt.unfused_loss;
   c.model.layers = 3;
   c.model.batch = 32;
-  return compare_steps(c, opt.torch, opt.threads, opt.warmup, opt.steps, opt.max_seconds, gflop);
+  return compare_steps(c, opt.torch,
+                       {opt.threads, opt.warmup, opt.steps, opt.max_seconds, opt.rounds}, gflop);
 }
 
 }  // namespace gpipe::bench
