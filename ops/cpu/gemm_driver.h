@@ -117,20 +117,30 @@ class AlignedFloats {
   int64_t size_ = 0;
 };
 
+// `count` atomics set to zero, in a buffer that grows to the largest request.
+template <class T>
+class ZeroedAtomics {
+ public:
+  std::atomic<T>* get(int64_t count) {
+    if (count > size_) {
+      v_.reset(new std::atomic<T>[count]);
+      size_ = count;
+    }
+    for (int64_t i = 0; i < count; ++i) v_[i].store(0, std::memory_order_relaxed);
+    return v_.get();
+  }
+
+ private:
+  std::unique_ptr<std::atomic<T>[]> v_;
+  int64_t size_ = 0;
+};
+
 struct Workspace {
   AlignedFloats a, b;
-  std::unique_ptr<std::atomic<uint8_t>[]>
-      b_state;  // Note [Shared B panels]: 0 free, 1 packing, 2 ready
-  int64_t b_state_size = 0;
-
-  std::atomic<uint8_t>* states(int64_t count) {
-    if (count > b_state_size) {
-      b_state.reset(new std::atomic<uint8_t>[count]);
-      b_state_size = count;
-    }
-    for (int64_t i = 0; i < count; ++i) b_state[i].store(0, std::memory_order_relaxed);
-    return b_state.get();
-  }
+  ZeroedAtomics<uint8_t> b_state;       // Note [Shared B panels]: 0 free, 1 packing, 2 ready
+  ZeroedAtomics<uint8_t> a_state;       // Note [Claimed A units]: 0 not packed, 2 packed
+  ZeroedAtomics<uint64_t> unit_ranges;  // Note [Claimed A units]: per B chunk and thread
+  std::atomic<uint8_t>* states(int64_t count) { return b_state.get(count); }
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

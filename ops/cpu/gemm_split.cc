@@ -9,6 +9,26 @@
 // works: nobody waits for a panel nobody packs. When op(A) has too few panels
 // to share out evenly (m small) the threads split the B panels instead, and A
 // is packed once up front.
+//
+// Note [Claimed A units]. Equal shares of the rows do not finish together:
+// timing W2's blocks (0.3-3 ms) on a two-core Zen 4 put the two threads' ends
+// 38 us apart on average, one core idle for 4.5% of the GEMMs' time,
+// whichever thread happened to meet slower memory or packed more of B. Where
+// a block has enough A units (one panel, or one group for a transposed A: at
+// least kUnitsPerThread per thread), each thread owns an equal range of them
+// and claims its own from the front; a thread whose range is done takes the
+// others' from their back ends, so the threads end within about one unit.
+// (Claiming from one shared counter instead, alternating units between the
+// threads, ran slower in 7 of 8 paired W2 steps: each core's source rows were
+// no longer one stream for its prefetcher.) Units are claimed one ahead, so
+// the next one's source is prefetched while the current one runs. With
+// several B chunks (n over nc) each chunk has its own ranges, and a unit
+// packed under the first chunk by one thread may run under a later one on
+// the other: its flag says when it is packed. Which thread computes a tile
+// does not change its sums, so the results are the bits of the static
+// split. Measured in `perf` samples of W2's two-thread step (20 steps, two
+// runs each): the micro-kernel's share of all cycles rose from 74.6-74.8%
+// to 76.1-77.2%, the pool's waits fell from 2.8-3.0% to 2.6-2.7%.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -80,6 +100,79 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
   }
 }
 
+constexpr int64_t kUnitsPerThread = 6;  // Note [Claimed A units]: fewer, and the split is static
+
+// Claims and packs the B panels of chunk [jc, jend) that are still free, then
+// waits for those in flight (Note [Shared B panels]).
+void share_b_chunk(const Problem& P, const Engine& ks, const Block& blk,
+                   std::atomic<uint8_t>* b_state, int64_t jc, int64_t jend) {
+  for (int64_t jp = jc; jp < jend; ++jp) {
+    uint8_t expected = 0;
+    if (b_state[jp].load(std::memory_order_relaxed) == 0 &&
+        b_state[jp].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
+      b_state[jp].store(2, std::memory_order_release);
+    }
+  }
+  for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
+}
+
+// A thread's range of A units under one B chunk: the next from the front
+// (low 32 bits) and the end (high 32 bits), claimed from the front by its
+// owner and from the back by the others once their own ranges are done
+// (Note [Claimed A units]).
+using UnitRange = std::atomic<uint64_t>;
+uint64_t pack_range(int64_t front, int64_t back) {
+  return static_cast<uint64_t>(front) | (static_cast<uint64_t>(back) << 32);
+}
+int64_t claim_unit(UnitRange& r, bool front) {
+  uint64_t v = r.load(std::memory_order_relaxed);
+  while (true) {
+    const int64_t f = static_cast<int64_t>(v & 0xffffffffu), b = static_cast<int64_t>(v >> 32);
+    if (f >= b) return -1;
+    const uint64_t next = front ? pack_range(f + 1, b) : pack_range(f, b - 1);
+    if (r.compare_exchange_weak(v, next, std::memory_order_relaxed)) return front ? f : b - 1;
+  }
+}
+
+// Rows of C claimed a unit of A panels at a time (Note [Claimed A units]):
+// thread t's own range first, front to back, then the others' from their ends.
+void run_block_claimed(const Problem& P, const Engine& ks, const Block& blk,
+                       std::atomic<uint8_t>* b_state, std::atomic<uint8_t>* a_state,
+                       UnitRange* ranges, int64_t group, int t, int threads) {
+  const KernelScope scope(ks);
+  const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
+  const int64_t units = ceil_div(blk.a_panels, group);
+  for (int64_t jc = 0, chunk = 0; jc < blk.b_panels; jc += nc_panels, ++chunk) {
+    const int64_t jend = std::min(blk.b_panels, jc + nc_panels);
+    share_b_chunk(P, ks, blk, b_state, jc, jend);
+    UnitRange* own = ranges + chunk * threads;
+    const auto claim = [&]() -> int64_t {
+      int64_t u = claim_unit(own[t], true);
+      for (int o = 1; u < 0 && o < threads; ++o) u = claim_unit(own[(t + o) % threads], false);
+      return u < 0 ? units : u;
+    };
+    for (int64_t u = claim(), ahead = claim(); u < units; u = ahead, ahead = claim()) {
+      const int64_t ip0 = u * group, count = std::min(group, blk.a_panels - ip0);
+      if (jc == 0) {
+        pack_a_panels(P, ks, blk, ip0, count);
+        a_state[u].store(2, std::memory_order_release);
+      } else {
+        wait_ready(a_state[u]);
+      }
+      const int64_t parts = count * (jend - jc);
+      for (int64_t ip = ip0; ip < ip0 + count; ++ip)
+        for (int64_t jp = jc; jp < jend; ++jp) {
+          if (jc == 0 && ahead < units)  // Note [Prefetched A sources] in gemm_packed.cc
+            prefetch_a_panels(P, ks, blk, ahead * group,
+                              std::min(group, blk.a_panels - ahead * group),
+                              (ip - ip0) * (jend - jc) + (jp - jc), parts);
+          run_tile(P, ks, blk, ip, jp);
+        }
+    }
+  }
+}
+
 // Columns of C split: B panels [lo, hi) on this task, A packed beforehand.
 void run_block_split_cols(const Problem& P, const Engine& ks, const Block& blk, int64_t lo,
                           int64_t hi) {
@@ -133,6 +226,23 @@ void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& 
     return;
   }
   std::atomic<uint8_t>* b_state = ws.states(blk.b_panels);
+  const int64_t group = a_panel_group(P, ks);
+  if (threads > 1 && ceil_div(blk.a_panels, group) >= kUnitsPerThread * threads) {
+    const int64_t units = ceil_div(blk.a_panels, group);
+    std::atomic<uint8_t>* a_state = ws.a_state.get(units);
+    const int64_t chunks = ceil_div(blk.b_panels, std::max<int64_t>(1, ks.nc / ks.nr));
+    UnitRange* ranges = ws.unit_ranges.get(chunks * threads);
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int t = 0; t < threads; ++t)
+        ranges[c * threads + t].store(pack_range(units * t / threads, units * (t + 1) / threads),
+                                      std::memory_order_relaxed);
+    parallel_for(0, threads, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        run_block_claimed(P, ks, blk, b_state, a_state, ranges, group, static_cast<int>(t),
+                          threads);
+    });
+    return;
+  }
   if (threads <= 1) {
     run_block_split_rows(P, ks, blk, b_state, 0, blk.a_panels);
     return;

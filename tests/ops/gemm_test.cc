@@ -226,7 +226,12 @@ TEST_CASE("gemm: several k-slices over 2 and 3 threads give the serial product's
   for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
-             {301, 203, 700}, {256, 256, 1024}, {257, 1031, 513}, {1000, 9, 700}, {5, 2000, 600}})
+             {301, 203, 700},
+             {256, 256, 1024},
+             {257, 1031, 513},
+             {1000, 9, 700},
+             {5, 2000, 600},
+             {2100, 600, 130}})  // claimed units of grouped A^T panels over two B chunks
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
         const float beta = t == 1 ? 0.5f : 0.0f;
