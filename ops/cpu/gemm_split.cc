@@ -17,7 +17,8 @@
 // a block has enough A units (one panel, or one group for a transposed A: at
 // least kUnitsPerThread per thread), each thread owns an equal range of them
 // and claims its own from the front; a thread whose range is done takes the
-// others' from their back ends, so the threads end within about one unit.
+// others' from their back ends, so the threads end within about one unit
+// (two under the first chunk, where one is claimed ahead).
 // (Claiming from one shared counter instead, alternating units between the
 // threads, ran slower in 7 of 8 paired W2 steps: each core's source rows were
 // no longer one stream for its prefetcher.) Units are claimed one ahead, so
@@ -34,6 +35,7 @@
 #include <cmath>
 #include <thread>
 
+#include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/gemm_driver.h"
 
@@ -152,7 +154,9 @@ void run_block_claimed(const Problem& P, const Engine& ks, const Block& blk,
       for (int o = 1; u < 0 && o < threads; ++o) u = claim_unit(own[(t + o) % threads], false);
       return u < 0 ? units : u;
     };
-    for (int64_t u = claim(), ahead = claim(); u < units; u = ahead, ahead = claim()) {
+    // One ahead under the first chunk only, where the next unit's source is prefetched.
+    int64_t u = claim(), ahead = jc == 0 ? claim() : units;
+    while (u < units) {
       const int64_t ip0 = u * group, count = std::min(group, blk.a_panels - ip0);
       if (jc == 0) {
         pack_a_panels(P, ks, blk, ip0, count);
@@ -169,6 +173,12 @@ void run_block_claimed(const Problem& P, const Engine& ks, const Block& blk,
                               (ip - ip0) * (jend - jc) + (jp - jc), parts);
           run_tile(P, ks, blk, ip, jp);
         }
+      if (jc == 0) {
+        u = ahead;
+        ahead = claim();
+      } else {
+        u = claim();
+      }
     }
   }
 }
@@ -229,6 +239,7 @@ void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& 
   const int64_t group = a_panel_group(P, ks);
   if (threads > 1 && ceil_div(blk.a_panels, group) >= kUnitsPerThread * threads) {
     const int64_t units = ceil_div(blk.a_panels, group);
+    GPIPE_ASSERT(units < (int64_t{1} << 32), "packed GEMM: ", units, " A units overflow a range");
     std::atomic<uint8_t>* a_state = ws.a_state.get(units);
     const int64_t chunks = ceil_div(blk.b_panels, std::max<int64_t>(1, ks.nc / ks.nr));
     UnitRange* ranges = ws.unit_ranges.get(chunks * threads);

@@ -5,6 +5,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -226,12 +227,7 @@ TEST_CASE("gemm: several k-slices over 2 and 3 threads give the serial product's
   for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
-             {301, 203, 700},
-             {256, 256, 1024},
-             {257, 1031, 513},
-             {1000, 9, 700},
-             {5, 2000, 600},
-             {2100, 600, 130}})  // claimed units of grouped A^T panels over two B chunks
+             {301, 203, 700}, {256, 256, 1024}, {257, 1031, 513}, {1000, 9, 700}, {5, 2000, 600}})
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
         const float beta = t == 1 ? 0.5f : 0.0f;
@@ -332,6 +328,54 @@ struct BlockingGuard {
   ~BlockingGuard() { ops::cpu::set_gemm_blocking(std::nullopt); }
 };
 }  // namespace
+
+// Note [Claimed A units] in ops/cpu/gemm_split.cc: with the blocking pinned so that every level
+// has one block of rows, three B chunks and three k-slices, and enough A units (grouped ones for
+// A^T) for 2 and 3 threads to claim them, the product has the serial one's bits; also when the
+// pool runs the threads' tasks one after another on one thread (called from inside a pool task).
+TEST_CASE("gemm: claimed A units over several B chunks and k-slices give the serial bits") {
+  const BlockingGuard blocking(ops::cpu::GemmBlocking{64, 256, 4096});
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  const int64_t m = 2240, n = 600, k = 130;  // A^T: 20, 47 and 70 units of 8 panels per level
+  std::vector<float> a(m * k), b(k * n), c0(m * n);
+  for (float& x : a) x = normal(rng);
+  for (float& x : b) x = normal(rng);
+  for (float& x : c0) x = normal(rng);
+  for (CpuIsa isa : supported_cpu_isas()) {
+    CpuIsaGuard guard(isa);
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      const float beta = t == 1 ? 0.5f : 0.0f;
+      const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+      const auto product = [&](std::vector<float>& c, bool parallel) {
+        ops::cpu::packed_sgemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, beta, c.data(),
+                               n, parallel);
+      };
+      std::vector<float> serial = c0;
+      product(serial, false);
+      for (int threads : {2, 3}) {
+        ThreadPool pool(threads);
+        IntraOpScope scope(&pool);
+        INFO(cpu_isa_name(isa) << " ta=" << ta << " tb=" << tb << " threads=" << threads);
+        // Elements whose bits differ from the serial product's (a count: the matrices are large).
+        const auto differing = [&](const std::vector<float>& c) {
+          int64_t d = 0;
+          for (size_t i = 0; i < c.size(); ++i) d += std::memcmp(&c[i], &serial[i], 4) != 0;
+          return d;
+        };
+        std::vector<float> c = c0;
+        product(c, true);
+        CHECK(differing(c) == 0);
+        std::vector<float> inline_c = c0;  // inside a task: the split's tasks run in turn
+        parallel_for(0, 2, 1, [&](int64_t lo, int64_t) {
+          if (lo == 0) product(inline_c, true);
+        });
+        CHECK(differing(inline_c) == 0);
+      }
+    }
+  }
+}
 
 TEST_CASE("gemm blocking: any blocking gives the same products (small and odd slices)") {
   std::mt19937 rng(11);
