@@ -70,6 +70,21 @@ class KernelScope {
   const Engine& e_;
 };
 
+// Claims and packs the B panels of chunk [jc, jend) that are still free, then
+// waits for those in flight (Note [Shared B panels]).
+void share_b_chunk(const Problem& P, const Engine& ks, const Block& blk,
+                   std::atomic<uint8_t>* b_state, int64_t jc, int64_t jend) {
+  for (int64_t jp = jc; jp < jend; ++jp) {
+    uint8_t expected = 0;
+    if (b_state[jp].load(std::memory_order_relaxed) == 0 &&
+        b_state[jp].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
+      b_state[jp].store(2, std::memory_order_release);
+    }
+  }
+  for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
+}
+
 // Rows of C split: A panels [lo, hi) on this task, B panels shared.
 void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
                           std::atomic<uint8_t>* b_state, int64_t lo, int64_t hi) {
@@ -78,15 +93,7 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
   const int64_t group = a_panel_group(P, ks);  // Note [Grouped transposed A] in gemm_packed.cc
   for (int64_t jc = 0; jc < blk.b_panels; jc += nc_panels) {
     const int64_t jend = std::min(blk.b_panels, jc + nc_panels);
-    for (int64_t jp = jc; jp < jend; ++jp) {
-      uint8_t expected = 0;
-      if (b_state[jp].load(std::memory_order_relaxed) == 0 &&
-          b_state[jp].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
-        pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
-        b_state[jp].store(2, std::memory_order_release);
-      }
-    }
-    for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
+    share_b_chunk(P, ks, blk, b_state, jc, jend);
     for (int64_t ip = lo; ip < hi; ++ip) {
       if (jc == 0 && (ip - lo) % group == 0)
         pack_a_panels(P, ks, blk, ip, std::min(group, hi - ip));
@@ -103,21 +110,6 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
 }
 
 constexpr int64_t kUnitsPerThread = 6;  // Note [Claimed A units]: fewer, and the split is static
-
-// Claims and packs the B panels of chunk [jc, jend) that are still free, then
-// waits for those in flight (Note [Shared B panels]).
-void share_b_chunk(const Problem& P, const Engine& ks, const Block& blk,
-                   std::atomic<uint8_t>* b_state, int64_t jc, int64_t jend) {
-  for (int64_t jp = jc; jp < jend; ++jp) {
-    uint8_t expected = 0;
-    if (b_state[jp].load(std::memory_order_relaxed) == 0 &&
-        b_state[jp].compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
-      pack_b_panel(P, ks, blk.j0 + jp * ks.nr, blk.p0, blk.kc, blk.b_panel(ks, jp));
-      b_state[jp].store(2, std::memory_order_release);
-    }
-  }
-  for (int64_t jp = jc; jp < jend; ++jp) wait_ready(b_state[jp]);
-}
 
 // A thread's range of A units under one B chunk: the next from the front
 // (low 32 bits) and the end (high 32 bits), claimed from the front by its
