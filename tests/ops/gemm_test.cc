@@ -327,21 +327,25 @@ struct BlockingGuard {
   explicit BlockingGuard(ops::cpu::GemmBlocking b) { ops::cpu::set_gemm_blocking(b); }
   ~BlockingGuard() { ops::cpu::set_gemm_blocking(std::nullopt); }
 };
+// Elements whose bits differ (a count: a failing CHECK on large vectors prints them whole).
+int64_t differing(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return d;
+}
 }  // namespace
 
-// Note [Claimed A units] in ops/cpu/gemm_split.cc: with the blocking pinned so that every level
-// has one block of rows, three B chunks and three k-slices, and enough A units (grouped ones for
-// A^T) for 2 and 3 threads to claim them, the product has the serial one's bits; also when the
-// pool runs the threads' tasks one after another on one thread (called from inside a pool task).
+// Note [Claimed A units] in ops/cpu/gemm_split.cc: the blocking pinned so that every level has
+// three B chunks, three k-slices and enough A units (grouped for A^T) for 2 and 3 threads; the
+// serial bits also when the split's tasks run in turn (called from inside a pool task).
 TEST_CASE("gemm: claimed A units over several B chunks and k-slices give the serial bits") {
   const BlockingGuard blocking(ops::cpu::GemmBlocking{64, 256, 4096});
   std::mt19937 rng(17);
   std::normal_distribution<float> normal;
   const int64_t m = 2240, n = 600, k = 130;  // A^T: 20, 47 and 70 units of 8 panels per level
   std::vector<float> a(m * k), b(k * n), c0(m * n);
-  for (float& x : a) x = normal(rng);
-  for (float& x : b) x = normal(rng);
-  for (float& x : c0) x = normal(rng);
+  for (std::vector<float>* v : {&a, &b, &c0})
+    for (float& x : *v) x = normal(rng);
   for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard guard(isa);
     for (int t = 0; t < 4; ++t) {
@@ -358,20 +362,13 @@ TEST_CASE("gemm: claimed A units over several B chunks and k-slices give the ser
         ThreadPool pool(threads);
         IntraOpScope scope(&pool);
         INFO(cpu_isa_name(isa) << " ta=" << ta << " tb=" << tb << " threads=" << threads);
-        // Elements whose bits differ from the serial product's (a count: the matrices are large).
-        const auto differing = [&](const std::vector<float>& c) {
-          int64_t d = 0;
-          for (size_t i = 0; i < c.size(); ++i) d += std::memcmp(&c[i], &serial[i], 4) != 0;
-          return d;
-        };
-        std::vector<float> c = c0;
+        std::vector<float> c = c0, inline_c = c0;  // inline: the split's tasks run in turn
         product(c, true);
-        CHECK(differing(c) == 0);
-        std::vector<float> inline_c = c0;  // inside a task: the split's tasks run in turn
         parallel_for(0, 2, 1, [&](int64_t lo, int64_t) {
           if (lo == 0) product(inline_c, true);
         });
-        CHECK(differing(inline_c) == 0);
+        CHECK(differing(c, serial) == 0);
+        CHECK(differing(inline_c, serial) == 0);
       }
     }
   }
