@@ -21,15 +21,16 @@
 // (two under the first chunk, where one is claimed ahead).
 // (Claiming from one shared counter instead, alternating units between the
 // threads, ran slower in 7 of 8 paired W2 steps: each core's source rows were
-// no longer one stream for its prefetcher.) Units are claimed one ahead, so
-// the next one's source is prefetched while the current one runs. With
-// several B chunks (n over nc) each chunk has its own ranges, and a unit
-// packed under the first chunk by one thread may run under a later one on
-// the other: its flag says when it is packed. Which thread computes a tile
-// does not change its sums, so the results are the bits of the static
-// split. Measured in `perf` samples of W2's two-thread step (20 steps, two
-// runs each): the micro-kernel's share of all cycles rose from 74.6-74.8%
-// to 76.1-77.2%, the pool's waits fell from 2.8-3.0% to 2.6-2.7%.
+// no longer one stream for its prefetcher.) Under the first B chunk units
+// are claimed one ahead, so the next one's source is prefetched while the
+// current one is packed and run. With several B chunks (n over nc) each
+// chunk has its own ranges, and a unit packed under the first chunk by one
+// thread may run under a later one on the other: its flag says when it is
+// packed. Which thread computes a tile does not change its sums, so the
+// results are the bits of the static split. Measured in `perf` samples of
+// W2's two-thread step (20 steps, two runs each): the micro-kernel's share
+// of all cycles rose from 74.6-74.8% to 76.1-77.2%, the pool's waits fell
+// from 2.8-3.0% to 2.6-2.7%.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -228,9 +229,8 @@ void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& 
     return;
   }
   std::atomic<uint8_t>* b_state = ws.states(blk.b_panels);
-  const int64_t group = a_panel_group(P, ks);
-  if (threads > 1 && ceil_div(blk.a_panels, group) >= kUnitsPerThread * threads) {
-    const int64_t units = ceil_div(blk.a_panels, group);
+  const int64_t group = a_panel_group(P, ks), units = ceil_div(blk.a_panels, group);
+  if (threads > 1 && units >= kUnitsPerThread * threads) {
     GPIPE_ASSERT(units < (int64_t{1} << 32), "packed GEMM: ", units, " A units overflow a range");
     std::atomic<uint8_t>* a_state = ws.a_state.get(units);
     const int64_t chunks = ceil_div(blk.b_panels, std::max<int64_t>(1, ks.nc / ks.nr));
