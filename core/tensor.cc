@@ -39,10 +39,11 @@ Dst convert(Src v) {
   }
 }
 
-// Visits every element of `shape` in row-major order, calling f(src_off, dst_off).
+// Visits every innermost row of `shape` in row-major order, calling
+// f(src_off, dst_off) with the offsets of the row's first element.
 template <class F>
-void for_each_offset(const Shape& shape, const std::vector<int64_t>& s1, int64_t o1,
-                     const std::vector<int64_t>& s2, int64_t o2, F&& f) {
+void for_each_row(const Shape& shape, const std::vector<int64_t>& s1, int64_t o1,
+                  const std::vector<int64_t>& s2, int64_t o2, F&& f) {
   const int64_t r = shape.rank();
   if (shape.numel() == 0) return;
   if (r == 0) {
@@ -50,14 +51,13 @@ void for_each_offset(const Shape& shape, const std::vector<int64_t>& s1, int64_t
     return;
   }
   std::vector<int64_t> idx(r, 0);
-  const int64_t inner = shape[r - 1], i1 = s1[r - 1], i2 = s2[r - 1];
   while (true) {
     int64_t a = o1, b = o2;
     for (int64_t d = 0; d < r - 1; ++d) {
       a += idx[d] * s1[d];
       b += idx[d] * s2[d];
     }
-    for (int64_t k = 0; k < inner; ++k) f(a + k * i1, b + k * i2);
+    f(a, b);
     int64_t d = r - 2;
     for (; d >= 0; --d) {
       if (++idx[d] < shape[d]) break;
@@ -67,19 +67,41 @@ void for_each_offset(const Shape& shape, const std::vector<int64_t>& s1, int64_t
   }
 }
 
+// Visits every element of `shape` in row-major order, calling f(src_off, dst_off).
+template <class F>
+void for_each_offset(const Shape& shape, const std::vector<int64_t>& s1, int64_t o1,
+                     const std::vector<int64_t>& s2, int64_t o2, F&& f) {
+  const int64_t r = shape.rank();
+  const int64_t inner = r == 0 ? 1 : shape[r - 1], i1 = r == 0 ? 0 : s1[r - 1],
+                i2 = r == 0 ? 0 : s2[r - 1];
+  for_each_row(shape, s1, o1, s2, o2, [&](int64_t a, int64_t b) {
+    for (int64_t k = 0; k < inner; ++k) f(a + k * i1, b + k * i2);
+  });
+}
+
 template <class Src, class Dst>
 void convert_copy(const Tensor& src, Tensor& dst) {
   const Src* s = static_cast<const Src*>(src.storage()->data());
   Dst* d = static_cast<Dst*>(dst.storage()->data());
-  if (src.is_contiguous() && dst.is_contiguous()) {
-    s += src.offset();
-    d += dst.offset();
-    const int64_t n = src.numel();
+  const auto copy_run = [](const Src* from, Dst* to, int64_t count) {
     if constexpr (std::is_same_v<Src, Dst>) {
-      std::memcpy(d, s, static_cast<size_t>(n) * sizeof(Src));
+      std::memcpy(to, from, static_cast<size_t>(count) * sizeof(Src));
     } else {
-      for (int64_t i = 0; i < n; ++i) d[i] = convert<Dst>(s[i]);
+      for (int64_t k = 0; k < count; ++k) to[k] = convert<Dst>(from[k]);
     }
+  };
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    copy_run(s + src.offset(), d + dst.offset(), src.numel());
+    return;
+  }
+  const int64_t r = src.rank();
+  if (r > 0 && src.strides()[r - 1] == 1 && dst.strides()[r - 1] == 1) {
+    // Rows contiguous on both sides (a concat's or split's pieces, a narrowed
+    // last axis, a cache grown along time): a row at a time, as the
+    // contiguous case copies, not an element at a time through the strides.
+    const int64_t inner = src.shape()[r - 1];
+    for_each_row(src.shape(), src.strides(), src.offset(), dst.strides(), dst.offset(),
+                 [&](int64_t a, int64_t b) { copy_run(s + a, d + b, inner); });
     return;
   }
   for_each_offset(src.shape(), src.strides(), src.offset(), dst.strides(), dst.offset(),

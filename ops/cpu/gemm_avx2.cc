@@ -24,9 +24,9 @@ namespace {
 
 constexpr int kMr = 6, kNr = 16;
 
-void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                 float beta) {
-  __m256 acc[kMr][2];
+// The tile's FMAs over kc, into acc (prefetching the tile's rows of C first).
+__attribute__((always_inline)) inline void tile_sums(int64_t kc, const float* a, const float* b,
+                                                     const float* c, int64_t ldc, __m256 acc[][2]) {
 #pragma GCC unroll 6
   for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
 #pragma GCC unroll 6
@@ -43,23 +43,66 @@ void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t l
     a += kMr;
     b += kNr;
   }
-  const __m256 va = _mm256_set1_ps(alpha);
-  if (beta == 0.0f) {
+}
+
+// alpha * acc + beta * C (beta == 0 does not read C).
+__attribute__((always_inline)) inline __m256 scaled(__m256 acc, const float* ci, float alpha,
+                                                    float beta) {
+  if (beta == 0.0f) return _mm256_mul_ps(_mm256_set1_ps(alpha), acc);
+  return _mm256_fmadd_ps(_mm256_set1_ps(alpha), acc,
+                         _mm256_mul_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(ci)));
+}
+
+void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                 float beta) {
+  __m256 acc[kMr][2];
+  tile_sums(kc, a, b, c, ldc, acc);
 #pragma GCC unroll 6
-    for (int i = 0; i < kMr; ++i) {
-      _mm256_storeu_ps(c + i * ldc, _mm256_mul_ps(va, acc[i][0]));
-      _mm256_storeu_ps(c + i * ldc + 8, _mm256_mul_ps(va, acc[i][1]));
-    }
-  } else {
-    const __m256 vb = _mm256_set1_ps(beta);
+  for (int i = 0; i < kMr; ++i) {
+    float* ci = c + i * ldc;
+    _mm256_storeu_ps(ci, scaled(acc[i][0], ci, alpha, beta));
+    _mm256_storeu_ps(ci + 8, scaled(acc[i][1], ci + 8, alpha, beta));
+  }
+}
+
+// Note [Epilogue in registers] in gemm_kernels.h: the full tile, then the epilogue before the
+// store.
+template <bool kBias, bool kRelu, bool kResidual>
+void kernel_ep_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                 float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
+  __m256 acc[kMr][2];
+  tile_sums(kc, a, b, c, ldc, acc);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 bias[2] = {zero, zero};
+  if constexpr (kBias) {
+    bias[0] = _mm256_loadu_ps(ep.bias + j0);
+    bias[1] = _mm256_loadu_ps(ep.bias + j0 + 8);
+  }
 #pragma GCC unroll 6
-    for (int i = 0; i < kMr; ++i) {
-      float* ci = c + i * ldc;
-      _mm256_storeu_ps(ci, _mm256_fmadd_ps(va, acc[i][0], _mm256_mul_ps(vb, _mm256_loadu_ps(ci))));
-      _mm256_storeu_ps(ci + 8,
-                       _mm256_fmadd_ps(va, acc[i][1], _mm256_mul_ps(vb, _mm256_loadu_ps(ci + 8))));
+  for (int i = 0; i < kMr; ++i) {
+    float* ci = c + i * ldc;
+    const float* res = kResidual ? ep.residual + (i0 + i) * ep.ld_residual + j0 : nullptr;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256 x = scaled(acc[i][h], ci + 8 * h, alpha, beta);
+      if constexpr (kBias) x = _mm256_add_ps(x, bias[h]);
+      if constexpr (kRelu) x = _mm256_max_ps(x, zero);
+      if constexpr (kResidual) x = _mm256_add_ps(x, _mm256_loadu_ps(res + 8 * h));
+      _mm256_storeu_ps(ci + 8 * h, x);
     }
   }
+}
+
+void kernel_ep(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+               float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
+  using Fn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float,
+                      const GemmEpilogue&, int64_t, int64_t);
+  static constexpr Fn kFns[8] = {kernel_ep_t<false, false, false>, kernel_ep_t<true, false, false>,
+                                 kernel_ep_t<false, true, false>,  kernel_ep_t<true, true, false>,
+                                 kernel_ep_t<false, false, true>,  kernel_ep_t<true, false, true>,
+                                 kernel_ep_t<false, true, true>,   kernel_ep_t<true, true, true>};
+  kFns[(ep.bias ? 1 : 0) | (ep.relu ? 2 : 0) | (ep.residual ? 4 : 0)](kc, a, b, c, ldc, alpha, beta,
+                                                                      ep, i0, j0);
 }
 
 }  // namespace
@@ -74,6 +117,8 @@ const KernelSet kAvx2Kernels = {"avx2",
                                 avx2::pack_copy_avx,
                                 avx2::pack_transposed_bf16,
                                 avx2::pack_copy_bf16,
-                                avx2::epilogue};
+                                avx2::epilogue,
+                                nullptr,
+                                avx2::kernel_ep};
 
 }  // namespace gpipe::ops::cpu::packed

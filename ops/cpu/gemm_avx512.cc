@@ -30,10 +30,8 @@ constexpr int kMr = 14, kNr = 32;
 // short last panel's (Note [Short panels] in gemm_kernels.h), with the same
 // FMAs per element.
 template <int R>
-void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                   float beta) {
-  __m512 acc[R][2];
-  tile_begin<R>(acc, c, ldc);
+__attribute__((always_inline)) inline void tile_sums(int64_t kc, const float* a, const float* b,
+                                                     __m512 acc[][2]) {
   for (int64_t p = 0; p < kc; ++p) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 14
@@ -45,7 +43,26 @@ void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t
     a += kMr;
     b += kNr;
   }
+}
+
+template <int R>
+void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                   float beta) {
+  __m512 acc[R][2];
+  tile_begin<R>(acc, c, ldc);
+  tile_sums<R>(kc, a, b, acc);
   tile_store<R>(acc, c, ldc, alpha, beta);
+}
+
+// Note [Epilogue in registers] in gemm_kernels.h: the full tile, then the epilogue before the
+// store.
+template <bool kBias, bool kRelu, bool kResidual>
+void kernel_ep_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                 float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
+  __m512 acc[kMr][2];
+  tile_begin<kMr>(acc, c, ldc);
+  tile_sums<kMr>(kc, a, b, acc);
+  tile_store_epilogue<kBias, kRelu, kResidual>(acc, c, ldc, alpha, beta, ep, i0, j0);
 }
 
 void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
@@ -63,6 +80,18 @@ void kernel_rows(int rows, int64_t kc, const float* a, const float* b, float* c,
   kFns[rows > 0 && rows < kMr ? rows : 0](kc, a, b, c, ldc, alpha, beta);
 }
 
+void kernel_ep(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+               float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
+  using Fn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float,
+                      const GemmEpilogue&, int64_t, int64_t);
+  static constexpr Fn kFns[8] = {kernel_ep_t<false, false, false>, kernel_ep_t<true, false, false>,
+                                 kernel_ep_t<false, true, false>,  kernel_ep_t<true, true, false>,
+                                 kernel_ep_t<false, false, true>,  kernel_ep_t<true, false, true>,
+                                 kernel_ep_t<false, true, true>,   kernel_ep_t<true, true, true>};
+  kFns[(ep.bias ? 1 : 0) | (ep.relu ? 2 : 0) | (ep.residual ? 4 : 0)](kc, a, b, c, ldc, alpha, beta,
+                                                                      ep, i0, j0);
+}
+
 }  // namespace
 }  // namespace avx512
 
@@ -76,6 +105,7 @@ const KernelSet kAvx512Kernels = {"avx512",
                                   avx512::pack_transposed_bf16,
                                   avx512::pack_copy_bf16,
                                   avx512::epilogue,
-                                  avx512::kernel_rows};
+                                  avx512::kernel_rows,
+                                  avx512::kernel_ep};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -85,6 +85,25 @@ struct GemmEpilogue {
 using EpilogueFn = void (*)(const GemmEpilogue& ep, float* c, int64_t ldc, int64_t i0, int64_t j0,
                             int64_t rows, int64_t cols);
 
+// Note [Epilogue in registers]. The epilogue as a pass over the stored tile
+// reloads and stores every element again: in W2's step that pass cost the
+// forward products with a bias or ReLU 3 to 5 points of the FMA peak (a
+// 6 x 16 tile of a k = 256 product is some 1500 cycles of FMAs). Where the
+// level has one, a full tile of the last k-slice whose epilogue is a bias,
+// ReLU and float32 residual (no dropout, no bf16_out) runs this kernel
+// instead: the same FMAs, then C = alpha * acc + beta * C, + bias, ReLU,
+// + residual on the accumulators before the one store. The same float
+// operations in the same order as the pass (the ISA files are built without
+// contraction, -ffp-contract=off; max(x, 0) gives +0 for -0 and NaN as x > 0 ?
+// x : 0 does), so the same bits. (i0, j0) are the tile's product coordinates.
+using MicroEpilogueKernel = void (*)(int64_t kc, const float* a, const float* b, float* c,
+                                     int64_t ldc, float alpha, float beta, const GemmEpilogue& ep,
+                                     int64_t i0, int64_t j0);
+// Whether kernel_ep takes this epilogue (Note [Epilogue in registers]).
+inline bool in_registers(const GemmEpilogue& ep) {
+  return !ep.dropout && ep.bf16_out == nullptr && ep.residual_bf16 == nullptr;
+}
+
 // One ISA's micro-kernel, its packing, its register tile (mr x nr) and the
 // deepest panel it was tuned for (kc_cap); the cache blocking itself comes
 // from the CPU's caches (gemm_blocking.h).
@@ -95,8 +114,9 @@ struct KernelSet {
   MicroKernel kernel;
   PackFn pack_transposed, pack_copy;
   PackBf16Fn pack_transposed_bf16, pack_copy_bf16;
-  EpilogueFn epilogue;                    // Note [GEMM epilogue], compiled for this level
-  MicroRowsKernel kernel_rows = nullptr;  // Note [Short panels]; none: the full kernel
+  EpilogueFn epilogue;                      // Note [GEMM epilogue], compiled for this level
+  MicroRowsKernel kernel_rows = nullptr;    // Note [Short panels]; none: the full kernel
+  MicroEpilogueKernel kernel_ep = nullptr;  // Note [Epilogue in registers]; none: the pass
 };
 
 extern const KernelSet kAvx512Kernels;

@@ -254,6 +254,12 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
     return;
   }
   float* c = P.c + (i - P.c_row0) * P.ldc + (j - P.c_col0);
+  if (cols == nr && rows == mr && P.ep != nullptr && last_slice && ks.ks != nullptr &&
+      ks.ks->kernel_ep != nullptr && in_registers(*P.ep)) {  // Note [Epilogue in registers]
+    ks.ks->kernel_ep(blk.kc, reinterpret_cast<const float*>(pa), reinterpret_cast<const float*>(pb),
+                     c, P.ldc, P.alpha, blk.beta, *P.ep, i, j);
+    return;
+  }
   if (cols == nr && (rows == mr || short_rows)) {  // straight into C
     compute(c, P.ldc, blk.beta);
   } else {

@@ -39,6 +39,39 @@ TEST_CASE("tensor: views share storage; contiguous copies") {
   CHECK(r.shares_storage_with(t));
 }
 
+TEST_CASE("tensor: copies between views with contiguous rows move every element to its place") {
+  // Views whose last axis is contiguous (a narrowed last axis, a concat's
+  // pieces) are copied a row at a time; each element must land where the
+  // element-wise index says, also with a dtype conversion and an offset.
+  std::vector<float> values(4 * 3 * 10);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  const Tensor base = Tensor::from_vector<float>(values, Shape{4, 3, 10});
+  const Tensor part = ops::narrow(ops::narrow(base, 2, 3, 5), 0, 1, 2);  // [2, 3, 5], offset 33
+  REQUIRE_FALSE(part.is_contiguous());
+  std::vector<float> expected;
+  for (int64_t a = 1; a < 3; ++a)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t c = 3; c < 8; ++c) expected.push_back(values[(a * 3 + b) * 10 + c]);
+  CHECK(part.contiguous().to_vector<float>() == expected);
+  std::vector<double> wide(expected.begin(), expected.end());
+  CHECK(part.to(DType::kFloat64).to_vector<double>() == wide);
+  // Into a view: the columns around it keep their values.
+  Tensor dst = Tensor::zeros(Shape{2, 3, 9});
+  Tensor window = ops::narrow(dst, 2, 2, 5);
+  window.copy_from(part);
+  const std::vector<float> out = dst.to_vector<float>();
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < 9; ++c) {
+      const float want = c >= 2 && c < 7 ? expected[r * 5 + (c - 2)] : 0.0f;
+      CHECK(out[r * 9 + c] == want);
+    }
+  std::vector<float> twice;
+  for (int64_t r = 0; r < 6; ++r)
+    for (int rep = 0; rep < 2; ++rep)
+      twice.insert(twice.end(), expected.begin() + r * 5, expected.begin() + r * 5 + 5);
+  CHECK(ops::concat({part, part}, 2).to_vector<float>() == twice);
+}
+
 TEST_CASE("tensor: dtype conversion and device moves between cpu devices") {
   Tensor t = Tensor::from_vector<int64_t>({1, -2, 3}, Shape{3});
   CHECK(t.to(DType::kFloat32).to_vector<float>() == std::vector<float>{1, -2, 3});
