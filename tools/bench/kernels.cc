@@ -253,6 +253,26 @@ std::vector<Case> make_cases() {
                   }});
   }
   {
+    // W2's forward products with a bias (the attention projections) and
+    // with a bias and ReLU (the FFN's first): the epilogue on the
+    // accumulators (Note [Epilogue in registers]) against the product and a
+    // bias_activation pass.
+    Tensor x = rnd({tok, d}, 26), wq = rnd({d, d}, 27), bq = rnd({d}, 28), w1 = rnd({ffn, d}, 29),
+           b1 = rnd({ffn}, 30);
+    cs.push_back({"linear +bias fwd", "[1024, 256] -> 256", "W2", [=] { ops::linear(x, wq, bq); },
+                  "composed ops",
+                  [=] {
+                    ops::bias_activation(ops::matmul(x, wq, false, true), bq,
+                                         ops::FusedActivation::kNone);
+                  }});
+    cs.push_back({"linear +bias +relu fwd", "[1024, 256] -> 1024", "W2",
+                  [=] { ops::linear(x, w1, b1, ops::FusedActivation::kRelu); }, "composed ops",
+                  [=] {
+                    ops::bias_activation(ops::matmul(x, w1, false, true), b1,
+                                         ops::FusedActivation::kRelu);
+                  }});
+  }
+  {
     const int64_t n = 7627776;  // W2's parameters
     Tensor p = rnd({n}, 16), g = rnd({n}, 17), m = rnd({n}, 18), v = Tensor::full({n}, 1.0);
     ops::AdamStepArgs a;
