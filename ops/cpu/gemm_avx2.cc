@@ -65,45 +65,35 @@ void kernel_6x16(int64_t kc, const float* a, const float* b, float* c, int64_t l
   }
 }
 
-// Note [Epilogue in registers] in gemm_kernels.h: the full tile, then the epilogue before the
-// store.
+// The full tile, the epilogue on its accumulators, one store (Note [Epilogue in
+// registers] in gemm_kernels.h).
 template <bool kBias, bool kRelu, bool kResidual>
-void kernel_ep_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                 float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
-  __m256 acc[kMr][2];
-  tile_sums(kc, a, b, c, ldc, acc);
-  const __m256 zero = _mm256_setzero_ps();
-  __m256 bias[2] = {zero, zero};
-  if constexpr (kBias) {
-    bias[0] = _mm256_loadu_ps(ep.bias + j0);
-    bias[1] = _mm256_loadu_ps(ep.bias + j0 + 8);
-  }
+struct TileWithEpilogue {
+  static void run(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                  float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
+    __m256 acc[kMr][2];
+    tile_sums(kc, a, b, c, ldc, acc);
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 bias[2] = {zero, zero};
+    if constexpr (kBias) {
+      bias[0] = _mm256_loadu_ps(ep.bias + j0);
+      bias[1] = _mm256_loadu_ps(ep.bias + j0 + 8);
+    }
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr; ++i) {
-    float* ci = c + i * ldc;
-    const float* res = kResidual ? ep.residual + (i0 + i) * ep.ld_residual + j0 : nullptr;
+    for (int i = 0; i < kMr; ++i) {
+      float* ci = c + i * ldc;
+      const float* res = kResidual ? ep.residual + (i0 + i) * ep.ld_residual + j0 : nullptr;
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      __m256 x = scaled(acc[i][h], ci + 8 * h, alpha, beta);
-      if constexpr (kBias) x = _mm256_add_ps(x, bias[h]);
-      if constexpr (kRelu) x = _mm256_max_ps(x, zero);
-      if constexpr (kResidual) x = _mm256_add_ps(x, _mm256_loadu_ps(res + 8 * h));
-      _mm256_storeu_ps(ci + 8 * h, x);
+      for (int h = 0; h < 2; ++h) {
+        __m256 x = scaled(acc[i][h], ci + 8 * h, alpha, beta);
+        if constexpr (kBias) x = _mm256_add_ps(x, bias[h]);
+        if constexpr (kRelu) x = _mm256_max_ps(x, zero);
+        if constexpr (kResidual) x = _mm256_add_ps(x, _mm256_loadu_ps(res + 8 * h));
+        _mm256_storeu_ps(ci + 8 * h, x);
+      }
     }
   }
-}
-
-void kernel_ep(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-               float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
-  using Fn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float,
-                      const GemmEpilogue&, int64_t, int64_t);
-  static constexpr Fn kFns[8] = {kernel_ep_t<false, false, false>, kernel_ep_t<true, false, false>,
-                                 kernel_ep_t<false, true, false>,  kernel_ep_t<true, true, false>,
-                                 kernel_ep_t<false, false, true>,  kernel_ep_t<true, false, true>,
-                                 kernel_ep_t<false, true, true>,   kernel_ep_t<true, true, true>};
-  kFns[(ep.bias ? 1 : 0) | (ep.relu ? 2 : 0) | (ep.residual ? 4 : 0)](kc, a, b, c, ldc, alpha, beta,
-                                                                      ep, i0, j0);
-}
+};
 
 }  // namespace
 }  // namespace avx2
@@ -119,6 +109,6 @@ const KernelSet kAvx2Kernels = {"avx2",
                                 avx2::pack_copy_bf16,
                                 avx2::epilogue,
                                 nullptr,
-                                avx2::kernel_ep};
+                                avx2::kernel_ep_for<avx2::TileWithEpilogue>};
 
 }  // namespace gpipe::ops::cpu::packed

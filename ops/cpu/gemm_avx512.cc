@@ -54,16 +54,18 @@ void kernel_rows_t(int64_t kc, const float* a, const float* b, float* c, int64_t
   tile_store<R>(acc, c, ldc, alpha, beta);
 }
 
-// Note [Epilogue in registers] in gemm_kernels.h: the full tile, then the epilogue before the
-// store.
+// The full tile, the epilogue on its accumulators, one store (Note [Epilogue in
+// registers] in gemm_kernels.h).
 template <bool kBias, bool kRelu, bool kResidual>
-void kernel_ep_t(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-                 float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
-  __m512 acc[kMr][2];
-  tile_begin<kMr>(acc, c, ldc);
-  tile_sums<kMr>(kc, a, b, acc);
-  tile_store_epilogue<kBias, kRelu, kResidual>(acc, c, ldc, alpha, beta, ep, i0, j0);
-}
+struct TileWithEpilogue {
+  static void run(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
+                  float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
+    __m512 acc[kMr][2];
+    tile_begin<kMr>(acc, c, ldc);
+    tile_sums<kMr>(kc, a, b, acc);
+    tile_store_epilogue<kBias, kRelu, kResidual>(acc, c, ldc, alpha, beta, ep, i0, j0);
+  }
+};
 
 void kernel_14x32(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
                   float beta) {
@@ -80,18 +82,6 @@ void kernel_rows(int rows, int64_t kc, const float* a, const float* b, float* c,
   kFns[rows > 0 && rows < kMr ? rows : 0](kc, a, b, c, ldc, alpha, beta);
 }
 
-void kernel_ep(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float alpha,
-               float beta, const GemmEpilogue& ep, int64_t i0, int64_t j0) {
-  using Fn = void (*)(int64_t, const float*, const float*, float*, int64_t, float, float,
-                      const GemmEpilogue&, int64_t, int64_t);
-  static constexpr Fn kFns[8] = {kernel_ep_t<false, false, false>, kernel_ep_t<true, false, false>,
-                                 kernel_ep_t<false, true, false>,  kernel_ep_t<true, true, false>,
-                                 kernel_ep_t<false, false, true>,  kernel_ep_t<true, false, true>,
-                                 kernel_ep_t<false, true, true>,   kernel_ep_t<true, true, true>};
-  kFns[(ep.bias ? 1 : 0) | (ep.relu ? 2 : 0) | (ep.residual ? 4 : 0)](kc, a, b, c, ldc, alpha, beta,
-                                                                      ep, i0, j0);
-}
-
 }  // namespace
 }  // namespace avx512
 
@@ -106,6 +96,6 @@ const KernelSet kAvx512Kernels = {"avx512",
                                   avx512::pack_copy_bf16,
                                   avx512::epilogue,
                                   avx512::kernel_rows,
-                                  avx512::kernel_ep};
+                                  avx512::kernel_ep_for<avx512::TileWithEpilogue>};
 
 }  // namespace gpipe::ops::cpu::packed
