@@ -76,8 +76,8 @@ TEST_CASE(
 // so each is held, against the sum in float64, to the probabilistic bound
 // for a k-term sum (Higham and Mary): |c - c64| <= 2 sqrt(k) u sum |a b|,
 // u = 2^-24, plus C's own rounding (the worst-case bound, k u sum |a b|, is
-// 15-100 times looser). Both use under a fifth of it on these products; a
-// product with a wrong pair or tile is off by about sum |a b| itself.
+// 3-16 times looser here). Both use under an eighth of it on these
+// products; a product with a wrong pair or tile is off by about sum |a b| itself.
 TEST_CASE("bfloat16 GEMM: AMX tiles on the hardware against their emulation") {
   if (!detected_amx()) {
     WARN("AMX tiles are not usable here (" << amx_status()
