@@ -23,6 +23,9 @@ namespace {
 #include "ops/cpu/gemm_pack_bf16.inc"
 
 constexpr int kMr = 6, kNr = 16;
+// B's cache line 8 steps of k ahead, as the AVX-512 kernel does (there the
+// reason); forced AVX2 on the Intel Xeon: +3-5%. Not measured on AMD.
+constexpr int kPrefetchB = 8;
 
 // The tile's FMAs over kc, into acc (prefetching the tile's rows of C first).
 __attribute__((always_inline)) inline void tile_sums(int64_t kc, const float* a, const float* b,
@@ -33,6 +36,7 @@ __attribute__((always_inline)) inline void tile_sums(int64_t kc, const float* a,
   for (int i = 0; i < kMr; ++i)
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
   for (int64_t p = 0; p < kc; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * kNr), _MM_HINT_T0);
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr; ++i) {

@@ -25,6 +25,13 @@ namespace {
 #include "ops/cpu/gemm_tile_avx512.inc"
 
 constexpr int kMr = 14, kNr = 32;
+// Each step of k prefetches the B panel's two cache lines 8 steps ahead
+// (past the panel's end: the next panel's, which the block runs next). The
+// panel streams from L2 (Note [GEMM blocking]); on an Intel Xeon with two
+// 512-bit FMA pipes (240 GF/s a core) the hardware prefetchers alone left
+// the kernel waiting: +3-12% on W1's shapes at 1 and 2 threads (distances
+// 8 and 16 alike, 32 less). Not measured on AMD (BENCHMARKS.md, #33).
+constexpr int kPrefetchB = 8;
 
 // The first R rows of the 14 x 32 tile: all of them (kernel_14x32), or a
 // short last panel's (Note [Short panels] in gemm_kernels.h), with the same
@@ -33,6 +40,8 @@ template <int R>
 __attribute__((always_inline)) inline void tile_sums(int64_t kc, const float* a, const float* b,
                                                      __m512 acc[][2]) {
   for (int64_t p = 0; p < kc; ++p) {
+    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * kNr), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchB * kNr + 16), _MM_HINT_T0);
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < R; ++i) {
