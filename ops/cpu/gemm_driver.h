@@ -157,8 +157,19 @@ void prefetch_a_panels(const Problem& P, const Engine& e, const Block& blk, int6
                        int64_t count, int64_t part, int64_t parts);
 void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, int64_t jp);
 
+// gemm_split.cc: the calling thread's packing buffers and flags.
+Workspace& thread_workspace();
+
 // gemm_split.cc: one block over `threads` threads of the pool (Note [Shared
 // B panels]).
 void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& ws, int threads);
+
+// gemm_split.cc: Note [Two k-slices on two threads]. Whether a product of
+// `k_slices` slices of depth kc_max, in one block of rows and one of
+// columns, on `threads` threads, runs its two slices side by side; and
+// running it so.
+bool split_k_fits(const Problem& P, const Engine& ks, int threads, int64_t k_slices,
+                  bool one_block);
+void run_split_k(const Problem& P, const Engine& ks, int64_t kc_max);
 
 }  // namespace gpipe::ops::cpu::gemm_driver

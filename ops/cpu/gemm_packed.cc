@@ -367,7 +367,11 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
     }
   }
 
-  static thread_local Workspace ws;
+  if (split_k_fits(P, ks, threads, k_slices, m_blocks == 1 && n_chunks == 1 && !scratch)) {
+    run_split_k(P, ks, kc_max);
+    return;
+  }
+  Workspace& ws = thread_workspace();
   const int64_t per_float = 4 / ks.esize;  // packed elements per float of buffer
   char* pa = reinterpret_cast<char*>(ws.a.get(ceil_div(mc_max * kc_max, per_float)));
   char* pb = reinterpret_cast<char*>(ws.b.get(ceil_div(nc_max * kc_max, per_float)));

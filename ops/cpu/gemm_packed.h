@@ -56,6 +56,10 @@ Bf16Path bf16_path();
 // "amx-bf16", "avx512-bf16" or "bf16-convert-<level>", for logs.
 std::string bf16_gemm_name();
 
+// Products run as two k-slices side by side on two threads since the
+// process began (Note [Two k-slices on two threads] in gemm_split.cc).
+int64_t split_k_products();
+
 // Tests: the kernel set the kAmx path runs (ops/cpu/gemm_amx_emulated.h's
 // emulation), which then runs on a CPU without AMX; nullptr returns to the
 // hardware's. as_auto: kAuto takes it too, as it takes the hardware's where

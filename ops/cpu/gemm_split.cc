@@ -39,6 +39,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/gemm_driver.h"
+#include "ops/cpu/gemm_packed.h"
 
 namespace gpipe::ops::cpu::gemm_driver {
 namespace {
@@ -257,4 +258,88 @@ void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& 
   });
 }
 
+// Note [Two k-slices on two threads]. A weight gradient of a narrow layer
+// (W2's 256 x 256 x 1024 G^T X) is two k-slices of a C too small to split
+// well by rows: each thread's share of a slice is a 0.15 ms block, and the
+// two meet twice a product, at each slice's B panels and at its end. With
+// exactly two slices and two threads the slices run side by side instead,
+// each thread packing its own panels into its own buffers: the first
+// thread's slice into C (with the product's beta), the second's into a
+// scratch T from zero; then C += T, split by rows. The sums are the
+// sequential ones: there the second slice stores alpha * acc + 1 * C, one
+// rounding of acc + C when alpha is 1, and here T holds acc exactly and
+// C + T rounds the same sum once; an epilogue (bias, ReLU, residual,
+// dropout) then runs as its pass over those rows, which has the bits of the
+// one in registers (Note [Epilogue in registers] in gemm_kernels.h). So it
+// needs alpha 1, a float32 C (no bfloat16 result), and the float32 kernels:
+// AMX adds the products to C's own tile, inside the instruction. C at most
+// kSplitKMaxFloats: W2's two-thread profile on the Intel Xeon put its
+// 256 x 256 x 1024 weight gradients at 51% of the peak split by rows and
+// 62% split by k, while products with four times that C (1024 x 256 x
+// 1024), whose rows already split evenly, lost 2-6 points to the extra pass
+// over C and T. W2's step at two threads there: 2-5% faster in 4 of 4
+// alternating pairs (BENCHMARKS.md, thirteenth session).
+constexpr int64_t kSplitKMaxFloats = int64_t{1} << 16;  // 256 KB of C
+std::atomic<int64_t> g_split_k_products{0};
+
+Workspace& thread_workspace() {
+  static thread_local Workspace ws;
+  return ws;
+}
+
+bool split_k_fits(const Problem& P, const Engine& ks, int threads, int64_t k_slices,
+                  bool one_block) {
+  return threads == 2 && k_slices == 2 && one_block && ks.ks != nullptr && ks.dot == nullptr &&
+         P.alpha == 1.0f && P.c != nullptr && P.c_row0 == 0 && P.c_col0 == 0 &&
+         P.m * P.n <= kSplitKMaxFloats;
+}
+
+void run_split_k(const Problem& P, const Engine& ks, int64_t kc_max) {
+  static thread_local AlignedFloats scratch;
+  float* t = scratch.get(P.m * P.n);
+  const int64_t per_float = 4 / ks.esize;
+  parallel_for(0, 2, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t half = lo; half < hi; ++half) {
+      Problem Q = P;
+      Q.ep = nullptr;  // after the sum of the two slices, below
+      Block blk;
+      blk.i0 = 0;
+      blk.rows = P.m;
+      blk.j0 = 0;
+      blk.cols = P.n;
+      blk.p0 = half * kc_max;
+      blk.kc = std::min(kc_max, P.k - blk.p0);
+      blk.beta = half == 0 ? P.beta : 0.0f;
+      if (half == 1) {
+        Q.c = t;
+        Q.ldc = P.ct ? P.m : P.n;
+      }
+      blk.a_panels = ceil_div(blk.rows, ks.mr);
+      blk.b_panels = ceil_div(blk.cols, ks.nr);
+      Workspace& ws = thread_workspace();
+      blk.pa = reinterpret_cast<char*>(
+          ws.a.get(ceil_div(blk.a_panels * ks.mr * ks.depth(kc_max), per_float)));
+      blk.pb = reinterpret_cast<char*>(
+          ws.b.get(ceil_div(blk.b_panels * ks.nr * ks.depth(kc_max), per_float)));
+      run_block(Q, ks, blk, ws, 1);
+    }
+  });
+  // C's stored rows: the product's columns where C is stored transposed
+  // (Note [Transposed small products] in gemm_packed.cc; no epilogue then).
+  const int64_t rows = P.ct ? P.n : P.m, cols = P.ct ? P.m : P.n;
+  parallel_for(0, rows, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float* ci = P.c + i * P.ldc;
+      const float* ti = t + i * cols;
+      for (int64_t j = 0; j < cols; ++j) ci[j] = ci[j] + ti[j];
+    }
+    if (P.ep != nullptr) P.epilogue(*P.ep, P.c + lo * P.ldc, P.ldc, lo, 0, hi - lo, P.n);
+  });
+  g_split_k_products.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace gpipe::ops::cpu::gemm_driver
+
+namespace gpipe::ops::cpu {
+int64_t split_k_products() { return gemm_driver::g_split_k_products.load(); }
+}  // namespace gpipe::ops::cpu
