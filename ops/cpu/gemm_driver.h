@@ -145,6 +145,19 @@ struct Workspace {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Rows [i0, i0 + rows), columns [j0, j0 + cols) and depths [p0, p0 + kc) of
+// a product as one block, its panels packed into pa and pb.
+inline Block make_block(const Engine& e, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                        int64_t p0, int64_t kc, float beta, char* pa, char* pb) {
+  return Block{i0, rows, j0, cols, p0, kc, beta, ceil_div(rows, e.mr), ceil_div(cols, e.nr),
+               pa, pb};
+}
+
+// Room in buf for `elements` packed elements of the engine's size.
+inline char* packed_room(AlignedFloats& buf, const Engine& e, int64_t elements) {
+  return reinterpret_cast<char*>(buf.get(ceil_div(elements, 4 / e.esize)));
+}
+
 // gemm_packed.cc: packs one A or B panel; runs one tile of a block.
 void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc, char* dst);
 void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc, char* dst);

@@ -372,9 +372,8 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
     return;
   }
   Workspace& ws = thread_workspace();
-  const int64_t per_float = 4 / ks.esize;  // packed elements per float of buffer
-  char* pa = reinterpret_cast<char*>(ws.a.get(ceil_div(mc_max * kc_max, per_float)));
-  char* pb = reinterpret_cast<char*>(ws.b.get(ceil_div(nc_max * kc_max, per_float)));
+  char* pa = packed_room(ws.a, ks, mc_max * kc_max);
+  char* pb = packed_room(ws.b, ks, nc_max * kc_max);
   for (int64_t i0 = 0; i0 < m; i0 += mc_max) {
     for (int64_t j0 = 0; j0 < n; j0 += nc_max) {
       if (scratch) {  // the scratch holds this block of C
@@ -382,18 +381,8 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
         P.c_col0 = j0;
       }
       for (int64_t p0 = 0; p0 < k; p0 += kc_max) {
-        Block blk;
-        blk.i0 = i0;
-        blk.rows = std::min(mc_max, m - i0);
-        blk.j0 = j0;
-        blk.cols = std::min(nc_max, n - j0);
-        blk.p0 = p0;
-        blk.kc = std::min(kc_max, k - p0);
-        blk.beta = p0 == 0 ? P.beta : 1.0f;
-        blk.a_panels = ceil_div(blk.rows, ks.mr);
-        blk.b_panels = ceil_div(blk.cols, ks.nr);
-        blk.pa = pa;
-        blk.pb = pb;
+        const Block blk = make_block(ks, i0, std::min(mc_max, m - i0), j0, std::min(nc_max, n - j0),
+                                     p0, std::min(kc_max, k - p0), p0 == 0 ? P.beta : 1.0f, pa, pb);
         run_block(P, ks, blk, ws, threads);
       }
     }

@@ -290,37 +290,26 @@ Workspace& thread_workspace() {
 bool split_k_fits(const Problem& P, const Engine& ks, int threads, int64_t k_slices,
                   bool one_block) {
   return threads == 2 && k_slices == 2 && one_block && ks.ks != nullptr && ks.dot == nullptr &&
-         P.alpha == 1.0f && P.c != nullptr && P.c_row0 == 0 && P.c_col0 == 0 &&
-         P.m * P.n <= kSplitKMaxFloats;
+         P.alpha == 1.0f && P.c != nullptr && P.m * P.n <= kSplitKMaxFloats;
 }
 
 void run_split_k(const Problem& P, const Engine& ks, int64_t kc_max) {
   static thread_local AlignedFloats scratch;
   float* t = scratch.get(P.m * P.n);
-  const int64_t per_float = 4 / ks.esize;
   parallel_for(0, 2, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t half = lo; half < hi; ++half) {
       Problem Q = P;
       Q.ep = nullptr;  // after the sum of the two slices, below
-      Block blk;
-      blk.i0 = 0;
-      blk.rows = P.m;
-      blk.j0 = 0;
-      blk.cols = P.n;
-      blk.p0 = half * kc_max;
-      blk.kc = std::min(kc_max, P.k - blk.p0);
-      blk.beta = half == 0 ? P.beta : 0.0f;
       if (half == 1) {
         Q.c = t;
         Q.ldc = P.ct ? P.m : P.n;
       }
-      blk.a_panels = ceil_div(blk.rows, ks.mr);
-      blk.b_panels = ceil_div(blk.cols, ks.nr);
       Workspace& ws = thread_workspace();
-      blk.pa = reinterpret_cast<char*>(
-          ws.a.get(ceil_div(blk.a_panels * ks.mr * ks.depth(kc_max), per_float)));
-      blk.pb = reinterpret_cast<char*>(
-          ws.b.get(ceil_div(blk.b_panels * ks.nr * ks.depth(kc_max), per_float)));
+      const int64_t p0 = half * kc_max;
+      const Block blk =
+          make_block(ks, 0, P.m, 0, P.n, p0, std::min(kc_max, P.k - p0), half == 0 ? P.beta : 0.0f,
+                     packed_room(ws.a, ks, ceil_div(P.m, ks.mr) * ks.mr * kc_max),
+                     packed_room(ws.b, ks, ceil_div(P.n, ks.nr) * ks.nr * kc_max));
       run_block(Q, ks, blk, ws, 1);
     }
   });
