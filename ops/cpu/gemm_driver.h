@@ -42,6 +42,7 @@ struct Problem {
   const GemmEpilogue* ep = nullptr;  // applied after the last k-slice (Note [GEMM epilogue])
   EpilogueFn epilogue = nullptr;     // the active level's
   int64_t c_row0 = 0, c_col0 = 0;    // c holds the product's C from (c_row0, c_col0) on
+  bool direct_a = false;  // Note [Direct A] in gemm_kernels.h: no A panels, tiles read A's rows
 };
 
 // The kernels of one product and their blocking.
@@ -161,7 +162,7 @@ inline char* packed_room(AlignedFloats& buf, const Engine& e, int64_t elements) 
 // gemm_packed.cc: packs one A or B panel; runs one tile of a block.
 void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc, char* dst);
 void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc, char* dst);
-// A panels [ip, ip + count) of a block at once (Note [Grouped transposed A] in gemm_packed.cc).
+// A panels [ip, ip + count) of a block at once (Note [Grouped transposed A] in gemm_pack.cc).
 void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip, int64_t count);
 // How many A panels a block packs at once (1: one at a time, as it runs them).
 int64_t a_panel_group(const Problem& P, const Engine& e);

@@ -56,6 +56,16 @@ Bf16Path bf16_path();
 // "amx-bf16", "avx512-bf16" or "bf16-convert-<level>", for logs.
 std::string bf16_gemm_name();
 
+// Whether float32 products with op(A) = A read A's rows in the micro-kernel
+// instead of packing them (Note [Direct A] in gemm_kernels.h; on where the
+// level has the kernels, which give the same bits). GPIPE_GEMM_DIRECT_A=0
+// turns it off at start-up, set_direct_a(false) at any time (tests, the
+// benchmarks' side-by-side runs).
+bool direct_a_enabled();
+void set_direct_a(bool on);
+// Products that have read A directly since the process began.
+int64_t direct_a_products();
+
 // Products run as two k-slices side by side on two threads since the
 // process began (Note [Two k-slices on two threads] in gemm_split.cc).
 int64_t split_k_products();

@@ -92,7 +92,7 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
                           std::atomic<uint8_t>* b_state, int64_t lo, int64_t hi) {
   const KernelScope scope(ks);
   const int64_t nc_panels = std::max<int64_t>(1, ks.nc / ks.nr);
-  const int64_t group = a_panel_group(P, ks);  // Note [Grouped transposed A] in gemm_packed.cc
+  const int64_t group = a_panel_group(P, ks);  // Note [Grouped transposed A] in gemm_pack.cc
   for (int64_t jc = 0; jc < blk.b_panels; jc += nc_panels) {
     const int64_t jend = std::min(blk.b_panels, jc + nc_panels);
     share_b_chunk(P, ks, blk, b_state, jc, jend);
@@ -102,7 +102,7 @@ void run_block_split_rows(const Problem& P, const Engine& ks, const Block& blk,
       const int64_t next = lo + ((ip - lo) / group + 1) * group;
       const int64_t parts = group * (jend - jc);
       for (int64_t jp = jc; jp < jend; ++jp) {
-        if (jc == 0 && next < hi)  // Note [Prefetched A sources] in gemm_packed.cc
+        if (jc == 0 && next < hi)  // Note [Prefetched A sources] in gemm_pack.cc
           prefetch_a_panels(P, ks, blk, next, std::min(group, hi - next),
                             ((ip - lo) % group) * (jend - jc) + (jp - jc), parts);
         run_tile(P, ks, blk, ip, jp);
@@ -161,7 +161,7 @@ void run_block_claimed(const Problem& P, const Engine& ks, const Block& blk,
       const int64_t parts = count * (jend - jc);
       for (int64_t ip = ip0; ip < ip0 + count; ++ip)
         for (int64_t jp = jc; jp < jend; ++jp) {
-          if (jc == 0 && ahead < units)  // Note [Prefetched A sources] in gemm_packed.cc
+          if (jc == 0 && ahead < units)  // Note [Prefetched A sources] in gemm_pack.cc
             prefetch_a_panels(P, ks, blk, ahead * group,
                               std::min(group, blk.a_panels - ahead * group),
                               (ip - ip0) * (jend - jc) + (jp - jc), parts);
