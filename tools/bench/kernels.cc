@@ -62,7 +62,7 @@ void backward_of(const Tensor& y) { y.backward(Tensor::full(y.shape(), 1.0, y.dt
 // packing] in ops/cpu/gemm_pack_avx512.inc): `copy`, the lanes run along a
 // row (A^T, B) and slices of kc rows; else across rows (A, B^T) and slices
 // of kc columns. A^T panels (copy, lanes < 32) go a group at a time as the
-// driver packs them (Note [Grouped transposed A] in ops/cpu/gemm_packed.cc:
+// driver packs them (Note [Grouped transposed A] in ops/cpu/gemm_pack.cc:
 // 8 panels, 8 rows at a time). In a training step the operand was written a
 // while ago and is not in the caches, so each call packs the next of enough
 // copies to pass through 64 MB: a source already in cache favours other
