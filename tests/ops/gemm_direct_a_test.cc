@@ -29,7 +29,9 @@ namespace {
 // set_direct_a for one scope.
 class DirectAGuard {
  public:
-  explicit DirectAGuard(bool on) : was_(ops::cpu::direct_a_enabled()) { ops::cpu::set_direct_a(on); }
+  explicit DirectAGuard(bool on) : was_(ops::cpu::direct_a_enabled()) {
+    ops::cpu::set_direct_a(on);
+  }
   ~DirectAGuard() { ops::cpu::set_direct_a(was_); }
   DirectAGuard(const DirectAGuard&) = delete;
   DirectAGuard& operator=(const DirectAGuard&) = delete;
@@ -83,8 +85,9 @@ Operands operands(const Case& g, std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("gemm direct A: the packed panels' bits at every tile edge, slice, stride and thread "
-          "count, each level that has it") {
+TEST_CASE(
+    "gemm direct A: the packed panels' bits at every tile edge, slice, stride and thread "
+    "count, each level that has it") {
   std::mt19937 rng(21);
   int levels = 0;
   for (CpuIsa isa : supported_cpu_isas()) {
@@ -98,12 +101,17 @@ TEST_CASE("gemm direct A: the packed panels' bits at every tile edge, slice, str
       for (int64_t n : {int64_t{1}, nr - 1, 2 * nr + 3})
         for (int64_t k : {int64_t{1}, int64_t{7}, kc + 1})
           for (int variant = 0; variant < 4; ++variant) {
-            const Case g{(variant & 1) != 0, m,  n,    k, variant == 2 ? -0.5f : 1.0f,
-                         variant == 3 ? 0.7f : 0.0f, (variant & 1) != 0 ? 5 : 0};
+            const Case g{(variant & 1) != 0,
+                         m,
+                         n,
+                         k,
+                         variant == 2 ? -0.5f : 1.0f,
+                         variant == 3 ? 0.7f : 0.0f,
+                         (variant & 1) != 0 ? 5 : 0};
             const Operands o = operands(g, rng);
-            INFO(cpu_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " tb=" << g.tb
-                                   << " alpha=" << g.alpha << " beta=" << g.beta
-                                   << " pad=" << g.pad);
+            INFO(cpu_isa_name(isa)
+                 << " m=" << m << " n=" << n << " k=" << k << " tb=" << g.tb << " alpha=" << g.alpha
+                 << " beta=" << g.beta << " pad=" << g.pad);
             const std::vector<float> want = product(g, o.a, o.b, o.c0, false, false);
             const int64_t before = ops::cpu::direct_a_products();
             CHECK(same_bits(product(g, o.a, o.b, o.c0, true, false), want));
@@ -128,8 +136,9 @@ TEST_CASE("gemm direct A: the packed panels' bits at every tile edge, slice, str
   if (std::find(isas.begin(), isas.end(), CpuIsa::kAvx2) != isas.end()) CHECK(levels > 0);
 }
 
-TEST_CASE("gemm direct A: epilogues in registers and as a pass, and larger products, keep the "
-          "packed bits") {
+TEST_CASE(
+    "gemm direct A: epilogues in registers and as a pass, and larger products, keep the "
+    "packed bits") {
   std::mt19937 rng(22);
   std::normal_distribution<float> normal;
   for (CpuIsa isa : supported_cpu_isas()) {
