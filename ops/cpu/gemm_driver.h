@@ -159,7 +159,8 @@ inline char* packed_room(AlignedFloats& buf, const Engine& e, int64_t elements) 
   return reinterpret_cast<char*>(buf.get(ceil_div(elements, 4 / e.esize)));
 }
 
-// gemm_packed.cc: packs one A or B panel; runs one tile of a block.
+// gemm_pack.cc: packs one A or B panel (nothing for A under Note [Direct A]
+// in gemm_kernels.h); gemm_packed.cc: runs one tile of a block.
 void pack_a_panel(const Problem& P, const Engine& e, int64_t i0, int64_t p0, int64_t kc, char* dst);
 void pack_b_panel(const Problem& P, const Engine& e, int64_t j0, int64_t p0, int64_t kc, char* dst);
 // A panels [ip, ip + count) of a block at once (Note [Grouped transposed A] in gemm_pack.cc).

@@ -113,11 +113,16 @@ inline bool in_registers(const GemmEpilogue& ep) {
 // Where a level has these kernels (avx512, avx2), a float32 product with
 // op(A) = A packs no A panels: each tile gets a pointer to its first row of
 // A at the slice's first depth, and A's row stride. The same FMAs in the
-// same order, so the same bits as the packed panel's; only the tile's first
-// `rows` rows and the slice's depths of A are read. On the Intel Xeon
+// same order, so the same bits as the packed panel's (a short last panel at
+// a level without kernel_rows goes through the tile as the packed one does,
+// so even an inexact alpha rounds the same); only the tile's first `rows`
+// rows and the slice's depths of A are read. On the Intel Xeon
 // (`gpipe_bench gemm --cold`, W2's shapes, two alternating runs each way) the
 // forward and input-gradient products ran 11-20% faster with their
 // operands in the caches and 13-30% faster out of them; forced AVX2 8-9%.
+// Not measured on AMD: with A's stride a multiple of 4 KB the tile's rows
+// share an L1 set, and Zen's L1d has 8 ways to the Xeon's 12 (where those
+// strides were unchanged or faster); GPIPE_GEMM_DIRECT_A=0 compares.
 using DirectKernel = void (*)(int rows, int64_t kc, const float* a, int64_t lda, const float* b,
                               float* c, int64_t ldc, float alpha, float beta);
 using DirectEpilogueKernel = void (*)(int64_t kc, const float* a, int64_t lda, const float* b,

@@ -6,7 +6,10 @@
 // panels (b[p * nr + j]), zero-padded to full tiles, and every mr x nr tile
 // of C gets one micro-kernel call. Inside a block the loop runs over A
 // panels, and for each over the nc columns of B that fit in L2, so one A panel
-// (mr x kc) stays in L1 while the B block streams from L2.
+// (mr x kc) stays in L1 while the B block streams from L2. Where op(A) = A
+// and the level has the kernels, A is not packed: the tiles read its rows,
+// mr of them a kc-long stretch each, which stay in L1 the same way (Note
+// [Direct A] in gemm_kernels.h).
 //
 // Packing: gemm_pack.cc. Splitting a block over the pool: gemm_split.cc
 // (Note [Shared B panels]).
@@ -54,10 +57,12 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
   const float* da = P.direct_a ? static_cast<const float*>(P.a) + i * P.lda + blk.p0 : nullptr;
   alignas(64) float tile[kMaxTile];
   const bool last_slice = blk.p0 + blk.kc == P.k;
-  // A short panel's rows alone where the level has a kernel for them (Note
-  // [Short panels] in gemm_kernels.h), else the whole tile.
-  const bool short_rows =
-      rows < mr && ks.ks != nullptr && (ks.ks->kernel_rows != nullptr || da != nullptr);
+  // A short panel's rows straight into C where the level has a kernel for
+  // them (Note [Short panels] in gemm_kernels.h), else through the tile, as
+  // the packed panel goes: the direct kernel writes only the panel's rows,
+  // but the tile's two roundings (alpha acc, then + beta C) are the bits
+  // (Note [Direct A]).
+  const bool short_rows = rows < mr && ks.ks != nullptr && ks.ks->kernel_rows != nullptr;
   const auto compute = [&](float* dst, int64_t ld, float beta) {
     if (da != nullptr)
       ks.ks->kernel_direct(static_cast<int>(rows), blk.kc, da, P.lda, fb, dst, ld, P.alpha, beta);

@@ -8,7 +8,7 @@
 // after another on the caller (it is busy, or we are inside a pool task) still
 // works: nobody waits for a panel nobody packs. When op(A) has too few panels
 // to share out evenly (m small) the threads split the B panels instead, and A
-// is packed once up front.
+// is packed once up front (or not at all, Note [Direct A] in gemm_kernels.h).
 //
 // Note [Claimed A units]. Equal shares of the rows do not finish together:
 // timing W2's blocks (0.3-3 ms) on a two-core Zen 4 put the two threads' ends
@@ -152,7 +152,9 @@ void run_block_claimed(const Problem& P, const Engine& ks, const Block& blk,
     int64_t u = claim(), ahead = jc == 0 ? claim() : units;
     while (u < units) {
       const int64_t ip0 = u * group, count = std::min(group, blk.a_panels - ip0);
-      if (jc == 0) {
+      if (P.direct_a) {
+        // Note [Direct A] in gemm_kernels.h: nothing packed, nothing to wait for.
+      } else if (jc == 0) {
         pack_a_panels(P, ks, blk, ip0, count);
         a_state[u].store(2, std::memory_order_release);
       } else {
@@ -177,7 +179,8 @@ void run_block_claimed(const Problem& P, const Engine& ks, const Block& blk,
   }
 }
 
-// Columns of C split: B panels [lo, hi) on this task, A packed beforehand.
+// Columns of C split: B panels [lo, hi) on this task, A packed beforehand (or
+// read in place, Note [Direct A] in gemm_kernels.h).
 void run_block_split_cols(const Problem& P, const Engine& ks, const Block& blk, int64_t lo,
                           int64_t hi) {
   const KernelScope scope(ks);

@@ -2,9 +2,11 @@
 // kernels, a float32 product with op(A) = A reads A's rows in the
 // micro-kernel instead of packing them, and must give the packed panels'
 // bits: every tile edge (short last panels included), k-slices, beta 0 with
-// a NaN C and beta != 0, alpha, a row stride wider than k, B both ways,
-// the epilogues in registers and as a pass, C stored transposed (Note
-// [Transposed small products] in gemm_packed.cc), one to three threads. A
+// a NaN C and beta != 0, alpha exact and inexact, a row stride wider than
+// k, B both ways, the epilogues in registers and as a pass, C stored
+// transposed (Note [Transposed small products] in gemm_packed.cc), one to
+// three threads over the pool's paths (rows claimed by units, several B
+// chunks, two k-slices side by side). A
 // is allocated to its last row's k-th element exactly, so a kernel reading
 // past the rows or depths it was given reads outside the buffer (caught
 // under AddressSanitizer), and C's padding must stay as it was.
@@ -100,19 +102,26 @@ TEST_CASE(
     for (int64_t m : {int64_t{1}, mr - 1, mr, mr + 1, 3 * mr + 5, int64_t{100}})
       for (int64_t n : {int64_t{1}, nr - 1, 2 * nr + 3})
         for (int64_t k : {int64_t{1}, int64_t{7}, kc + 1})
-          for (int variant = 0; variant < 4; ++variant) {
-            const Case g{(variant & 1) != 0,
-                         m,
-                         n,
-                         k,
-                         variant == 2 ? -0.5f : 1.0f,
-                         variant == 3 ? 0.7f : 0.0f,
-                         (variant & 1) != 0 ? 5 : 0};
+          for (int variant = 0; variant < 6; ++variant) {
+            // B as stored and transposed; alpha 1, a power of two and 0.3
+            // (alpha acc inexact: the short panel's two roundings show);
+            // beta 0 (C NaN) and 0.7; rows of A and C padded or not.
+            constexpr float kAlpha[6] = {1.0f, 1.0f, -0.5f, 1.0f, 0.3f, 0.3f};
+            constexpr float kBeta[6] = {0.0f, 0.0f, 0.0f, 0.7f, 0.7f, 0.0f};
+            constexpr int64_t kPad[6] = {0, 5, 0, 5, 3, 0};
+            const Case g{variant % 2 == 1, m, n, k, kAlpha[variant], kBeta[variant], kPad[variant]};
             const Operands o = operands(g, rng);
             INFO(cpu_isa_name(isa)
                  << " m=" << m << " n=" << n << " k=" << k << " tb=" << g.tb << " alpha=" << g.alpha
                  << " beta=" << g.beta << " pad=" << g.pad);
             const std::vector<float> want = product(g, o.a, o.b, o.c0, false, false);
+            int64_t pad_changed = 0;  // C's padding as it was (NaN stays NaN)
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = n; j < n + g.pad; ++j) {
+                const float x = want[i * (n + g.pad) + j], x0 = o.c0[i * (n + g.pad) + j];
+                pad_changed += !(x == x0 || (x != x && x0 != x0));
+              }
+            CHECK(pad_changed == 0);
             const int64_t before = ops::cpu::direct_a_products();
             CHECK(same_bits(product(g, o.a, o.b, o.c0, true, false), want));
             // The direct path ran: on A, or on B^T where the product ran
@@ -145,9 +154,16 @@ TEST_CASE(
     CpuIsaGuard isa_guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
     if (ks.kernel_direct == nullptr) continue;
-    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{
-             {ks.mr + 3, ks.nr + 5, 33}, {301, 203, 700}, {1024, 64, 256}})
-      for (int variant = 1; variant < 16; ++variant) {
+    const auto blocking = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap);
+    // Small; the pool's paths (rows claimed by units, split by rows); several
+    // B chunks (n over nc); two k-slices of a small C (Note [Two k-slices on
+    // two threads]).
+    for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{ks.mr + 3, ks.nr + 5, 33},
+                                                                     {301, 203, 700},
+                                                                     {1024, 64, 256},
+                                                                     {200, blocking.nc + 37, 40},
+                                                                     {120, 100, blocking.kc + 1}})
+      for (int variant : {1, 3, 6, 7, 8, 15}) {
         const Case g{variant % 2 == 0, m, n, k, 1.0f, 0.0f, 0};
         const Operands o = operands(g, rng);
         std::vector<float> bias(static_cast<size_t>(n)), res(static_cast<size_t>(m * n));
@@ -165,9 +181,17 @@ TEST_CASE(
         ep.ld_dropout = n;
         INFO(cpu_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k << " epilogue variant "
                                << variant);
-        for (bool parallel : {false, true})
-          CHECK(same_bits(product(g, o.a, o.b, o.c0, true, parallel, &ep),
-                          product(g, o.a, o.b, o.c0, false, parallel, &ep)));
+        const std::vector<float> want = product(g, o.a, o.b, o.c0, false, false, &ep);
+        CHECK(same_bits(product(g, o.a, o.b, o.c0, true, false, &ep), want));
+        for (int threads : {2, 3}) {
+          ThreadPool pool(threads);
+          IntraOpScope scope(&pool);
+          INFO(threads << " threads");
+          const int64_t split_before = ops::cpu::split_k_products();
+          CHECK(same_bits(product(g, o.a, o.b, o.c0, true, true, &ep), want));
+          if (threads == 2 && k == blocking.kc + 1)  // the two slices side by side ran
+            CHECK(ops::cpu::split_k_products() == split_before + 1);
+        }
       }
   }
 }
