@@ -147,9 +147,12 @@ std::string_view gemm_backend_name() {
 
 std::string compute_description() {
   std::string gemm(gemm_backend_name());
-  if (current_backend() == GemmBackend::kPacked)
+  if (current_backend() == GemmBackend::kPacked) {
+    if (packed_kernels().kernel_direct != nullptr)  // Note [Direct A] in gemm_kernels.h
+      gemm += direct_a_enabled() ? ", A read in place" : ", A packed (GPIPE_GEMM_DIRECT_A=0)";
     gemm += detail::concat(", products under ", kSmallFlops / (1 << 20),
                            " MFLOP or with a side under ", kSmallSide, ": eigen");
+  }
   return cpu_description() + " | kernels: " + cpu_isa_name(cpu_isa()) + " | float GEMM: " + gemm +
          " | bfloat16 GEMM: " + bf16_gemm_name();
 }

@@ -16,10 +16,12 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/gemm_blocking.h"
 #include "ops/cpu/gemm_kernels.h"
 #include "ops/cpu/gemm_packed.h"
@@ -193,6 +195,22 @@ TEST_CASE(
             CHECK(ops::cpu::split_k_products() == split_before + 1);
         }
       }
+  }
+}
+
+TEST_CASE("gemm direct A: the compute line says whether A is read in place") {
+  for (CpuIsa isa : supported_cpu_isas()) {
+    CpuIsaGuard isa_guard(isa);
+    const bool has = ops::cpu::packed_kernels().kernel_direct != nullptr;
+    INFO(cpu_isa_name(isa));
+    {
+      DirectAGuard on(true);
+      CHECK((ops::cpu::compute_description().find("A read in place") != std::string::npos) == has);
+    }
+    DirectAGuard off(false);
+    const std::string line = ops::cpu::compute_description();
+    CHECK(line.find("A read in place") == std::string::npos);
+    CHECK((line.find("GPIPE_GEMM_DIRECT_A=0") != std::string::npos) == has);
   }
 }
 
