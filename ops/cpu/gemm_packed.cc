@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
