@@ -92,12 +92,19 @@ void add_into_half(T* dst, const T* src, int64_t n, Load load, Store store) {
 
 void cpu_accumulate_into(Tensor& dst, const Tensor& src) {
   Tensor s = src.contiguous();
+  // The conversions as lambdas, not function pointers: inlined, so the
+  // loop vectorizes (as pointers, three calls an element were 13% of W2's
+  // bf16 step on an Intel Xeon).
   if (dst.dtype() == DType::kBFloat16)
-    return add_into_half(dst.data<bfloat16>(), s.data<bfloat16>(), dst.numel(), bf16_bits_to_float,
-                         float_to_bf16_bits);
+    return add_into_half(
+        dst.data<bfloat16>(), s.data<bfloat16>(), dst.numel(),
+        [](uint16_t b) { return bf16_bits_to_float(b); },
+        [](float f) { return float_to_bf16_bits(f); });
   if (dst.dtype() == DType::kFloat16)
-    return add_into_half(dst.data<float16>(), s.data<float16>(), dst.numel(), f16_bits_to_float,
-                         float_to_f16_bits);
+    return add_into_half(
+        dst.data<float16>(), s.data<float16>(), dst.numel(),
+        [](uint16_t b) { return f16_bits_to_float(b); },
+        [](float f) { return float_to_f16_bits(f); });
   dispatch_floating(dst.dtype(), "gradient accumulation", [&](auto z) {
     using T = decltype(z);
     add_into(dst.data<T>(), s.data<T>(), dst.numel());

@@ -1,6 +1,10 @@
 #include "core/autograd.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/parallel.h"
 #include "core/rng.h"
@@ -31,7 +35,7 @@ TEST_CASE("autograd: a large tensor's gradients sum on the pool, exactly, in eve
   ThreadPool pool(2);
   IntraOpScope scope(&pool);
   const int64_t n = 100003;
-  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
     CAPTURE(dt);
     const Tensor w1 = Tensor::uniform(Shape{n}, 1, -1, 1).to(dt);
     const Tensor w2 = Tensor::uniform(Shape{n}, 2, -1, 1).to(dt);
@@ -54,6 +58,59 @@ TEST_CASE("autograd: a large tensor's gradients sum on the pool, exactly, in eve
       wrong += g[i] != want;
     }
     CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("autograd: 16-bit gradient sums round as the scalar conversions, specials included") {
+  // The sum is vectorised by the compiler (autograd.cc): every element must
+  // have the bits of the scalar float32 sum rounded once, ties to even, NaN
+  // quiet, float16 overflow to infinity and its subnormals kept.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::vector<std::pair<float, float>> pairs = {
+      {1.0f, 0.00390625f},        // bf16: exactly half an ulp of 1 (tie, to even: 1)
+      {1.0078125f, 0.00390625f},  // bf16: a tie from an odd mantissa (up)
+      {1.0f, 0.00048828125f},     // f16: half an ulp of 1
+      {inf, -inf},
+      {inf, 1.0f},
+      {-inf, -2.0f},
+      {nan, 1.0f},
+      {-nan, 0.0f},
+      {60000.0f, 60000.0f},  // past float16's largest: inf
+      {3e38f, 3e38f},        // past bfloat16's largest: inf
+      {6e-8f, 1e-8f},        // a float16 subnormal
+      {1e-39f, 1e-40f},      // float32 denormals in bfloat16
+      {-0.0f, 0.0f},
+      {-0.0f, -0.0f},
+      {0.1f, 0.2f},
+      {-1.5f, 0.25f}};
+  for (int i = 0; i < 70; ++i)  // past a vector's width, with a remainder
+    pairs.emplace_back(static_cast<float>(i) * 0.37f - 9.0f, 1.0f / static_cast<float>(i + 3));
+  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+    CAPTURE(dt);
+    const bool bf = dt == DType::kBFloat16;
+    const auto to16 = [&](float f) { return bf ? float_to_bf16_bits(f) : float_to_f16_bits(f); };
+    const auto from16 = [&](uint16_t b) {
+      return bf ? bf16_bits_to_float(b) : f16_bits_to_float(b);
+    };
+    const int64_t n = static_cast<int64_t>(pairs.size());
+    std::vector<float> a, b;
+    for (const auto& [x, y] : pairs) {
+      a.push_back(x);
+      b.push_back(y);
+    }
+    // Inputs rounded to the type first: the gradients are those values.
+    const Tensor w1 = Tensor::from_vector<float>(a, Shape{n}).to(dt);
+    const Tensor w2 = Tensor::from_vector<float>(b, Shape{n}).to(dt);
+    Tensor x = Tensor::zeros(Shape{n}, dt);
+    x.set_requires_grad(true);
+    ops::add(ops::sum(ops::mul(x, w1)), ops::sum(ops::mul(x, w2))).backward();
+    const auto* g = static_cast<const uint16_t*>(x.grad().raw_data());
+    const auto* p1 = static_cast<const uint16_t*>(w1.raw_data());
+    const auto* p2 = static_cast<const uint16_t*>(w2.raw_data());
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(i, a[i], b[i]);
+      CHECK(g[i] == to16(from16(p1[i]) + from16(p2[i])));
+    }
   }
 }
 
