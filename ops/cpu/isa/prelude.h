@@ -260,15 +260,21 @@ decltype(auto) dispatch_index(DType dtype, const char* op, F&& f) {
 }
 
 // std::vector with this level's own allocator type, so that its member
-// functions are this level's instantiations.
+// functions are this level's instantiations; 64-byte aligned, as tensors
+// are. Eigen's vectorised reductions (sum, dot) over a buffer they cannot
+// prove aligned add the elements before the first aligned vector one at a
+// time: with malloc's 16-byte alignment a kernel's scratch rows summed in an
+// order that depended on where the heap put each task's buffer, and bf16
+// attention's probabilities differed between runs and thread counts.
 template <class T>
 struct Alloc {
   using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
   Alloc() = default;
   template <class U>
   Alloc(const Alloc<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
-  void deallocate(T* p, size_t) { ::operator delete(p); }
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
   template <class U>
   bool operator==(const Alloc<U>&) const {
     return true;
