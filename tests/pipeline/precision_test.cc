@@ -53,9 +53,11 @@ struct PrecisionRun {
   int64_t bytes = 0;  // sent across cell boundaries
 };
 
-PrecisionRun run_at(Precision p, int k, int m, RematMode remat, const Batch& batch) {
+PrecisionRun run_at(Precision p, int k, int m, RematMode remat, const Batch& batch,
+                    int threads = 1) {
   Pipeline pipe(models::transformer(tiny()),
-                {.K = k, .M = m, .remat = remat, .threads_per_stage = 1, .precision = p}, batch);
+                {.K = k, .M = m, .remat = remat, .threads_per_stage = threads, .precision = p},
+                batch);
   PrecisionRun r;
   r.loss = pipe.train_step(batch).loss;
   for (const NamedTensor& t : pipe.named_state())
@@ -119,6 +121,25 @@ TEST_CASE("pipeline: in bfloat16 and float16, pipelined gradients equal single-d
     UNSCOPED_INFO("gradient relative L2 difference from float32: " << std::sqrt(diff2 / norm2));
     CHECK(std::sqrt(diff2 / norm2) < (p == Precision::kBFloat16 ? 0.05 : 0.01));
     CHECK(std::sqrt(diff2 / norm2) > 0);
+  }
+}
+
+TEST_CASE("pipeline: a training step has the same bits at 1, 2 and 3 intra-op threads") {
+  // Every kernel splits its work so that no sum depends on the split (or on
+  // where the heap put a task's scratch: tests/ops/scratch_alignment_test.cc).
+  const Batch batch = token_batch(8, 5);
+  for (Precision p : {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16}) {
+    INFO("precision " << precision_name(p));
+    const PrecisionRun one = run_at(p, 1, 2, RematMode::kNever, batch, 1);
+    for (int threads : {2, 3}) {
+      INFO("threads " << threads);
+      const PrecisionRun got = run_at(p, 1, 2, RematMode::kNever, batch, threads);
+      CHECK(got.loss == one.loss);
+      for (const auto& [name, g] : one.grads) {
+        INFO(name);
+        CHECK(got.grads.at(name) == g);
+      }
+    }
   }
 }
 
