@@ -33,6 +33,10 @@ GPIPE_DECLARE_KERNEL(unary_elementwise, void(UnaryOp, double alpha, const Tensor
 GPIPE_DECLARE_KERNEL(unary_backward, void(UnaryOp, double alpha, const Tensor& x, const Tensor& y,
                                           const Tensor& gy, Tensor& gx));
 
+// dst += src (a gradient sum, core/autograd.h's register_cpu_accumulate_into):
+// both contiguous, one shape and dtype; 16-bit elements add in float32 and
+// round once.
+GPIPE_DECLARE_KERNEL(accumulate_into, void(Tensor& dst, const Tensor& src));
 // out = x converted to out's dtype (ops::cast): float32, float64, bfloat16
 // and float16 in any direction; both contiguous with equal element counts.
 GPIPE_DECLARE_KERNEL(cast_into, void(const Tensor& x, Tensor& out));

@@ -223,7 +223,26 @@ void cast_cpu(const Tensor& x, Tensor& out) {
   });
 }
 
+// Gradient sums (core/autograd.cc), at this level's vector width: 16-bit
+// elements through load_float / store_float, the scalar conversions, which
+// the compiler vectorises here as core's baseline build cannot (W2's bf16
+// step on an Intel Xeon summed its gradients 8 elements at a time there).
+void accumulate_cpu(Tensor& dst, const Tensor& src) {
+  dispatch_floating_16(dst.dtype(), "gradient accumulation", [&](auto z) {
+    using T = decltype(z);
+    T* d = dst.data<T>();
+    const T* s = src.data<T>();
+    parallel_for(0, dst.numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
+      if constexpr (is_16bit_v<T>)
+        for (int64_t i = lo; i < hi; ++i) store_float(d, i, load_float(d, i) + load_float(s, i));
+      else
+        for (int64_t i = lo; i < hi; ++i) d[i] += s[i];
+    });
+  });
+}
+
 GPIPE_ISA_KERNEL(cast_into, cast_cpu);
+GPIPE_ISA_KERNEL(accumulate_into, accumulate_cpu);
 GPIPE_ISA_KERNEL(binary_elementwise, binary_cpu);
 GPIPE_ISA_KERNEL(unary_elementwise, unary_cpu);
 GPIPE_ISA_KERNEL(unary_backward, unary_backward_cpu);

@@ -215,6 +215,7 @@ GPIPE_CPU_ISA_SLOT(attention_forward)
 GPIPE_CPU_ISA_SLOT(attention_backward)
 GPIPE_CPU_ISA_SLOT(batch_norm_stats)
 GPIPE_CPU_ISA_SLOT(cast_into)
+GPIPE_CPU_ISA_SLOT(accumulate_into)
 GPIPE_CPU_ISA_SLOT(batch_norm_forward)
 GPIPE_CPU_ISA_SLOT(batch_norm_backward)
 GPIPE_CPU_ISA_SLOT(batch_norm_update_running_stats)
@@ -258,6 +259,7 @@ GPIPE_CPU_ISA_SLOT(log_softmax_backward)
 // Kernels that compute on 16-bit tensors themselves (Note [16-bit kernels]
 // in ops/dispatch.h); the others get float32 copies.
 GPIPE_KERNEL_ACCEPTS_16BIT(cast_into, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(accumulate_into, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(batched_gemm_bf16_out, DeviceType::kCPU, kBFloat16);
 GPIPE_KERNEL_ACCEPTS_16BIT(linear_bias_act, DeviceType::kCPU, kBFloat16);

@@ -85,33 +85,41 @@ TEST_CASE("autograd: 16-bit gradient sums round as the scalar conversions, speci
       {-1.5f, 0.25f}};
   for (int i = 0; i < 70; ++i)  // past a vector's width, with a remainder
     pairs.emplace_back(static_cast<float>(i) * 0.37f - 9.0f, 1.0f / static_cast<float>(i + 3));
-  for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-    CAPTURE(dt);
-    const bool bf = dt == DType::kBFloat16;
-    const auto to16 = [&](float f) { return bf ? float_to_bf16_bits(f) : float_to_f16_bits(f); };
-    const auto from16 = [&](uint16_t b) {
-      return bf ? bf16_bits_to_float(b) : f16_bits_to_float(b);
-    };
-    const int64_t n = static_cast<int64_t>(pairs.size());
-    std::vector<float> a, b;
-    for (const auto& [x, y] : pairs) {
-      a.push_back(x);
-      b.push_back(y);
+  // The ops library's kernel (registered when it is linked, as here), then
+  // core's own loop.
+  const CpuAccumulateIntoFn kernel = register_cpu_accumulate_into(nullptr);
+  register_cpu_accumulate_into(kernel);
+  REQUIRE(kernel != nullptr);
+  for (const CpuAccumulateIntoFn fn : {kernel, CpuAccumulateIntoFn{nullptr}})
+    for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
+      CAPTURE(dt, fn == kernel);
+      register_cpu_accumulate_into(fn);
+      const bool bf = dt == DType::kBFloat16;
+      const auto to16 = [&](float f) { return bf ? float_to_bf16_bits(f) : float_to_f16_bits(f); };
+      const auto from16 = [&](uint16_t b) {
+        return bf ? bf16_bits_to_float(b) : f16_bits_to_float(b);
+      };
+      const int64_t n = static_cast<int64_t>(pairs.size());
+      std::vector<float> a, b;
+      for (const auto& [x, y] : pairs) {
+        a.push_back(x);
+        b.push_back(y);
+      }
+      // Inputs rounded to the type first: the gradients are those values.
+      const Tensor w1 = Tensor::from_vector<float>(a, Shape{n}).to(dt);
+      const Tensor w2 = Tensor::from_vector<float>(b, Shape{n}).to(dt);
+      Tensor x = Tensor::zeros(Shape{n}, dt);
+      x.set_requires_grad(true);
+      ops::add(ops::sum(ops::mul(x, w1)), ops::sum(ops::mul(x, w2))).backward();
+      const auto* g = static_cast<const uint16_t*>(x.grad().raw_data());
+      const auto* p1 = static_cast<const uint16_t*>(w1.raw_data());
+      const auto* p2 = static_cast<const uint16_t*>(w2.raw_data());
+      for (int64_t i = 0; i < n; ++i) {
+        CAPTURE(i, a[i], b[i]);
+        CHECK(g[i] == to16(from16(p1[i]) + from16(p2[i])));
+      }
     }
-    // Inputs rounded to the type first: the gradients are those values.
-    const Tensor w1 = Tensor::from_vector<float>(a, Shape{n}).to(dt);
-    const Tensor w2 = Tensor::from_vector<float>(b, Shape{n}).to(dt);
-    Tensor x = Tensor::zeros(Shape{n}, dt);
-    x.set_requires_grad(true);
-    ops::add(ops::sum(ops::mul(x, w1)), ops::sum(ops::mul(x, w2))).backward();
-    const auto* g = static_cast<const uint16_t*>(x.grad().raw_data());
-    const auto* p1 = static_cast<const uint16_t*>(w1.raw_data());
-    const auto* p2 = static_cast<const uint16_t*>(w2.raw_data());
-    for (int64_t i = 0; i < n; ++i) {
-      CAPTURE(i, a[i], b[i]);
-      CHECK(g[i] == to16(from16(p1[i]) + from16(p2[i])));
-    }
-  }
+  register_cpu_accumulate_into(kernel);
 }
 
 TEST_CASE("autograd: several roots in one backward") {
