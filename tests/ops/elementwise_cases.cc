@@ -138,6 +138,30 @@ GPIPE_OP_CASES({
               for (size_t i = 0; i < x.size(); ++i) CHECK(y[i] == std::abs(x[i]));
             },
     },
+    // An input used three times: its gradients are summed in place
+    // (core/autograd.cc) by the accumulate_into kernel, over more elements
+    // than a vector holds and with a remainder.
+    OpCase{
+        .name = "gradient sum/an input used three times",
+        .covers = {"accumulate_into"},
+        .make_inputs =
+            [] {
+              return std::vector<Tensor>{rand64(Shape{3, 37}, 15), rand64(Shape{3, 37}, 16),
+                                         rand64(Shape{3, 37}, 17)};
+            },
+        .fn =
+            [](const std::vector<Tensor>& in) {
+              return std::vector<Tensor>{
+                  ops::add(ops::add(ops::mul(in[0], in[1]), ops::mul(in[0], in[2])), in[0])};
+            },
+        .check_forward =
+            [](const std::vector<Tensor>& in, const std::vector<Tensor>& out) {
+              const auto x = in[0].to_vector<double>(), a = in[1].to_vector<double>(),
+                         b = in[2].to_vector<double>(), y = out[0].to_vector<double>();
+              for (size_t i = 0; i < x.size(); ++i)
+                CHECK(y[i] == Approx(x[i] * a[i] + x[i] * b[i] + x[i]).epsilon(1e-14));
+            },
+    },
     // The float32 round trip differentiates as the identity (the gradient is
     // cast back); eps is large against float32's rounding of the input.
     OpCase{
