@@ -1,7 +1,6 @@
 #include "ops/common.h"
 
 #include "core/allocator.h"
-#include "core/autograd.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
 #include "ops/elementwise_kernels.h"
@@ -63,9 +62,6 @@ namespace gpipe::ops::half_args {
 namespace {
 [[maybe_unused]] const bool g_cast_hook = [] {
   set_cast_hook([](const Tensor& src, Tensor& dst) { cast_into(src.device(), src, dst); });
-  // Gradient sums at the CPU's vector width (core/autograd.h).
-  register_cpu_accumulate_into(
-      [](Tensor& dst, const Tensor& src) { accumulate_into(dst.device(), dst, src); });
   return true;
 }();
 }  // namespace

@@ -29,16 +29,18 @@ void note_kernel(const char* name, DeviceType type);
 std::vector<std::string> registered_kernels(DeviceType type);
 
 // Kernels a device may leave out because the op's front function falls back
-// to a composed form of other ops there (the fused ops: ops::attention). The
-// CUDA build test accepts their absence; everything else must exist on
-// every device.
+// to a composed form of other ops there (the fused ops: ops::attention), or
+// because the device has its own path (accumulate_into: core's CPU gradient
+// sum; CUDA sums through register_accumulate). The CUDA build test accepts
+// their absence; everything else must exist on every device.
 void note_optional_kernel(const char* name);
 bool is_optional_kernel(const std::string& name);
 
 // Note [16-bit kernels]. A kernel computes in float32 or float64 unless it
 // is registered as taking a 16-bit dtype on its device (accept_16bit):
 // cast_into and cross-entropy everywhere; on the CPU the GEMM and the
-// one-group convolution in bfloat16, bias + activation and layer norm; on CUDA the
+// one-group convolution in bfloat16, bias + activation, layer norm and the
+// gradient sum (accumulate_into); on CUDA the
 // bfloat16 GEMM and convolution and, for both 16-bit dtypes, the elementwise ops and their
 // gradients, softmax, layer norm, dropout, masked_fill, the embedding
 // gather and the sums. Those load 16-bit elements as float32 and round each

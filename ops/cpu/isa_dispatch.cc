@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/allocator.h"
+#include "core/autograd.h"
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
@@ -182,6 +183,9 @@ struct CrossEntropyBackwardCheck {
   note_optional_kernel("linear_bias_act");  // Note [Fused linear]: matmul + bias_activation
   note_optional_kernel(
       "linear_cross_entropy_fused");  // Note [Fused output loss]: linear + cross_entropy
+  // core's CPU gradient sum (register_cpu_accumulate_into, below); other
+  // devices sum through their register_accumulate kernel.
+  note_optional_kernel("accumulate_into");
   return true;
 }();
 
@@ -255,6 +259,16 @@ GPIPE_CPU_ISA_SLOT(softmax_forward)
 GPIPE_CPU_ISA_SLOT(log_softmax_forward)
 GPIPE_CPU_ISA_SLOT(softmax_backward)
 GPIPE_CPU_ISA_SLOT(log_softmax_backward)
+
+// Gradient sums at the CPU's vector width (core/autograd.h), registered after
+// the slot above in this file's order of initialisation.
+namespace {
+[[maybe_unused]] const bool g_accumulate_hook = [] {
+  register_cpu_accumulate_into(
+      [](Tensor& dst, const Tensor& src) { accumulate_into(dst.device(), dst, src); });
+  return true;
+}();
+}  // namespace
 
 // Kernels that compute on 16-bit tensors themselves (Note [16-bit kernels]
 // in ops/dispatch.h); the others get float32 copies.

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cpu_isa.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -90,9 +91,13 @@ TEST_CASE("autograd: 16-bit gradient sums round as the scalar conversions, speci
   const CpuAccumulateIntoFn kernel = register_cpu_accumulate_into(nullptr);
   register_cpu_accumulate_into(kernel);
   REQUIRE(kernel != nullptr);
-  for (const CpuAccumulateIntoFn fn : {kernel, CpuAccumulateIntoFn{nullptr}})
+  std::vector<std::pair<CpuAccumulateIntoFn, CpuIsa>> runs;  // the kernel at every level
+  for (CpuIsa isa : supported_cpu_isas()) runs.emplace_back(kernel, isa);
+  runs.emplace_back(nullptr, cpu_isa());
+  for (const auto& [fn, isa] : runs)
     for (DType dt : {DType::kBFloat16, DType::kFloat16}) {
-      CAPTURE(dt, fn == kernel);
+      CAPTURE(dt, fn == kernel, cpu_isa_name(isa));
+      const CpuIsaGuard guard(isa);
       register_cpu_accumulate_into(fn);
       const bool bf = dt == DType::kBFloat16;
       const auto to16 = [&](float f) { return bf ? float_to_bf16_bits(f) : float_to_f16_bits(f); };
