@@ -108,7 +108,9 @@ CLI::App* add_profile(CLI::App& app, gpipe::bench::ProfileBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "profile", "a training step per kernel: time, share, bytes, bandwidth against the measured");
   c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet");
-  c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N")
+  c->add_option(
+       "--layers", o.layers,
+       "transformer: layers per side; amoebanet: N; unet, resnet: depth (default 3; resnet 50)")
       ->check(gpipe::train::kPositive);
   c->add_option("--batch", o.batch, "N")->check(gpipe::train::kPositive);
   c->add_option("--threads", o.threads, "intra-op threads")->check(gpipe::train::kPositive);

@@ -60,7 +60,7 @@ double measure_bandwidth(int threads, double seconds);
 // bytes and bandwidth against measure_bandwidth; Note [Kernel profile]).
 struct ProfileBenchOptions {
   std::string workload = "transformer";
-  int64_t layers = 3, batch = 32;
+  int64_t layers = 0, batch = 32;  // layers 0: the workload's (measure_workload)
   int threads = 1;
   std::string precision = "fp32";
   bool unfused_loss = false;  // transformer: the output projection outside the loss
@@ -87,7 +87,8 @@ int run_kernels(const KernelsBenchOptions& opt);
 struct MeasureOptions {
   std::string workload =
       "transformer";   // transformer (Adam 1e-4) | amoebanet, unet, resnet (SGD 0.01, momentum 0.9)
-  int64_t layers = 3;  // transformer: encoder (= decoder) layers; amoebanet: N
+  int64_t layers = 0;  // transformer: encoder (= decoder) layers; amoebanet: N; unet,
+                       // resnet: depth; 0: the workload's default (measure_workload)
   int64_t batch = 32;  // N
   int threads = 1;     // intra-op threads per stage
   int K = 1;

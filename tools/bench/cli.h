@@ -17,7 +17,9 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
       app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
   c->group("");  // hidden from --help
   c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet");
-  c->add_option("--layers", o.layers, "transformer: layers per side; amoebanet: N");
+  c->add_option(
+      "--layers", o.layers,
+      "transformer: layers per side; amoebanet: N; unet, resnet: depth (default 3; resnet 50)");
   c->add_option("--batch", o.batch, "N");
   c->add_option("--threads", o.threads, "intra-op threads per stage");
   gpipe::train::add_renamed_flag(c, "--partitions", "--K");

@@ -81,9 +81,20 @@ double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, i
   return 3.0 * (layers * (enc + dec) + head);
 }
 
-namespace {}  // namespace
+namespace {
 
-MeasuredWorkload measure_workload(const MeasureOptions& o) {
+// --layers left at 0: 3 (the Transformer's layers per side, AmoebaNet's N,
+// U-Net's depth), ResNet-50 for resnet, whose depth is 50, 101 or 152.
+int64_t workload_layers(const MeasureOptions& o) {
+  if (o.layers > 0) return o.layers;
+  return o.workload == "resnet" ? 50 : 3;
+}
+
+}  // namespace
+
+MeasuredWorkload measure_workload(const MeasureOptions& options) {
+  MeasureOptions o = options;
+  o.layers = workload_layers(options);
   MeasuredWorkload w;
   if (o.workload == "transformer") {
     models::TransformerConfig c;
@@ -329,7 +340,7 @@ MeasureOptions w3_measure(int k, int m, const std::string& schedule, const std::
 
 std::string measure_in_child(const MeasureOptions& o) {
   std::string cmd = self_exe() + " measure --workload " + o.workload + " --layers " +
-                    std::to_string(o.layers) + " --batch " + std::to_string(o.batch) +
+                    std::to_string(workload_layers(o)) + " --batch " + std::to_string(o.batch) +
                     " --threads " + std::to_string(o.threads) + " --K " + std::to_string(o.K) +
                     " --M " + std::to_string(o.M) + " --remat " + o.remat + " --warmup " +
                     std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
