@@ -187,7 +187,7 @@ using AccumulateFn = Tensor (*)(const Tensor&, const Tensor&);
 void register_accumulate(DeviceType type, AccumulateFn fn);
 // dst += src in place, for contiguous CPU tensors of one shape and dtype
 // (16-bit: in float32, rounded once). The ops library registers its
-// vectorised kernel (ops/common.cc); without it core's own loop runs, with
+// vectorised kernel (ops/cpu/isa_dispatch.cc); without it core's own loop runs, with
 // the same bits. Returns the function it replaces (tests run both).
 using CpuAccumulateIntoFn = void (*)(Tensor& dst, const Tensor& src);
 CpuAccumulateIntoFn register_cpu_accumulate_into(CpuAccumulateIntoFn fn);
