@@ -96,11 +96,12 @@ void reset() {
   t.details.clear();
 }
 
-void add_detail(const std::string& name, double seconds, double flops) {
+void add_detail(const std::string& name, const std::string& slot, double seconds, double flops) {
   Totals& t = totals();
   std::lock_guard<std::mutex> lock(t.mu);
-  Detail& d = t.details[name];
+  Detail& d = t.details[slot + '\n' + name];
   d.name = name;
+  d.slot = slot;
   ++d.calls;
   d.seconds += seconds;
   d.flops += flops;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -133,15 +134,16 @@ void set_enabled(bool on);
 void reset();
 std::vector<Entry> snapshot();  // by time, longest first
 
-// A finer account inside a slot's call, listed apart from the slots (one
-// GEMM shape: its calls, seconds and FLOPs for a rate). Recorded by the
-// kernel itself while the profile is enabled.
+// A finer account of a slot's calls, listed apart from the slots (one GEMM
+// shape: its calls, seconds and FLOPs for a rate), with the slot it times.
+// Recorded around the slot's call (detailed()) while the profile is enabled.
 struct Detail {
   std::string name;
+  std::string slot;  // the kernel slot whose calls these are ("batched_gemm")
   int64_t calls = 0;
   double seconds = 0, flops = 0;
 };
-void add_detail(const std::string& name, double seconds, double flops);
+void add_detail(const std::string& name, const std::string& slot, double seconds, double flops);
 std::vector<Detail> details();  // by time, longest first
 
 // Times one call (only the outermost on this thread records).
@@ -171,6 +173,17 @@ class Within {
   Within(const Within&) = delete;
   Within& operator=(const Within&) = delete;
 };
+
+// Runs `call` (one call through `slot`); with the profile on, also records
+// its time and `flops` as a detail named name() (built only then).
+template <class Call, class Name>
+void detailed(const char* slot, Call&& call, Name&& name, double flops) {
+  if (!enabled()) return call();
+  const auto t0 = std::chrono::steady_clock::now();
+  call();
+  add_detail(name(), slot,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), flops);
+}
 }  // namespace kernel_profile
 
 namespace half_args {

@@ -3,8 +3,6 @@
 // with the four transpose cases written out in Note [Matmul gradients].
 #include "ops/linalg.h"
 
-#include <chrono>
-
 #include "core/precision.h"
 #include "core/rng.h"
 #include "ops/common.h"
@@ -33,27 +31,16 @@ Tensor grad_b(const Tensor& g, const Tensor& a, const Tensor& b, bool ta, bool t
   return matmul(g, a, true, ta);
 }
 
-// Runs `product`; with the kernel profile on, also records its time and
-// FLOPs under `shape` (named only then), gpipe_bench profile's GEMM table
-// (on CUDA the host's side).
-template <class Product, class Shape>
-void profiled_product(Product&& product, Shape&& shape, double flops) {
-  if (!kernel_profile::enabled()) return product();
-  const auto t0 = std::chrono::steady_clock::now();
-  product();
-  kernel_profile::add_detail(
-      shape(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), flops);
-}
-
 void timed_gemm(const GemmShape& s, const Tensor& a, const Tensor& b, Tensor& c) {
-  profiled_product([&] { batched_gemm(a.device(), s, a, b, c); },
-                   [&] {
-                     return gpipe::detail::concat(
-                         s.ta ? "A^T*" : "A*", s.tb ? "B^T " : "B ", dtype_name(a.dtype()), " ",
-                         s.batch > 1 ? gpipe::detail::concat(s.batch, "x ") : std::string(), s.m,
-                         "x", s.n, "x", s.k);
-                   },
-                   2.0 * static_cast<double>(s.batch) * s.m * s.n * s.k);
+  kernel_profile::detailed(
+      "batched_gemm", [&] { batched_gemm(a.device(), s, a, b, c); },
+      [&] {
+        return gpipe::detail::concat(
+            s.ta ? "A^T*" : "A*", s.tb ? "B^T " : "B ", dtype_name(a.dtype()), " ",
+            s.batch > 1 ? gpipe::detail::concat(s.batch, "x ") : std::string(), s.m, "x", s.n, "x",
+            s.k);
+      },
+      2.0 * static_cast<double>(s.batch) * s.m * s.n * s.k);
 }
 
 }  // namespace
@@ -168,12 +155,13 @@ Tensor product_bf16_out(const Tensor& a, const Tensor& b, bool tb) {
   dims.back() = s.n;
   Tensor y = Tensor::empty({s.m, s.n}, DType::kBFloat16, a.device());
   const Tensor rd = detail::dense(rows), bd = detail::dense(b);
-  profiled_product([&] { batched_gemm_bf16_out(a.device(), s, rd, bd, y); },
-                   [&] {
-                     return gpipe::detail::concat(tb ? "A*B^T " : "A*B ", "bfloat16 ", s.m, "x",
-                                                  s.n, "x", s.k, " ->bf16");
-                   },
-                   2.0 * static_cast<double>(s.m) * s.n * s.k);
+  kernel_profile::detailed(
+      "batched_gemm_bf16_out", [&] { batched_gemm_bf16_out(a.device(), s, rd, bd, y); },
+      [&] {
+        return gpipe::detail::concat(tb ? "A*B^T " : "A*B ", "bfloat16 ", s.m, "x", s.n, "x", s.k,
+                                     " ->bf16");
+      },
+      2.0 * static_cast<double>(s.m) * s.n * s.k);
   return reshape(y, dims);
 }
 
@@ -305,17 +293,18 @@ Tensor fused_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, F
   std::vector<int64_t> dims(x.shape().begin(), x.shape().end() - 1);
   dims.push_back(out);
   Tensor y = Tensor::empty(Shape(dims), bf16 ? DType::kBFloat16 : DType::kFloat32, x.device());
-  profiled_product([&] { linear_bias_act(x.device(), x2, wd, bd, relu, p, key, rd, y); },
-                   [&] {
-                     return gpipe::detail::concat(
-                         "A*B^T ", bf16 ? "bfloat16 " : "float32 ", x2.size(0), "x", out, "x", in,
-                         relu             ? " +relu"
-                         : bias.defined() ? " +bias"
-                                          : "",
-                         p > 0 ? " +dropout" : "", residual.defined() ? " +residual" : "",
-                         bf16 ? " ->bf16" : "");
-                   },
-                   2.0 * static_cast<double>(x2.size(0)) * out * in);
+  kernel_profile::detailed(
+      "linear_bias_act", [&] { linear_bias_act(x.device(), x2, wd, bd, relu, p, key, rd, y); },
+      [&] {
+        return gpipe::detail::concat("A*B^T ", bf16 ? "bfloat16 " : "float32 ", x2.size(0), "x",
+                                     out, "x", in,
+                                     relu             ? " +relu"
+                                     : bias.defined() ? " +bias"
+                                                      : "",
+                                     p > 0 ? " +dropout" : "",
+                                     residual.defined() ? " +residual" : "", bf16 ? " ->bf16" : "");
+      },
+      2.0 * static_cast<double>(x2.size(0)) * out * in);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   if (residual.defined()) inputs.push_back(residual);

@@ -153,8 +153,19 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
     z = Tensor::empty({rows, c}, DType::kFloat32, x.device());
     if (bf16 && grad) zh = Tensor::empty({rows, c}, DType::kBFloat16, x.device());
   }
-  linear_cross_entropy_fused(x.device(), x2, wd, td, opt.ignore_index, opt.label_smoothing, z, zh,
-                             loss, gx, gw);
+  // In gpipe_bench profile's product table: its three products (one without
+  // a gradient) and the softmax between them.
+  kernel_profile::detailed(
+      "linear_cross_entropy_fused",
+      [&] {
+        linear_cross_entropy_fused(x.device(), x2, wd, td, opt.ignore_index, opt.label_smoothing, z,
+                                   zh, loss, gx, gw);
+      },
+      [&] {
+        return gpipe::detail::concat("x w^T, softmax loss", grad ? ", gx, gw " : " ",
+                                     bf16 ? "bfloat16 " : "float32 ", n, "x", c, "x", d);
+      },
+      (grad ? 3.0 : 1.0) * 2.0 * static_cast<double>(n) * static_cast<double>(c) * d);
   if (grad)
     record("linear_cross_entropy", {xh, w}, loss,
            [gx, gw, xs = std::vector<int64_t>(xh.shape().begin(), xh.shape().end())](

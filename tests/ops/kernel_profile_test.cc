@@ -3,7 +3,9 @@
 // bytes, and nothing while it is off.
 #include <catch2/catch.hpp>
 
+#include "core/autograd.h"
 #include "ops/dispatch.h"
+#include "ops/loss.h"
 #include "ops/ops.h"
 
 // A query slot (as flash_attention_takes, linear_bias_act_takes) for the last test.
@@ -50,11 +52,47 @@ TEST_CASE("kernel profile: calls, time and tensor bytes per slot, only while ena
   const auto ds = ops::kernel_profile::details();
   REQUIRE(ds.size() == 1);
   CHECK(ds[0].name == "A*B^T float32 64x64x32");
+  CHECK(ds[0].slot == "batched_gemm");  // the slot whose time it details
   CHECK(ds[0].calls == 1);
   CHECK(ds[0].flops == 2.0 * 64 * 64 * 32);
   ops::kernel_profile::reset();
   CHECK(ops::kernel_profile::snapshot().empty());
   CHECK(ops::kernel_profile::details().empty());
+}
+
+TEST_CASE("kernel profile: the fused output loss's products are a detail of its slot") {
+  // gpipe_bench profile's ceiling (Note [Step ceiling] in tools/bench/profile.cc)
+  // counts a detailed slot by its FLOPs: the loss's three products, or one
+  // without a gradient.
+  std::vector<float> xv(16 * 8), wv(64 * 8);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = static_cast<float>(i % 11) / 11.0f - 0.5f;
+  std::vector<int64_t> tv(16);
+  for (size_t i = 0; i < tv.size(); ++i) tv[i] = static_cast<int64_t>(i * 5 % 64);
+  const Tensor x = Tensor::from_vector<float>(xv, {16, 8}).set_requires_grad(true);
+  const Tensor w = Tensor::from_vector<float>(wv, {64, 8}).set_requires_grad(true);
+  const Tensor t = Tensor::from_vector<int64_t>(tv, {16});
+  for (const bool grad : {true, false}) {
+    ops::kernel_profile::reset();
+    ops::kernel_profile::set_enabled(true);
+    if (grad) {
+      (void)ops::linear_cross_entropy(x, w, t);
+    } else {
+      NoGradGuard no_grad;
+      (void)ops::linear_cross_entropy(x, w, t);
+    }
+    ops::kernel_profile::set_enabled(false);
+    const auto* slot = find(ops::kernel_profile::snapshot(), "linear_cross_entropy_fused");
+    REQUIRE(slot != nullptr);
+    const auto ds = ops::kernel_profile::details();
+    REQUIRE(ds.size() == 1);
+    CHECK(ds[0].slot == "linear_cross_entropy_fused");
+    CHECK(ds[0].name == (grad ? "x w^T, softmax loss, gx, gw float32 16x64x8"
+                              : "x w^T, softmax loss float32 16x64x8"));
+    CHECK(ds[0].calls == 1);
+    CHECK(ds[0].flops == (grad ? 3 : 1) * 2.0 * 16 * 64 * 8);
+  }
+  ops::kernel_profile::reset();
 }
 
 TEST_CASE("kernel profile: the 16-bit scratch casts inside a call count toward that call") {

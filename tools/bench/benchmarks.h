@@ -55,6 +55,10 @@ double measure_fma_peak(CpuIsa isa, int threads, double seconds);
 // a triad a[i] = b[i] + s c[i] over three 64 MiB float arrays (12 bytes per
 // element counted, as STREAM does), best of repeats over about `seconds`.
 double measure_bandwidth(int threads, double seconds);
+// GFLOP/s of `threads` threads each running the active level's float32 GEMM
+// micro-kernel on panels that stay in the caches, best of repeats over about
+// `seconds` (Note [Kernel in cache] in peak.cc).
+double measure_gemm_kernel_rate(int threads, double seconds);
 
 // `gpipe_bench profile`: one workload's step per kernel slot (time, share,
 // bytes and bandwidth against measure_bandwidth; Note [Kernel profile]).
@@ -119,6 +123,9 @@ struct MeasuredWorkload {
   int64_t expected_params = 0;
 };
 MeasuredWorkload measure_workload(const MeasureOptions& opt);
+// FLOPs of one training step of measure_workload's Transformer (layers 0: 3)
+// on a mini-batch of n sentence pairs (transformer_step_flops).
+double transformer_workload_flops(int64_t layers, int64_t n);
 // Runs `run_measure(opt)` in a fresh process of this executable; returns its JSON line.
 std::string measure_in_child(const MeasureOptions& opt);
 // W3's model (8+8 layers, N = 64) at K cells and M micro-batches, one schedule

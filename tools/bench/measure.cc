@@ -92,6 +92,10 @@ int64_t workload_layers(const MeasureOptions& o) {
 
 }  // namespace
 
+double transformer_workload_flops(int64_t layers, int64_t n) {
+  return transformer_step_flops(layers > 0 ? layers : 3, n, kSrcLen, kTgtLen, 256, 1024, kVocab);
+}
+
 MeasuredWorkload measure_workload(const MeasureOptions& options) {
   MeasureOptions o = options;
   o.layers = workload_layers(options);

@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "core/cpu_isa.h"
 #include "core/parallel.h"
@@ -23,6 +26,57 @@
 #include "tools/bench/common.h"
 
 namespace gpipe::bench {
+
+namespace {
+
+// Note [Step ceiling]. The least time a step of these kernels can take on
+// this machine: every product in the table above (the slots it details) at
+// the rate the float32 micro-kernel reaches on operands in the caches
+// (measure_gemm_kernel_rate), every other slot's bytes at the measured
+// bandwidth, nothing outside the kernels. A lower bound, not a model: the
+// products also pack and wait on memory, attention's arithmetic is not
+// counted, and a kernel whose tensors stay in the caches beats the
+// bandwidth. A goal above the ceiling's share of the FMA peak cannot be met
+// with these kernels at this blocking, only by moving fewer bytes or by a
+// faster micro-kernel. float32 only: bfloat16 products run on other kernels.
+void print_ceiling(const ProfileBenchOptions& o,
+                   const std::vector<ops::kernel_profile::Entry>& entries,
+                   const std::vector<ops::kernel_profile::Detail>& details, double step_s,
+                   double peak, double bandwidth) {
+  if (o.precision != "fp32") {
+    std::printf("# ceiling: float32 steps only (Note [Step ceiling] in profile.cc)\n");
+    return;
+  }
+  const double rate = measure_gemm_kernel_rate(o.threads, 0.5);
+  std::set<std::string> product_slots;
+  double product_flops = 0;
+  for (const auto& d : details) {
+    product_slots.insert(d.slot);
+    product_flops += d.flops / o.steps;
+  }
+  double memory_bytes = 0;
+  for (const auto& e : entries)
+    if (product_slots.count(e.name) == 0) memory_bytes += e.bytes / o.steps;
+  const double product_s = product_flops / (rate * 1e9),
+               memory_s = memory_bytes / (bandwidth * 1e9);
+  const double ceiling_s = product_s + memory_s;
+  // The step's FLOPs: the Transformer's count (attention included), else the products'.
+  const bool transformer = o.workload == "transformer";
+  const double flops = transformer ? transformer_workload_flops(o.layers, o.batch) : product_flops;
+  std::printf(
+      "# ceiling (Note [Step ceiling]): the products' %.1f GFLOP at the micro-kernel's in-cache "
+      "%.1f GF/s (%.1f%% of the FMA peak) take %.1f ms; the other kernels' %.1f MB at %.1f GB/s "
+      "take %.1f ms\n",
+      product_flops / 1e9, rate, 100 * rate / peak, product_s * 1e3, memory_bytes / 1e6, bandwidth,
+      memory_s * 1e3);
+  std::printf(
+      "# so a step takes at least %.1f ms here: %.1f%% of the FMA peak over the %s %.1f GFLOP; "
+      "measured %.1f ms, %.1f%% (%.0f%% of the ceiling's rate)\n",
+      ceiling_s * 1e3, 100 * flops / ceiling_s / (peak * 1e9), transformer ? "step's" : "products'",
+      flops / 1e9, step_s * 1e3, 100 * flops / step_s / (peak * 1e9), 100 * ceiling_s / step_s);
+}
+
+}  // namespace
 
 int run_profile(const ProfileBenchOptions& o) {
   MeasureOptions m;
@@ -98,6 +152,7 @@ int run_profile(const ProfileBenchOptions& o) {
       "# GEMM rows (batched_gemm*) are bound by arithmetic: compare their time with the FLOP "
       "count instead (gpipe_bench gemm); the others by memory: 'of bw' near 100%% is their "
       "limit, and over 100%% means their tensors stayed in the caches\n");
+  print_ceiling(o, entries, details, step_s, peak, bandwidth);
   return 0;
 }
 
