@@ -66,10 +66,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
 // logits and their gradient: for W2 (1024 tokens, C 8192) 32 MB each,
 // written and read back about five times, more than the rest of the step's
 // activations. linear_cross_entropy instead computes a chunk of rows at a
-// time: its logits (in a buffer that stays in the caches), the rows' loss
-// and, because the loss is the end of the graph, its gradient at once; the
-// chunk's gradient then goes straight into the products gx = g w and
-// gw += g^T x. So no [N, C] tensor exists, and there is one exp per logit
+// time: its logits, the rows' loss and, because the loss is the end of the
+// graph, its gradient at once; the chunk's gradient then goes straight into
+// the products gx = g w and gw += g^T x (the CPU's order: Note [Vocabulary
+// blocks] in ops/cpu/loss.cc). So no [N, C] tensor exists, and there is one exp per logit
 // instead of one in forward and one in backward. Backward multiplies the
 // saved gx and gw by the upstream gradient (a scalar). The saved gradients
 // cost [N, d] + [C, d] until backward against the logits' [N, C]: where
@@ -147,11 +147,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
   const int64_t n = x2.size(0);
   const int64_t rows = std::clamp<int64_t>(chunk_rows > 0 ? chunk_rows : default_chunk_rows(c), 1,
                                            std::max<int64_t>(n, 1));
-  Tensor z, zh;
+  Tensor z;
   {
     MemoryCategoryGuard scratch(MemoryCategory::kWorkspace);
-    z = Tensor::empty({rows, c}, DType::kFloat32, x.device());
-    if (bf16 && grad) zh = Tensor::empty({rows, c}, DType::kBFloat16, x.device());
+    z = Tensor::empty({rows, grad ? c : 0}, DType::kFloat32, x.device());  // no gradient: unused
   }
   // In gpipe_bench profile's product table: its three products (one without
   // a gradient) and the softmax between them.
@@ -159,7 +158,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& targ
       "linear_cross_entropy_fused",
       [&] {
         linear_cross_entropy_fused(x.device(), x2, wd, td, opt.ignore_index, opt.label_smoothing, z,
-                                   zh, loss, gx, gw);
+                                   loss, gx, gw);
       },
       [&] {
         return gpipe::detail::concat("x w^T, softmax loss", grad ? ", gx, gw " : " ",

@@ -214,6 +214,17 @@ void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, c
   }
 }
 
+void stable_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                 bool parallel) {
+  if (backend_for<float>() == GemmBackend::kPacked)
+    packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parallel);
+  else if (parallel)
+    parallel_gemm<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    gemm<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void parallel_gemm_epilogue(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
                             int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                             const GemmEpilogue& epilogue) {

@@ -161,8 +161,7 @@ struct CrossEntropyForwardCheck {
 };
 struct LinearCrossEntropyCheck {
   static void run(const Tensor&, const Tensor& w, const Tensor& targets, int64_t ignore_index,
-                  double, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                  const Tensor&) {
+                  double, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
     check_targets(w.size(0), targets, ignore_index);
   }
 };

@@ -6,6 +6,8 @@
 // go to a buffer that is summed in row order afterwards, so the loss does not depend on the thread
 // count. Backward: gx = (exp(x - lse) - (1 - eps) * onehot(t) - eps / C) * g / count.
 // 16-bit logits are read a row at a time into float32 (the loss and lse are float32).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -140,55 +142,128 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
 }
 
 // linear_cross_entropy_fused on the CPU (Note [Fused output loss] in
-// ops/loss.cc). The rows go through in chunks of z's rows; for each chunk:
-//   1. z = x_chunk w^T, float32 logits [rows, C] in one buffer that stays in
-//      the caches (the scratch z; bfloat16 x and w: the bfloat16 GEMM, float32 sums, no
-//      rounding of the logits);
-//   2. per row, one pass: max, the exponentials written over z (one exp per
-//      logit, where the separate forward and backward take one each), their
-//      sum, lse and the row's loss; with a gradient, z becomes
-//      (softmax - smoothed one-hot) / count in place (zero on ignored rows);
-//   3. with a gradient, gx_chunk = z w and gw += z^T x_chunk (bfloat16: z
-//      rounded to bfloat16 first, as the composed 16-bit ops round the logits'
-//      gradient; gx rounded once, gw summed in float32).
-// The rows' losses are summed in row order at the end, as the separate
-// forward sums them, so the loss does not depend on the chunk or thread count.
+// ops/loss.cc, Note [Vocabulary blocks] below).
+// Logits columns a block (Note [Vocabulary blocks]): W2 at one thread on the
+// Intel Xeon of #33, 256 ran as fast, 1024 and 2048 3-8% slower.
+constexpr int64_t kVocabBlock = 512;
+
+// Note [Vocabulary blocks]. The rows go through in chunks of z's rows, and
+// each chunk's logits through in blocks of kVocabBlock columns, in two
+// passes:
+//   1. each task takes a contiguous range of the chunk's rows through every
+//      block: its rows of x_chunk w_block^T (float32 sums; bfloat16 x and w:
+//      the bfloat16 GEMM) into a block-sized buffer that stays in the
+//      caches; then per row its max over the block, exp(z - that max) (with
+//      a gradient: in place, then streamed to z, which holds the chunk block
+//      after block, [rows, width] each) and their sum, merged into the row's
+//      running max and sum (the online softmax), its target's logit and,
+//      under label smoothing, its logits' sum. After the last block: lse and
+//      the row's loss.
+//   2. with a gradient, per block: each task's rows of the block's
+//      exponentials, times exp(block max - lse), become (softmax - smoothed
+//      one-hot) / count in the block buffer (zero on ignored rows; rounded to
+//      bfloat16 for bfloat16 x, as the composed 16-bit ops round the logits'
+//      gradient), and its rows of gx_chunk += g w_block; then, over the
+//      pool, gw_block += g^T x_chunk.
+// So the chunk's logits go to memory once and come back once, where the
+// whole-row form (a [rows, C] GEMM, a softmax pass, two more GEMMs) wrote,
+// read, rewrote and twice more read them, and each product works on operands
+// that fit in L2 (W2's head: 8 MB of w, 16 MB of logits a chunk). Without a
+// gradient nothing goes to z. The tasks' products are separate GEMMs, on
+// the packed GEMM whatever their size (cpu::stable_gemm), whose sums do not
+// depend on how the rows are split: the results do not depend on the thread
+// count (tests/ops/linear_loss_test.cc compares the bits at 1, 2 and 3
+// threads). gx accumulates over the blocks in float32 (bfloat16: in a
+// float32 buffer, rounded once at the end); a row's sums run in block
+// order, and the rows' losses are summed in row order at the end, so the
+// loss does not depend on the chunk either. The bfloat16 scratch shrank
+// from [rows, C] to a block. On the Intel Xeon of #33 (`gpipe_bench kernels
+// --filter "linear + cross"`, three alternating runs): float32 5% faster at
+// one thread and level with the whole-row form at two; under bf16
+// (`gpipe_bench profile`) 5-8% faster at one thread and 0-11% at two.
+struct RowStats {
+  float max = 0;      // running max over the blocks so far
+  double sum = 0;     // sum of exp(z - max) over them
+  double zsum = 0;    // sum of the logits (label smoothing's mean)
+  double target = 0;  // the target's logit
+};
+
+// n floats from src to dst with non-temporal stores where dst allows (the
+// logits' store: written once now, read once much later).
+void stream_row(const float* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0)
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// Pass 1 on rows [lo, hi) of one block (width columns from v0) at zb, rows
+// ld apart.
 template <class I>
-void head_chunk_rows(float* z, int64_t rows, int64_t c, const I* t, int64_t ignore_index,
-                     double eps, bool grad, double scale, double* row_loss) {
-  const float off = static_cast<float>(eps / c), hit = static_cast<float>(1.0 - eps);
-  const float fscale = static_cast<float>(scale);
-  parallel_for(0, rows, std::max<int64_t>(1, kGrainElems / c), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      Vec<float> r(z + i * c, c);
-      const int64_t ti = static_cast<int64_t>(t[i]);
-      const bool ignored = ti == ignore_index;
-      const float mx = r.maxCoeff();
-      const double mean = eps != 0.0 && !ignored ? r.template cast<double>().sum() / c : 0.0;
-      const double zt = ignored ? 0.0 : static_cast<double>(r[ti]);
-      float sum;
-      if (grad) {
-        r = (r - mx).exp();
-        sum = r.sum();
-      } else {
-        sum = (r - mx).exp().sum();
-      }
-      const double lse = static_cast<double>(mx) + std::log(static_cast<double>(sum));
-      row_loss[i] = ignored ? 0.0 : (1.0 - eps) * (lse - zt) + eps * (lse - mean);
-      if (!grad) continue;
-      if (ignored) {
-        r.setZero();
-        continue;
-      }
-      const float inv = 1.0f / sum;
-      r = (r * inv - off) * fscale;
-      r[ti] -= hit * fscale;
+void block_stats(float* zb, int64_t ld, int64_t lo, int64_t hi, int64_t width, int64_t v0,
+                 const I* t, bool smoothing, float* block_max, RowStats* st, float* store) {
+  for (int64_t i = lo; i < hi; ++i) {
+    Vec<float> r(zb + i * ld, width);
+    const float m = r.maxCoeff();
+    RowStats& s = st[i];
+    const int64_t ti = static_cast<int64_t>(t[i]) - v0;
+    if (ti >= 0 && ti < width) s.target = static_cast<double>(r[ti]);
+    if (smoothing) s.zsum += r.template cast<double>().sum();
+    double sum;
+    if (store != nullptr) {  // with a gradient: the exponentials, kept for pass 2
+      r = (r - m).exp();
+      sum = static_cast<double>(r.sum());
+      stream_row(zb + i * ld, store + i * width, width);
+    } else {
+      sum = static_cast<double>((r - m).exp().sum());
     }
-  });
+    block_max[i] = m;
+    if (v0 == 0) {
+      s.max = m;
+      s.sum = sum;
+    } else {
+      const float top = std::max(s.max, m);
+      s.sum = s.sum * std::exp(static_cast<double>(s.max) - top) +
+              sum * std::exp(static_cast<double>(m) - top);
+      s.max = top;
+    }
+  }
+}
+
+// Pass 2's gradient of rows [lo, hi) of one block: g (rows ld apart) = (e
+// exp(block max - lse) - off) * scale, minus hit * scale at the target;
+// zero on ignored rows.
+template <class I>
+void block_grad(const float* e, float* g, int64_t ld, int64_t lo, int64_t hi, int64_t width,
+                int64_t v0, const I* t, int64_t ignore_index, const float* block_max,
+                const double* lse, float off, float hit, float scale) {
+  for (int64_t i = lo; i < hi; ++i) {
+    Vec<float> gr(g + i * ld, width);
+    const int64_t ti = static_cast<int64_t>(t[i]);
+    if (ti == ignore_index) {
+      gr.setZero();
+      continue;
+    }
+    const float f = static_cast<float>(std::exp(static_cast<double>(block_max[i]) - lse[i]));
+    gr = (ConstVec<float>(e + i * width, width) * f - off) * scale;
+    if (ti >= v0 && ti < v0 + width) gr[ti - v0] -= hit * scale;
+  }
+}
+
+// Block-sized scratch of the calling thread, kept for its next call: the
+// block buffer (float32, and its bfloat16 rounding), and bfloat16's float32
+// gx. W2's head: 1 MB, 0.5 MB and 0.5 MB on the thread that runs the loss.
+struct BlockScratch {
+  vector<float> g, gx;
+  vector<bfloat16> gh;
+};
+BlockScratch& block_scratch() {
+  static thread_local BlockScratch s;
+  return s;
 }
 
 void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& targets,
-                              int64_t ignore_index, double label_smoothing, Tensor& zs, Tensor& zhs,
+                              int64_t ignore_index, double label_smoothing, Tensor& zs,
                               Tensor& loss, Tensor& gx, Tensor& gw) {
   const bool bf16 = x.dtype() == DType::kBFloat16;
   if (!bf16 && x.dtype() != DType::kFloat32)
@@ -199,41 +274,92 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
     const I* pt = targets.data<I>();
     const int64_t count = count_targets(pt, n, ignore_index);
     const bool grad = gx.defined() && count > 0;
+    const double eps = label_smoothing;
     const double scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
-    const int64_t per = zs.size(0);
+    const float off = static_cast<float>(eps / c), hit = static_cast<float>(1.0 - eps);
+    const float fscale = static_cast<float>(scale);
+    const int64_t per = zs.size(0), block = std::min(kVocabBlock, c);
+    const int64_t blocks = (c + block - 1) / block;
     float* z = zs.data<float>();
-    bfloat16* zh = zhs.defined() ? zhs.data<bfloat16>() : nullptr;
-    vector<double> row_loss(static_cast<size_t>(n), 0.0);
     float* pgw = gw.defined() ? gw.data<float>() : nullptr;
+    const auto* px16 = bf16 ? reinterpret_cast<const uint16_t*>(x.data<bfloat16>()) : nullptr;
+    const auto* pw16 = bf16 ? reinterpret_cast<const uint16_t*>(w.data<bfloat16>()) : nullptr;
+    const float* px32 = bf16 ? nullptr : x.data<float>();
+    const float* pw32 = bf16 ? nullptr : w.data<float>();
+    BlockScratch& scratch = block_scratch();
+    scratch.g.resize(static_cast<size_t>(per * block));
+    if (grad) {
+      if (bf16) {
+        scratch.gh.resize(static_cast<size_t>(per * block));
+        scratch.gx.resize(static_cast<size_t>(per * d));
+      }
+    }
+    vector<double> row_loss(static_cast<size_t>(n), 0.0), lse(static_cast<size_t>(per));
+    vector<float> block_max(static_cast<size_t>(per * blocks));
+    vector<RowStats> stats(static_cast<size_t>(per));
+    // Each task takes a contiguous range of a chunk's rows through every
+    // block (Note [Vocabulary blocks]): its products on the calling thread.
+    const int threads = intra_op_threads();
     for (int64_t r0 = 0; r0 < n; r0 += per) {
       const int64_t rows = std::min(per, n - r0);
-      if (bf16) {
-        const auto* px = reinterpret_cast<const uint16_t*>(x.data<bfloat16>()) + r0 * d;
-        const auto* pw = reinterpret_cast<const uint16_t*>(w.data<bfloat16>());
-        cpu::gemm_bf16(false, true, rows, c, d, 1.0f, px, d, pw, d, 0.0f, z, c, true);
-        head_chunk_rows(z, rows, c, pt + r0, ignore_index, label_smoothing, grad, scale,
-                        row_loss.data() + r0);
-        if (!grad) continue;
-        narrow_row(z, zh, rows * c);
-        const auto* pz = reinterpret_cast<const uint16_t*>(zh);
-        GemmEpilogue ep;
-        ep.bf16_out = reinterpret_cast<uint16_t*>(gx.data<bfloat16>()) + r0 * d;
-        ep.ld_bf16_out = d;
-        cpu::gemm_bf16_out(false, false, rows, d, c, pz, c, pw, d, ep, true);
-        cpu::gemm_bf16(true, false, c, d, rows, 1.0f, pz, c, px, d, r0 == 0 ? 0.0f : 1.0f, pgw, d,
-                       true);
-      } else {
-        const float* px = x.data<float>() + r0 * d;
-        const float* pw = w.data<float>();
-        cpu::parallel_gemm<float>(false, true, rows, c, d, 1.0f, px, d, pw, d, 0.0f, z, c);
-        head_chunk_rows(z, rows, c, pt + r0, ignore_index, label_smoothing, grad, scale,
-                        row_loss.data() + r0);
-        if (!grad) continue;
-        cpu::parallel_gemm<float>(false, false, rows, d, c, 1.0f, z, c, pw, d, 0.0f,
-                                  gx.data<float>() + r0 * d, d);
-        cpu::parallel_gemm<float>(true, false, c, d, rows, 1.0f, z, c, px, d, r0 == 0 ? 0.0f : 1.0f,
-                                  pgw, d);
+      const int64_t grain = std::max<int64_t>(1, (rows + threads - 1) / threads);
+      std::fill(stats.begin(), stats.end(), RowStats{});
+      float* zb = scratch.g.data();
+      const auto* x16 = bf16 ? px16 + r0 * d : nullptr;
+      const float* x32 = bf16 ? nullptr : px32 + r0 * d;
+      // Pass 1. Block b's exponentials go to z + rows * v0, rows of width.
+      // zb's rows are `block` apart whatever the block's width: the tasks
+      // reach the short last block at different times.
+      parallel_for(0, rows, grain, [&](int64_t lo, int64_t hi) {
+        for (int64_t b = 0, v0 = 0; b < blocks; ++b, v0 += block) {
+          const int64_t width = std::min(block, c - v0);
+          if (bf16)
+            cpu::gemm_bf16(false, true, hi - lo, width, d, 1.0f, x16 + lo * d, d, pw16 + v0 * d, d,
+                           0.0f, zb + lo * block, block, false);
+          else
+            cpu::stable_gemm(false, true, hi - lo, width, d, 1.0f, x32 + lo * d, d, pw32 + v0 * d,
+                             d, 0.0f, zb + lo * block, block, false);
+          block_stats(zb, block, lo, hi, width, v0, pt + r0, eps != 0.0, block_max.data() + b * per,
+                      stats.data(), grad ? z + rows * v0 : nullptr);
+        }
+        _mm_sfence();  // the streamed stores, before pass 2 reads them
+      });
+      for (int64_t i = 0; i < rows; ++i) {
+        const RowStats& s = stats[static_cast<size_t>(i)];
+        const double l = static_cast<double>(s.max) + std::log(s.sum);
+        lse[static_cast<size_t>(i)] = l;
+        if (static_cast<int64_t>(pt[r0 + i]) != ignore_index)
+          row_loss[static_cast<size_t>(r0 + i)] =
+              (1.0 - eps) * (l - s.target) + eps * (l - s.zsum / static_cast<double>(c));
       }
+      if (!grad) continue;
+      // Pass 2: per block, each task's rows of g and gx, then gw's block.
+      float* gx32 = bf16 ? scratch.gx.data() : gx.data<float>() + r0 * d;
+      for (int64_t b = 0, v0 = 0; b < blocks; ++b, v0 += block) {
+        const int64_t width = std::min(block, c - v0);
+        const float beta_x = b == 0 ? 0.0f : 1.0f, beta_w = r0 == 0 ? 0.0f : 1.0f;
+        auto* gh = reinterpret_cast<uint16_t*>(scratch.gh.data());
+        parallel_for(0, rows, grain, [&](int64_t lo, int64_t hi) {
+          block_grad(z + rows * v0, zb, block, lo, hi, width, v0, pt + r0, ignore_index,
+                     block_max.data() + b * per, lse.data(), off, hit, fscale);
+          if (bf16) {
+            for (int64_t i = lo; i < hi; ++i)
+              narrow_row(zb + i * block, scratch.gh.data() + i * block, width);
+            cpu::gemm_bf16(false, false, hi - lo, d, width, 1.0f, gh + lo * block, block,
+                           pw16 + v0 * d, d, beta_x, gx32 + lo * d, d, false);
+          } else {
+            cpu::stable_gemm(false, false, hi - lo, d, width, 1.0f, zb + lo * block, block,
+                             pw32 + v0 * d, d, beta_x, gx32 + lo * d, d, false);
+          }
+        });
+        if (bf16)
+          cpu::gemm_bf16(true, false, width, d, rows, 1.0f, gh, block, x16, d, beta_w, pgw + v0 * d,
+                         d, true);
+        else
+          cpu::stable_gemm(true, false, width, d, rows, 1.0f, zb, block, x32, d, beta_w,
+                           pgw + v0 * d, d, true);
+      }
+      if (bf16) narrow_row(scratch.gx.data(), gx.data<bfloat16>() + r0 * d, rows * d);
     }
     if (gx.defined() && !grad) {  // every row ignored: zero gradients
       if (bf16) {

@@ -4,11 +4,13 @@
 // [N, C] tensor is allocated; the upstream gradient; all rows ignored; errors.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/cpu_isa.h"
+#include "core/parallel.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
@@ -60,9 +62,13 @@ void check_close(const Grads& got, const Grads& want, double rel) {
 }
 
 TEST_CASE("linear_cross_entropy: float32 equals linear + cross_entropy at every chunk and level") {
-  // 150 rows, d 48, C 300: rows * C is far more than the saved gradients, so the
-  // fused kernel runs; chunks of 1 row, 7 (a remainder), all rows and the default.
-  const int64_t n = 150, d = 48, c = 300;
+  // 150 rows, d 48, C 300 or 1100: rows * C is far more than the saved
+  // gradients, so the fused kernel runs; chunks of 1 row, 7 (a remainder),
+  // all rows and the default. C 1100 is three of the CPU kernel's vocabulary
+  // blocks, the last short (Note [Vocabulary blocks] in ops/cpu/loss.cc),
+  // with targets in each.
+  const int64_t c = GENERATE(int64_t{300}, int64_t{1100});
+  const int64_t n = 150, d = 48;
   const Tensor x = Tensor::randn({3, n / 3, d}, 1, 1.0, DType::kFloat32);
   const Tensor w = Tensor::randn({c, d}, 2, 0.3, DType::kFloat32);
   const Tensor t3 =
@@ -77,6 +83,34 @@ TEST_CASE("linear_cross_entropy: float32 equals linear + cross_entropy at every 
              << ", chunk " << chunk << ", smoothing " << opt.label_smoothing);
         check_close(run(true, x, w, t3, opt, chunk), want, 2e-5);
       }
+    }
+  }
+}
+
+TEST_CASE("linear_cross_entropy: the same bits at 1, 2 and 3 intra-op threads") {
+  // The CPU kernel deals each chunk's rows to its tasks, which run their own
+  // products block by block (Note [Vocabulary blocks] in ops/cpu/loss.cc):
+  // C 1100 is two full blocks and a short one, which the tasks reach at
+  // different times; the products are large enough for the packed GEMM.
+  const int64_t n = 300, d = 64, c = 1100;
+  const Tensor x = Tensor::randn({n, d}, 11, 1.0, DType::kFloat32);
+  const Tensor w = Tensor::randn({c, d}, 12, 0.3, DType::kFloat32);
+  const Tensor t = targets_for(n, c);
+  for (const bool bf16 : {false, true}) {
+    std::optional<PrecisionScope> precision;
+    if (bf16) precision.emplace(Precision::kBFloat16);
+    auto at = [&](int threads) {
+      ThreadPool pool(threads);
+      IntraOpScope scope(&pool);
+      return run(true, x, w, t, {.label_smoothing = 0.1}, 128);
+    };
+    const Grads one = at(1);
+    for (int threads : {2, 3}) {
+      INFO((bf16 ? "bf16, " : "float32, ") << threads << " threads");
+      const Grads got = at(threads);
+      CHECK(got.loss == one.loss);
+      CHECK(got.gx.to_vector<float>() == one.gx.to_vector<float>());
+      CHECK(got.gw.to_vector<float>() == one.gw.to_vector<float>());
     }
   }
 }
@@ -113,7 +147,8 @@ TEST_CASE("linear_cross_entropy: under bf16 equals the 16-bit linear + cross_ent
   // logits (a float32 x keeps a float32 product), and round the logits'
   // gradient to bfloat16 for the products: only the softmax's float32 order
   // differs, so the bfloat16 gx may differ in its last bit.
-  const int64_t n = 96, d = 40, c = 200;
+  const int64_t c = GENERATE(int64_t{200}, int64_t{1100});  // one vocabulary block, or three
+  const int64_t n = 96, d = 40;
   const Tensor x = Tensor::randn({n, d}, 7, 1.0, DType::kFloat32);
   const Tensor w = Tensor::randn({c, d}, 8, 0.3, DType::kFloat32);
   const Tensor t = targets_for(n, c);
