@@ -113,7 +113,14 @@ GemmBackend backend_for() {
 // kernels, compiled per ISA level like the CPU kernels (measured in
 // docs/BENCHMARKS.md: packed 37 vs Eigen 70 GF/s at 8 x 256 x 27). So the
 // packed backend hands products below kSmallFlops, or with a side below 32,
-// to Eigen.
+// to Eigen. Eigen's bits depend on where a product's rows are cut
+// (tests/ops/gemm_stable_test.cc fails under GPIPE_GEMM=eigen), so such a
+// product from 2 MFLOP up, which parallel_gemm splits over the pool, differs
+// in its last bits between intra-op thread counts; the packed GEMM's do not
+// (stable_gemm takes it whatever the size). On the Intel Xeon of #33 the
+// packed GEMM was also faster at 2-13 MFLOP (1.02-1.24x at one thread);
+// not changed here: the threshold was measured on AMD, and convolutions
+// lean on it.
 constexpr double kSmallFlops = 1 << 24;
 constexpr int64_t kSmallSide = 32;
 
@@ -214,15 +221,14 @@ void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, c
   }
 }
 
-void stable_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                 bool parallel) {
+void stable_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, bool parallel) {
   if (backend_for<float>() == GemmBackend::kPacked)
-    packed_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, parallel);
+    packed_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, parallel);
   else if (parallel)
-    parallel_gemm<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    parallel_gemm<float>(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   else
-    gemm<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm<float>(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
 void parallel_gemm_epilogue(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,

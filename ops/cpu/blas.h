@@ -44,15 +44,17 @@ template <class T>
 void parallel_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
-// The product by the packed GEMM whatever its size (where the packed backend
-// is active; the other backends as gemm), over the intra-op pool when
-// `parallel`. The packed GEMM's sums depend neither on the thread count nor
-// on how a caller splits C's rows into separate products, while
-// parallel_gemm hands small products to Eigen, split by rows over the pool.
-// For kernels that deal a product's rows to their own tasks.
-void stable_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                 bool parallel);
+// C = op(A) op(B) + beta * C by the packed GEMM whatever its size (where the
+// packed backend is active; the other backends as gemm), over the intra-op
+// pool when `parallel`. Its sums depend neither on the thread count nor on
+// how a caller splits C's rows into separate products, while parallel_gemm
+// hands small products to Eigen, split by rows over the pool. (No alpha: a
+// row split makes short panels, whose tile goes through a scratch where
+// alpha and beta round apart, unlike the full tile's fused alpha * acc +
+// beta * C at the AVX2 level; with alpha 1 the two round alike.) For kernels
+// that deal a product's rows to their own tasks; tests/ops/gemm_stable_test.cc.
+void stable_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc, bool parallel);
 // C = epilogue(op(A) op(B)) over the intra-op pool (Note [GEMM epilogue] in
 // gemm_kernels.h: act(C + bias) + residual): in the packed GEMM's tiles
 // while they are in cache, or (other backends, small products) as a pass

@@ -317,8 +317,8 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
             cpu::gemm_bf16(false, true, hi - lo, width, d, 1.0f, x16 + lo * d, d, pw16 + v0 * d, d,
                            0.0f, zb + lo * block, block, false);
           else
-            cpu::stable_gemm(false, true, hi - lo, width, d, 1.0f, x32 + lo * d, d, pw32 + v0 * d,
-                             d, 0.0f, zb + lo * block, block, false);
+            cpu::stable_gemm(false, true, hi - lo, width, d, x32 + lo * d, d, pw32 + v0 * d, d,
+                             0.0f, zb + lo * block, block, false);
           block_stats(zb, block, lo, hi, width, v0, pt + r0, eps != 0.0, block_max.data() + b * per,
                       stats.data(), grad ? z + rows * v0 : nullptr);
         }
@@ -348,16 +348,16 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
             cpu::gemm_bf16(false, false, hi - lo, d, width, 1.0f, gh + lo * block, block,
                            pw16 + v0 * d, d, beta_x, gx32 + lo * d, d, false);
           } else {
-            cpu::stable_gemm(false, false, hi - lo, d, width, 1.0f, zb + lo * block, block,
-                             pw32 + v0 * d, d, beta_x, gx32 + lo * d, d, false);
+            cpu::stable_gemm(false, false, hi - lo, d, width, zb + lo * block, block, pw32 + v0 * d,
+                             d, beta_x, gx32 + lo * d, d, false);
           }
         });
         if (bf16)
           cpu::gemm_bf16(true, false, width, d, rows, 1.0f, gh, block, x16, d, beta_w, pgw + v0 * d,
                          d, true);
         else
-          cpu::stable_gemm(true, false, width, d, rows, 1.0f, zb, block, x32, d, beta_w,
-                           pgw + v0 * d, d, true);
+          cpu::stable_gemm(true, false, width, d, rows, zb, block, x32, d, beta_w, pgw + v0 * d, d,
+                           true);
       }
       if (bf16) narrow_row(scratch.gx.data(), gx.data<bfloat16>() + r0 * d, rows * d);
     }
