@@ -28,9 +28,10 @@ GPIPE_DECLARE_KERNEL(cross_entropy_backward,
 // The output projection and the loss in one (Note [Fused output loss] in
 // ops/loss.cc): loss ([] float32) = cross_entropy(x w^T, targets) for x
 // [N, d] and w [C, d], both float32 or both bfloat16, computing z.size(0)
-// rows of logits at a time into the scratch z (float32 [rows, C], laid out
-// as the kernel likes: the CPU's holds them block by block, Note
-// [Vocabulary blocks] in ops/cpu/loss.cc), never all N. With gx defined (x's dtype, [N, d]) and gw
+// rows of logits at a time into the scratch z (float32 [rows, C] with a
+// gradient, [rows, 0] without; laid out as the kernel likes: the CPU's holds
+// them block by block, Note [Vocabulary blocks] in ops/cpu/loss.cc), never
+// all N. With gx defined (x's dtype, [N, d]) and gw
 // (float32 [C, d]), also the gradients of that loss (upstream gradient 1). Optional:
 // ops::linear_cross_entropy runs linear then cross_entropy on a device
 // without it (CUDA today).

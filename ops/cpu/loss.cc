@@ -173,10 +173,13 @@ constexpr int64_t kVocabBlock = 512;
 // the packed GEMM whatever their size (cpu::stable_gemm), whose sums do not
 // depend on how the rows are split: the results do not depend on the thread
 // count (tests/ops/linear_loss_test.cc compares the bits at 1, 2 and 3
-// threads). gx accumulates over the blocks in float32 (bfloat16: in a
-// float32 buffer, rounded once at the end); a row's sums run in block
-// order, and the rows' losses are summed in row order at the end, so the
-// loss does not depend on the chunk either. The bfloat16 scratch shrank
+// threads; under bfloat16 each task takes whole 32-row panels, as the AMX
+// GEMM's short panels add C in another order). gx accumulates over the
+// blocks in float32 (bfloat16: in a float32 buffer, rounded once at the
+// end); a row's sums run in block order, and the rows' losses are summed in
+// row order at the end, so the loss does not depend on the chunk either
+// where the block buffer's rows stay aligned (C a multiple of 16, or 512 and
+// more: Eigen's sums over a row start with its unaligned head). The bfloat16 scratch shrank
 // from [rows, C] to a block. On the Intel Xeon of #33 (`gpipe_bench kernels
 // --filter "linear + cross"`, three alternating runs): float32 5% faster at
 // one thread and level with the whole-row form at two; under bf16
@@ -302,7 +305,12 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
     const int threads = intra_op_threads();
     for (int64_t r0 = 0; r0 < n; r0 += per) {
       const int64_t rows = std::min(per, n - r0);
-      const int64_t grain = std::max<int64_t>(1, (rows + threads - 1) / threads);
+      // bfloat16: whole 32-row panels a task, so the AMX GEMM's panels, whose
+      // short ones add C in another order (run_tile's scratch), fall where
+      // one task's would.
+      const int64_t align = bf16 ? 32 : 1;
+      const int64_t grain =
+          std::max<int64_t>(1, ((rows + threads - 1) / threads + align - 1) / align * align);
       std::fill(stats.begin(), stats.end(), RowStats{});
       float* zb = scratch.g.data();
       const auto* x16 = bf16 ? px16 + r0 * d : nullptr;
