@@ -158,6 +158,17 @@ CpuIsa parse_cpu_isa(std::string_view name) {
       detail::concat("unknown CPU ISA level '", name, "': expected avx512, avx2 or baseline"));
 }
 
+CpuVendor cpu_vendor() {
+  const CpuidRegs r = cpuid(0);
+  char name[13] = {};
+  std::memcpy(name, &r.ebx, 4);
+  std::memcpy(name + 4, &r.edx, 4);
+  std::memcpy(name + 8, &r.ecx, 4);
+  if (std::strcmp(name, "GenuineIntel") == 0) return CpuVendor::kIntel;
+  if (std::strcmp(name, "AuthenticAMD") == 0) return CpuVendor::kAmd;
+  return CpuVendor::kOther;
+}
+
 std::string cpu_description() {
   std::string brand;
   if (cpuid(0x80000000).eax >= 0x80000004) {
@@ -316,15 +327,11 @@ void take_level(CpuCaches& c, int level, int64_t bytes) {
 // Leaf 4 (Intel) or 0x8000001D (AMD with topology extensions): one subleaf
 // per cache until type 0.
 bool caches_from_cpuid(CpuCaches& c) {
-  const CpuidRegs vendor = cpuid(0);
-  char name[13] = {};
-  std::memcpy(name, &vendor.ebx, 4);
-  std::memcpy(name + 4, &vendor.edx, 4);
-  std::memcpy(name + 8, &vendor.ecx, 4);
+  const CpuVendor vendor = cpu_vendor();
   unsigned leaf = 0;
-  if (std::strcmp(name, "GenuineIntel") == 0 && vendor.eax >= 4) {
+  if (vendor == CpuVendor::kIntel && cpuid(0).eax >= 4) {
     leaf = 4;
-  } else if (std::strcmp(name, "AuthenticAMD") == 0 && cpuid(0x80000000).eax >= 0x8000001d &&
+  } else if (vendor == CpuVendor::kAmd && cpuid(0x80000000).eax >= 0x8000001d &&
              bit(cpuid(0x80000001).ecx, 22)) {
     leaf = 0x8000001d;
   } else {

@@ -98,6 +98,12 @@ CpuIsa parse_cpu_isa(std::string_view name);
 // benchmark headers.
 std::string cpu_description();
 
+// Who made the CPU, from cpuid leaf 0's vendor string ("GenuineIntel",
+// "AuthenticAMD"). For choices measured on one maker's cores and not the
+// other's (Note [Prefetched A sources] in ops/cpu/gemm_pack.cc).
+enum class CpuVendor { kIntel, kAmd, kOther };
+CpuVendor cpu_vendor();
+
 // The data caches one core sees, for the GEMM's blocking (ops/cpu/gemm_kernels.h).
 // Read at first use from cpuid's deterministic cache parameters (leaf 4 on
 // Intel, 0x8000001D on AMD), else from Linux's

@@ -157,6 +157,7 @@ std::string compute_description() {
   if (current_backend() == GemmBackend::kPacked) {
     if (packed_kernels().kernel_direct != nullptr)  // Note [Direct A] in gemm_kernels.h
       gemm += direct_a_enabled() ? ", A read in place" : ", A packed (GPIPE_GEMM_DIRECT_A=0)";
+    gemm += prefetch_a_enabled() ? ", next A prefetched" : ", next A not prefetched";
     gemm += detail::concat(", products under ", kSmallFlops / (1 << 20),
                            " MFLOP or with a side under ", kSmallSide, ": eigen");
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ops/cpu/gemm_driver.h"
+#include "ops/cpu/gemm_packed.h"
 
 namespace gpipe::ops::cpu {
 namespace {
@@ -175,8 +176,18 @@ void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t 
 // (a 64 MB sweep between products), Zen 4, three alternating runs: the
 // 134-MFLOP products of W2's attention projections 2-5% faster at both
 // levels, larger ones unchanged.
+// On the Intel Xeon of #33 (Sapphire Rapids class, 2 MB L2) it did not pay:
+// `perf` put the prefetch loop at 3% of W2's one-thread step (a slice is
+// 28-64 prefetches issued back to back before a tile, more than the L1's
+// fill buffers hold, so the core stalls on them), and W2's step without it
+// was 0-8% faster at two threads in 5 of 5 alternating pairs, level at one
+// thread and under bf16; isolated cold products were mixed (the smallest
+// weight gradient 2-5% slower, others either way). So it is off by default
+// on Intel CPUs and on elsewhere; GPIPE_GEMM_PREFETCH_A=0|1 chooses, and
+// gpipe_bench's compute line says which. A hint: no bits change.
 void prefetch_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip,
                        int64_t count, int64_t part, int64_t parts) {
+  if (!prefetch_a_enabled()) return;
   const int64_t es = src_size(P), i0 = blk.i0 + ip * e.mr;
   const int64_t rows = std::min(count * e.mr, blk.i0 + blk.rows - i0);
   if (rows <= 0) return;

@@ -117,23 +117,36 @@ void run_tile(const Problem& P, const Engine& ks, const Block& blk, int64_t ip, 
 
 namespace {
 
+// A switch read from the environment variable `name` ("0" or "1") at first
+// use, else `fallback`.
+bool env_switch(const char* name, bool fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  const std::string v(text);
+  GPIPE_CHECK(v == "0" || v == "1", name, "='", v, "': expected 0 or 1");
+  return v == "1";
+}
+
 std::atomic<bool>& direct_a_flag() {
-  static std::atomic<bool> on{[] {
-    const char* text = std::getenv("GPIPE_GEMM_DIRECT_A");
-    if (text == nullptr || *text == '\0') return true;
-    const std::string v(text);
-    GPIPE_CHECK(v == "0" || v == "1", "GPIPE_GEMM_DIRECT_A='", v, "': expected 0 or 1");
-    return v == "1";
-  }()};
+  static std::atomic<bool> on{env_switch("GPIPE_GEMM_DIRECT_A", true)};
   return on;
 }
 std::atomic<int64_t> g_direct_a_products{0};
+
+// Note [Prefetched A sources] in gemm_pack.cc: on by default but on Intel.
+std::atomic<bool>& prefetch_a_flag() {
+  static std::atomic<bool> on{
+      env_switch("GPIPE_GEMM_PREFETCH_A", cpu_vendor() != CpuVendor::kIntel)};
+  return on;
+}
 
 }  // namespace
 
 int64_t direct_a_products() { return g_direct_a_products.load(std::memory_order_relaxed); }
 bool direct_a_enabled() { return direct_a_flag().load(std::memory_order_relaxed); }
 void set_direct_a(bool on) { direct_a_flag().store(on, std::memory_order_relaxed); }
+bool prefetch_a_enabled() { return prefetch_a_flag().load(std::memory_order_relaxed); }
+void set_prefetch_a(bool on) { prefetch_a_flag().store(on, std::memory_order_relaxed); }
 
 namespace {
 

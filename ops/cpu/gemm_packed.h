@@ -66,6 +66,14 @@ void set_direct_a(bool on);
 // Products that have read A directly since the process began.
 int64_t direct_a_products();
 
+// Whether the tiles of one group of A panels prefetch the next group's
+// source into L2 (Note [Prefetched A sources] in gemm_pack.cc): on by
+// default except on Intel CPUs, where it measured slower.
+// GPIPE_GEMM_PREFETCH_A=0|1 sets it at start-up, set_prefetch_a at any time.
+// It moves no bits.
+bool prefetch_a_enabled();
+void set_prefetch_a(bool on);
+
 // Products run as two k-slices side by side on two threads since the
 // process began (Note [Two k-slices on two threads] in gemm_split.cc).
 int64_t split_k_products();

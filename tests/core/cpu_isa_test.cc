@@ -78,3 +78,10 @@ TEST_CASE("cpu_isa: AMX is used only with the CPU's tiles, the OS's state and Li
   CHECK(detected_amx() == (amx_status().rfind("usable", 0) == 0));
   if (!detected_amx()) CHECK(!cpu_amx());
 }
+
+TEST_CASE("cpu_isa: the maker from cpuid agrees with the brand string") {
+  const std::string line = cpu_description();
+  INFO(line);
+  if (line.find("Intel") != std::string::npos) CHECK(cpu_vendor() == CpuVendor::kIntel);
+  if (line.find("AMD") != std::string::npos) CHECK(cpu_vendor() == CpuVendor::kAmd);
+}

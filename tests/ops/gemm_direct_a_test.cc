@@ -14,6 +14,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -229,4 +230,50 @@ TEST_CASE("gemm direct A: not for A^T or with it turned off") {
                            c.data(), 64, false);
   }
   CHECK(ops::cpu::direct_a_products() == before);
+}
+
+// Note [Prefetched A sources] in ops/cpu/gemm_pack.cc: the prefetch of the
+// next A panels' source is a hint, on or off by CPU maker; either way a
+// product has the same bits, A^T (packed a group of panels at a time) and A
+// (read in place or packed) alike, over several groups and two k-slices, at
+// one and two threads, every level.
+TEST_CASE("gemm A prefetch: on or off, the same bits; the compute line says which") {
+  const bool was = ops::cpu::prefetch_a_enabled();
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal;
+  for (CpuIsa isa : supported_cpu_isas()) {
+    CpuIsaGuard isa_guard(isa);
+    const auto& ks = ops::cpu::packed_kernels();
+    // Past three groups of eight A panels, a short last one; two k-slices.
+    const int64_t m = 25 * ks.mr + 3, n = 3 * ks.nr + 5,
+                  k = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc + 40;
+    std::vector<float> a(m * k), b(k * n);
+    for (float& x : a) x = normal(rng);
+    for (float& x : b) x = normal(rng);
+    for (bool ta : {false, true})
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        IntraOpScope scope(&pool);
+        std::vector<float> c[2];
+        for (bool on : {false, true}) {
+          ops::cpu::set_prefetch_a(on);
+          c[on].assign(m * n, 0.0f);
+          ops::cpu::packed_sgemm(ta, false, m, n, k, 1.0f, a.data(), ta ? m : k, b.data(), n, 0.0f,
+                                 c[on].data(), n, true);
+          CHECK((ops::cpu::compute_description().find(
+                     on ? "next A prefetched" : "next A not prefetched") != std::string::npos));
+        }
+        INFO(cpu_isa_name(isa) << (ta ? " A^T" : " A") << ", " << threads << " threads");
+        CHECK(same_bits(c[0], c[1]));
+      }
+  }
+  ops::cpu::set_prefetch_a(was);
+}
+
+TEST_CASE("gemm A prefetch: off by default on Intel CPUs only") {
+  if (std::getenv("GPIPE_GEMM_PREFETCH_A") != nullptr) {
+    WARN("GPIPE_GEMM_PREFETCH_A is set: the default was not checked");
+    return;
+  }
+  CHECK(ops::cpu::prefetch_a_enabled() == (cpu_vendor() != CpuVendor::kIntel));
 }
