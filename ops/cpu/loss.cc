@@ -180,7 +180,10 @@ constexpr int64_t kVocabBlock = 512;
 // row order at the end, so the loss does not depend on the chunk either
 // where the block buffer's rows stay aligned (C a multiple of 16, or 512 and
 // more: Eigen's sums over a row start with its unaligned head). The bfloat16 scratch shrank
-// from [rows, C] to a block. On the Intel Xeon of #33 (`gpipe_bench kernels
+// from [rows, C] to a block. The block scratch comes from x's allocator for
+// the call, charged as workspace memory (so the planner's profile of the
+// layer includes it), not held by the thread between calls. On the Intel Xeon of #33 (`gpipe_bench
+// kernels
 // --filter "linear + cross"`, three alternating runs): float32 5% faster at
 // one thread and level with the whole-row form at two; under bf16
 // (`gpipe_bench profile`) 5-8% faster at one thread and 0-11% at two.
@@ -253,18 +256,6 @@ void block_grad(const float* e, float* g, int64_t ld, int64_t lo, int64_t hi, in
   }
 }
 
-// Block-sized scratch of the calling thread, kept for its next call: the
-// block buffer (float32, and its bfloat16 rounding), and bfloat16's float32
-// gx. W2's head: 1 MB, 0.5 MB and 0.5 MB on the thread that runs the loss.
-struct BlockScratch {
-  vector<float> g, gx;
-  vector<bfloat16> gh;
-};
-BlockScratch& block_scratch() {
-  static thread_local BlockScratch s;
-  return s;
-}
-
 void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& targets,
                               int64_t ignore_index, double label_smoothing, Tensor& zs,
                               Tensor& loss, Tensor& gx, Tensor& gw) {
@@ -289,14 +280,12 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
     const auto* pw16 = bf16 ? reinterpret_cast<const uint16_t*>(w.data<bfloat16>()) : nullptr;
     const float* px32 = bf16 ? nullptr : x.data<float>();
     const float* pw32 = bf16 ? nullptr : w.data<float>();
-    BlockScratch& scratch = block_scratch();
-    scratch.g.resize(static_cast<size_t>(per * block));
-    if (grad) {
-      if (bf16) {
-        scratch.gh.resize(static_cast<size_t>(per * block));
-        scratch.gx.resize(static_cast<size_t>(per * d));
-      }
-    }
+    // Block-sized scratch from x's allocator, charged as workspace (the
+    // planner's profile sees it): the block buffer, its bfloat16 rounding and
+    // bfloat16's float32 gx. W2's head: 1 MB, 0.5 MB and 0.5 MB.
+    const bool bf16_grad = grad && bf16;
+    Workspace<float> zbuf(x.device(), per * block), gxbuf(x.device(), bf16_grad ? per * d : 0);
+    Workspace<bfloat16> ghbuf(x.device(), bf16_grad ? per * block : 0);
     vector<double> row_loss(static_cast<size_t>(n), 0.0), lse(static_cast<size_t>(per));
     vector<float> block_max(static_cast<size_t>(per * blocks));
     vector<RowStats> stats(static_cast<size_t>(per));
@@ -312,7 +301,7 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
       const int64_t grain =
           std::max<int64_t>(1, ((rows + threads - 1) / threads + align - 1) / align * align);
       std::fill(stats.begin(), stats.end(), RowStats{});
-      float* zb = scratch.g.data();
+      float* zb = zbuf.data();
       const auto* x16 = bf16 ? px16 + r0 * d : nullptr;
       const float* x32 = bf16 ? nullptr : px32 + r0 * d;
       // Pass 1. Block b's exponentials go to z + rows * v0, rows of width.
@@ -342,17 +331,17 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
       }
       if (!grad) continue;
       // Pass 2: per block, each task's rows of g and gx, then gw's block.
-      float* gx32 = bf16 ? scratch.gx.data() : gx.data<float>() + r0 * d;
+      float* gx32 = bf16 ? gxbuf.data() : gx.data<float>() + r0 * d;
       for (int64_t b = 0, v0 = 0; b < blocks; ++b, v0 += block) {
         const int64_t width = std::min(block, c - v0);
         const float beta_x = b == 0 ? 0.0f : 1.0f, beta_w = r0 == 0 ? 0.0f : 1.0f;
-        auto* gh = reinterpret_cast<uint16_t*>(scratch.gh.data());
+        auto* gh = reinterpret_cast<uint16_t*>(ghbuf.data());
         parallel_for(0, rows, grain, [&](int64_t lo, int64_t hi) {
           block_grad(z + rows * v0, zb, block, lo, hi, width, v0, pt + r0, ignore_index,
                      block_max.data() + b * per, lse.data(), off, hit, fscale);
           if (bf16) {
             for (int64_t i = lo; i < hi; ++i)
-              narrow_row(zb + i * block, scratch.gh.data() + i * block, width);
+              narrow_row(zb + i * block, ghbuf.data() + i * block, width);
             cpu::gemm_bf16(false, false, hi - lo, d, width, 1.0f, gh + lo * block, block,
                            pw16 + v0 * d, d, beta_x, gx32 + lo * d, d, false);
           } else {
@@ -367,7 +356,7 @@ void linear_cross_entropy_cpu(const Tensor& x, const Tensor& w, const Tensor& ta
           cpu::stable_gemm(true, false, width, d, rows, zb, block, x32, d, beta_w, pgw + v0 * d, d,
                            true);
       }
-      if (bf16) narrow_row(scratch.gx.data(), gx.data<bfloat16>() + r0 * d, rows * d);
+      if (bf16) narrow_row(gxbuf.data(), gx.data<bfloat16>() + r0 * d, rows * d);
     }
     if (gx.defined() && !grad) {  // every row ignored: zero gradients
       if (bf16) {

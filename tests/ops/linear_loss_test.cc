@@ -146,6 +146,23 @@ TEST_CASE("linear_cross_entropy: no [N, C] tensor is allocated in training") {
   CHECK(fused < logits_bytes / 2);      // chunk (64 rows) + gradients of x and w
 }
 
+TEST_CASE("linear_cross_entropy: its block scratch is charged as workspace, then freed") {
+  // Note [Vocabulary blocks]: a chunk's rows x one 512-column block, from the
+  // allocator (the planner's profile measures a layer's workspace there),
+  // beside the chunk's exponentials z (rows x C, also workspace).
+  const int64_t n = 256, d = 32, c = 2048, chunk = 64;
+  const Tensor x = Tensor::randn({n, d}, 5, 1.0, DType::kFloat32);
+  const Tensor w = Tensor::randn({c, d}, 6, 0.3, DType::kFloat32);
+  const Tensor t = targets_for(n, c);
+  Allocator& a = allocator_for(kCpu);
+  a.reset_peak();
+  const int64_t before = a.stats().live_bytes(MemoryCategory::kWorkspace);
+  run(true, x, w, t, {}, chunk);
+  const MemoryStats after = a.stats();
+  CHECK(after.peak_bytes(MemoryCategory::kWorkspace) - before >= chunk * (c + 512) * 4);
+  CHECK(after.live_bytes(MemoryCategory::kWorkspace) == before);
+}
+
 TEST_CASE("linear_cross_entropy: under bf16 equals the 16-bit linear + cross_entropy") {
   // Under bf16 both multiply the bfloat16 roundings of x and w into float32
   // logits (a float32 x keeps a float32 product), and round the logits'
