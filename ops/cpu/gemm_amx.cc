@@ -104,10 +104,20 @@ void pack_b_cols(const uint16_t* src, int64_t ld, int64_t lanes, int64_t kc, uin
 }  // namespace
 }  // namespace amx
 
-// kc_cap 512: a 32 x 512 A panel is 32 KB, two thirds of a 48 KB L1d.
-const Bf16DotKernelSet kAmxBf16Kernels = {
-    "amx-bf16",        amx::kMr,         amx::kNr,         512,
-    amx::kernel_32x32, amx::pack_b_rows, amx::pack_b_cols, amx::pack_a_rows,
-    amx::pack_a_cols,  amx::kTileDepth,  amx::tiles_begin, amx::tiles_end};
+// kc_cap 512; the A and B panels share L1 (Note [Tile kernels' blocking] in
+// gemm_blocking.cc): kc 256 on a 48 KB L1d.
+const Bf16DotKernelSet kAmxBf16Kernels = {"amx-bf16",
+                                          amx::kMr,
+                                          amx::kNr,
+                                          512,
+                                          amx::kernel_32x32,
+                                          amx::pack_b_rows,
+                                          amx::pack_b_cols,
+                                          amx::pack_a_rows,
+                                          amx::pack_a_cols,
+                                          amx::kTileDepth,
+                                          amx::tiles_begin,
+                                          amx::tiles_end,
+                                          /*b_panel_in_l1=*/true};
 
 }  // namespace gpipe::ops::cpu::packed

@@ -16,6 +16,36 @@
 // so it is a pure function of the caches: one machine, one blocking, the
 // same bits every run. gpipe_bench gemm prints it, and --sweep-blocking
 // measures the model's choice against its neighbours.
+//
+// Note [Tile kernels' blocking]. AMX's 32 x 32 kernel (gemm_amx.cc) loads
+// two A tiles and two B tiles (4 KB) per 32 of depth for four tdpbf16ps, 64
+// cycles: a B panel streaming from L2 would need 32 bytes a cycle, about
+// what L2 sustains (the float32 FMA kernel needs 9). So for kernels that
+// say so (b_panel_in_l1) both panels share the two thirds of L1:
+//   kc = 2/3 of L1d over (mr + nr) x elem bytes (kc 256 on a 48 KB L1d, where
+//        the A-panel rule gave 512);
+//   nc = a quarter of L2 over kc x elem bytes (1024 there): the rest holds
+//        the C rows of the A panel in flight (32 rows of nc floats) and the
+//        A panels on their way from L3.
+// Measured on the Intel Xeon of #33 (Sapphire Rapids class, 48 KB L1d,
+// 2 MB L2), one thread, `gpipe_bench gemm` with GPIPE_GEMM_BLOCKING in two
+// alternating rounds: kc 256, nc 1024 against the old kc 512, nc 1536 ran
+// the 2048 square at 1241 / 1227 against 805 / 807 GF/s, W2's weight
+// gradients 7-27% faster (256 x 1024 x 1024: 1088 / 1079 against 832 /
+// 870), products of depth 256 (one slice either way) level. At kc 256, nc
+// 768, 1024 and 2048 were within the noise of each other; 3072 (3/4 of L2)
+// ran the 8192-column output projection at 912 / 958 against 1117-1205.
+// A product whose C holds at most 64K floats (Engine::kSmallCFloats, W2's
+// 256 x 256 weight gradients) keeps the kernel's kc_cap (512) instead: at
+// two threads each k-slice is a block the threads meet at, and its 256 x
+// 256 x 1024 gradient in four slices ran 12-16% slower than in two (three
+// runs); at one thread the two depths ran level. The depth follows from the
+// shape alone, so the bits do not depend on the thread count. (The depth
+// moves bits only in a short panel's rows, whose tile adds C after its sums;
+// a full tile accumulates onto C inside the instruction whatever the
+// slices.) With both,
+// W2's bf16 step (`gpipe_bench measure --precision bf16`): see
+// docs/BENCHMARKS.md. Not measured on other AMX CPUs.
 #include "ops/cpu/gemm_blocking.h"
 
 #include <algorithm>
@@ -67,7 +97,8 @@ const std::optional<GemmBlocking>& env_blocking() {
 
 }  // namespace
 
-GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_bytes, int kc_cap) {
+GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_bytes, int kc_cap,
+                            bool b_in_l1) {
   GPIPE_CHECK(mr >= 1 && nr >= 1 && elem_bytes >= 1 && kc_cap >= 16,
               "GEMM blocking: bad kernel shape mr ", mr, ", nr ", nr, ", element bytes ",
               elem_bytes, ", kc cap ", kc_cap);
@@ -75,17 +106,21 @@ GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_by
   const int64_t l2 = std::max<int64_t>(caches.l2, 256 * 1024);
   const int64_t l3 = std::max<int64_t>(caches.l3, l2);
   GemmBlocking b;
-  b.kc =
-      static_cast<int>(std::min<int64_t>(kc_cap, round_down(l1 * 2 / 3 / (mr * elem_bytes), 16)));
+  // Both panels in L1, the B block in a quarter of L2 (Note [Tile kernels' blocking]).
+  const int64_t l1_lanes = b_in_l1 ? mr + nr : mr;
+  b.kc = static_cast<int>(
+      std::min<int64_t>(kc_cap, round_down(l1 * 2 / 3 / (l1_lanes * elem_bytes), 16)));
   const int64_t panel_bytes = int64_t{b.kc} * elem_bytes;
-  b.nc = static_cast<int>(std::clamp<int64_t>(round_down(l2 * 3 / 4 / panel_bytes, nr), 4 * nr,
+  const int64_t b_block = b_in_l1 ? l2 / 4 : l2 * 3 / 4;
+  b.nc = static_cast<int>(std::clamp<int64_t>(round_down(b_block / panel_bytes, nr), 4 * nr,
                                               std::max(4 * nr, 4096 / nr * nr)));
   b.mc = static_cast<int>(std::clamp<int64_t>(round_down(l3 / 2 / panel_bytes, mr), 8 * mr,
                                               std::max(8 * mr, 4096 / mr * mr)));
   return b;
 }
 
-GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, std::string* source) {
+GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, bool b_in_l1,
+                           std::string* source) {
   if (has_override.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(override_mutex());
     if (override_value()) {
@@ -98,7 +133,7 @@ GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, std::stri
     return *env_blocking();
   }
   if (source) *source = "model";
-  return model_blocking(cpu_caches(), mr, nr, elem_bytes, kc_cap);
+  return model_blocking(cpu_caches(), mr, nr, elem_bytes, kc_cap, b_in_l1);
 }
 
 void set_gemm_blocking(std::optional<GemmBlocking> blocking) {
@@ -108,9 +143,9 @@ void set_gemm_blocking(std::optional<GemmBlocking> blocking) {
   has_override.store(blocking.has_value(), std::memory_order_release);
 }
 
-std::string gemm_blocking_description(int mr, int nr, int elem_bytes, int kc_cap) {
+std::string gemm_blocking_description(int mr, int nr, int elem_bytes, int kc_cap, bool b_in_l1) {
   std::string source;
-  const GemmBlocking b = gemm_blocking(mr, nr, elem_bytes, kc_cap, &source);
+  const GemmBlocking b = gemm_blocking(mr, nr, elem_bytes, kc_cap, b_in_l1, &source);
   std::ostringstream os;
   os << "kc " << b.kc << ", nc " << b.nc << ", mc " << b.mc << " (" << source;
   if (source == "model") os << ": " << cache_description(cpu_caches());

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <string>
 
 #include "core/allocator.h"
 #include "ops/cpu/gemm_blocking.h"
@@ -51,14 +52,22 @@ struct Engine {
   const Bf16DotKernelSet* dot = nullptr;  // dot path
   int mr, nr, kc, nc, mc;
   int64_t esize;  // bytes per packed element
+  // The depth for a product whose C is at most kSmallCFloats (Note [Tile
+  // kernels' blocking] in gemm_blocking.cc): kc but for b_panel_in_l1 kernels
+  // under the model's blocking, which take their kc_cap.
+  int kc_small_c = 0;
+  static constexpr int64_t kSmallCFloats = int64_t{1} << 16;
+  int64_t depth_for(int64_t m, int64_t n) const { return m * n <= kSmallCFloats ? kc_small_c : kc; }
 
   static Engine of(const KernelSet& k) {
     const GemmBlocking b = gemm_blocking(k.mr, k.nr, 4, k.kc_cap);
-    return Engine{&k, nullptr, k.mr, k.nr, b.kc, b.nc, b.mc, 4};
+    return Engine{&k, nullptr, k.mr, k.nr, b.kc, b.nc, b.mc, 4, b.kc};
   }
   static Engine of(const Bf16DotKernelSet& k) {
-    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap);
-    return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2};
+    std::string source;
+    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap, k.b_panel_in_l1, &source);
+    const int small = k.b_panel_in_l1 && source == "model" ? std::max(b.kc, k.kc_cap) : b.kc;
+    return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2, small};
   }
   // Packed depth of a kc-deep slice: whole pairs (or AMX tiles) for the dot kernels.
   int64_t depth(int64_t kc_) const {

@@ -182,6 +182,9 @@ struct Bf16DotKernelSet {
   // tiles) neither sees gpipe's configuration nor leaves gpipe its own.
   void (*begin)();
   void (*end)();
+  // The B panel stays in L1 beside the A panel rather than streaming from L2
+  // (Note [Tile kernels' blocking] in gemm_blocking.cc): AMX's.
+  bool b_panel_in_l1 = false;
 };
 
 extern const Bf16DotKernelSet kAvx512Bf16Kernels;

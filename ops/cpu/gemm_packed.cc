@@ -220,7 +220,7 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
 
   // Even splits: no thin last block; the dot kernel's slices are whole pairs
   // but for the last.
-  const int64_t k_slices = ceil_div(k, ks.kc);
+  const int64_t k_slices = ceil_div(k, ks.depth_for(m, n));
   const int64_t kc_max = ks.depth(ceil_div(k, k_slices));
   const int64_t n_chunks = ceil_div(n, kNChunk),
                 nc_max = ceil_div(ceil_div(n, n_chunks), ks.nr) * ks.nr;

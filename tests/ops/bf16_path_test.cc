@@ -15,6 +15,7 @@
 #include "core/cpu_isa.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/cpu/gemm_amx_emulated.h"
 #include "ops/cpu/gemm_packed.h"
 
@@ -130,4 +131,42 @@ TEST_CASE("bfloat16 GEMM: AMX tiles on the hardware against their emulation") {
       CHECK(worst_hw <= 1.0);
       CHECK(worst_emu <= 1.0);
     }
+}
+
+// Note [Tile kernels' blocking] in ops/cpu/gemm_blocking.cc: the AMX
+// kernel's depth per slice follows from the product's shape (a C of at most
+// 64K floats takes the deeper slices), never from the thread count, so a
+// product has the same bits at 1, 2 and 3 threads, C small and large, over
+// several slices, with a short last panel (whose rows add C after their
+// sums, so there the depth moves bits). Through the emulation, on any
+// AVX512_BF16 CPU.
+TEST_CASE("bfloat16 GEMM: the AMX path's bits do not depend on the thread count") {
+  if (!detected_bf16_dot()) {
+    WARN("no AVX512_BF16 on this CPU: the AMX emulation did not run");
+    return;
+  }
+  CpuIsaGuard avx512(CpuIsa::kAvx512);
+  ops::cpu::set_amx_kernels_for_testing(&ops::cpu::packed::amx_emulated_kernels());
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  for (const std::array<int64_t, 3>& s : {std::array<int64_t, 3>{60, 90, 1100},  // 5K floats of C
+                                          std::array<int64_t, 3>{300, 260, 700}}) {
+    const int64_t m = s[0], n = s[1], k = s[2];
+    std::vector<uint16_t> a(m * k), b(k * n);
+    for (uint16_t& x : a) x = float_to_bf16_bits(normal(rng));
+    for (uint16_t& x : b) x = float_to_bf16_bits(normal(rng));
+    std::vector<float> want;
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      IntraOpScope scope(&pool);
+      std::vector<float> c(m * n);
+      ops::cpu::packed_gemm_bf16(true, false, m, n, k, 1.0f, a.data(), m, b.data(), n, 0.0f,
+                                 c.data(), n, true, Bf16Path::kAmx);
+      if (threads == 1) want = c;
+      INFO("m=" << m << " n=" << n << " k=" << k << ", " << threads << " threads");
+      CHECK(std::equal(c.begin(), c.end(), want.begin(),
+                       [](float x, float y) { return float_bits(x) == float_bits(y); }));
+    }
+  }
+  ops::cpu::set_amx_kernels_for_testing(nullptr);
 }

@@ -306,8 +306,7 @@ TEST_CASE("gemm blocking: cache parameters decode as cpuid lays them out") {
 
 TEST_CASE(
     "gemm blocking: the model gives the hand-tuned Zen 4 blocking and grows with the caches") {
-  using ops::cpu::GemmBlocking;
-  using ops::cpu::model_blocking;
+  using ops::cpu::GemmBlocking, ops::cpu::model_blocking;
   const CpuCaches zen4{32 * 1024, 1024 * 1024, 16 * 1024 * 1024, "test"};
   const CpuCaches xeon{48 * 1024, 2048 * 1024, 2 * 1024 * 1024, "test"};
   // The AVX-512 float32 kernel (14 x 32) was tuned by hand on Zen 4 at kc 384, nc 512.
@@ -315,11 +314,12 @@ TEST_CASE(
   CHECK(model_blocking(xeon, 14, 32, 4, 512) == GemmBlocking{512, 768, 504});
   // bfloat16 pairs: half the bytes per element.
   CHECK(model_blocking(zen4, 14, 32, 2, 512) == GemmBlocking{512, 768, 4088});
+  // AMX's tile: both panels in L1, B in a quarter of L2 (Note [Tile kernels' blocking]).
+  CHECK(model_blocking(xeon, 32, 32, 2, 512, true) == GemmBlocking{256, 1024, 2048});
+  CHECK(model_blocking(xeon, 32, 32, 2, 512) == GemmBlocking{512, 1536, 1024});
   // Tiny or unknown caches still give a usable blocking.
   const GemmBlocking tiny = model_blocking(CpuCaches{}, 4, 8, 4, 256);
-  CHECK(tiny.kc >= 16);
-  CHECK(tiny.nc >= 32);
-  CHECK(tiny.mc >= 32);
+  CHECK((tiny.kc >= 16 && tiny.nc >= 32 && tiny.mc >= 32));
 }
 
 namespace {

@@ -147,7 +147,7 @@ TEST_CASE("linear_cross_entropy: no [N, C] tensor is allocated in training") {
 }
 
 TEST_CASE("linear_cross_entropy: its block scratch is charged as workspace, then freed") {
-  // Note [Vocabulary blocks]: a chunk's rows x one 512-column block, from the
+  // A chunk's rows x one 512-column block (Note [Vocabulary blocks]), from the
   // allocator (the planner's profile measures a layer's workspace there),
   // beside the chunk's exponentials z (rows x C, also workspace).
   const int64_t n = 256, d = 32, c = 2048, chunk = 64;

@@ -207,7 +207,8 @@ void run_bf16(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
     std::printf("# amx blocking: %s\n",
                 ops::cpu::gemm_blocking_description(ops::cpu::packed::kAmxBf16Kernels.mr,
                                                     ops::cpu::packed::kAmxBf16Kernels.nr, 2,
-                                                    ops::cpu::packed::kAmxBf16Kernels.kc_cap)
+                                                    ops::cpu::packed::kAmxBf16Kernels.kc_cap,
+                                                    ops::cpu::packed::kAmxBf16Kernels.b_panel_in_l1)
                     .c_str());
   std::printf("%-16s %6s %6s %6s %7s %11s %11s %11s %11s %6s %11s %9s %9s\n", "gemm", "m", "n", "k",
               "threads", "fp32 GF/s", "bf16 amx", "bf16 dot", "bf16 conv", "%peak", "torch bf16",
@@ -286,7 +287,8 @@ void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>
                                                            : "bf16-dot";
     const int mr = bf16 ? dot.mr : ks.mr, nr = bf16 ? dot.nr : ks.nr, es = bf16 ? 2 : 4;
     const int cap = bf16 ? dot.kc_cap : ks.kc_cap;
-    const ops::cpu::GemmBlocking model = ops::cpu::model_blocking(cpu_caches(), mr, nr, es, cap);
+    const ops::cpu::GemmBlocking model =
+        ops::cpu::model_blocking(cpu_caches(), mr, nr, es, cap, bf16 && dot.b_panel_in_l1);
     std::vector<ops::cpu::GemmBlocking> grid = {model};
     for (int kc : {128, 256, 384, 512, 768})
       for (int nc : {256, 512, 768, 1024, 1536}) {
