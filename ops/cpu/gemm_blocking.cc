@@ -35,15 +35,19 @@
 // 870), products of depth 256 (one slice either way) level. At kc 256, nc
 // 768, 1024 and 2048 were within the noise of each other; 3072 (3/4 of L2)
 // ran the 8192-column output projection at 912 / 958 against 1117-1205.
-// A product whose C holds at most 64K floats (Engine::kSmallCFloats, W2's
-// 256 x 256 weight gradients) keeps the kernel's kc_cap (512) instead: at
+// A product over the pool whose C holds at most 64K floats
+// (Engine::kSmallCFloats, W2's 256 x 256 weight gradients) keeps the
+// kernel's kc_cap (512) instead (not GPIPE_GEMM_BLOCKING's or
+// set_gemm_blocking's kc, which hold for every product): at
 // two threads each k-slice is a block the threads meet at, and its 256 x
 // 256 x 1024 gradient in four slices ran 12-16% slower than in two (three
 // runs); at one thread the two depths ran level. The depth follows from the
-// shape alone, so the bits do not depend on the thread count. (The depth
-// moves bits only in a short panel's rows, whose tile adds C after its sums;
-// a full tile accumulates onto C inside the instruction whatever the
-// slices.) With both,
+// shape and the call (over the pool or on its caller alone), never from the
+// thread count, so neither do the bits. (A full tile with alpha 1 and beta
+// 0 or 1 accumulates onto C inside the instruction whatever the slices; the
+// depth moves the bits of short tiles, rows or columns, which add C after
+// their sums, of transposed small products' tiles, and of every tile under
+// another alpha or beta.) With both,
 // W2's bf16 step (`gpipe_bench measure --precision bf16`): see
 // docs/BENCHMARKS.md. Not measured on other AMX CPUs.
 #include "ops/cpu/gemm_blocking.h"
@@ -119,8 +123,8 @@ GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_by
   return b;
 }
 
-GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, bool b_in_l1,
-                           std::string* source) {
+GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, std::string* source,
+                           bool b_in_l1) {
   if (has_override.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(override_mutex());
     if (override_value()) {
@@ -145,7 +149,7 @@ void set_gemm_blocking(std::optional<GemmBlocking> blocking) {
 
 std::string gemm_blocking_description(int mr, int nr, int elem_bytes, int kc_cap, bool b_in_l1) {
   std::string source;
-  const GemmBlocking b = gemm_blocking(mr, nr, elem_bytes, kc_cap, b_in_l1, &source);
+  const GemmBlocking b = gemm_blocking(mr, nr, elem_bytes, kc_cap, &source, b_in_l1);
   std::ostringstream os;
   os << "kc " << b.kc << ", nc " << b.nc << ", mc " << b.mc << " (" << source;
   if (source == "model") os << ": " << cache_description(cpu_caches());

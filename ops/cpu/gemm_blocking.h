@@ -30,8 +30,8 @@ GemmBlocking model_blocking(const CpuCaches& caches, int mr, int nr, int elem_by
 // first use; malformed text throws gpipe::Error naming it), else the model
 // on cpu_caches(). `source` (may be null) gets "set", "GPIPE_GEMM_BLOCKING"
 // or "model".
-GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap, bool b_in_l1 = false,
-                           std::string* source = nullptr);
+GemmBlocking gemm_blocking(int mr, int nr, int elem_bytes, int kc_cap,
+                           std::string* source = nullptr, bool b_in_l1 = false);
 
 // One blocking for every kernel (tests, benchmark sweeps); nullopt returns to
 // the environment's or the model's. Throws gpipe::Error for sizes outside

@@ -43,7 +43,8 @@ struct Problem {
   const GemmEpilogue* ep = nullptr;  // applied after the last k-slice (Note [GEMM epilogue])
   EpilogueFn epilogue = nullptr;     // the active level's
   int64_t c_row0 = 0, c_col0 = 0;    // c holds the product's C from (c_row0, c_col0) on
-  bool direct_a = false;  // Note [Direct A] in gemm_kernels.h: no A panels, tiles read A's rows
+  bool direct_a = false;    // Note [Direct A] in gemm_kernels.h: no A panels, tiles read A's rows
+  bool prefetch_a = false;  // Note [Prefetched A sources] in gemm_pack.cc, read on the caller
 };
 
 // The kernels of one product and their blocking.
@@ -52,12 +53,16 @@ struct Engine {
   const Bf16DotKernelSet* dot = nullptr;  // dot path
   int mr, nr, kc, nc, mc;
   int64_t esize;  // bytes per packed element
-  // The depth for a product whose C is at most kSmallCFloats (Note [Tile
-  // kernels' blocking] in gemm_blocking.cc): kc but for b_panel_in_l1 kernels
-  // under the model's blocking, which take their kc_cap.
+  // The depth for a product over the pool whose C is at most kSmallCFloats
+  // (Note [Tile kernels' blocking] in gemm_blocking.cc): kc but for
+  // b_panel_in_l1 kernels under the model's blocking, which take their
+  // kc_cap. Not for a product on its caller alone: callers that deal rows
+  // to tasks (the fused loss) would get another depth per thread count.
   int kc_small_c = 0;
   static constexpr int64_t kSmallCFloats = int64_t{1} << 16;
-  int64_t depth_for(int64_t m, int64_t n) const { return m * n <= kSmallCFloats ? kc_small_c : kc; }
+  int64_t depth_for(int64_t m, int64_t n, bool parallel) const {
+    return parallel && m * n <= kSmallCFloats ? kc_small_c : kc;
+  }
 
   static Engine of(const KernelSet& k) {
     const GemmBlocking b = gemm_blocking(k.mr, k.nr, 4, k.kc_cap);
@@ -65,7 +70,7 @@ struct Engine {
   }
   static Engine of(const Bf16DotKernelSet& k) {
     std::string source;
-    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap, k.b_panel_in_l1, &source);
+    const GemmBlocking b = gemm_blocking(k.mr, k.nr, 2, k.kc_cap, &source, k.b_panel_in_l1);
     const int small = k.b_panel_in_l1 && source == "model" ? std::max(b.kc, k.kc_cap) : b.kc;
     return Engine{nullptr, &k, k.mr, k.nr, b.kc, b.nc, b.mc, 2, small};
   }

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "ops/cpu/gemm_driver.h"
-#include "ops/cpu/gemm_packed.h"
 
 namespace gpipe::ops::cpu {
 namespace {
@@ -187,7 +186,7 @@ void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t 
 // gpipe_bench's compute line says which. A hint: no bits change.
 void prefetch_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t ip,
                        int64_t count, int64_t part, int64_t parts) {
-  if (!prefetch_a_enabled()) return;
+  if (!P.prefetch_a) return;
   const int64_t es = src_size(P), i0 = blk.i0 + ip * e.mr;
   const int64_t rows = std::min(count * e.mr, blk.i0 + blk.rows - i0);
   if (rows <= 0) return;

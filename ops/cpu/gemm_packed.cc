@@ -217,10 +217,11 @@ void run_product(Problem P, const Engine& ks, bool parallel) {
   P.direct_a = P.src == Src::kF32 && !P.ta && ks.ks != nullptr && ks.ks->kernel_direct != nullptr &&
                ks.ks->kernel_direct_ep != nullptr && direct_a_enabled();
   if (P.direct_a) g_direct_a_products.fetch_add(1, std::memory_order_relaxed);
+  P.prefetch_a = prefetch_a_enabled();
 
   // Even splits: no thin last block; the dot kernel's slices are whole pairs
   // but for the last.
-  const int64_t k_slices = ceil_div(k, ks.depth_for(m, n));
+  const int64_t k_slices = ceil_div(k, ks.depth_for(m, n, parallel));
   const int64_t kc_max = ks.depth(ceil_div(k, k_slices));
   const int64_t n_chunks = ceil_div(n, kNChunk),
                 nc_max = ceil_div(ceil_div(n, n_chunks), ks.nr) * ks.nr;

@@ -179,14 +179,14 @@ constexpr int64_t kVocabBlock = 512;
 // end); a row's sums run in block order, and the rows' losses are summed in
 // row order at the end, so the loss does not depend on the chunk either
 // where the block buffer's rows stay aligned (C a multiple of 16, or 512 and
-// more: Eigen's sums over a row start with its unaligned head). The bfloat16 scratch shrank
-// from [rows, C] to a block. The block scratch comes from x's allocator for
-// the call, charged as workspace memory (so the planner's profile of the
-// layer includes it), not held by the thread between calls. On the Intel Xeon of #33 (`gpipe_bench
-// kernels
-// --filter "linear + cross"`, three alternating runs): float32 5% faster at
-// one thread and level with the whole-row form at two; under bf16
-// (`gpipe_bench profile`) 5-8% faster at one thread and 0-11% at two.
+// more: Eigen's sums over a row start with its unaligned head). The bfloat16
+// scratch shrank from [rows, C] to a block. The block scratch comes from x's
+// allocator for the call, charged as workspace memory (so the planner's
+// profile of the layer includes it), not held by the thread between calls.
+// On the Intel Xeon of #33 (`gpipe_bench kernels --filter "linear + cross"`,
+// three alternating runs): float32 5% faster at one thread and level with
+// the whole-row form at two; under bf16 (`gpipe_bench profile`) 5-8% faster
+// at one thread and 0-11% at two.
 struct RowStats {
   float max = 0;      // running max over the blocks so far
   double sum = 0;     // sum of exp(z - max) over them

@@ -170,3 +170,33 @@ TEST_CASE("bfloat16 GEMM: the AMX path's bits do not depend on the thread count"
   }
   ops::cpu::set_amx_kernels_for_testing(nullptr);
 }
+
+// The fused loss deals a chunk's rows to tasks, each its own product on its
+// own thread (Note [Vocabulary blocks] in ops/cpu/loss.cc), and needs the
+// bits of one product over all the rows: so a product on its caller alone
+// takes the same depth whatever its rows (the small-C depth is for products
+// over the pool). Rows 128 = 64 + 64 around the 64K-float C boundary, a
+// short column tile (n 600), several slices; AMX through its emulation.
+TEST_CASE("bfloat16 GEMM: on the AMX path a product's rows split in two give its bits") {
+  if (!detected_bf16_dot()) {
+    WARN("no AVX512_BF16 on this CPU: the AMX emulation did not run");
+    return;
+  }
+  CpuIsaGuard avx512(CpuIsa::kAvx512);
+  ops::cpu::set_amx_kernels_for_testing(&ops::cpu::packed::amx_emulated_kernels());
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal;
+  const int64_t m = 128, n = 600, k = 1100;
+  std::vector<uint16_t> a(m * k), b(k * n);
+  for (uint16_t& x : a) x = float_to_bf16_bits(normal(rng));
+  for (uint16_t& x : b) x = float_to_bf16_bits(normal(rng));
+  std::vector<float> whole(m * n), halves(m * n);
+  ops::cpu::packed_gemm_bf16(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                             whole.data(), n, false, Bf16Path::kAmx);
+  for (int64_t r0 : {int64_t{0}, m / 2})
+    ops::cpu::packed_gemm_bf16(false, false, m / 2, n, k, 1.0f, a.data() + r0 * k, k, b.data(), n,
+                               0.0f, halves.data() + r0 * n, n, false, Bf16Path::kAmx);
+  ops::cpu::set_amx_kernels_for_testing(nullptr);
+  CHECK(std::equal(whole.begin(), whole.end(), halves.begin(),
+                   [](float x, float y) { return float_bits(x) == float_bits(y); }));
+}

@@ -235,8 +235,9 @@ TEST_CASE("gemm direct A: not for A^T or with it turned off") {
 // Note [Prefetched A sources] in ops/cpu/gemm_pack.cc: the prefetch of the
 // next A panels' source is a hint, on or off by CPU maker; either way a
 // product has the same bits, A^T (packed a group of panels at a time) and A
-// (read in place or packed) alike, over several groups and two k-slices, at
-// one and two threads, every level.
+// (read in place or packed) alike, over several groups, at one thread in two
+// k-slices and at two in one (two slices would run side by side, Note [Two
+// k-slices on two threads], past the rows' prefetch), every level.
 TEST_CASE("gemm A prefetch: on or off, the same bits; the compute line says which") {
   const bool was = ops::cpu::prefetch_a_enabled();
   std::mt19937 rng(31);
@@ -244,14 +245,15 @@ TEST_CASE("gemm A prefetch: on or off, the same bits; the compute line says whic
   for (CpuIsa isa : supported_cpu_isas()) {
     CpuIsaGuard isa_guard(isa);
     const auto& ks = ops::cpu::packed_kernels();
-    // Past three groups of eight A panels, a short last one; two k-slices.
+    // Past three groups of eight A panels, a short last one.
     const int64_t m = 25 * ks.mr + 3, n = 3 * ks.nr + 5,
-                  k = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc + 40;
-    std::vector<float> a(m * k), b(k * n);
-    for (float& x : a) x = normal(rng);
-    for (float& x : b) x = normal(rng);
+                  kc = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc;
     for (bool ta : {false, true})
       for (int threads : {1, 2}) {
+        const int64_t k = threads == 1 ? kc + 40 : kc - 8;
+        std::vector<float> a(m * k), b(k * n);
+        for (float& x : a) x = normal(rng);
+        for (float& x : b) x = normal(rng);
         ThreadPool pool(threads);
         IntraOpScope scope(&pool);
         std::vector<float> c[2];

@@ -11,10 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/cpu_isa.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/gemm_blocking.h"
@@ -203,13 +205,19 @@ void run_bf16(const GemmBenchOptions& opt, const std::map<int, double>& peak) {
       "AVX512_BF16%s; convert: widened to float32 while packing) vs the float32 packed GEMM on "
       "the same values\n",
       amx_status().c_str(), dot ? "" : ", not on this CPU");
-  if (amx)
-    std::printf("# amx blocking: %s\n",
-                ops::cpu::gemm_blocking_description(ops::cpu::packed::kAmxBf16Kernels.mr,
-                                                    ops::cpu::packed::kAmxBf16Kernels.nr, 2,
-                                                    ops::cpu::packed::kAmxBf16Kernels.kc_cap,
-                                                    ops::cpu::packed::kAmxBf16Kernels.b_panel_in_l1)
-                    .c_str());
+  if (amx) {
+    const auto& ks = ops::cpu::packed::kAmxBf16Kernels;
+    const std::string line =
+        ops::cpu::gemm_blocking_description(ks.mr, ks.nr, 2, ks.kc_cap, ks.b_panel_in_l1);
+    // Under the model, small C's over the pool go deeper (Note [Tile kernels' blocking]).
+    const bool model = line.find("(model") != std::string::npos;
+    std::printf("# amx blocking: %s%s\n", line.c_str(),
+                model
+                    ? detail::concat("; products over the pool with C of at most 65536 floats: kc ",
+                                     ks.kc_cap)
+                          .c_str()
+                    : "");
+  }
   std::printf("%-16s %6s %6s %6s %7s %11s %11s %11s %11s %6s %11s %9s %9s\n", "gemm", "m", "n", "k",
               "threads", "fp32 GF/s", "bf16 amx", "bf16 dot", "bf16 conv", "%peak", "torch bf16",
               "best/fp32", "best/torch");
@@ -289,6 +297,9 @@ void run_blocking_sweep(const GemmBenchOptions& opt, const std::map<int, double>
     const int cap = bf16 ? dot.kc_cap : ks.kc_cap;
     const ops::cpu::GemmBlocking model =
         ops::cpu::model_blocking(cpu_caches(), mr, nr, es, cap, bf16 && dot.b_panel_in_l1);
+    // Timed through set_gemm_blocking, which holds for every product: the
+    // model's row leaves out the AMX small-C depth (Note [Tile kernels'
+    // blocking]), which these square sizes (C over 64K floats) never take.
     std::vector<ops::cpu::GemmBlocking> grid = {model};
     for (int kc : {128, 256, 384, 512, 768})
       for (int nc : {256, 512, 768, 1024, 1536}) {
