@@ -133,6 +133,40 @@ TEST_CASE("bfloat16 GEMM: AMX tiles on the hardware against their emulation") {
     }
 }
 
+namespace {
+
+// The AMX path through its emulation for one scope, at the avx512 level;
+// false (with a warning) where the CPU lacks AVX512_BF16, which its packers need.
+bool amx_emulation_runs() {
+  if (detected_bf16_dot()) return true;
+  WARN("no AVX512_BF16 on this CPU: the AMX emulation did not run");
+  return false;
+}
+struct EmulatedAmx {
+  CpuIsaGuard avx512{CpuIsa::kAvx512};
+  EmulatedAmx() {
+    ops::cpu::set_amx_kernels_for_testing(&ops::cpu::packed::amx_emulated_kernels());
+  }
+  ~EmulatedAmx() { ops::cpu::set_amx_kernels_for_testing(nullptr); }
+  EmulatedAmx(const EmulatedAmx&) = delete;
+  EmulatedAmx& operator=(const EmulatedAmx&) = delete;
+};
+
+std::vector<uint16_t> random_bf16(int64_t count, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> v(static_cast<size_t>(count));
+  for (uint16_t& x : v) x = float_to_bf16_bits(normal(rng));
+  return v;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](float p, float q) {
+           return float_bits(p) == float_bits(q);
+         });
+}
+
+}  // namespace
+
 // Note [Tile kernels' blocking] in ops/cpu/gemm_blocking.cc: the AMX
 // kernel's depth per slice follows from the product's shape (a C of at most
 // 64K floats takes the deeper slices), never from the thread count, so a
@@ -141,20 +175,13 @@ TEST_CASE("bfloat16 GEMM: AMX tiles on the hardware against their emulation") {
 // sums, so there the depth moves bits). Through the emulation, on any
 // AVX512_BF16 CPU.
 TEST_CASE("bfloat16 GEMM: the AMX path's bits do not depend on the thread count") {
-  if (!detected_bf16_dot()) {
-    WARN("no AVX512_BF16 on this CPU: the AMX emulation did not run");
-    return;
-  }
-  CpuIsaGuard avx512(CpuIsa::kAvx512);
-  ops::cpu::set_amx_kernels_for_testing(&ops::cpu::packed::amx_emulated_kernels());
+  if (!amx_emulation_runs()) return;
+  const EmulatedAmx amx;
   std::mt19937 rng(17);
-  std::normal_distribution<float> normal;
   for (const std::array<int64_t, 3>& s : {std::array<int64_t, 3>{60, 90, 1100},  // 5K floats of C
                                           std::array<int64_t, 3>{300, 260, 700}}) {
     const int64_t m = s[0], n = s[1], k = s[2];
-    std::vector<uint16_t> a(m * k), b(k * n);
-    for (uint16_t& x : a) x = float_to_bf16_bits(normal(rng));
-    for (uint16_t& x : b) x = float_to_bf16_bits(normal(rng));
+    const std::vector<uint16_t> a = random_bf16(m * k, rng), b = random_bf16(k * n, rng);
     std::vector<float> want;
     for (int threads : {1, 2, 3}) {
       ThreadPool pool(threads);
@@ -164,11 +191,9 @@ TEST_CASE("bfloat16 GEMM: the AMX path's bits do not depend on the thread count"
                                  c.data(), n, true, Bf16Path::kAmx);
       if (threads == 1) want = c;
       INFO("m=" << m << " n=" << n << " k=" << k << ", " << threads << " threads");
-      CHECK(std::equal(c.begin(), c.end(), want.begin(),
-                       [](float x, float y) { return float_bits(x) == float_bits(y); }));
+      CHECK(same_bits(c, want));
     }
   }
-  ops::cpu::set_amx_kernels_for_testing(nullptr);
 }
 
 // The fused loss deals a chunk's rows to tasks, each its own product on its
@@ -178,25 +203,16 @@ TEST_CASE("bfloat16 GEMM: the AMX path's bits do not depend on the thread count"
 // over the pool). Rows 128 = 64 + 64 around the 64K-float C boundary, a
 // short column tile (n 600), several slices; AMX through its emulation.
 TEST_CASE("bfloat16 GEMM: on the AMX path a product's rows split in two give its bits") {
-  if (!detected_bf16_dot()) {
-    WARN("no AVX512_BF16 on this CPU: the AMX emulation did not run");
-    return;
-  }
-  CpuIsaGuard avx512(CpuIsa::kAvx512);
-  ops::cpu::set_amx_kernels_for_testing(&ops::cpu::packed::amx_emulated_kernels());
+  if (!amx_emulation_runs()) return;
+  const EmulatedAmx amx;
   std::mt19937 rng(19);
-  std::normal_distribution<float> normal;
   const int64_t m = 128, n = 600, k = 1100;
-  std::vector<uint16_t> a(m * k), b(k * n);
-  for (uint16_t& x : a) x = float_to_bf16_bits(normal(rng));
-  for (uint16_t& x : b) x = float_to_bf16_bits(normal(rng));
+  const std::vector<uint16_t> a = random_bf16(m * k, rng), b = random_bf16(k * n, rng);
   std::vector<float> whole(m * n), halves(m * n);
   ops::cpu::packed_gemm_bf16(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
                              whole.data(), n, false, Bf16Path::kAmx);
   for (int64_t r0 : {int64_t{0}, m / 2})
     ops::cpu::packed_gemm_bf16(false, false, m / 2, n, k, 1.0f, a.data() + r0 * k, k, b.data(), n,
                                0.0f, halves.data() + r0 * n, n, false, Bf16Path::kAmx);
-  ops::cpu::set_amx_kernels_for_testing(nullptr);
-  CHECK(std::equal(whole.begin(), whole.end(), halves.begin(),
-                   [](float x, float y) { return float_bits(x) == float_bits(y); }));
+  CHECK(same_bits(whole, halves));
 }
