@@ -2,7 +2,7 @@
 # The CPU compute figures (W1-W5 and the kernel lab) in one go, each table
 # in its own file under OUT (default /tmp/gpipe-cpu-goals), one command after
 # another: at the CPU's own level, then again with GPIPE_CPU_ISA=avx2 where the
-# CPU has AVX-512 (docs/BENCHMARKS.md, ninth wave). About 25 minutes on 2 cores;
+# CPU has AVX-512 (docs/BENCHMARKS.md, the Zen 5 tables). About 25 minutes on 2 cores;
 # run it on an otherwise idle machine.
 #
 #   bazel build //tools:gpipe_bench && benchmarks/cpu_goals.sh [OUT]

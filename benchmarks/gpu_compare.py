@@ -1,4 +1,4 @@
-"""gpipe against PyTorch on one GPU, side by side, in one call (#32).
+"""gpipe against PyTorch on one GPU, side by side, in one call.
 
     python3 benchmarks/gpu_compare.py --w2-bench bazel-bin/tests/cuda/w2_bench \\
         [--python python3] [--shapes W2,T6,T12] [--modes fp32,tf32,bf16] [--budget-seconds 180]

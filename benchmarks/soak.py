@@ -1,4 +1,4 @@
-"""Soak benchmark (#34): a long K = 2 training run that saves every 500 steps,
+"""Soak benchmark: a long K = 2 training run that saves every 500 steps,
 sampled every 1,000 steps for resident memory (the process's VmRSS), the
 devices' live bytes and the step rate (gpipe_train's progress line), to show
 that all three stay flat: no leak per step, per save or per log line.

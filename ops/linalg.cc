@@ -171,7 +171,8 @@ Tensor product_bf16_out(const Tensor& a, const Tensor& b, bool tb) {
 // Elsewhere a large 16-bit result is made a block of rows at a time,
 // so its float32 form never exists whole (the vocabulary projection's would
 // be twice the 16-bit logits); on a GPU those blocks cost a launch and a
-// cast each (about 40% of a bf16 T6 step before, docs/BENCHMARKS.md).
+// cast each (about 40% of a bf16 T6 step's GPU time on an H200 before,
+// docs/BENCHMARKS.md).
 constexpr int64_t kProductBlockBytes = 4 << 20;
 Tensor product_16bit(const Tensor& xh, const Tensor& w16, DType out) {
   if (!is_half(out)) return matmul(xh, w16, false, true);

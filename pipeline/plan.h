@@ -1,4 +1,4 @@
-// The planner (gpipe_plan, #14): given each layer's costs, search the cut
+// The planner (gpipe_plan): given each layer's costs, search the cut
 // points, the number of micro-batches M, the remat mode of each cell and the
 // schedule for K devices under a memory limit per device, against the step
 // time and the memory the simulator (pipeline/simulate.h) predicts for the

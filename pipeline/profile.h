@@ -1,5 +1,5 @@
 // Profile: each layer's costs measured on its device from one micro-batch
-// (the cost model of the simulator and the planner, #14): forward,
+// (the cost model of the simulator and the planner): forward,
 // input-gradient and weight-gradient seconds (the split backward, Note
 // [Split backward]) and the activation bytes a micro-batch keeps.
 #pragma once

@@ -40,7 +40,7 @@
 # every bfloat16 GEMM case on them and the panel packers (//tests:bf16_path_test, amx_bf16_test,
 # bf16_ops_test, gemm_pack_test), then `gpipe_bench gemm` at 1 thread (float32 and bfloat16 on every path
 # the CPU has, with the blocking it chose and its % of the FMA peak). With CPU_W2=1 it also
-# measures #33's CPU figures there, pinned to two cores: `gpipe_bench peak` and W2 against
+# measures W2's CPU figures there, pinned to two cores: `gpipe_bench peak` and W2 against
 # the machine's python3 with torch at 1 and 2 threads (about 3 minutes).
 # Exit status: 0 when every build step and test passed. Without a GPU the tests print
 # "SKIPPED: no CUDA device found" and pass, and gpipe_train fails ("cuda:0 is not available");
@@ -315,7 +315,7 @@ EOF
       done
       run_step "CPU: gpipe_bench gemm, 1 thread" limited 120 "$dir/gpipe_bench" gemm --threads 1 \
         --sizes 1024 2048 --no-numpy --no-torch --min-seconds 0.5 --shape-min-seconds 0.3 --cold
-      if [ -n "${CPU_W2:-}" ]; then  # #33 on this CPU: two cores, as the issue's table
+      if [ -n "${CPU_W2:-}" ]; then  # W2 on this CPU: two cores, as shared/BENCHMARKS.md's table
         run_step "CPU: gpipe_bench peak (cores 0-1)" limited 60 taskset -c 0,1 \
           "$dir/gpipe_bench" peak --threads 1,2
         run_step "CPU: W2 vs PyTorch, 1 and 2 threads (cores 0-1)" limited 240 taskset -c 0,1 \

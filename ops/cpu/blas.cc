@@ -110,17 +110,17 @@ GemmBackend backend_for() {
 // Note [Small products]. Packing costs O(mk + kn) per call and pads every
 // mr x nr tile; for the many small products of a convolution (8-128 output
 // channels, a few hundred columns, k = 9C) that overhead loses to Eigen's
-// kernels, compiled per ISA level like the CPU kernels (measured in
+// kernels, compiled per ISA level like the CPU kernels (on an AMD EPYC Zen 4,
 // docs/BENCHMARKS.md: packed 37 vs Eigen 70 GF/s at 8 x 256 x 27). So the
 // packed backend hands products below kSmallFlops, or with a side below 32,
 // to Eigen. Eigen's bits depend on where a product's rows are cut
 // (tests/ops/gemm_stable_test.cc fails under GPIPE_GEMM=eigen), so such a
 // product from 2 MFLOP up, which parallel_gemm splits over the pool, differs
 // in its last bits between intra-op thread counts; the packed GEMM's do not
-// (stable_gemm takes it whatever the size). On the Intel Xeon of #33 the
-// packed GEMM was also faster at 2-13 MFLOP (1.02-1.24x at one thread);
-// not changed here: the threshold was measured on AMD, and convolutions
-// lean on it.
+// (stable_gemm takes it whatever the size). On a 2-core Intel Xeon (Sapphire
+// Rapids class) the packed GEMM was also faster at 2-13 MFLOP (1.02-1.24x at
+// one thread); not changed here: the threshold was measured on AMD, and
+// convolutions lean on it.
 constexpr double kSmallFlops = 1 << 24;
 constexpr int64_t kSmallSide = 32;
 

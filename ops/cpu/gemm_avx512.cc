@@ -31,7 +31,7 @@ constexpr int kMr = 14, kNr = 32;
 // panel streams from L2 (Note [GEMM blocking]); on an Intel Xeon with two
 // 512-bit FMA pipes (240 GF/s a core) the hardware prefetchers alone left
 // the kernel waiting: +3-12% on W1's shapes at 1 and 2 threads (distances
-// 8 and 16 alike, 32 less). Not measured on AMD (BENCHMARKS.md, #33).
+// 8 and 16 alike, 32 less). Not measured on AMD.
 constexpr int kPrefetchB = 8;
 
 // The first R rows of the 14 x 32 tile: all of them (kernel_14x32), or a

@@ -27,7 +27,7 @@
 //   nc = a quarter of L2 over kc x elem bytes (1024 there): the rest holds
 //        the C rows of the A panel in flight (32 rows of nc floats) and the
 //        A panels on their way from L3.
-// Measured on the Intel Xeon of #33 (Sapphire Rapids class, 48 KB L1d,
+// Measured on a 2-core Intel Xeon (Sapphire Rapids class, 48 KB L1d,
 // 2 MB L2), one thread, `gpipe_bench gemm` with GPIPE_GEMM_BLOCKING in two
 // alternating rounds: kc 256, nc 1024 against the old kc 512, nc 1536 ran
 // the 2048 square at 1241 / 1227 against 805 / 807 GF/s, W2's weight
@@ -47,9 +47,10 @@
 // 0 or 1 accumulates onto C inside the instruction whatever the slices; the
 // depth moves the bits of short tiles, rows or columns, which add C after
 // their sums, of transposed small products' tiles, and of every tile under
-// another alpha or beta.) With both,
-// W2's bf16 step (`gpipe_bench measure --precision bf16`): see
-// docs/BENCHMARKS.md. Not measured on other AMX CPUs.
+// another alpha or beta.) With both, W2's bf16 step (`gpipe_bench measure
+// --precision bf16`, three alternating pairs) was level at one and two
+// threads: most of its products have depth 256. Not measured on other AMX
+// CPUs.
 #include "ops/cpu/gemm_blocking.h"
 
 #include <algorithm>

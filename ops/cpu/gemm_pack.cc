@@ -175,7 +175,7 @@ void pack_a_panels(const Problem& P, const Engine& e, const Block& blk, int64_t 
 // (a 64 MB sweep between products), Zen 4, three alternating runs: the
 // 134-MFLOP products of W2's attention projections 2-5% faster at both
 // levels, larger ones unchanged.
-// On the Intel Xeon of #33 (Sapphire Rapids class, 2 MB L2) it did not pay:
+// On a 2-core Intel Xeon (Sapphire Rapids class, 2 MB L2) it did not pay:
 // `perf` put the prefetch loop at 3% of W2's one-thread step (a slice is
 // 28-64 prefetches issued back to back before a tile, more than the L1's
 // fill buffers hold, so the core stalls on them), and W2's step without it

@@ -281,7 +281,7 @@ void run_block(const Problem& P, const Engine& ks, const Block& blk, Workspace& 
 // 62% split by k, while products with four times that C (1024 x 256 x
 // 1024), whose rows already split evenly, lost 2-6 points to the extra pass
 // over C and T. W2's step at two threads there: 2-5% faster in 4 of 4
-// alternating pairs (BENCHMARKS.md, thirteenth session).
+// alternating pairs.
 constexpr int64_t kSplitKMaxFloats = int64_t{1} << 16;  // 256 KB of C
 std::atomic<int64_t> g_split_k_products{0};
 

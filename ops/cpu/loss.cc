@@ -143,8 +143,9 @@ void cross_entropy_backward_cpu(const Tensor& logits, const Tensor& targets, con
 
 // linear_cross_entropy_fused on the CPU (Note [Fused output loss] in
 // ops/loss.cc, Note [Vocabulary blocks] below).
-// Logits columns a block (Note [Vocabulary blocks]): W2 at one thread on the
-// Intel Xeon of #33, 256 ran as fast, 1024 and 2048 3-8% slower.
+// Logits columns a block (Note [Vocabulary blocks]): W2 at one thread on a
+// 2-core Intel Xeon (Sapphire Rapids class): 256 ran as fast, 1024 and 2048
+// 3-8% slower.
 constexpr int64_t kVocabBlock = 512;
 
 // Note [Vocabulary blocks]. The rows go through in chunks of z's rows, and
@@ -183,7 +184,7 @@ constexpr int64_t kVocabBlock = 512;
 // scratch shrank from [rows, C] to a block. The block scratch comes from x's
 // allocator for the call, charged as workspace memory (so the planner's
 // profile of the layer includes it), not held by the thread between calls.
-// On the Intel Xeon of #33 (`gpipe_bench kernels --filter "linear + cross"`,
+// On a 2-core Intel Xeon (`gpipe_bench kernels --filter "linear + cross"`,
 // three alternating runs): float32 5% faster at one thread and level with
 // the whole-row form at two; under bf16 (`gpipe_bench profile`) 5-8% faster
 // at one thread and 0-11% at two.

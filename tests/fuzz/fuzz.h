@@ -1,4 +1,4 @@
-// libFuzzer harnesses for what gpipe reads from outside (#34): each
+// libFuzzer harnesses for what gpipe reads from outside: each
 // harness_*.cc defines LLVMFuzzerTestOneInput for one reader or parser.
 //
 // Built two ways (tests/fuzz/BUILD):

@@ -1,4 +1,4 @@
-// What the fuzz harnesses found (#34), as ordinary tests of the messages a
+// What the fuzz harnesses found, as ordinary tests of the messages a
 // user gets: each input below once crashed or misbehaved; the replay tests
 // (tests/fuzz/corpus) run the same files through the harnesses.
 //  - IDX: a header whose dimensions multiply past 64 bits overflowed the item

@@ -1,4 +1,4 @@
-// The zoo beyond the first wave: AmoebaNet-B, ResNet-50/101/152 and U-Net.
+// The zoo beyond the Transformer and AmoebaNet-D: AmoebaNet-B, ResNet-50/101/152 and U-Net.
 // Parameter-count formulas against the built models (and the published
 // counts), shapes, and the two forms of a ResNet block computing one function.
 #include <catch2/catch.hpp>

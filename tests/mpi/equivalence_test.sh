@@ -42,7 +42,7 @@ check t_k4_zb 4 "--K=4 --M=4 --schedule=zb-h1 --remat=except_last" "--K=4 --M=4"
 # Interleaved: 2 devices x 2 cells = 4 processes; the cells of a device take turns.
 check t_k2v2 4 "--K=2 --virtual=2 --M=2 --schedule=interleaved" "--K=2 --M=2" "$T"
 check t_k2_zbv 4 "--K=2 --M=4 --schedule=zb-v --remat=except_last" "--K=2 --M=4" "$T"
-# The schedules of #36: interleaving at an M that is not a multiple of K, the
+# The newer schedules: interleaving at an M that is not a multiple of K, the
 # looped zero-bubble order, and the V schedules (2 cells per device).
 check t_k2v2_m3 4 "--K=2 --virtual=2 --M=3 --schedule=interleaved" "--K=2 --M=3" "$T"
 check t_k2_zbi 4 "--K=2 --virtual=2 --M=4 --schedule=zb-interleaved --remat=except_last" "--K=2 --M=4" "$T"

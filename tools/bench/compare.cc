@@ -23,7 +23,7 @@ namespace gpipe::bench {
 namespace {
 
 constexpr double kRatioGoal = 1.3;  // gpipe's step at least 1.3x PyTorch's
-constexpr double kPeakGoal = 0.8;   // W2's step at 80% of the measured FMA peak (#33)
+constexpr double kPeakGoal = 0.8;   // W2's step at 80% of the measured FMA peak
 constexpr double kPeakSeconds = 1;  // measure_fma_peak's budget per round
 
 std::string with_commas(int64_t n) {

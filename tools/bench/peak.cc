@@ -118,9 +118,9 @@ double measure_fma_peak(CpuIsa isa, int threads, double seconds) {
 // at the driver's depth kc over one packed A panel and eight B panels (512
 // KB at 14 x 32 and kc 512), which stay in L1 and L2, into a C that stays in
 // L1; no packing, no edges, nothing waiting on memory. Best of 10 runs of
-// about seconds / 10. On the Intel Xeon of #33 it reached 84-92% of
-// measure_fma_peak, run to run; a whole product reaches less (packing, C,
-// operands arriving from memory).
+// about seconds / 10. On a 2-core Intel Xeon (Sapphire Rapids class) it
+// reached 84-92% of measure_fma_peak, run to run; a whole product reaches
+// less (packing, C, operands arriving from memory).
 double measure_gemm_kernel_rate(int threads, double seconds) {
   const auto& ks = ops::cpu::packed_kernels();
   const int64_t kDepth = ops::cpu::gemm_blocking(ks.mr, ks.nr, 4, ks.kc_cap).kc;

@@ -1,5 +1,5 @@
-// gpipe_bench profile: where a training step's time goes, kernel by kernel
-// (#33). Trains one workload (W2's Transformer by default) through a
+// gpipe_bench profile: where a training step's time goes, kernel by kernel.
+// Trains one workload (W2's Transformer by default) through a
 // Pipeline at K = 1, M = 1 with the kernel profile on (Note [Kernel
 // profile] in ops/dispatch.h) and prints, per kernel slot: calls and
 // milliseconds per step, share of the step, bytes its tensor arguments hold

@@ -1,5 +1,5 @@
 // gpipe_bench skips and gpipe_bench resnet: the skip-connection zoo's
-// benchmarks (docs/BENCHMARKS.md, "Seventh wave").
+// benchmarks (docs/BENCHMARKS.md, "Skips, ResNet-101 and U-Net").
 //
 // skips: U-Net(B, C) at K = 2 and 4, its long skips sent straight from the
 // encoder level's cell to the decoder level's (direct) against carried
