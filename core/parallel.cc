@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -73,7 +74,24 @@ struct ThreadPool::Job {
 
 ThreadPool::ThreadPool(int threads) : size_(threads) {
   GPIPE_CHECK(threads >= 1, "ThreadPool: thread count must be >= 1, got ", threads);
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  // A thread the system refuses (RLIMIT_NPROC, the pid table) ends the pool
+  // cleanly: the workers already started are stopped and joined, and the
+  // error names the figure (never std::terminate on a joinable thread).
+  try {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {
+    const size_t started = workers_.size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+    throw Error(detail::concat("could not start thread ", started + 2, " of a pool of ", threads,
+                               " (", e.what(),
+                               "): the system allows no more threads for this user (ulimit -u) "
+                               "or the machine; ask for fewer with --threads"));
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -303,10 +303,14 @@ TransformerConfig transformer_preset(const std::string& name) {
 }
 
 int64_t transformer_parameter_count(const TransformerConfig& c) {
-  const int64_t d = c.dim, h = c.ffn;
-  const int64_t attn = 4 * (d * d + d), ffn = d * h + h + h * d + d, ln = 2 * d;
-  const int64_t enc = attn + ffn + 2 * ln, dec = 2 * attn + ffn + 3 * ln;
-  return c.vocab * d + c.layers * (enc + dec) + 2 * ln;
+  // In 128 bits, saturated: a size no machine holds (--dim=1e9) still gives a
+  // count to refuse (tools/train/preflight.cc), not a wrapped one.
+  using Wide = __int128;
+  const Wide d = c.dim, h = c.ffn;
+  const Wide attn = 4 * (d * d + d), ffn = d * h + h + h * d + d, ln = 2 * d;
+  const Wide enc = attn + ffn + 2 * ln, dec = 2 * attn + ffn + 3 * ln;
+  const Wide n = Wide(c.vocab) * d + Wide(c.layers) * (enc + dec) + 2 * ln;
+  return n > Wide(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(n);
 }
 
 int64_t transformer_layer_count(const TransformerConfig& c) { return 5 * c.layers + 3; }

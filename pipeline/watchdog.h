@@ -34,7 +34,7 @@ class Watchdog {
   // One line per Watchdog of this process whose step is running: who, the
   // step, for how long, and what each of its stages does or waits for; ""
   // when no step runs. Thread-safe; for a process that is being ended from
-  // outside (Note [Ended by the launcher] in tools/gpipe_train.cc).
+  // outside (Note [Ended by the launcher] in tools/train/interrupt.cc).
   static std::string running_steps();
 
  private:

@@ -39,6 +39,8 @@ class DeviceWorker {
   std::function<void()> job_;
   bool has_job_ = false, done_ = true, stop_ = false;
   std::exception_ptr error_;
+  bool started_ = false;            // the worker's pool is made (or failed: start_error_)
+  std::exception_ptr start_error_;  // the pool's failure, rethrown by the constructor
   std::thread thread_;
 };
 

@@ -22,6 +22,7 @@
 #include "tools/bench/cli.h"
 #include "tools/bench/common.h"
 #include "tools/train/cli_checks.h"
+#include "tools/train/version.h"
 
 namespace {
 
@@ -271,6 +272,7 @@ CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (gpipe::print_version_if_asked(argc, argv, "gpipe_bench")) return 0;
   const std::string env_note = gpipe::bench::ensure_fair_openblas_env(argc, argv);
   CLI::App app{"gpipe_bench: gpipe beside its reference, one workload at a time"};
   app.require_subcommand(1);

@@ -22,6 +22,7 @@
 #include "tools/train/config.h"
 #include "tools/train/planning.h"
 #include "tools/train/task.h"
+#include "tools/train/version.h"
 
 using namespace gpipe;
 
@@ -115,6 +116,7 @@ int plan(const plan_cli::PlanFlags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (gpipe::print_version_if_asked(argc, argv, "gpipe_plan")) return 0;
   try {
     const plan_cli::PlanFlags f =
         plan_cli::parse_plan_flags(std::vector<std::string>(argv + 1, argv + argc));

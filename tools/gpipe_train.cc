@@ -4,63 +4,27 @@
 //   bazel run //tools:gpipe_train -- --model=transformer --K=2 --M=4 --steps=200
 //   mpirun -np 4 bazel-bin/tools/gpipe_train --model=transformer --K=2 --replicas=2 --M=4
 //   --steps=200
-// Exit status: 0 done, 1 runtime error (data, checkpoint, I/O), 2 usage error.
+// Exit status: 0 done, 1 runtime error (data, checkpoint, I/O, memory), 2 usage error,
+// 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM).
 // Under mpirun every rank checks that all ranks got the same flags; a
 // failure on one rank after start-up ends the whole job (MPI_Abort) with the
 // failing rank's message, so no rank is left waiting; a rank that mpirun
 // ends for another's failure says what it was waiting for (Note [Ended by
-// the launcher]).
-#include <pthread.h>
-
-#include <atomic>
-#include <csignal>
+// the launcher] in tools/train/interrupt.cc). SIGINT and SIGTERM stop the run
+// after the step in flight, save with --save and exit with 128 + the signal
+// (Note [Clean stop] in tools/train/interrupt.cc).
 #include <cstdio>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "pipeline/watchdog.h"
 #include "runtime/mpi.h"
 #include "tools/train/config.h"
+#include "tools/train/interrupt.h"
 #include "tools/train/trainer.h"
+#include "tools/train/version.h"
 
 namespace {
-
-// Note [Ended by the launcher]: once a rank of the job fails or dies, mpirun
-// ends every other rank with SIGTERM (SIGKILL a second later), usually long
-// before their --timeout. mpirun's message names only the lost rank and its
-// host; the ranks it ends know what they were waiting for, which names the
-// lost rank's stage and the micro-batch too ("waiting for gradients of stage
-// 1 (rank 1) to stage 0 (rank 0), micro-batch 1"). So under mpirun SIGTERM is
-// blocked in every thread (before MPI starts its own) and one thread takes
-// it, prints what the running step waits for (Watchdog::running_steps), and
-// lets SIGTERM end the process as it would have. A rank that has already
-// reported its own failure stays quiet.
-std::atomic<bool> g_failure_reported{false};
-std::atomic<int> g_rank{-1};
-
-void say_what_waited_on_sigterm() {
-  sigset_t term;
-  sigemptyset(&term);
-  sigaddset(&term, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &term, nullptr);
-  std::thread([term] {
-    int sig = 0;
-    sigwait(&term, &sig);
-    if (!g_failure_reported.load()) {
-      const std::string steps = gpipe::Watchdog::running_steps();
-      std::fprintf(stderr,
-                   "gpipe_train: rank %d: ended by SIGTERM (how mpirun ends the other ranks when "
-                   "one fails) %s%s\n",
-                   g_rank.load(), steps.empty() ? "outside a step" : "in ", steps.c_str());
-      std::fflush(stderr);
-    }
-    std::signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_UNBLOCK, &term, nullptr);
-    std::raise(SIGTERM);
-  }).detach();
-}
 
 // "" if every rank got the same flags (compared after parsing, so order and
 // spelling do not matter), else one line naming the ranks that differ.
@@ -86,17 +50,19 @@ std::string flag_mismatch(gpipe::Communicator& world, const std::vector<std::str
 
 int main(int argc, char** argv) {
   using namespace gpipe::train;
+  if (gpipe::print_version_if_asked(argc, argv, "gpipe_train")) return 0;
   const std::vector<std::string> args(argv + 1, argv + argc);
   std::shared_ptr<gpipe::Communicator> world;
   std::string who = "gpipe_train";
+  // Before any thread starts (MPI's included): SIGINT and SIGTERM go to one thread.
+  install_interrupt_handler(who, gpipe::mpi::launched_by_mpirun());
   try {
     if (gpipe::mpi::launched_by_mpirun()) {
       // Lines reach mpirun as they are written, even if the job is killed later.
       std::setvbuf(stdout, nullptr, _IOLBF, 0);
-      say_what_waited_on_sigterm();
       world = gpipe::mpi::world();
-      g_rank = world->rank();
       if (world->size() > 1) who = "gpipe_train: rank " + std::to_string(world->rank());
+      set_interrupt_who(who);
       const std::string mismatch = flag_mismatch(*world, args);
       if (!mismatch.empty()) throw UsageError(mismatch);
     }
@@ -123,8 +89,12 @@ int main(int argc, char** argv) {
     // Checked before any step, alike on every rank (process count, K x R).
     std::fprintf(stderr, "%s: error: %s\n(see gpipe_train --help)\n", who.c_str(), e.what());
     return 2;
+  } catch (const Interrupted& stop) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), stop.what());
+    return 128 + stop.signal;
   } catch (const std::exception& e) {
-    g_failure_reported = true;
+    mark_failure_reported();
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     std::fflush(stderr);

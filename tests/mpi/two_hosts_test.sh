@@ -10,7 +10,7 @@
 #  2. A rank on host B killed by SIGKILL mid-step: mpirun names it and its
 #     host and ends the job; host A's rank, ended well within --timeout,
 #     says what it waited for, which names the lost rank, its stage and the
-#     micro-batch (Note [Ended by the launcher] in tools/gpipe_train.cc).
+#     micro-batch (Note [Ended by the launcher] in tools/train/interrupt.cc).
 #     The last sharded checkpoint resumes on one host (K=2 under mpirun)
 #     and in one process (K=1), as the uninterrupted run continues.
 #  3. Host B's link cut mid-step (its veth down): both ranks end within

@@ -119,7 +119,7 @@ TEST_CASE(
 }
 
 TEST_CASE("Watchdog::running_steps says what each running step waits for") {
-  // What a rank ended by mpirun prints (Note [Ended by the launcher] in tools/gpipe_train.cc).
+  // What a rank ended by mpirun prints (Note [Ended by the launcher] in tools/train/interrupt.cc).
   Watchdog w("rank 0 (stage 0 of 2, replica 0 of 1)", /*limit=*/600, /*rows=*/1);
   CHECK_THAT(Watchdog::running_steps(), !Contains("rank 0 (stage 0 of 2"));
   w.start_step(2);

@@ -18,10 +18,12 @@
 #include "tools/train/config.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/task.h"
+#include "tools/train/version.h"
 
 using namespace gpipe;
 using namespace gpipe::train;
 using Catch::Contains;
+using Catch::StartsWith;
 
 namespace {
 
@@ -71,7 +73,13 @@ TEST_CASE("gpipe_train: a tiny transformer on a slice of iso-codes learns and wr
   std::ifstream in(metrics);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  REQUIRE(lines.size() == 8);  // 3 steps, the final evaluation, its 4 translations
+  // The run's line (gpipe's version and commit), 3 steps, the final evaluation, its 4
+  // translations.
+  REQUIRE(lines.size() == 9);
+  CHECK_THAT(lines[0], Contains(std::string("{\"type\":\"run\",\"version\":\"") + gpipe::version() +
+                                "\",\"commit\":\"" + gpipe::build_commit() + "\""));
+  CHECK_THAT(log.str(), StartsWith(gpipe::version_line("gpipe_train")));
+  lines.erase(lines.begin());
   for (int i = 0; i < 3; ++i) {
     INFO(lines[i]);
     for (const char* key :

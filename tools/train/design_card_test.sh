@@ -35,4 +35,28 @@ for bad in "GPIPE_GEMM=bogus:GPIPE_GEMM='bogus': expected packed, openblas or ei
     echo "FAILED: $var: exit $rc, output: $out"; fail=1
   fi
 done
+# Runs that cannot fit, or would start far more threads than the cores, are
+# refused before anything is built: exit 1 within 2 s, one message naming the
+# figure (Note [Preflight] in tools/train/preflight.cc).
+for case in "--model=transformer --preset=T(64,16384,32)|needs about 81.68 GB for this process" \
+            "--model=transformer --layers=100000000|parameters x 16 bytes" \
+            "--model=amoebanet --filters=100000|3,703,006,300,010 parameters x 12 bytes" \
+            "--model=amoebanet --normal-cells=100000|out of memory on cpu: --model=amoebanet" \
+            "--model=transformer --dim=1000000000|more than 9.2e18 parameters" \
+            "--model=transformer --batch=100000000|3276.80 GB of activations" \
+            "--model=transformer --threads=100000|--threads=100000: far more threads than the" \
+            "--model=transformer --K=8 --M=32 --threads=5000|--threads=5000: far more threads than the"; do
+  args="${case%%|*}"; want="${case#*|}"
+  start=$(date +%s%N)
+  out=$(timeout 60 "$TRAIN" $args --steps=1 2>&1); rc=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  if [ "$rc" -ne 1 ] || ! grep -qF -- "$want" <<< "$out" || [ "$ms" -gt 2000 ]; then
+    echo "FAILED: gpipe_train $args: exit $rc after $ms ms (expected 1 within 2 s, '$want'): $out"; fail=1
+  else
+    echo "ok: $args refused in $ms ms"
+  fi
+done
+# --print-params still answers for a preset this machine cannot build.
+"$TRAIN" --model=transformer --preset="T(64,16384,32)" --print-params | grep -q "5,104,224,256" ||
+  { echo "FAILED: --print-params for T(64,16384,32)"; fail=1; }
 exit $fail

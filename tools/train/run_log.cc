@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "tools/train/report.h"
+#include "tools/train/version.h"
 
 namespace gpipe::train {
 
@@ -19,6 +20,12 @@ RunLog::RunLog(const TrainConfig& c, const Task& task, std::ostream& log, bool r
     : c_(c), task_(task), log_(log), root_(root) {
   if (!c_.metrics.empty() && root_)
     metrics_ = MetricsLog(c_.metrics, /*append=*/!c_.resume.empty());
+  if (metrics_.enabled()) {  // which gpipe wrote the lines that follow
+    JsonLine line;
+    line.add("type", "run").add("version", version()).add("commit", build_commit());
+    line.add("model", c_.model);
+    metrics_.write(line);
+  }
   if (!c_.plot.empty() && root_) {  // found out now, not after the run
     std::ofstream probe(c_.plot, std::ios::app);
     GPIPE_CHECK(probe.good(), "--plot: cannot write '", c_.plot, "'");

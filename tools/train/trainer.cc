@@ -33,10 +33,13 @@
 #include "optim/safetensors.h"
 #include "optim/sgd.h"
 #include "pipeline/simulate.h"
+#include "tools/train/interrupt.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/planning.h"
+#include "tools/train/preflight.h"
 #include "tools/train/report.h"
 #include "tools/train/run_log.h"
+#include "tools/train/version.h"
 
 namespace gpipe::train {
 namespace {
@@ -98,6 +101,7 @@ class Trainer {
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
     const std::string compute =
         ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA or GPIPE_GEMM stops here
+    log_ << version_line("gpipe_train") << "\n";
     log_ << "compute: " << compute << "\n";
     log_ << task_->describe() << "\n";
     // The caller's own pool (evaluation, optimizer, clipping) gets the threads of all
@@ -168,6 +172,7 @@ class Trainer {
         },
         2);
     while (step < c_.steps) {
+      if (const int sig = agreed_interrupt()) stop_for_signal(sig, step);
       const auto t0 = Clock::now();
       std::optional<Batch> batch = loader.next();
       GPIPE_ASSERT(batch.has_value(), "the batch stream ended early at step ", step);
@@ -338,7 +343,32 @@ class Trainer {
          << c_.export_data << " (data.json, init.safetensors)\n";
   }
 
+  // Note [Clean stop] in interrupt.cc: the signal any rank has seen, agreed
+  // by all ranks at the same step (0: none).
+  int agreed_interrupt() {
+    double sig = interrupt_signal();
+    if (pipe_->distributed())
+      world_->allreduce(&sig, 1, ReduceOp::kMax, "agreeing whether a signal stops the run");
+    return static_cast<int>(sig);
+  }
+
+  [[noreturn]] void stop_for_signal(int sig, int64_t step) {
+    std::string outcome;
+    if (c_.save.empty())
+      outcome = "no checkpoint: --save not given";
+    else if (step == summary().first_step)
+      outcome = detail::concat("no checkpoint: no step taken since the start at step ", step);
+    else {
+      if (saved_step_ != step) save(step);
+      outcome = "checkpoint saved to " + checkpoint_path(c_.save, step);
+    }
+    log_.flush();
+    throw Interrupted(
+        sig, detail::concat("interrupted at step ", step, " by ", signal_name(sig), "; ", outcome));
+  }
+
   void save(int64_t step) {
+    saved_step_ = step;
     const std::string path = checkpoint_path(c_.save, step);
     if (pipe_->distributed()) {
       // Every stage's ranks of replica 0 write a shard; rank 0 the manifest once all have.
@@ -381,6 +411,7 @@ class Trainer {
   double static_scale_ = 1;                  // a fixed --loss-scale, else 1
   std::unique_ptr<optim::LrSchedule> schedule_;
   int64_t parameters_ = 0;         // the formula's count (tied weights once)
+  int64_t saved_step_ = -1;        // the step of the last checkpoint written
   std::optional<RunLog> run_log_;  // made once the config is final
 };
 
@@ -398,6 +429,11 @@ TrainSummary train(const TrainConfig& config, std::ostream& log,
     print_schedule(config, log);
     return {};
   }
+  // Refused before anything is built or started (Note [Preflight] in preflight.cc).
+  const bool several = world && world->size() > 1;
+  const int cells = config.K * config.virtual_stages;
+  check_memory(config, several ? 1 : cells, cells, several ? world->local_size() : 1);
+  check_threads(config, several ? 1 : cells, log);
   Trainer trainer(config, log, std::move(world));
   return trainer.run();
 }

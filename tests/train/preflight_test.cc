@@ -1,0 +1,169 @@
+// Fail fast (Note [Preflight] in tools/train/preflight.cc): a run that cannot
+// fit, or that would start far more threads than the process may run, is
+// refused by train() before anything is built, naming the figure; the run
+// that fits still trains, also under lowered limits in a child process.
+#include "tools/train/preflight.h"
+
+#include <pwd.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/system_limits.h"
+#include "tests/train/trainer_testing.h"
+#include "tools/train/config.h"
+#include "tools/train/trainer.h"
+
+using namespace gpipe;
+using namespace gpipe::train;
+using Catch::Contains;
+using testing::tiny_transformer;
+using testing::with;
+
+namespace {
+
+// The message train() throws for `args`, and how long it took (seconds).
+std::pair<std::string, double> refusal(const std::vector<std::string>& args) {
+  std::ostringstream log;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what = "(trained: no refusal)";
+  try {
+    train::train(parse_train_flags(args), log);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  return {what, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+// Runs `body` in a forked child; its exit status (0: it held).
+int in_child(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child threw: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    _exit(rc);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int expect(bool ok, const std::string& what) {
+  if (!ok) std::fprintf(stderr, "child: %s\n", what.c_str());
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+TEST_CASE("preflight: the paper's largest Transformer is refused at once, with the figure") {
+  const auto [what, secs] = refusal({"--model=transformer", "--preset=T(64,16384,32)", "--steps=1"});
+  CHECK(secs < 2);
+  if (usable_memory().value < 80e9) {
+    CHECK_THAT(what, Contains("out of memory on cpu") && Contains("81.68 GB") &&
+                         Contains("5,104,224,256 parameters x 16 bytes") && Contains("--K") &&
+                         Contains("--precision") && Contains("gpipe_plan --memory="));
+  }
+}
+
+TEST_CASE("preflight: absurd sizes are refused without wrapping or building") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--model=transformer", "--layers=100000000"},
+           {"--model=transformer", "--dim=1000000000"},
+           {"--model=transformer", "--batch=100000000"},
+           {"--model=amoebanet", "--filters=100000"},
+           {"--model=amoebanet", "--normal-cells=100000"}}) {
+    const auto [what, secs] = refusal(with(args, {"--steps=1"}));
+    INFO(args[1] << ": " << what);
+    CHECK(secs < 2);
+    CHECK_THAT(what, Contains("out of memory on cpu") && Contains("more than the"));
+  }
+  const MemoryEstimate wide = estimate_memory(
+      parse_train_flags({"--model=transformer", "--dim=1000000000", "--steps=1"}));
+  CHECK(wide.parameters == INT64_MAX);  // saturated, not wrapped to a negative count
+  CHECK(wide.parameter_bytes > 1e20);
+}
+
+TEST_CASE("preflight: bytes per parameter follow the optimizer and the precision") {
+  auto per = [](std::initializer_list<std::string> more) {
+    return estimate_memory(parse_train_flags(with(tiny_transformer(0), more))).bytes_per_parameter;
+  };
+  CHECK(per({"--optimizer=adam"}) == 16);  // weights, gradients, two moments
+  CHECK(per({"--optimizer=sgd", "--momentum=0"}) == 8);
+  CHECK(per({"--optimizer=sgd", "--momentum=0.9"}) == 12);
+  CHECK(per({"--optimizer=adam", "--precision=bf16"}) == 18);  // + 16-bit weight copies
+}
+
+TEST_CASE("preflight: far more threads than cores is refused by name") {
+  const uint64_t cores = usable_cores().value;
+  std::vector<std::string> args = with(tiny_transformer(0), {"--steps=1"});
+  std::replace(args.begin(), args.end(), std::string("--threads=1"),
+               std::string("--threads=100000"));
+  const auto [what, secs] = refusal(args);
+  CHECK(secs < 2);
+  CHECK_THAT(what, Contains("--threads=100000: far more threads than the " +
+                            std::to_string(cores) + " core(s)"));
+  const auto [k8, secs8] =
+      refusal({"--model=transformer", "--K=8", "--M=32", "--threads=5000", "--steps=1"});
+  CHECK_THAT(k8, Contains("--threads=5000"));
+  CHECK(planned_threads(8, 2) == 34);
+}
+
+TEST_CASE("preflight: under a lowered RLIMIT_AS a big run is refused naming it, a small one trains") {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  WARN("built with a sanitizer (terabytes of address space reserved): skipped");
+  return;
+#endif
+  CHECK(in_child([] {
+          const rlim_t limit = 3ull << 30;
+          const rlimit as{limit, limit};
+          if (setrlimit(RLIMIT_AS, &as) != 0) return 2;
+          const auto [what, secs] =
+              refusal({"--model=transformer", "--preset=T(6,8192,16)", "--steps=1"});
+          int failures = expect(what.find("RLIMIT_AS") != std::string::npos &&
+                                    what.find("4.44 GB") != std::string::npos,
+                                "T(6,8192,16) under 3 GiB: " + what);
+          std::ostringstream log;
+          const TrainSummary s = train::train(
+              parse_train_flags(with(tiny_transformer(0), {"--steps=1", "--no-final-eval"})), log);
+          failures += expect(s.losses.size() == 1, "the tiny transformer did not train");
+          return failures;
+        }) == 0);
+}
+
+TEST_CASE("preflight: under a lowered RLIMIT_NPROC the threads are refused naming it") {
+  const int rc = in_child([] {
+    if (getuid() == 0) {  // the kernel does not hold root to RLIMIT_NPROC: run as nobody
+      const passwd* nobody = getpwnam("nobody");
+      if (nobody == nullptr || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0)
+        return 3;
+    }
+    const rlim_t room = static_cast<rlim_t>(user_threads_now() + 10);
+    const rlimit few{room, room};
+    if (setrlimit(RLIMIT_NPROC, &few) != 0) return 2;
+    std::vector<std::string> args = with(tiny_transformer(0), {"--steps=1"});
+    std::replace(args.begin(), args.end(), std::string("--K=2"), std::string("--K=8"));
+    const auto [what, secs] = refusal(args);
+    return expect(what.find("RLIMIT_NPROC") != std::string::npos &&
+                      what.find("need 18 threads") != std::string::npos,
+                  "8 cells under a low RLIMIT_NPROC: " + what);
+  });
+  if (rc == 3) {
+    WARN("no unprivileged user to run as: skipped");
+    return;
+  }
+  CHECK(rc == 0);
+}
