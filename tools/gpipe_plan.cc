@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "core/parallel.h"
+#include "core/system_limits.h"
 #include "models/amoebanet.h"
 #include "models/transformer.h"
 #include "ops/cpu/blas.h"
@@ -21,6 +22,7 @@
 #include "tools/plan_cli.h"
 #include "tools/train/config.h"
 #include "tools/train/planning.h"
+#include "tools/train/report.h"
 #include "tools/train/task.h"
 #include "tools/train/version.h"
 
@@ -51,11 +53,32 @@ Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
           {Tensor::from_vector(labels, pixels ? Shape{n, s, s} : Shape{n})}};
 }
 
+// The planner profiles the model by building it (twice for K > 1): a model
+// whose weights alone pass this machine's memory is refused at once, naming
+// the figure (Note [Preflight] in tools/train/preflight.cc), not built for
+// minutes until the kernel ends the process.
+void check_profiling_fits(const train::TrainConfig& c, int K) {
+  const SystemLimit limit = usable_memory();
+  const double copies = K > 1 ? 2 : 1;
+  const double params = static_cast<double>(train::parameter_count(c));
+  const double need = params * 4 * copies;
+  GPIPE_CHECK(limit.value == 0 || need <= static_cast<double>(limit.value),
+              "gpipe_plan profiles the model by building it", K > 1 ? " twice" : "", ": ",
+              format_bytes(need), " of float32 weights (",
+              train::with_commas(static_cast<int64_t>(params)), " parameters), more than the ",
+              format_bytes(static_cast<double>(limit.value)), " this process may use (",
+              limit.source,
+              "). Profile a shallower model of the same widths (--layers) on this machine, or "
+              "plan on a larger one; gpipe_plan --paper plans the paper's sizes from one "
+              "profiled layer, and gpipe_train --print-params prints the count");
+}
+
 int plan(const plan_cli::PlanFlags& f) {
   plan_cli::PlanSetup setup = plan_cli::prepare_plan(f);
   const train::TrainConfig& c = setup.config;
   PlanRequest& req = setup.request;
   set_default_intra_op_threads(f.threads);
+  check_profiling_fits(c, f.K);
   Model model, other;  // the second copy measures two devices computing at once
   int64_t vocab = 0, params = 0;
   if (c.model == "transformer") {

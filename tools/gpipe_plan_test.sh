@@ -48,6 +48,9 @@ check 2 "--batch: expected a positive number, got 0" --model=transformer --batch
 check 2 "--paper takes no model flags; not expected: --bogus" --paper --bogus
 check 2 "--schedules: unknown schedule 'zz'" --model=transformer "${tiny[@]}" --schedules=zz
 check 2 "--remat: " --model=transformer "${tiny[@]}" --remat=sometimes
+# a model too large to build here for profiling: refused at once, with the figure
+check 1 "gpipe_plan profiles the model by building it: 31899.65 GB of float32 weights" \
+  --model=transformer --layers=100000 --dim=1024 --ffn=16384 --heads=16 --K=1
 # a given link is used and said
 timeout 300 "$PLAN" --model=transformer "${tiny[@]}" --K=2 --batch=8 --link=pcie \
   > "$TEST_TMPDIR/pcie.log" 2>&1

@@ -70,7 +70,8 @@ int expect(bool ok, const std::string& what) {
 }  // namespace
 
 TEST_CASE("preflight: the paper's largest Transformer is refused at once, with the figure") {
-  const auto [what, secs] = refusal({"--model=transformer", "--preset=T(64,16384,32)", "--steps=1"});
+  const auto [what, secs] =
+      refusal({"--model=transformer", "--preset=T(64,16384,32)", "--steps=1"});
   CHECK(secs < 2);
   if (usable_memory().value < 80e9) {
     CHECK_THAT(what, Contains("out of memory on cpu") && Contains("81.68 GB") &&
@@ -80,19 +81,19 @@ TEST_CASE("preflight: the paper's largest Transformer is refused at once, with t
 }
 
 TEST_CASE("preflight: absurd sizes are refused without wrapping or building") {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--model=transformer", "--layers=100000000"},
-           {"--model=transformer", "--dim=1000000000"},
-           {"--model=transformer", "--batch=100000000"},
-           {"--model=amoebanet", "--filters=100000"},
-           {"--model=amoebanet", "--normal-cells=100000"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"--model=transformer", "--layers=100000000"},
+                                             {"--model=transformer", "--dim=1000000000"},
+                                             {"--model=transformer", "--batch=100000000"},
+                                             {"--model=amoebanet", "--filters=100000"},
+                                             {"--model=amoebanet", "--normal-cells=100000"}}) {
     const auto [what, secs] = refusal(with(args, {"--steps=1"}));
     INFO(args[1] << ": " << what);
     CHECK(secs < 2);
     CHECK_THAT(what, Contains("out of memory on cpu") && Contains("more than the"));
   }
-  const MemoryEstimate wide = estimate_memory(
-      parse_train_flags({"--model=transformer", "--dim=1000000000", "--steps=1"}));
+  const MemoryEstimate wide =
+      estimate_memory(parse_train_flags({"--model=transformer", "--dim=1000000000", "--steps=1"}));
   CHECK(wide.parameters == INT64_MAX);  // saturated, not wrapped to a negative count
   CHECK(wide.parameter_bytes > 1e20);
 }
@@ -114,15 +115,16 @@ TEST_CASE("preflight: far more threads than cores is refused by name") {
                std::string("--threads=100000"));
   const auto [what, secs] = refusal(args);
   CHECK(secs < 2);
-  CHECK_THAT(what, Contains("--threads=100000: far more threads than the " +
-                            std::to_string(cores) + " core(s)"));
+  CHECK_THAT(what, Contains("--threads=100000: far more threads than the " + std::to_string(cores) +
+                            " core(s)"));
   const auto [k8, secs8] =
       refusal({"--model=transformer", "--K=8", "--M=32", "--threads=5000", "--steps=1"});
   CHECK_THAT(k8, Contains("--threads=5000"));
   CHECK(planned_threads(8, 2) == 34);
 }
 
-TEST_CASE("preflight: under a lowered RLIMIT_AS a big run is refused naming it, a small one trains") {
+TEST_CASE(
+    "preflight: under a lowered RLIMIT_AS a big run is refused naming it, a small one trains") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   WARN("built with a sanitizer (terabytes of address space reserved): skipped");
   return;
@@ -148,8 +150,7 @@ TEST_CASE("preflight: under a lowered RLIMIT_NPROC the threads are refused namin
   const int rc = in_child([] {
     if (getuid() == 0) {  // the kernel does not hold root to RLIMIT_NPROC: run as nobody
       const passwd* nobody = getpwnam("nobody");
-      if (nobody == nullptr || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0)
-        return 3;
+      if (nobody == nullptr || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) return 3;
     }
     const rlim_t room = static_cast<rlim_t>(user_threads_now() + 10);
     const rlimit few{room, room};
