@@ -13,23 +13,32 @@
 namespace gpipe {
 namespace {
 
-LinearOptions proj(double scale) {
+LinearOptions proj(double scale, bool bias = true) {
   LinearOptions o;
   o.init_scale = scale;
+  o.bias = bias;
   return o;
+}
+
+// K and V's width: kv_heads heads of dim / heads.
+int64_t kv_dim(const AttentionOptions& o) {
+  const int64_t kv = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  return o.heads > 0 ? o.dim / o.heads * kv : o.dim;
 }
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, uint64_t seed)
     : Layer(std::move(name)),
       opt_(opt),
-      q_("q", opt.dim, opt.dim, mix_key(seed, 11), proj(opt.init_scale)),
-      k_("k", opt.dim, opt.dim, mix_key(seed, 12), proj(opt.init_scale)),
-      v_("v", opt.dim, opt.dim, mix_key(seed, 13), proj(opt.init_scale)),
-      o_("o", opt.dim, opt.dim, mix_key(seed, 14), proj(opt.init_scale)),
+      q_("q", opt.dim, opt.dim, mix_key(seed, 11), proj(opt.init_scale, opt.bias)),
+      k_("k", opt.dim, kv_dim(opt), mix_key(seed, 12), proj(opt.init_scale, opt.bias)),
+      v_("v", opt.dim, kv_dim(opt), mix_key(seed, 13), proj(opt.init_scale, opt.bias)),
+      o_("o", opt.dim, opt.dim, mix_key(seed, 14), proj(opt.init_scale, opt.bias)),
       drop_("attn_dropout", opt.dropout, mix_key(seed, 15)) {
   GPIPE_CHECK(opt.heads > 0 && opt.dim % opt.heads == 0, "MultiHeadAttention '", this->name(),
               "': dim ", opt.dim, " is not divisible by heads ", opt.heads);
+  GPIPE_CHECK(opt.kv_heads >= 0 && opt.heads % kv_heads() == 0, "MultiHeadAttention '",
+              this->name(), "': heads ", opt.heads, " is not a multiple of kv_heads ", kv_heads());
   register_sublayer("q", &q_);
   register_sublayer("k", &k_);
   register_sublayer("v", &v_);
@@ -50,7 +59,8 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
     GPIPE_CHECK(key_padding.rank() == 2 && key_padding.size(0) == b && key_padding.size(1) == tk,
                 "MultiHeadAttention '", name(), "': expected key padding mask [", b, ", ", tk,
                 "], got ", key_padding.shape());
-  const Tensor q = q_(query), k = k_(memory), v = v_(memory);
+  const Tensor q = rotate(q_(query), opt_.heads, 0);
+  const Tensor k = repeat_kv(rotate(k_(memory), kv_heads(), 0)), v = repeat_kv(v_(memory));
   // One fused op, with the dropout on the probabilities inside it (Note
   // [Attention dropout] in ops/attention.cc: drop_'s mask, as if drop_ ran
   // on the probabilities of the composed form).
@@ -65,7 +75,8 @@ Tensor MultiHeadAttention::attend_incremental(const Tensor& query, LayerDecodeCa
               "': incremental decoding runs in eval mode");
   GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
               "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
-  Tensor k = k_(query), v = v_(query);
+  const int64_t offset = cache.has("k") ? cache.tensors["k"].size(1) : 0;
+  Tensor k = rotate(k_(query), kv_heads(), offset), v = v_(query);
   if (cache.has("k")) {
     GPIPE_CHECK(cache.tensors["k"].size(0) == query.size(0), "MultiHeadAttention '", name(),
                 "': the session has ", cache.tensors["k"].size(0), " rows but this step has ",
@@ -81,7 +92,22 @@ Tensor MultiHeadAttention::attend_incremental(const Tensor& query, LayerDecodeCa
   const bool causal = opt_.causal && query.size(1) > 1;
   GPIPE_CHECK(!causal || k.size(1) == query.size(1), "MultiHeadAttention '", name(),
               "': after the first step, feed one new position per step (got ", query.size(1), ")");
-  return o_(ops::attention(q_(query), k, v, opt_.heads, causal));
+  return o_(ops::attention(rotate(q_(query), opt_.heads, offset), repeat_kv(k), repeat_kv(v),
+                           opt_.heads, causal));
+}
+
+Tensor MultiHeadAttention::rotate(const Tensor& x, int64_t heads, int64_t offset) const {
+  return opt_.rotary.enabled ? ops::rotary_embedding(x, heads, opt_.rotary, offset) : x;
+}
+
+// [B, T, kv_heads * dh] -> [B, T, heads * dh], kv head i serving Q heads
+// i * g .. i * g + g - 1 (g = heads / kv_heads), as Hugging Face's repeat_kv.
+Tensor MultiHeadAttention::repeat_kv(const Tensor& x) const {
+  const int64_t kv = kv_heads();
+  if (kv == opt_.heads) return x;
+  const int64_t b = x.size(0), t = x.size(1), dh = opt_.dim / opt_.heads, g = opt_.heads / kv;
+  const Tensor grouped = ops::expand(ops::reshape(x, {b, t, kv, 1, dh}), Shape{b, t, kv, g, dh});
+  return ops::reshape(grouped, {b, t, opt_.heads * dh});
 }
 
 Tensor MultiHeadAttention::attend_cached_memory(const Tensor& query, const Tensor& memory,
@@ -90,8 +116,8 @@ Tensor MultiHeadAttention::attend_cached_memory(const Tensor& query, const Tenso
   GPIPE_CHECK(!training(), "MultiHeadAttention '", name(),
               "': incremental decoding runs in eval mode");
   if (!cache.has("memory_k")) {
-    cache.tensors["memory_k"] = k_(memory);
-    cache.tensors["memory_v"] = v_(memory);
+    cache.tensors["memory_k"] = repeat_kv(k_(memory));
+    cache.tensors["memory_v"] = repeat_kv(v_(memory));
   }
   return o_(ops::attention(q_(query), cache.tensors["memory_k"], cache.tensors["memory_v"],
                            opt_.heads, false, key_padding));
@@ -111,8 +137,8 @@ BundleSpec MultiHeadAttention::output_spec(const BundleSpec& in) const {
 }
 
 double MultiHeadAttention::flops(int64_t batch, int64_t tq, int64_t tk) const {
-  const double d = static_cast<double>(opt_.dim);
-  return 2.0 * batch * (2 * tq + 2 * tk) * d * d + 4.0 * batch * tq * tk * d;
+  const double d = static_cast<double>(opt_.dim), kv = static_cast<double>(kv_dim(opt_));
+  return 2.0 * batch * (2 * tq * d + 2 * tk * kv) * d + 4.0 * batch * tq * tk * d;
 }
 
 double MultiHeadAttention::cost(const BundleSpec& in) const {

@@ -3,6 +3,7 @@
 
 #include "layers/basic.h"
 #include "layers/decode.h"
+#include "ops/rotary.h"
 
 namespace gpipe {
 
@@ -12,11 +13,19 @@ struct AttentionOptions {
   bool causal = false;   // decoder self-attention: query i sees keys j <= i
   double dropout = 0.0;  // on the attention probabilities
   double init_scale = 1.0;
+  // Grouped-query attention: K and V have kv_heads heads of D / heads dims
+  // each, head h of Q attending with K / V head h / (heads / kv_heads); 0 =
+  // heads (multi-head). heads must be a multiple of it.
+  int64_t kv_heads = 0;
+  bool bias = true;           // the four projections' biases (Llama has none)
+  ops::RotaryOptions rotary;  // rotary position embedding of Q and K (off by default)
 };
 
 // query [B, Tq, D], memory [B, Tk, D] (= query for self-attention),
 // key_padding [B, Tk] float (1 = padded key, ignored) or undefined.
-// Output [B, Tq, D]. Q, K, V and output projections with bias.
+// Output [B, Tq, D]. Q, K, V and output projections (with bias unless
+// options say otherwise); with rotary embedding, query and key positions
+// start at 0 (at the cache's length when decoding incrementally).
 class MultiHeadAttention final : public Layer {
  public:
   MultiHeadAttention(std::string name, AttentionOptions opt, uint64_t seed);
@@ -39,8 +48,13 @@ class MultiHeadAttention final : public Layer {
   double cost(const BundleSpec& in) const override;
   // FLOPs for given sizes (projections + scores + weighted sum).
   double flops(int64_t batch, int64_t tq, int64_t tk) const;
+  int64_t kv_heads() const { return opt_.kv_heads > 0 ? opt_.kv_heads : opt_.heads; }
 
  private:
+  // Rotary embedding at `offset` (if on), then K / V heads repeated to Q's.
+  Tensor rotate(const Tensor& x, int64_t heads, int64_t offset) const;
+  Tensor repeat_kv(const Tensor& x) const;
+
   AttentionOptions opt_;
   Linear q_, k_, v_, o_;
   Dropout drop_;

@@ -109,6 +109,27 @@ double LayerNorm::cost(const BundleSpec& in) const {
   return in.empty() ? 0.0 : 8.0 * in[0].shape.numel();
 }
 
+RMSNorm::RMSNorm(std::string name, int64_t dim, double eps)
+    : UnaryLayer(std::move(name)), dim_(dim), eps_(eps) {
+  weight = make_parameter(Tensor::full(Shape{dim}, 1.0));
+  register_parameter("weight", &weight);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  expect_last_axis(name(), {x.shape(), x.dtype()}, dim_);
+  return ops::rms_norm(x, weight.dtype() == x.dtype() ? weight : ops::cast(weight, x.dtype()),
+                       eps_);
+}
+
+TensorSpec RMSNorm::output_spec(const TensorSpec& in) const {
+  expect_last_axis(name(), in, dim_);
+  return in;
+}
+
+double RMSNorm::cost(const BundleSpec& in) const {
+  return in.empty() ? 0.0 : 5.0 * in[0].shape.numel();
+}
+
 Dropout::Dropout(std::string name, double p, uint64_t salt)
     : UnaryLayer(std::move(name)), p_(p), salt_(salt) {
   GPIPE_CHECK(p >= 0 && p < 1, "Dropout '", this->name(), "': p must be in [0, 1), got ", p);

@@ -75,6 +75,20 @@ class LayerNorm final : public UnaryLayer {
   double eps_;
 };
 
+// x / sqrt(mean(x^2) + eps) * weight over the last axis (ops::rms_norm).
+class RMSNorm final : public UnaryLayer {
+ public:
+  RMSNorm(std::string name, int64_t dim, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  TensorSpec output_spec(const TensorSpec& in) const override;
+  double cost(const BundleSpec& in) const override;
+  Tensor weight;
+
+ private:
+  int64_t dim_;
+  double eps_;
+};
+
 // Inverted dropout with a counter-based mask: the mask of layer l for
 // micro-batch m at step s is a function of (seed, s, m, l, salt), so a
 // recomputed forward reproduces it (Note [Remat RNG]).
