@@ -39,11 +39,16 @@ void resolve_virtual_stages(PipelineOptions& o, const OptionNames& n) {
   GPIPE_CHECK(v >= 1, said(n.virtual_stages, v), ": expected >= 1 cells per device");
   GPIPE_CHECK(!v_shape || v == 2, said(n.virtual_stages, v), ": ", schedule_name(o.schedule),
               " holds exactly 2 cells per device (leave ", n.virtual_stages, " out)");
+  // GPipe's fill-drain over v cells per device is a schedule of its own (looped BFS).
   GPIPE_CHECK(v == 1 || !built_in || v_shape || interleaved_kind(o.schedule),
               said(n.virtual_stages, v), " cells per device needs the interleaved schedule (",
               said(n.schedule, "interleaved"),
-              " or zb-interleaved, or zb-v with 2 per device; got ",
-              said(n.schedule, schedule_name(o.schedule)), ")");
+              ", zb-interleaved or looped-bfs, or zb-v with 2 per device; got ",
+              said(n.schedule, schedule_name(o.schedule)), ")",
+              o.schedule == ScheduleKind::kGPipe
+                  ? detail::concat("; GPipe's order over v cells per device is ",
+                                   said(n.schedule, "looped-bfs"))
+                  : "");
 }
 
 // An explicit balance gives the cells, and so K when K was left at 1.

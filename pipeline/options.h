@@ -1,9 +1,10 @@
 // PipelineOptions: what a Pipeline is asked to run (K, M, v, the schedule,
 // remat, placement, ...) and resolve(), the one place its rules live: v
 // from the schedule (the V schedules zb-v, v-half, v-min and dualpipev imply
-// 2; v > 1 needs interleaved or zb-interleaved, or a V with v = 2), the limits on K, M and R, the
-// cells of an explicit balance, the device list, and the program, built (or, from a file, taken)
-// and dry-run once. The tools build options from their flags and call resolve() once, naming the
+// 2; v > 1 needs interleaved, zb-interleaved or looped-bfs, or a V with
+// v = 2), the limits on K, M and R, the cells of an explicit balance, the
+// device list, and the program, built (or, from a file, taken) and dry-run
+// once. The tools build options from their flags and call resolve() once, naming the
 // fields as their flags (OptionNames) so a CLI user reads
 // "--K" where the library says "K".
 //
@@ -36,7 +37,7 @@ struct PipelineOptions {
   int M = 1;  // micro-batches per mini-batch
   // v: cells per device: the model is cut into K v cells and the cells of a
   // device take turns (Note [Device turns]). Interleaved: cell c on device
-  // c mod K, any v (interleaved, zb-interleaved); the V schedules (zb-v,
+  // c mod K, any v (interleaved, zb-interleaved, looped-bfs); the V schedules (zb-v,
   // v-half, v-min, dualpipev): 2 (resolve() sets it when left at 1), in a V.
   // 1 for every other schedule.
   int virtual_stages = 1;

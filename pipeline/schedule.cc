@@ -1,7 +1,7 @@
 // The built-in programs by name (the text form is schedule_text.cc's; the
-// pieces they are made of, schedule_build.cc's): each kind's order of
-// compute per device, expanded into a program by build::from_device_orders
-// or, one cell per device, by build::add_compute.
+// pieces they are made of, schedule_build.cc's and schedule_orders.cc's):
+// each kind's order of compute per device, expanded into a program by
+// build::from_device_orders or, one cell per device, by build::add_compute.
 #include "pipeline/schedule.h"
 
 #include <algorithm>
@@ -132,7 +132,7 @@ std::vector<std::vector<DeviceTask>> orders_of(
 //  - ZB-V: at most 2K cell-micro-batches alive per device (K whole
 //    micro-batches: 1F1B's peak on its first stage, now on every device);
 //    the shortest, on the costs' clock, of the builder's 32 variants, the
-//    published pattern (Note [Published ZB-V] in schedule_build.cc), and
+//    published pattern (Note [Published ZB-V] in schedule_orders.cc), and
 //    each of those with its idle time filled by weight-gradients (Note
 //    [Weight-gradient fill]): so never longer than the published ZB-V on
 //    the given costs. On free links 6M + K - 1 cell-forwards for
@@ -182,18 +182,43 @@ Schedule make_v(ScheduleKind kind, int k, int m, RematMode remat, const OrderCos
   return build::from_device_orders(m, remat, 2 * k, spec.device_of, orders);
 }
 
+std::vector<int> interleaved_map(int k, int v) {
+  std::vector<int> map;
+  for (int c = 0; c < k * v; ++c) map.push_back(c % k);
+  return map;
+}
+
 // Looped zero bubble: interleaved cells (cell c on device c mod K, v per
-// device) with the split backward, each device's order from the order
-// builder, forwards first, with at most v K cell-micro-batches alive (K
-// whole micro-batches, as ZB-H1 on its first stage).
+// device) with the split backward and at most v K cell-micro-batches alive
+// per device (K whole micro-batches, as ZB-H1 on its first stage). The
+// order is the shortest, on the costs' clock, of the builder's variants
+// (forwards first), the published pattern (Note [Published interleaved zero
+// bubble] in schedule_orders.cc) where it keeps within v K (M a multiple
+// of K, or M < K), and each of those with its idle time filled by
+// weight-gradients: never longer than the published order. On free links
+// with F = I = W, 3vM + K - 1 cell-forwards for M a multiple of K (the
+// bound; the builder alone took up to 5 more, 106 at K = 8, M = 16, v = 2),
+// up to 5 more for other M >= K (K <= 8, M <= 32). With a hop of l
+// forwards, K in {2, 4, 8}, M in {K, 2K, 4K}, v in {2, 4}, l in {0.5, 1}:
+// the published order is the shorter at most M >= 2K (by up to 8.5%: K = 8,
+// M = 16, v = 4, l = 0.5, 225 against 246), the builder's at M = K (by up
+// to 13.5%: K = 8, v = 2, l = 1, 77 against 89); schedule_build_test prints
+// the sweep.
 Schedule make_zb_interleaved(int k, int m, RematMode remat, int v, const OrderCosts& costs) {
   build::OrderSpec spec;
   spec.m = m;
-  for (int c = 0; c < k * v; ++c) spec.device_of.push_back(c % k);
+  spec.device_of = interleaved_map(k, v);
   spec.costs = costs;
   spec.cap.assign(k, v * k);
   spec.reserve = false;
-  return build::from_device_orders(m, remat, k * v, spec.device_of, orders_of(spec, true));
+  std::vector<std::vector<std::vector<build::DeviceTask>>> published{
+      build::published_zb_interleaved_orders(k, v, m)};
+  const build::BuiltOrders timed =
+      build::replay_orders(published[0], spec.device_of, m, costs, build::Fill::kNone);
+  for (int peak : timed.peak_alive)
+    if (peak > v * k) published.clear();  // rounds of more than K: over the cap
+  return build::from_device_orders(m, remat, k * v, spec.device_of,
+                                   orders_of(spec, true, published));
 }
 
 // Note [DualPipeV]. DeepSeek's DualPipeV (DeepSeek-V3, 2024; the V form of
@@ -256,9 +281,13 @@ Schedule make_dualpipev(int k, int m, RematMode remat) {
 }
 
 Schedule make_interleaved(int k, int m, RematMode remat, int v) {
-  std::vector<int> device_map;
-  for (int c = 0; c < k * v; ++c) device_map.push_back(c % k);
-  return build::from_device_orders(m, remat, k * v, device_map, build::interleaved_orders(k, v, m));
+  return build::from_device_orders(m, remat, k * v, interleaved_map(k, v),
+                                   build::interleaved_orders(k, v, m));
+}
+
+Schedule make_looped_bfs(int k, int m, RematMode remat, int v) {
+  return build::from_device_orders(m, remat, k * v, interleaved_map(k, v),
+                                   build::looped_bfs_orders(k, v, m));
 }
 
 }  // namespace
@@ -280,6 +309,7 @@ constexpr Named kNames[] = {
     {ScheduleKind::kVHalf, "v-half", "vhalf"},
     {ScheduleKind::kVMin, "v-min", "vmin"},
     {ScheduleKind::kDualPipeV, "dualpipev", "dualpipe-v"},
+    {ScheduleKind::kLoopedBFS, "looped-bfs", "loopedbfs"},
 };
 }  // namespace
 
@@ -288,7 +318,7 @@ ScheduleKind parse_schedule(const std::string& name) {
     if (name == n.name || name == n.alias) return n.kind;
   throw Error(detail::concat("unknown schedule '", name,
                              "' (expected gpipe, 1f1b, zb-h1, zb-h1-lowmem, interleaved, zb-v, "
-                             "zb-interleaved, v-half, v-min, dualpipev or file:PATH)"));
+                             "zb-interleaved, v-half, v-min, dualpipev, looped-bfs or file:PATH)"));
 }
 
 std::string schedule_name(ScheduleKind kind) {
@@ -309,7 +339,8 @@ bool v_shaped(ScheduleKind kind) {
 }
 
 bool interleaved_kind(ScheduleKind kind) {
-  return kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kZBInterleaved;
+  return kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kZBInterleaved ||
+         kind == ScheduleKind::kLoopedBFS;
 }
 
 int cells_per_device(ScheduleKind kind, int v) {
@@ -339,8 +370,16 @@ BubbleFormula bubble_formula(ScheduleKind kind, int k, int m, int v) {
     return {tail / (12.0 * m + tail), "(7K-10)/(12M+7K-10)"};
   }
   if (kind == ScheduleKind::kZBInterleaved && v > 1)
-    return {2.0 * (k - 1) / (3.0 * v * m + 2.0 * (k - 1)),
-            detail::concat("2(K-1)/(3vM+2(K-1)), v=", v)};
+    return {static_cast<double>(k - 1) / (3.0 * v * m + k - 1),
+            detail::concat("(K-1)/(3vM+K-1), v=", v)};
+  if (kind == ScheduleKind::kLoopedBFS && v > 1) {  // Note [Looped BFS] in schedule_orders.cc
+    if (m >= k)
+      return {static_cast<double>(k - 1) / (static_cast<double>(v) * m + k - 1),
+              detail::concat("(K-1)/(vM+K-1), v=", v)};
+    const double span = static_cast<double>(v) * k + m - 1;  // (v-1) K + M + K - 1
+    return {(span - static_cast<double>(v) * m) / span,
+            detail::concat("(vK-1-(v-1)M)/(vK+M-1) for M < K, v=", v)};
+  }
   if (kind == ScheduleKind::kZBH1LowMem)
     return {2.0 * (k - 1) / (3.0 * m + 2.0 * (k - 1)), "2(K-1)/(3M+2(K-1))"};
   if (kind == ScheduleKind::kInterleaved && v > 1)
@@ -359,8 +398,11 @@ Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v,
     if (kind == ScheduleKind::kDualPipeV) return make_dualpipev(k, m, remat);
     return make_v(kind, k, m, remat, costs);
   }
-  GPIPE_CHECK(v == 1 || interleaved_kind(kind), "schedule: ", schedule_name(kind),
-              " places one cell per device; v = ", v, " cells per device needs interleaved");
+  GPIPE_CHECK(
+      v == 1 || interleaved_kind(kind), "schedule: ", schedule_name(kind),
+      " places one cell per device; v = ", v,
+      " cells per device needs interleaved, zb-interleaved or looped-bfs",
+      kind == ScheduleKind::kGPipe ? " (GPipe's order over v cells per device: looped-bfs)" : "");
   if (kind == ScheduleKind::kZBInterleaved) {
     if (v > 1) return make_zb_interleaved(k, m, remat, v, costs);
     kind = ScheduleKind::kZBH1;  // one cell per device: plain ZB-H1
@@ -368,6 +410,10 @@ Schedule make_schedule(ScheduleKind kind, int k, int m, RematMode remat, int v,
   if (kind == ScheduleKind::kInterleaved) {
     if (v > 1) return make_interleaved(k, m, remat, v);
     kind = ScheduleKind::k1F1B;  // one cell per device: plain 1F1B
+  }
+  if (kind == ScheduleKind::kLoopedBFS) {
+    if (v > 1) return make_looped_bfs(k, m, remat, v);
+    kind = ScheduleKind::kGPipe;  // one cell per device: plain GPipe
   }
   Schedule s{m, true, std::vector<std::vector<Action>>(k), {}};
   const bool zb_kind = kind == ScheduleKind::kZBH1 || kind == ScheduleKind::kZBH1LowMem;

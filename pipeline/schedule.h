@@ -45,7 +45,7 @@
 //    of D, the first group taking the M mod D left over; warm-up
 //    2 (D - 1 - d) + (v - 1) x the first group, also at M = D), the cells of
 //    a device handing it over with <T/>T. Any M >= 1 (Note [Interleaved
-//    order] in schedule_build.cc).
+//    order] in schedule_orders.cc).
 //  - ZB-V (Zero Bubble, Qi et al. 2024): 2 K cells in a V, cell c on device
 //    c for c < K and 2K - 1 - c after (device 0 holds the first cell and
 //    the last), the split backward, each device's order from the
@@ -58,8 +58,16 @@
 //    micro-batches); V-Min admits one micro-batch per device-time of work
 //    and holds about K/3 whole ones, for a longer tail.
 //  - zb-interleaved (looped zero bubble): interleaved cells (v per device)
-//    with the split backward, ordered by the order builder with at most v K
-//    cell-micro-batches alive per device.
+//    with the split backward and at most v K cell-micro-batches alive per
+//    device; the shorter, for the given costs, of the order builder's order
+//    and the published interleaved zero-bubble pattern (Qi et al. 2024, as
+//    PyTorch generates it): 3vM + K - 1 cell-forwards on free links for M a
+//    multiple of K.
+//  - looped BFS: interleaved cells (v per device), GPipe's order on each
+//    device: every micro-batch's forward through one cell before the
+//    device's next cell, then the backwards in reverse; the fewest device
+//    hand-overs (2 (v - 1) per device), GPipe's memory (v M per device).
+//    v = 1 is GPipe. Note [Looped BFS] in schedule_orders.cc.
 //  - DualPipeV (DeepSeek-V3, 2024): the V, each device pairing a forward of
 //    one cell with a backward of the other in its steady state, both ends of
 //    the V at once; M >= 2K. The pairs run one after the other here (one
@@ -123,15 +131,16 @@ enum class ScheduleKind {
   kVHalf,
   kVMin,
   kDualPipeV,
+  kLoopedBFS,
 };
 // "gpipe" | "1f1b" | "zb-h1" | "zb-h1-lowmem" | "interleaved" | "zb-v" | "zb-interleaved" |
-// "v-half" | "v-min" | "dualpipev"
+// "v-half" | "v-min" | "dualpipev" | "looped-bfs"
 ScheduleKind parse_schedule(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 // Every built-in kind, in the order above (the planner's and the bench's list).
 std::vector<ScheduleKind> all_schedules();
 // The V schedules hold exactly 2 cells on each device (zb-v, v-half, v-min,
-// dualpipev); the interleaved ones (interleaved, zb-interleaved) take v >= 1
+// dualpipev); the interleaved ones (interleaved, zb-interleaved, looped-bfs) take v >= 1
 // cells per device; the others one.
 bool v_shaped(ScheduleKind kind);
 bool interleaved_kind(ScheduleKind kind);
@@ -157,9 +166,11 @@ struct OrderCosts {
 // for ZB-H1 with F = I = W (exact for M >= K; fewer micro-batches leave
 // more idle); 2(K-1)/(3M+2(K-1)) for ZB-H1 within 1F1B's memory; (K-1)/(vM+K-1) for interleaved
 // 1F1B with v cells per device; (K-1)/(6M+K-1) for ZB-V and DualPipeV with F = I = W per
-// cell; 2(K-1)/(3vM+2(K-1)) for zb-interleaved (a bound its order meets at M = K and,
-// within 3 ticks, from M = 2K on; often below); for V-Min (4K-5)/(6M+4K-5) and V-Half
-// (7K-10)/(12M+7K-10), fitted to the builder's makespans (Note [V schedules]).
+// cell; (K-1)/(3vM+K-1) for zb-interleaved (exact for M a multiple of K; for other M >= K
+// its order took up to 5 ticks more for K <= 8, M <= 32; fewer micro-batches leave more idle);
+// for looped BFS (K-1)/(vM+K-1) for M >= K, (vK-1-(v-1)M)/(vK+M-1) below (Note [Looped
+// BFS]); for V-Min (4K-5)/(6M+4K-5) and V-Half (7K-10)/(12M+7K-10), fitted to the
+// builder's makespans (Note [V schedules]).
 struct BubbleFormula {
   double value;
   std::string text;

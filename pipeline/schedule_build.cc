@@ -1,7 +1,8 @@
 // The pieces of the built-in programs (schedule_build.h): expanding compute
-// orders into programs, Megatron-LM's interleaved order, and the
-// cost-aware order builder behind ZB-H1's relatives on shared devices
-// (ZB-V, zb-interleaved, V-Half, V-Min).
+// orders into programs, replaying fixed orders on the builder's clock, and
+// the cost-aware order builder behind ZB-H1's relatives on shared devices
+// (ZB-V, zb-interleaved, V-Half, V-Min). The fixed orders (Megatron-LM's
+// interleaving, the published patterns, looped BFS) are schedule_orders.cc's.
 #include "pipeline/schedule_build.h"
 
 #include <algorithm>
@@ -68,93 +69,6 @@ Schedule from_device_orders(int m, RematMode remat, int cells, std::vector<int> 
   }
   add_reductions(s);
   return s;
-}
-
-// Note [Interleaved order]: Megatron-LM's order on device d of K with v
-// cells per device (chunk j is cell j K + d). The micro-batches go in
-// groups of K (the last group holds the M mod K left over, when M is not a
-// multiple of K); within a group, the forwards run chunk 0 of each
-// micro-batch, then chunk 1, ..., and the backwards the same with the
-// chunks from v - 1 down. A warm-up of min(v M, 2 (K - 1 - d) + (v - 1) K)
-// forwards, then one forward and one backward in turn, then the remaining
-// backwards. The warm-up is the same at M = K (Megatron-LM runs every
-// forward first there, for no gain in time and v M micro-batches alive);
-// device d so holds at most min(v M, 2 (K - 1 - d) + (v - 1) K + 1)
-// cell-micro-batches.
-std::vector<std::vector<DeviceTask>> interleaved_orders(int k, int v, int m) {
-  // The sequence of (chunk, micro-batch) one device's forwards run in.
-  // Group sizes: K each, the first taking the M mod K left over (one group when M < 2K).
-  std::vector<int> groups(std::max(1, m / k), k);
-  groups[0] = m - k * (static_cast<int>(groups.size()) - 1);
-  std::vector<std::pair<int, int>> sequence;
-  for (int g = 0, first = 0; g < static_cast<int>(groups.size()); first += groups[g++])
-    for (int j = 0; j < v; ++j)
-      for (int mb = first; mb < first + groups[g]; ++mb) sequence.push_back({j, mb});
-  const int total = m * v;
-  std::vector<std::vector<DeviceTask>> orders(k);
-  for (int d = 0; d < k; ++d) {
-    const int warmup = std::min(total, 2 * (k - 1 - d) + (v - 1) * groups[0]);
-    auto& order = orders[d];
-    auto forward = [&](int i) {
-      order.push_back({sequence[i].first * k + d, {Task::kF, sequence[i].second}});
-    };
-    auto backward = [&](int i) {
-      order.push_back({(v - 1 - sequence[i].first) * k + d, {Task::kB, sequence[i].second}});
-    };
-    for (int i = 0; i < warmup; ++i) forward(i);
-    for (int i = 0; i < total - warmup; ++i) {
-      forward(warmup + i);
-      backward(i);
-    }
-    for (int i = total - warmup; i < total; ++i) backward(i);
-  }
-  return orders;
-}
-
-// Note [Published ZB-V]. The hand-made ZB-V pattern (Qi et al., Zero Bubble
-// Pipeline Parallelism, section 6), as PyTorch's ScheduleZBVZeroBubble
-// generates it, on the V map: device d (shallow cell d, deep cell
-// 2K - 1 - d) runs
-//  1. 2 (K - d) - 1 forwards of the shallow cell;
-//  2. d times: a deep forward, a shallow forward;
-//  3. K - d times: a deep forward, its input-gradient, its weight-gradient;
-//  4. until every forward has run: a shallow forward (while any is left),
-//     the shallow cell's next I and W, then the deep cell's F, I and W;
-//  5. d times: the shallow cell's next I, then the deep cell's;
-//  6. K - d times: the shallow cell's next I and its oldest pending W;
-//  7. the deep cell's pending weight-gradients, then the shallow cell's.
-// It is written for at least 2K - 1 micro-batches; for fewer, the pattern of
-// 2K - 1 is kept with the micro-batches >= M left out. Made for free links
-// and F = I = W, it is fixed: it does not move with the costs. It is the
-// yardstick (and a candidate) for the builder's ZB-V (Note [V schedules]).
-std::vector<std::vector<DeviceTask>> published_zbv_orders(int k, int m) {
-  const int n = std::max(2 * k - 1, m);
-  std::vector<std::vector<DeviceTask>> orders(k);
-  for (int d = 0; d < k; ++d) {
-    const int shallow = d, deep = 2 * k - 1 - d;
-    int f0 = 0, f1 = 0, i0 = 0, i1 = 0, w0 = 0, w1 = 0;
-    auto& out = orders[d];
-    auto put = [&](int cell, Task task, int& count) {
-      if (count < m) out.push_back({cell, {task, count}});
-      ++count;
-    };
-    for (int j = 0; j < 2 * (k - d) - 1; ++j) put(shallow, Task::kF, f0);
-    for (int j = 0; j < d; ++j) put(deep, Task::kF, f1), put(shallow, Task::kF, f0);
-    for (int j = 0; j < k - d; ++j)
-      put(deep, Task::kF, f1), put(deep, Task::kI, i1), put(deep, Task::kW, w1);
-    while (f1 < f0 || f0 < n) {
-      if (f0 < n) put(shallow, Task::kF, f0);
-      put(shallow, Task::kI, i0), put(shallow, Task::kW, w0);
-      put(deep, Task::kF, f1), put(deep, Task::kI, i1), put(deep, Task::kW, w1);
-    }
-    for (int j = 0; j < d; ++j) put(shallow, Task::kI, i0), put(deep, Task::kI, i1);
-    for (int j = 0; j < k - d; ++j) put(shallow, Task::kI, i0), put(shallow, Task::kW, w0);
-    while (w1 < i1) put(deep, Task::kW, w1);
-    while (w0 < i0) put(shallow, Task::kW, w0);
-    GPIPE_ASSERT(f0 == n && i0 == n && w0 == n && f1 == n && i1 == n && w1 == n,
-                 "published ZB-V order: device ", d, " does not run every micro-batch");
-  }
-  return orders;
 }
 
 // Note [Weight-gradient fill]. A replay of fixed per-device orders on the

@@ -4,8 +4,9 @@
 // compute task is expanded with its communication, the loss, the
 // recomputation the remat policy asks for and the device turns
 // (from_device_orders). The orders come from fixed patterns (GPipe, 1F1B,
-// Megatron-LM's interleaving) or from the cost-aware clock of
-// build_orders (Note [Order builder] in schedule_build.cc).
+// Megatron-LM's interleaving, looped BFS, the published zero-bubble ones)
+// or from the cost-aware clock of build_orders (Note [Order builder] in
+// schedule_build.cc).
 #pragma once
 
 #include <vector>
@@ -74,8 +75,13 @@ enum class Fill { kNone, kFitting, kAny };
 BuiltOrders replay_orders(const std::vector<std::vector<DeviceTask>>& orders,
                           const std::vector<int>& device_of, int m, const OrderCosts& c, Fill fill);
 
-// Each device's order of the interleaved 1F1B programs (Note [Interleaved order]).
+// The fixed orders (schedule_orders.cc). Each device's order of: the interleaved 1F1B
+// programs (Note [Interleaved order]); looped BFS, whole backwards (Note [Looped BFS]); the
+// published interleaved zero-bubble pattern, split backwards (Note [Published interleaved
+// zero bubble]); all three with cell c on device c mod K, v cells per device.
 std::vector<std::vector<DeviceTask>> interleaved_orders(int k, int v, int m);
+std::vector<std::vector<DeviceTask>> looped_bfs_orders(int k, int v, int m);
+std::vector<std::vector<DeviceTask>> published_zb_interleaved_orders(int k, int v, int m);
 
 // Each device's order of the published ZB-V pattern on the V map (Note [Published ZB-V]).
 std::vector<std::vector<DeviceTask>> published_zbv_orders(int k, int m);

@@ -185,9 +185,10 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   c->add_option("--M", o.M, "M values")->delimiter(',')->check(gpipe::train::kPositive);
   c->add_option("--schedule", o.schedules,
                 "schedules: gpipe, 1f1b, interleaved, zb-h1, zb-h1-lowmem, zb-v, zb-interleaved, "
-                "v-half, v-min, dualpipev")
+                "v-half, v-min, dualpipev, looped-bfs")
       ->delimiter(',');
-  c->add_option("--virtual", o.virtual_stages, "v for interleaved")->check(CLI::Range(2, 8));
+  c->add_option("--virtual", o.virtual_stages, "v for interleaved, zb-interleaved, looped-bfs")
+      ->check(CLI::Range(2, 8));
   c->add_option("--remat", o.remat, "never | except_last | always");
   add_warmup_steps(c, o.warmup, o.steps);
   c->add_option("--trace-dir", o.trace_dir, "write each run's Chrome trace and SVG here");

@@ -44,12 +44,13 @@ PlanFlags parse_plan_flags(const std::vector<std::string>& args) {
   app.add_option("--M", f.M, "M candidates (default 1, 2, 4, ... <= N)")->delimiter(',');
   app.add_option("--schedules", f.schedules,
                  "candidates (default all): gpipe,1f1b,zb-h1,zb-h1-lowmem,interleaved,zb-v,"
-                 "zb-interleaved,v-half,v-min,dualpipev")
+                 "zb-interleaved,v-half,v-min,dualpipev,looped-bfs")
       ->delimiter(',');
   app.add_option("--remat", f.remat,
                  "modes a cell may take (default all): never,except_last,always")
       ->delimiter(',');
-  app.add_option("--virtual", f.virtual_stages, "v for interleaved")->check(CLI::Range(2, 64));
+  app.add_option("--virtual", f.virtual_stages, "v for interleaved, zb-interleaved, looped-bfs")
+      ->check(CLI::Range(2, 64));
   app.add_option("--threads", f.threads, "intra-op threads per stage while profiling")
       ->check(CLI::Range(1, 1024));
   app.add_option("--top", f.top, "plans to print")->check(CLI::Range(1, 1000));

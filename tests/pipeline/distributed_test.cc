@@ -140,11 +140,13 @@ TEST_CASE(
                                    ScheduleKind::kInterleaved, RematMode::kExceptLast, 2));
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches, ScheduleKind::kZBV,
                                    RematMode::kNever, 2));
-  // The newer programs over ranks: looped zero bubble and V-Min.
+  // The newer programs over ranks: looped zero bubble, V-Min and looped BFS.
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches,
                                    ScheduleKind::kZBInterleaved, RematMode::kNever, 2));
   check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kPipelineMajor, batches,
                                    ScheduleKind::kVMin, RematMode::kAlways, 2));
+  check_same(ref, threads_as_ranks(2, 2, 2, RankLayout::kStageMajor, batches,
+                                   ScheduleKind::kLoopedBFS, RematMode::kExceptLast, 2));
 }
 
 TEST_CASE(

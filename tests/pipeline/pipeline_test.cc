@@ -81,6 +81,10 @@ TEST_CASE("pipeline: gradients equal single-device full-batch gradients") {
   check_equivalence(2, 4, 8, ScheduleKind::kDualPipeV, RematMode::kNever, 2);
   check_equivalence(2, 5, 7, ScheduleKind::kDualPipeV, RematMode::kExceptLast, 2);
   check_equivalence(3, 6, 6, ScheduleKind::kDualPipeV, RematMode::kAlways, 2);
+  // Looped BFS: GPipe's order over v cells per device.
+  check_equivalence(2, 4, 8, ScheduleKind::kLoopedBFS, RematMode::kNever, 2);
+  check_equivalence(2, 2, 7, ScheduleKind::kLoopedBFS, RematMode::kExceptLast, 3);
+  check_equivalence(3, 3, 6, ScheduleKind::kLoopedBFS, RematMode::kAlways, 2);
 }
 
 TEST_CASE("pipeline: interleaved cells go round-robin over the devices and report per device") {
@@ -107,7 +111,8 @@ TEST_CASE("pipeline: interleaved cells go round-robin over the devices and repor
   CHECK_THAT(pipe.describe(), Contains("schedule interleaved") && Contains("(K-1)/(vM+K-1)"));
   CHECK_THROWS_WITH(
       Pipeline(models::transformer(tiny()), {.K = 2, .M = 4, .virtual_stages = 2}, batch),
-      Contains("v = 2 cells per device needs the interleaved schedule"));
+      Contains("v = 2 cells per device needs the interleaved schedule") &&
+          Contains("GPipe's order over v cells per device is schedule = looped-bfs"));
   CHECK_THROWS_WITH(Pipeline(models::transformer(tiny()),
                              {.K = 2, .M = 3, .schedule = ScheduleKind::kDualPipeV}, batch),
                     Contains("dualpipev needs M >= 2K micro-batches"));

@@ -362,6 +362,6 @@ TEST_CASE("schedule: names parse and bad ones are rejected") {
   CHECK_THROWS_WITH(
       parse_schedule("zigzag"),
       Contains("expected gpipe, 1f1b, zb-h1, zb-h1-lowmem, interleaved, zb-v, zb-interleaved, "
-               "v-half, v-min, dualpipev or file:PATH"));
+               "v-half, v-min, dualpipev, looped-bfs or file:PATH"));
   CHECK_THROWS_AS(make_schedule(ScheduleKind::kGPipe, 0, 3), Error);
 }

@@ -172,8 +172,9 @@ TEST_CASE("skips: U-Net's long skips across 1, 2 and 3 cells match single-device
     check_against(ref, make, batch, micro, {k4, ScheduleKind::kInterleaved, remat, 2});
     check_against(ref, make, batch, micro, {k4, ScheduleKind::kZBV, remat, 2});
   }
-  // The newer programs on the same cells: looped zero bubble, V-Min, DualPipeV.
+  // The newer programs on the same cells: looped zero bubble, looped BFS, V-Min, DualPipeV.
   check_against(ref, make, batch, micro, {k4, ScheduleKind::kZBInterleaved, RematMode::kNever, 2});
+  check_against(ref, make, batch, micro, {k4, ScheduleKind::kLoopedBFS, RematMode::kExceptLast, 2});
   check_against(ref, make, batch, micro, {k4, ScheduleKind::kVMin, RematMode::kAlways, 2});
   check_against(ref, make, batch, micro, {k4, ScheduleKind::kDualPipeV, RematMode::kExceptLast, 2});
   // The same skips carried through every cell between.

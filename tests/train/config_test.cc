@@ -260,6 +260,9 @@ TEST_CASE("gpipe_train flags: schedules with several cells per device") {
   for (const char* v : {"--schedule=v-half", "--schedule=v-min", "--schedule=dualpipev"})
     CHECK(parse_train_flags(with({v})).virtual_stages == 2);
   CHECK(parse_train_flags(with({"--schedule=zb-interleaved", "--virtual=3"})).virtual_stages == 3);
+  CHECK(parse_train_flags(with({"--schedule=looped-bfs", "--virtual=2"})).virtual_stages == 2);
+  CHECK_THROWS_WITH(parse_train_flags(with({"--schedule=gpipe", "--virtual=2"})),
+                    Contains("GPipe's order over v cells per device is --schedule=looped-bfs"));
   CHECK_THROWS_WITH(parse_train_flags(with({"--schedule=v-min", "--virtual=1"})),
                     Contains("v-min holds exactly 2 cells per device"));
   CHECK_THROWS_WITH(parse_train_flags({"--model=transformer", "--steps=1", "--K=2", "--M=3",

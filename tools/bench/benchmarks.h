@@ -178,11 +178,11 @@ int run_pipeline(const PipelineBenchOptions& opt);
 // activation memory per device.
 struct SchedulesBenchOptions {
   std::vector<int> M{2, 4, 8, 16};
-  std::vector<std::string> schedules{"gpipe",        "1f1b",     "interleaved",    "zb-h1",
-                                     "zb-h1-lowmem", "zb-v",     "zb-interleaved", "v-half",
-                                     "v-min",        "dualpipev"};
+  std::vector<std::string> schedules{"gpipe",        "1f1b",      "interleaved",    "zb-h1",
+                                     "zb-h1-lowmem", "zb-v",      "zb-interleaved", "v-half",
+                                     "v-min",        "dualpipev", "looped-bfs"};
   int K = 2;               // devices, one thread each
-  int virtual_stages = 2;  // v for interleaved and zb-interleaved
+  int virtual_stages = 2;  // v for interleaved, zb-interleaved and looped-bfs
   std::string remat = "never";
   int warmup = 1, steps = 5;
   std::string trace_dir;  // write each run's trace (and its SVG) here

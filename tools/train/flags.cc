@@ -203,8 +203,9 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   g.virtual_stages = app.add_option("--virtual", c.virtual_stages,
-                                    "v: cells per device for --schedule=interleaved or "
-                                    "zb-interleaved (cell c on device c mod K); zb-v, v-half, "
+                                    "v: cells per device for --schedule=interleaved, "
+                                    "zb-interleaved or looped-bfs (cell c on device c mod K); "
+                                    "zb-v, v-half, "
                                     "v-min and dualpipev imply 2")
                          ->capture_default_str()
                          ->check(CLI::Range(1, 64));
@@ -221,7 +222,7 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
       app.add_option(
              "--schedule", c.schedule,
              "gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | zb-interleaved | v-half | "
-             "v-min | dualpipev | file:PATH (a program in "
+             "v-min | dualpipev | looped-bfs | file:PATH (a program in "
              "the text form "
              "--print-schedule writes)")
           ->capture_default_str());
