@@ -132,7 +132,7 @@ std::vector<std::vector<DeviceTask>> looped_bfs_orders(int k, int v, int m) {
 //    of M when M < 2K. Within a round the forwards run chunk 0 of each of
 //    its micro-batches, then chunk 1, ...; the input-gradients the same with
 //    the chunks from v - 1 down;
-//  - a warm-up of (v - 1) R + K - 1 - d forwards (R of the first round; at
+//  - a warm-up of (v - 1) R + K - 1 - d forwards (R of the opening round; at
 //    most v M): Megatron-LM's with one forward per hop to the last device
 //    instead of two, as an input-gradient costs a forward, not a whole
 //    backward;
