@@ -88,16 +88,15 @@ class LmSublayer final : public Layer {
     LinearOptions lin;
     lin.bias = bias;
     if (attention) {
-      attn_ = std::make_unique<MultiHeadAttention>(
-          "attn",
-          AttentionOptions{.dim = c.dim,
-                           .heads = c.heads,
-                           .causal = true,
-                           .dropout = c.dropout,
-                           .kv_heads = c.kv(),
-                           .bias = bias,
-                           .rotary = c.rotary},
-          seed);
+      attn_ = std::make_unique<MultiHeadAttention>("attn",
+                                                   AttentionOptions{.dim = c.dim,
+                                                                    .heads = c.heads,
+                                                                    .causal = true,
+                                                                    .dropout = c.dropout,
+                                                                    .kv_heads = c.kv(),
+                                                                    .bias = bias,
+                                                                    .rotary = c.rotary},
+                                                   seed);
       register_sublayer("attn", attn_.get());
     } else {
       if (!is_gpt2(c)) {
@@ -199,12 +198,11 @@ LmConfig llama_size(int64_t layers, int64_t dim, int64_t heads, int64_t ffn, boo
   c.vocab = 128256;
   c.context = 131072;
   c.tied = tied;
-  c.rotary = {.enabled = true,
-              .theta = 500000,
-              .scaling = {.factor = factor,
-                          .low_freq_factor = 1,
-                          .high_freq_factor = 4,
-                          .original_context = 8192}};
+  c.rotary = {
+      .enabled = true,
+      .theta = 500000,
+      .scaling = {
+          .factor = factor, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 8192}};
   return c;
 }
 
@@ -270,11 +268,10 @@ int64_t lm_layer_count(const LmConfig& c) { return 2 * c.layers + 2; }
 void check_lm_config(const LmConfig& c) {
   GPIPE_CHECK(c.arch == "gpt2" || c.arch == "llama", "language model: arch '", c.arch,
               "' is not gpt2 or llama");
-  GPIPE_CHECK(c.layers >= 1 && c.dim >= 2 && c.heads >= 1 && c.ffn >= 1 && c.vocab >= 2 &&
-                  c.context >= 2,
-              "language model: layers, dim, heads, ffn, vocab and context must be positive (got ",
-              c.layers, ", ", c.dim, ", ", c.heads, ", ", c.ffn, ", ", c.vocab, ", ", c.context,
-              ")");
+  GPIPE_CHECK(
+      c.layers >= 1 && c.dim >= 2 && c.heads >= 1 && c.ffn >= 1 && c.vocab >= 2 && c.context >= 2,
+      "language model: layers, dim, heads, ffn, vocab and context must be positive (got ", c.layers,
+      ", ", c.dim, ", ", c.heads, ", ", c.ffn, ", ", c.vocab, ", ", c.context, ")");
   GPIPE_CHECK(c.dim % c.heads == 0, "language model: dim ", c.dim, " is not divisible by heads ",
               c.heads);
   GPIPE_CHECK(c.kv_heads >= 0 && c.heads % c.kv() == 0, "language model: heads ", c.heads,
@@ -290,8 +287,10 @@ Model language_model(const LmConfig& c) {
   m.layers.push_back(std::make_shared<LmEmbedding>(c, table));
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string n = "h." + std::to_string(i);
-    m.layers.push_back(std::make_shared<LmSublayer>(c, n + ".attn", true, mix_key(c.seed, 100 + i)));
-    m.layers.push_back(std::make_shared<LmSublayer>(c, n + ".mlp", false, mix_key(c.seed, 200 + i)));
+    m.layers.push_back(
+        std::make_shared<LmSublayer>(c, n + ".attn", true, mix_key(c.seed, 100 + i)));
+    m.layers.push_back(
+        std::make_shared<LmSublayer>(c, n + ".mlp", false, mix_key(c.seed, 200 + i)));
   }
   const Tensor head =
       c.tied ? table : normal_parameter(Shape{c.vocab, c.dim}, mix_key(c.seed, 3), 0.02);

@@ -32,17 +32,16 @@ std::vector<double> rotary_inv_freq(int64_t head_dim, const RotaryOptions& opt) 
       f = static_cast<float>(f / s.factor);  // low frequencies: scaled
       continue;
     }
-    const double smooth = (old / wavelen - s.low_freq_factor) /
-                          (s.high_freq_factor - s.low_freq_factor);
+    const double smooth =
+        (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
     f = static_cast<float>((1 - smooth) * f / s.factor + smooth * f);
   }
   return inv;
 }
 
-Tensor rotary_embedding(const Tensor& x, int64_t heads, const RotaryOptions& opt,
-                        int64_t offset) {
-  GPIPE_CHECK(x.rank() == 3 && heads > 0 && x.size(2) % heads == 0, "rotary embedding: expected x [B, T, ",
-              heads, " x head dim], got ", x.shape());
+Tensor rotary_embedding(const Tensor& x, int64_t heads, const RotaryOptions& opt, int64_t offset) {
+  GPIPE_CHECK(x.rank() == 3 && heads > 0 && x.size(2) % heads == 0,
+              "rotary embedding: expected x [B, T, ", heads, " x head dim], got ", x.shape());
   const int64_t b = x.size(0), t = x.size(1), dh = x.size(2) / heads, half = dh / 2;
   const std::vector<double> inv = rotary_inv_freq(dh, opt);
   std::vector<float> cos_v(static_cast<size_t>(t * dh)), sin_v(static_cast<size_t>(t * dh));

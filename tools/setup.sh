@@ -19,6 +19,7 @@ PACKAGES=(
   openmpi-bin         # mpirun (tests/mpi, multi-process gpipe_train)
   dataset-fashion-mnist
   iso-codes
+  fortunes            # the language models' default corpus (/usr/share/games/fortunes)
 )
 
 missing=()

@@ -54,8 +54,8 @@ Tensor logits(Model& m, const Tensor& tok) {
 TEST_CASE("lm: the presets' parameter counts are Hugging Face's") {
   // num_parameters() of the published checkpoints' models (a tied table once).
   const std::vector<std::pair<std::string, int64_t>> hf = {
-      {"gpt2", 124439808},         {"gpt2-medium", 354823168},   {"gpt2-large", 774030080},
-      {"gpt2-xl", 1557611200},     {"llama-3.2-1b", 1235814400}, {"llama-3.2-3b", 3212749824},
+      {"gpt2", 124439808},          {"gpt2-medium", 354823168},    {"gpt2-large", 774030080},
+      {"gpt2-xl", 1557611200},      {"llama-3.2-1b", 1235814400},  {"llama-3.2-3b", 3212749824},
       {"llama-3.1-8b", 8030261248}, {"llama-3.1-70b", 70553706496}};
   for (const auto& [name, count] : hf) {
     INFO(name);
@@ -91,7 +91,8 @@ TEST_CASE("lm: the built model holds the formula's parameters, in 2L + 2 layers"
   }
   models::LmConfig bad = tiny("llama");
   bad.kv_heads = 3;
-  CHECK_THROWS_WITH(models::language_model(bad), Contains("heads 4 is not a multiple of kv-heads 3"));
+  CHECK_THROWS_WITH(models::language_model(bad),
+                    Contains("heads 4 is not a multiple of kv-heads 3"));
 }
 
 TEST_CASE("lm: attention is causal, with and without rotary embedding") {
@@ -132,7 +133,8 @@ TEST_CASE("lm: grouped-query attention is multi-head attention with K / V heads 
     // [8, 16] -> [16, 16]: each 4-row head block twice.
     std::vector<Tensor> blocks;
     for (int64_t head = 0; head < 2; ++head)
-      for (int rep = 0; rep < 2; ++rep) blocks.push_back(ops::narrow(*gp[i].tensor, 0, 4 * head, 4));
+      for (int rep = 0; rep < 2; ++rep)
+        blocks.push_back(ops::narrow(*gp[i].tensor, 0, 4 * head, 4));
     hp[i].tensor->copy_from(ops::concat(blocks, 0));
   }
   const Tensor t = tokens({1, 2, 3, 4, 5, 6, 7, 8}, 2);

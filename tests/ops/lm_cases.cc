@@ -70,31 +70,41 @@ double silu_ref(double x) { return x / (1 + std::exp(-x)); }
 ops::RotaryOptions llama31() {
   return {.enabled = true,
           .theta = 500000,
-          .scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
-                      .original_context = 64}};
+          .scaling = {
+              .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 64}};
 }
 
 GPIPE_OP_CASES({
     OpCase{
         .name = "rms_norm/weight",
-        .make_inputs = [] { return In{rand64(Shape{2, 3, 6}, 31), rand64(Shape{6}, 32, 0.5, 1.5)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 6}, 31), rand64(Shape{6}, 32, 0.5, 1.5)};
+            },
         .fn = [](const In& in) { return In{ops::rms_norm(in[0], in[1], 1e-5)}; },
         .check_forward = [](const In& in,
                             const In& out) { check_rms_norm(in[0], in[1], 1e-5, out[0]); },
     },
     OpCase{
         .name = "rms_norm/no_weight",
-        .make_inputs = [] { return In{rand64(Shape{4, 5}, 33)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{4, 5}, 33)};
+            },
         .fn = [](const In& in) { return In{ops::rms_norm(in[0], Tensor(), 1e-3)}; },
         .check_forward = [](const In& in,
                             const In& out) { check_rms_norm(in[0], Tensor(), 1e-3, out[0]); },
     },
     OpCase{
         .name = "rotary/plain",
-        .make_inputs = [] { return In{rand64(Shape{2, 3, 8}, 34)}; },  // 2 heads of 4
-        .fn = [](const In& in) {
-          return In{ops::rotary_embedding(in[0], 2, {.enabled = true, .theta = 10000})};
-        },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 3, 8}, 34)};
+            },  // 2 heads of 4
+        .fn =
+            [](const In& in) {
+              return In{ops::rotary_embedding(in[0], 2, {.enabled = true, .theta = 10000})};
+            },
         .check_forward =
             [](const In& in, const In& out) {
               check_rotary(in[0], 2, {.enabled = true, .theta = 10000}, 0, out[0]);
@@ -104,27 +114,39 @@ GPIPE_OP_CASES({
         // Every band of Llama 3.1's scaling (kept, blended, scaled) at head dim 16,
         // a 64-token original context, positions from 5.
         .name = "rotary/llama3_scaling_offset",
-        .make_inputs = [] { return In{rand64(Shape{1, 3, 32}, 35)}; },  // 2 heads of 16
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{1, 3, 32}, 35)};
+            },  // 2 heads of 16
         .fn = [](const In& in) { return In{ops::rotary_embedding(in[0], 2, llama31(), 5)}; },
         .check_forward = [](const In& in,
                             const In& out) { check_rotary(in[0], 2, llama31(), 5, out[0]); },
     },
     OpCase{
         .name = "gelu_tanh",
-        .make_inputs = [] { return In{rand64(Shape{3, 7}, 36, -3, 3)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 7}, 36, -3, 3)};
+            },
         .fn = [](const In& in) { return In{ops::gelu_tanh(in[0])}; },
         .check_forward = [](const In& in,
                             const In& out) { check_unary(in[0], out[0], gelu_tanh_ref); },
     },
     OpCase{
         .name = "silu",
-        .make_inputs = [] { return In{rand64(Shape{3, 7}, 37, -4, 4)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 7}, 37, -4, 4)};
+            },
         .fn = [](const In& in) { return In{ops::silu(in[0])}; },
         .check_forward = [](const In& in, const In& out) { check_unary(in[0], out[0], silu_ref); },
     },
     OpCase{
         .name = "swiglu",
-        .make_inputs = [] { return In{rand64(Shape{2, 5}, 38, -3, 3), rand64(Shape{2, 5}, 39)}; },
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 5}, 38, -3, 3), rand64(Shape{2, 5}, 39)};
+            },
         .fn = [](const In& in) { return In{ops::swiglu(in[0], in[1])}; },
         .check_forward =
             [](const In& in, const In& out) {

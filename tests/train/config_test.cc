@@ -198,7 +198,7 @@ TEST_CASE("gpipe_train flags: usage errors name the flag and the accepted values
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--heads=3", "--dim=128"}),
              Contains("--dim") && Contains("--heads"));
   CHECK_THAT(usage_error({"--model=amoebanet", "--steps=10", "--dropout=0.1"}),
-             Contains("--dropout") && Contains("--model=transformer only"));
+             Contains("--dropout") && Contains("--model=transformer, gpt2, llama only"));
   CHECK_THAT(usage_error({"--model=transformer", "--steps=10", "--filters=64"}),
              Contains("--filters") && Contains("--model=amoebanet, amoebanet-b only"));
   // The zoo's own flags belong to their models; shared image flags to all image models.

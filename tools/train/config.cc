@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/precision.h"
 #include "models/amoebanet.h"
+#include "models/lm.h"
 #include "models/resnet.h"
 #include "models/transformer.h"
 #include "models/unet.h"
@@ -34,8 +35,31 @@ bool image_model(const std::string& model) {
   return model == "amoebanet" || model == "amoebanet-b" || model == "resnet" || model == "unet";
 }
 
+bool lm_model(const std::string& model) { return model == "gpt2" || model == "llama"; }
+
+models::LmConfig lm_config(const TrainConfig& c, int64_t tokenizer_vocab) {
+  models::LmConfig m = c.preset.empty() ? models::lm_default(c.model) : models::lm_preset(c.preset);
+  if (c.preset.empty()) {
+    if (c.dim > 0) {
+      m.dim = c.dim;
+      m.ffn = c.model == "gpt2" ? 4 * c.dim : 3 * c.dim;
+    }
+    if (c.layers > 0) m.layers = c.layers;
+    if (c.heads > 0) {
+      m.heads = c.heads;
+      m.kv_heads = c.model == "llama" && c.heads % 2 == 0 ? c.heads / 2 : 0;
+    }
+    if (c.ffn > 0) m.ffn = c.ffn;
+    if (c.kv_heads > 0) m.kv_heads = c.kv_heads;
+    if (c.context > 0) m.context = c.context;
+  }
+  m.vocab = c.vocab > 0 ? c.vocab : tokenizer_vocab > 0 ? tokenizer_vocab : 257;
+  m.dropout = c.dropout;
+  return m;
+}
+
 double label_smoothing_of(const TrainConfig& c) {
-  return c.label_smoothing.value_or(image_model(c.model) ? 0.0 : 0.1);
+  return c.label_smoothing.value_or(c.model == "transformer" ? 0.1 : 0.0);
 }
 
 namespace {
@@ -54,6 +78,7 @@ int64_t layer_count_at_depth(const TrainConfig& c, int64_t depth) {
 }  // namespace
 
 int64_t model_layer_count(const TrainConfig& c) {
+  if (lm_model(c.model)) return models::lm_layer_count(lm_config(c));
   if (c.model == "transformer")
     return layer_count_at_depth(
         c, c.preset.empty() ? c.layers : models::transformer_preset(c.preset).layers);
@@ -65,6 +90,11 @@ int64_t model_layer_count(const TrainConfig& c) {
 }
 
 static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
+  if (lm_model(c.model))
+    return c.preset.empty()
+               ? detail::concat("--layers=L gives 2L+2 layers: --layers=",
+                                std::max<int64_t>(1, (k - 1) / 2), " or more for K=", k)
+               : "the preset fixes L; a deeper preset, or explicit sizes";
   if (c.model == "resnet")
     return "--split-blocks gives three layers per block; --resnet-depth=101 or 152 more blocks";
   if (c.model == "unet") return "--unet-depth=B gives 2B+2 layers";
@@ -83,10 +113,25 @@ static std::string deeper_model_hint(const TrainConfig& c, int64_t k) {
 
 int64_t default_batch(const std::string& model) { return image_model(model) ? 128 : 32; }
 
+static void validate_lm(const TrainConfig& c) {
+  if (!c.preset.empty()) {
+    check_flag("--preset", [&] { models::lm_preset(c.preset); });
+    const models::LmConfig p = models::lm_preset(c.preset);
+    usage(p.arch == c.model, "--preset=", c.preset, ": a ", p.arch, " size, not --model=", c.model);
+  }
+  usage(c.dropout >= 0 && c.dropout < 1, "--dropout: expected a value in [0, 1), got ", c.dropout);
+  check_flag("--model", [&] { models::check_lm_config(lm_config(c)); });
+  const models::LmConfig m = lm_config(c);
+  usage(c.context == 0 || c.context <= m.context, "--context=", c.context, ": more than the ",
+        c.preset, " model's ", m.context, " positions");
+}
+
 static void validate_model(const TrainConfig& c) {
   usage(label_smoothing_of(c) >= 0 && label_smoothing_of(c) < 1,
         "--label-smoothing: expected a value in [0, 1), got ", label_smoothing_of(c));
-  if (c.model == "transformer") {
+  if (lm_model(c.model)) {
+    validate_lm(c);
+  } else if (c.model == "transformer") {
     if (!c.preset.empty()) check_flag("--preset", [&] { models::transformer_preset(c.preset); });
     usage(c.layers >= 1, "--layers: expected >= 1, got ", c.layers);
     usage(c.ffn >= 1, "--ffn: expected >= 1, got ", c.ffn);
@@ -268,12 +313,19 @@ ResolvedOptions resolve_pipeline(const TrainConfig& c) {
 
 void validate(const TrainConfig& c) {
   usage(!c.model.empty(),
-        "--model is required: --model=transformer, amoebanet, amoebanet-b, resnet or unet");
-  usage(c.model == "transformer" || image_model(c.model),
-        "--model: expected transformer, amoebanet, amoebanet-b, resnet or unet, got '", c.model,
-        "'");
+        "--model is required: --model=transformer, gpt2, llama, amoebanet, amoebanet-b, resnet or "
+        "unet");
+  usage(c.model == "transformer" || lm_model(c.model) || image_model(c.model),
+        "--model: expected transformer, gpt2, llama, amoebanet, amoebanet-b, resnet or unet, got '",
+        c.model, "'");
   if (c.print_params) {
-    if (!c.preset.empty()) check_flag("--preset", [&] { models::transformer_preset(c.preset); });
+    if (!c.preset.empty())
+      check_flag("--preset", [&] {
+        if (lm_model(c.model))
+          models::lm_preset(c.preset);
+        else
+          models::transformer_preset(c.preset);
+      });
     return;
   }
   usage(!(c.steps > 0 && c.epochs > 0), "--steps and --epochs: give one of them, not both");

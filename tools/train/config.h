@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/lm.h"
 #include "pipeline/options.h"
 #include "pipeline/schedule.h"
 
@@ -74,6 +75,12 @@ struct TrainConfig {
   bool split_blocks = false;
   // U-Net(B, C), units per block; trained on the foreground mask of each image.
   int64_t unet_depth = 4, unet_channels = 16, unet_convs = 2;
+  // ---- language models (gpt2 | llama): --preset, --layers --dim --heads --ffn
+  // --dropout above, 0 for a size = the model's small default ----
+  int64_t kv_heads = 0;  // grouped-query attention's K / V heads (0: the model's)
+  int64_t vocab = 0;     // 0: the tokenizer's
+  int64_t context = 0;   // tokens per row (0: 128; a preset's table stays its own)
+  std::string tokenizer = "bytes";
 
   // ---- data ----
   std::string data_dir;  // "" = /usr/share/locale or /usr/share/datasets/fashion-mnist
@@ -196,6 +203,11 @@ TrainConfig resolve_defaults(TrainConfig c, int64_t batches_per_epoch);
 int64_t default_batch(const std::string& model);
 // True for the models that train on Fashion-MNIST (all but the transformer).
 bool image_model(const std::string& model);
+bool lm_model(const std::string& model);  // gpt2 | llama
+// The language model `c` describes (gpt2 | llama): a preset's, or the small
+// default with the size flags given; the vocabulary is --vocab, else
+// `tokenizer_vocab` (the bytes tokenizer's 257 when 0). No seed is set.
+models::LmConfig lm_config(const TrainConfig& c, int64_t tokenizer_vocab = 0);
 
 // --label-smoothing, or the model's default when it was not given.
 double label_smoothing_of(const TrainConfig& c);

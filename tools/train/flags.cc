@@ -43,7 +43,8 @@ struct Given {
   CLI::Option *lr_opt = nullptr, *wd_opt = nullptr, *momentum_opt = nullptr;
   CLI::Option* label_smoothing_opt = nullptr;
   CLI::Option* preset = nullptr;
-  std::vector<CLI::Option*> sizes;  // --layers --ffn --heads --dim
+  std::vector<CLI::Option*> sizes;  // --layers --ffn --heads --dim --kv-heads
+  CLI::Option* dropout = nullptr;
   CLI::Option *balance = nullptr, *balance_by = nullptr;
   CLI::Option* virtual_stages = nullptr;
   // What --plan=auto chooses itself.
@@ -53,22 +54,41 @@ struct Given {
 
 void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   // Required: checked in validate(), after CLI11 has named unknown flags.
-  app.add_option("--model", c.model, "transformer | amoebanet | amoebanet-b | resnet | unet")
-      ->check(CLI::IsMember({"transformer", "amoebanet", "amoebanet-b", "resnet", "unet"}));
+  app.add_option("--model", c.model,
+                 "transformer | gpt2 | llama | amoebanet | amoebanet-b | resnet | unet")
+      ->check(CLI::IsMember(
+          {"transformer", "gpt2", "llama", "amoebanet", "amoebanet-b", "resnet", "unet"}));
   app.add_flag("--print-params", c.print_params,
                "print the parameter count (from the formula, nothing allocated) and exit");
   g.preset = app.add_option("--preset", c.preset,
                             "transformer: a paper size T(L,H,A): T(6,8192,16), T(24,8192,16), "
-                            "T(12,16384,32), T(32,16384,32), T(64,16384,32)");
+                            "T(12,16384,32), T(32,16384,32), T(64,16384,32); gpt2 / llama: "
+                            "gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-3.2-1b, llama-3.2-3b, "
+                            "llama-3.1-8b, llama-3.1-70b");
   for (auto [flag, field, help] :
-       {std::tuple{"--layers", &c.layers, "transformer: L encoder (and decoder) layers"},
-        std::tuple{"--ffn", &c.ffn, "transformer: H, feed-forward width"},
-        std::tuple{"--heads", &c.heads, "transformer: A, attention heads"},
-        std::tuple{"--dim", &c.dim, "transformer: model dimension"}})
+       {std::tuple{"--layers", &c.layers,
+                   "transformer: L encoder (and decoder) layers; gpt2 / llama: L blocks (4)"},
+        std::tuple{"--ffn", &c.ffn, "transformer: H, feed-forward width; gpt2 / llama: MLP width"},
+        std::tuple{"--heads", &c.heads, "transformer, gpt2, llama: attention heads"},
+        std::tuple{"--dim", &c.dim, "transformer, gpt2, llama: model dimension"}})
     g.sizes.push_back(app.add_option(flag, *field, help)->capture_default_str()->check(kPositive));
-  app.add_option("--dropout", c.dropout, "transformer: dropout rate")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
+  g.dropout =
+      app.add_option("--dropout", c.dropout, "transformer (0.1), gpt2 / llama (0): dropout rate")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 0.99));
+  g.sizes.push_back(app.add_option("--kv-heads", c.kv_heads,
+                                   "llama: grouped-query attention's K / V heads (a divisor of "
+                                   "--heads; default 2 at the small size)")
+                        ->check(kPositive));
+  app.add_option("--context", c.context,
+                 "gpt2 / llama: tokens per training row (default 128; a preset keeps its own "
+                 "position table and takes --context up to its length)")
+      ->check(kPositive);
+  app.add_option("--vocab", c.vocab,
+                 "gpt2 / llama: the model's vocabulary (default the tokenizer's; larger pads it)")
+      ->check(kPositive);
+  app.add_option("--tokenizer", c.tokenizer, "gpt2 / llama: bytes (the default)")
+      ->capture_default_str();
   g.label_smoothing_opt =
       app.add_option("--label-smoothing", g.label_smoothing,
                      "cross-entropy label smoothing (default 0.1 transformer, 0 image models)")
@@ -284,15 +304,17 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
   if (c.model.empty())
     return;  // validate() says --model is required, before any model-specific check
   const std::vector<std::string> transformer_only = {
-      "--preset",         "--layers",     "--ffn",         "--heads",     "--dim",
-      "--dropout",        "--logit-clip", "--scaled-init", "--languages", "--max-len",
-      "--eval-sentences", "--samples"};
+      "--logit-clip", "--scaled-init", "--languages", "--max-len", "--eval-sentences", "--samples"};
   struct Only {
     std::vector<std::string> flags;
     std::vector<std::string> models;
   };
   const std::vector<Only> only = {
       {transformer_only, {"transformer"}},
+      {{"--preset", "--layers", "--ffn", "--heads", "--dim", "--dropout"},
+       {"transformer", "gpt2", "llama"}},
+      {{"--context", "--vocab", "--tokenizer"}, {"gpt2", "llama"}},
+      {{"--kv-heads"}, {"llama"}},
       {{"--augment", "--image-size"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
       {{"--normal-cells", "--filters", "--stem"}, {"amoebanet", "amoebanet-b"}},
       {{"--resnet-depth", "--resnet-width", "--split-blocks"}, {"resnet"}},
@@ -354,6 +376,14 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   if (g.label_smoothing_opt->count()) c.label_smoothing = g.label_smoothing;
   if (g.momentum_opt->count()) c.momentum = g.momentum;
   check_combinations(app, c, g);
+  if (lm_model(c.model)) {  // the language models' own defaults (models/lm.h)
+    for (const auto& [flag, field] : {std::pair{"--layers", &c.layers},
+                                      {"--ffn", &c.ffn},
+                                      {"--heads", &c.heads},
+                                      {"--dim", &c.dim}})
+      if (app.count(flag) == 0) *field = 0;
+    if (g.dropout->count() == 0) c.dropout = 0;
+  }
   // The V schedules hold two cells on each device: resolve() implies
   // --virtual=2, so an explicit --virtual=1 is refused here.
   bool v_shape = false;

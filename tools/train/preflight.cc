@@ -61,6 +61,11 @@ MemoryEstimate estimate_memory(const TrainConfig& config) {
   double per_example = 0;
   if (image_model(c.model)) {
     per_example = static_cast<double>(c.image_size) * static_cast<double>(c.image_size) * act;
+  } else if (lm_model(c.model)) {
+    const models::LmConfig m = lm_model_config(c);
+    const double t =
+        static_cast<double>(c.context > 0 ? c.context : std::min<int64_t>(m.context, 128));
+    per_example = t * static_cast<double>(m.dim) * act;
   } else {
     const models::TransformerConfig t = transformer_config(c);
     // The encoder's and the decoder's streams.

@@ -98,6 +98,20 @@ int64_t print_parameter_count(const TrainConfig& c, std::ostream& log) {
       log << "  (with this run's byte vocabulary of " << transformer_config(c).vocab << ": "
           << with_commas(ours) << ")\n";
     }
+  } else if (lm_model(c.model)) {
+    // A preset's own vocabulary (Hugging Face's count), then this run's.
+    const models::LmConfig own =
+        c.preset.empty() ? lm_model_config(c) : models::lm_preset(c.preset);
+    count = models::lm_parameter_count(own);
+    log << (c.preset.empty() ? c.model : c.preset) << ": L=" << own.layers << " d=" << own.dim
+        << " heads=" << own.heads << " kv-heads=" << own.kv() << " ffn=" << own.ffn
+        << " vocab=" << own.vocab << " context=" << own.context
+        << (own.tied ? " (tied output)" : "") << ": " << with_commas(count) << " parameters\n";
+    if (!c.preset.empty() && c.vocab == 0) {
+      const int64_t ours = models::lm_parameter_count(lm_model_config(c));
+      log << "  (with this run's " << c.tokenizer << " vocabulary of " << lm_model_config(c).vocab
+          << ": " << with_commas(ours) << ")\n";
+    }
   } else {
     count = parameter_count(c);
     log << model_title(c) << ", 1 input channel, "

@@ -103,6 +103,7 @@ void RunLog::eval(const EvalResult& r, int64_t step, bool final) {
     os << (r.iou ? ", pixel accuracy " : ", accuracy ") << std::setprecision(2) << 100 * *r.accuracy
        << "%";
   if (r.iou) os << ", foreground IoU " << std::setprecision(3) << *r.iou;
+  if (r.perplexity) os << ", perplexity " << std::setprecision(3) << *r.perplexity;
   if (r.token_accuracy)
     os << ", token accuracy " << std::setprecision(2) << 100 * *r.token_accuracy << "%";
   if (r.chrf)
@@ -120,6 +121,7 @@ void RunLog::eval(const EvalResult& r, int64_t step, bool final) {
   line.add("type", "eval").add("step", step).add("loss", r.loss).add("examples", r.examples);
   if (r.accuracy) line.add("accuracy", *r.accuracy);
   if (r.iou) line.add("iou", *r.iou);
+  if (r.perplexity) line.add("perplexity", *r.perplexity);
   if (r.token_accuracy) line.add("token_accuracy", *r.token_accuracy);
   if (r.chrf) line.add("chrf", *r.chrf).add("sentences", r.sentences);
   line.add("seconds", r.seconds);

@@ -8,6 +8,7 @@
 
 #include "core/rng.h"
 #include "data/batch.h"
+#include "data/text_tokenizer.h"
 #include "data/translation.h"
 
 namespace gpipe::train {
@@ -144,8 +145,15 @@ Model make_image_model(const TrainConfig& c) {
 }
 }  // namespace
 
+models::LmConfig lm_model_config(const TrainConfig& c) {
+  models::LmConfig m = lm_config(c, make_text_tokenizer(c.tokenizer)->vocab_size());
+  m.seed = weight_seed(c);
+  return m;
+}
+
 Model make_model(const TrainConfig& c) {
   if (c.model == "transformer") return models::transformer(transformer_config(c));
+  if (lm_model(c.model)) return models::language_model(lm_model_config(c));
   Model m = make_image_model(c);
   // The zoo's image models end in a plain CrossEntropyLoss.
   if (const double eps = label_smoothing_of(c); eps > 0)
@@ -155,6 +163,7 @@ Model make_model(const TrainConfig& c) {
 
 int64_t parameter_count(const TrainConfig& c) {
   if (c.model == "transformer") return models::transformer_parameter_count(transformer_config(c));
+  if (lm_model(c.model)) return models::lm_parameter_count(lm_model_config(c));
   if (c.model == "resnet") return models::resnet_parameter_count(resnet_config(c));
   if (c.model == "unet") return models::unet_parameter_count(unet_config(c));
   return models::amoebanet_parameter_count(amoebanet_config(c));
@@ -179,6 +188,7 @@ std::string model_title(const TrainConfig& c) {
 }
 
 std::unique_ptr<Task> make_task(const TrainConfig& c) {
+  if (lm_model(c.model)) return make_lm_task(c);
   return image_model(c.model) ? make_image_task(c) : make_translation_task(c);
 }
 

@@ -47,6 +47,7 @@ struct EvalResult {
   std::optional<double> iou;               // unet: foreground intersection over union
   std::optional<double> token_accuracy;    // transformer: teacher-forced next-byte accuracy
   std::optional<double> chrf;              // transformer: corpus chrF in [0, 100] of greedy outputs
+  std::optional<double> perplexity;        // gpt2 / llama: exp(held-out loss per token)
   int64_t sentences = 0;                   // transformer: sentences decoded for chrF
   std::vector<SampleTranslation> samples;  // transformer: every decoded sentence, in order
   double seconds = 0;
@@ -109,7 +110,8 @@ class Task {
 std::unique_ptr<Task> make_task(const TrainConfig& c);
 std::unique_ptr<Task> make_image_task(const TrainConfig& c);  // tools/train/image_task.cc
 std::unique_ptr<Task> make_translation_task(
-    const TrainConfig& c);  // tools/train/translation_task.cc
+    const TrainConfig& c);                                 // tools/train/translation_task.cc
+std::unique_ptr<Task> make_lm_task(const TrainConfig& c);  // tools/train/lm_task.cc
 
 // Seeds derived from --seed, one per use, so no two draw the same stream.
 // Evaluation runs the test rows in chunks of this many training batches,
@@ -143,6 +145,8 @@ class EvalMode {
 // paper's 32k when `paper_vocab` and a preset is given), its max_len covers
 // --max-len plus the language tag / BOS / EOS.
 models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vocab = false);
+// gpt2 / llama: lm_config with the tokenizer's vocabulary and the weights' seed.
+models::LmConfig lm_model_config(const TrainConfig& c);
 models::AmoebaNetConfig amoebanet_config(const TrainConfig& c);  // D, or B for amoebanet-b
 models::ResNetConfig resnet_config(const TrainConfig& c);
 models::UNetConfig unet_config(const TrainConfig& c);
