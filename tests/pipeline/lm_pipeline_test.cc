@@ -43,10 +43,10 @@ Batch lm_batch(int64_t n, int64_t t, uint64_t seed) {
   return {{Tensor::from_vector(in, Shape{n, t})}, {Tensor::from_vector(out, Shape{n, t})}};
 }
 
-void check_lm_equivalence(const std::string& arch, int k, int m, ScheduleKind kind,
-                          RematMode remat, int v = 1, Precision p = Precision::kFloat32) {
-  INFO(arch << " K=" << k << " M=" << m << " schedule=" << schedule_name(kind) << " remat="
-            << remat_name(remat) << " v=" << v << " precision=" << precision_name(p));
+void check_lm_equivalence(const std::string& arch, int k, int m, ScheduleKind kind, RematMode remat,
+                          int v = 1, Precision p = Precision::kFloat32) {
+  INFO(arch << " K=" << k << " M=" << m << " schedule=" << schedule_name(kind)
+            << " remat=" << remat_name(remat) << " v=" << v << " precision=" << precision_name(p));
   const Batch batch = lm_batch(8, 8, 3);
   // The reference: one cell, the same micro-batches, at the same precision.
   Pipeline one(models::language_model(tiny(arch)),

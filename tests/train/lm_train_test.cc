@@ -21,10 +21,10 @@ using testing::check_resume_is_exact;
 using testing::with;
 
 std::vector<std::string> tiny_lm(const std::string& arch) {
-  std::vector<std::string> a = {"--model=" + arch, "--layers=2",   "--dim=32",      "--heads=4",
-                                "--context=32",    "--batch=8",    "--train-limit=400",
-                                "--K=2",           "--M=2",        "--threads=1",   "--log-every=1",
-                                "--eval-batches=2"};
+  std::vector<std::string> a = {"--model=" + arch,   "--layers=2",    "--dim=32",
+                                "--heads=4",         "--context=32",  "--batch=8",
+                                "--train-limit=400", "--K=2",         "--M=2",
+                                "--threads=1",       "--log-every=1", "--eval-batches=2"};
   if (arch == "llama") a.push_back("--kv-heads=2");
   return a;
 }
@@ -44,9 +44,10 @@ TEST_CASE("gpipe_train: tiny GPT-2 and Llama learn the fortunes through a pipeli
   for (const std::string arch : {"gpt2", "llama"}) {
     INFO(arch);
     std::ostringstream log;
-    const TrainSummary s = train::train(
-        parse_train_flags(with(tiny_lm(arch), {"--steps=25", "--lr=3e-3", "--lr-schedule=constant"})),
-        log);
+    const TrainSummary s =
+        train::train(parse_train_flags(with(tiny_lm(arch),
+                                            {"--steps=25", "--lr=3e-3", "--lr-schedule=constant"})),
+                     log);
     INFO(log.str());
     REQUIRE(s.losses.size() == 25);
     CHECK(s.losses.front() > 4.5);  // about ln 257 at the start
@@ -87,9 +88,8 @@ TEST_CASE("gpipe_train: language-model flags that do not fit are refused by name
 
 TEST_CASE("gpipe_train --print-params: the presets' Hugging Face counts, and this run's") {
   std::ostringstream log;
-  const TrainSummary s =
-      train::train(parse_train_flags({"--model=llama", "--preset=llama-3.1-8b", "--print-params"}),
-                   log);
+  const TrainSummary s = train::train(
+      parse_train_flags({"--model=llama", "--preset=llama-3.1-8b", "--print-params"}), log);
   CHECK(s.parameters == 8030261248);
   CHECK_THAT(log.str(), Contains("8,030,261,248 parameters") &&
                             Contains("with this run's bytes vocabulary of 257"));

@@ -28,6 +28,7 @@
 #include "pipeline/schedule.h"
 #include "tools/train/cli_checks.h"
 #include "tools/train/flag_checks.h"
+#include "tools/train/hf_io.h"
 
 namespace gpipe::train {
 
@@ -37,7 +38,23 @@ bool image_model(const std::string& model) {
 
 bool lm_model(const std::string& model) { return model == "gpt2" || model == "llama"; }
 
+// --init-from: the folder's config, with every size flag given checked against it.
+static models::LmConfig lm_config_from_folder(const TrainConfig& c) {
+  models::LmConfig m = read_hf_config(c.init_from);
+  usage(c.preset.empty(), "--preset and --init-from: the folder's config.json fixes the size");
+  const std::string where = "'" + c.init_from + "/config.json'";
+  for (const auto& [flag, given, has] :
+       {std::tuple{"--layers", c.layers, m.layers}, std::tuple{"--dim", c.dim, m.dim},
+        std::tuple{"--heads", c.heads, m.heads}, std::tuple{"--kv-heads", c.kv_heads, m.kv()},
+        std::tuple{"--ffn", c.ffn, m.ffn}, std::tuple{"--vocab", c.vocab, m.vocab}})
+    usage(given == 0 || given == has, flag, "=", given, " contradicts ", where, ", which has ",
+          has);
+  m.dropout = c.dropout;
+  return m;
+}
+
 models::LmConfig lm_config(const TrainConfig& c, int64_t tokenizer_vocab) {
+  if (!c.init_from.empty()) return lm_config_from_folder(c);
   models::LmConfig m = c.preset.empty() ? models::lm_default(c.model) : models::lm_preset(c.preset);
   if (c.preset.empty()) {
     if (c.dim > 0) {

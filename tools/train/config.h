@@ -81,6 +81,8 @@ struct TrainConfig {
   int64_t vocab = 0;     // 0: the tokenizer's
   int64_t context = 0;   // tokens per row (0: 128; a preset's table stays its own)
   std::string tokenizer = "bytes";
+  std::string init_from;  // a Hugging Face model folder: its config and weights
+  std::string export_hf;  // at the end: the weights as a Hugging Face model folder
 
   // ---- data ----
   std::string data_dir;  // "" = /usr/share/locale or /usr/share/datasets/fashion-mnist

@@ -13,6 +13,7 @@
 #include "tools/train/cli_checks.h"
 #include "tools/train/config.h"
 #include "tools/train/flag_checks.h"
+#include "tools/train/hf_io.h"
 
 namespace gpipe::train {
 namespace {
@@ -89,6 +90,11 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
       ->check(kPositive);
   app.add_option("--tokenizer", c.tokenizer, "gpt2 / llama: bytes (the default)")
       ->capture_default_str();
+  app.add_option("--init-from", c.init_from,
+                 "gpt2 / llama: a Hugging Face model folder (config.json, safetensors): its "
+                 "architecture and weights (--model may be left out)");
+  app.add_option("--export-hf", c.export_hf,
+                 "gpt2 / llama: at the end, write the weights as a Hugging Face model folder");
   g.label_smoothing_opt =
       app.add_option("--label-smoothing", g.label_smoothing,
                      "cross-entropy label smoothing (default 0.1 transformer, 0 image models)")
@@ -313,7 +319,7 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
       {transformer_only, {"transformer"}},
       {{"--preset", "--layers", "--ffn", "--heads", "--dim", "--dropout"},
        {"transformer", "gpt2", "llama"}},
-      {{"--context", "--vocab", "--tokenizer"}, {"gpt2", "llama"}},
+      {{"--context", "--vocab", "--tokenizer", "--init-from", "--export-hf"}, {"gpt2", "llama"}},
       {{"--kv-heads"}, {"llama"}},
       {{"--augment", "--image-size"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
       {{"--normal-cells", "--filters", "--stem"}, {"amoebanet", "amoebanet-b"}},
@@ -375,6 +381,14 @@ void parse_into(const std::vector<std::string>& args, TrainConfig& c, std::strin
   if (g.wd_opt->count()) c.weight_decay = g.weight_decay;
   if (g.label_smoothing_opt->count()) c.label_smoothing = g.label_smoothing;
   if (g.momentum_opt->count()) c.momentum = g.momentum;
+  // A Hugging Face folder names its architecture; --model may say it too.
+  if (!c.init_from.empty()) {
+    std::string arch;
+    check_flag("--init-from", [&] { arch = read_hf_config(c.init_from).arch; });
+    usage(c.model.empty() || c.model == arch, "--model=", c.model, ": '", c.init_from,
+          "/config.json' is a ", arch, " model");
+    c.model = arch;
+  }
   check_combinations(app, c, g);
   if (lm_model(c.model)) {  // the language models' own defaults (models/lm.h)
     for (const auto& [flag, field] : {std::pair{"--layers", &c.layers},

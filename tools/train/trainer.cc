@@ -23,6 +23,7 @@
 #include "core/parallel.h"
 #include "core/precision.h"
 #include "data/loader.h"
+#include "data/text_tokenizer.h"
 #include "ops/cpu/blas.h"
 #include "optim/adam.h"
 #include "optim/checkpoint.h"
@@ -33,6 +34,7 @@
 #include "optim/safetensors.h"
 #include "optim/sgd.h"
 #include "pipeline/simulate.h"
+#include "tools/train/hf_io.h"
 #include "tools/train/interrupt.h"
 #include "tools/train/metrics_log.h"
 #include "tools/train/planning.h"
@@ -89,6 +91,9 @@ class Trainer {
             " x --replicas=", c_.replicas, " = ", cells * c_.replicas, " (expected mpirun -np ", kv,
             ": one process per stage and replica)");
     if (processes == 1) world_.reset();
+    usage(!world_ || c_.export_hf.empty(),
+          "--export-hf: writes from one process (start it without mpirun; --resume takes the "
+          "job's sharded checkpoint)");
     if (world_) {
       // This process reads only the training data its stage consumes.
       const RankInfo me =
@@ -135,6 +140,10 @@ class Trainer {
       static_scale_ = ls.scale;
     log_ << pipe_->describe() << setup_line() << "\n";
     schedule_ = optim::parse_lr_schedule(c_.lr_schedule, *c_.lr);
+    if (!c_.init_from.empty()) {  // each rank reads its own cells' tensors
+      load_hf_weights(c_.init_from, lm_model_config(c_), pipe_->named_state());
+      log_ << "initialised the weights from the Hugging Face folder " << c_.init_from << "\n";
+    }
     if (!c_.resume.empty()) resume();
     run_log_.emplace(c_, *task_, log_, root());
     summary().parameters = parameters_;
@@ -387,6 +396,11 @@ class Trainer {
     run_log_->finish(step, schedule_label(), pipe_->schedule().device_count(),
                      static_cast<int>(pipe_->cells().size()));
     if (!c_.save.empty() && done > 0) save(step);
+    if (!c_.export_hf.empty()) {
+      export_hf(c_.export_hf, lm_model_config(c_), pipe_->named_state(),
+                make_text_tokenizer(c_.tokenizer)->eot_id());
+      log_ << "exported the weights as a Hugging Face folder: " << c_.export_hf << "\n";
+    }
     if (!c_.trace.empty()) {
       // One file per rank in a multi-process job: <trace>.rank<r>.
       const std::string path =
