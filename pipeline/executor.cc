@@ -5,6 +5,7 @@
 // propagates; the Pipeline reports it (Invariant 5: nothing hangs).
 #include "pipeline/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <unordered_set>
@@ -12,6 +13,7 @@
 #include "ops/reduce.h"
 #include "ops/weight_cast.h"
 #include "pipeline/gradients.h"
+#include "runtime/delayed_transport.h"
 
 namespace gpipe {
 namespace {
@@ -126,6 +128,22 @@ void StageExecutor::connect(std::shared_ptr<Communicator> world) {
     skips_in_[p] = pipe_->transport(p, kSkips, mine, name("skips", p, s));
     skip_grads_out_[p] = pipe_->transport(p, kSkipGradients, mine, name("skip gradients", s, p));
   }
+  if (opt_.link_delay_seconds > 0) slow_links(mine);
+}
+
+// Tests and benchmarks: the sends to other devices through a delay line.
+void StageExecutor::slow_links(Device mine) {
+  GPIPE_CHECK(mine.is_cpu(), "link_delay_seconds: a delayed link is for CPU stages, stage ",
+              opt_.info.stage, " is on ", mine);
+  const auto& same = opt_.device_peers;
+  auto slow = [&](std::unique_ptr<Transport>& t, int peer) {
+    if (t && std::find(same.begin(), same.end(), peer) == same.end())
+      t = std::make_unique<DelayedTransport>(std::move(t), opt_.link_delay_seconds);
+  };
+  slow(act_out_, opt_.info.stage + 1);
+  slow(grad_out_, opt_.info.stage - 1);
+  for (auto& [c, t] : skips_out_) slow(t, c);
+  for (auto& [p, t] : skip_grads_out_) slow(t, p);
 }
 
 void StageExecutor::receive_skips(std::map<int, std::unique_ptr<Transport>>& links, int m,

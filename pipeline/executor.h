@@ -81,6 +81,9 @@ struct ExecutorOptions {
   // it to.
   std::vector<int> device_peers;
   std::map<int, int> turn_peer;
+  // Outgoing links to cells of other devices deliver this much later
+  // (PipelineOptions::link_delay_seconds); 0: as the transport does.
+  double link_delay_seconds = 0;
 };
 
 class StageExecutor {
@@ -121,6 +124,14 @@ class StageExecutor {
   // (name, bytes) of this rank's outgoing links.
   std::vector<std::pair<std::string, int64_t>> bytes_sent() const;
   const char* link_kind() const;
+  // Collective between stages 0 and 1 (pipeline/link_latency.cc): stage 0
+  // sends a small message to stage 1 over its activations link and waits for
+  // it back over the gradients link, `round_trips` times or until
+  // `budget_seconds` have passed (at least 3), and returns the median round
+  // trip / 2 (`done`: how many ran); stage 1 answers and returns 0. Before any step.
+  double probe_link(int round_trips, double budget_seconds, int* done = nullptr);
+  // After the program changed to one with the same cells per device: its turn peers.
+  void set_turn_peers(std::map<int, int> turn_peer) { opt_.turn_peer = std::move(turn_peer); }
 
  private:
   void reduce_replicas(const StepContext& ctx);
@@ -128,6 +139,7 @@ class StageExecutor {
   // Calls the fault hook, when one is set, at point `where` (pipeline/faults.h).
   void fault(const char* where, int64_t step, int micro_batch) const;
   void wait_state(const std::string& what);
+  void slow_links(Device mine);
   Transport& turn_link(int turn);
   std::vector<Transport*> links() const;  // every link of this rank
   std::string action_name(const Action& a) const;

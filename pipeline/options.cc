@@ -25,6 +25,8 @@ void check_counts(const PipelineOptions& o, const OptionNames& n) {
   GPIPE_CHECK(o.replicas >= 1, said(n.replicas, o.replicas), ": expected >= 1 replicas");
   GPIPE_CHECK(o.timeout_seconds > 0, said(n.timeout, o.timeout_seconds),
               ": expected a positive number of seconds");
+  GPIPE_CHECK(o.link_delay_seconds >= 0, "link_delay_seconds = ", o.link_delay_seconds,
+              ": expected >= 0 seconds");
   GPIPE_CHECK(o.watchdog_seconds >= 0, said(n.watchdog, o.watchdog_seconds),
               ": expected >= 0 seconds (0 = timeout / 2)");
 }

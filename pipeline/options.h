@@ -49,6 +49,17 @@ struct PipelineOptions {
   // in units of a forward (Note [Order builder]); the planner's choice
   // carries its profiled link. Default: equal costs, free links.
   OrderCosts order_costs;
+  // Note [Measured link latency] (pipeline/link_latency.cc): true: when it is
+  // built, the Pipeline times a small hand-over between its first two cells'
+  // devices and places a cost-built order for that hop, in forwards of a
+  // cell rounded to a quarter, in place of order_costs.link_latency (its
+  // figure: Pipeline::measured_link, and describe()). gpipe_train sets it
+  // unless --order-latency is given. Ignored for a custom_schedule.
+  bool measure_link_latency = false;
+  // Tests and benchmarks: every hand-over between two devices reaches the
+  // other one this many seconds after its send (a DelayedTransport, CPU
+  // stages only); 0: none.
+  double link_delay_seconds = 0;
   // A training program to run instead of the built-in one (e.g. from
   // load_schedule_file); resolve() validates it against K, v and M.
   std::shared_ptr<const Schedule> custom_schedule;

@@ -104,6 +104,7 @@ Pipeline::Pipeline(Model model, ResolvedOptions resolved, const Batch& sample)
     cell_param_bytes_.push_back(bytes);
   }
   build_ranks();
+  build_order_for_link(sample);
 }
 
 // In a multi-process job rank 0's bytes on every rank (so every rank cuts

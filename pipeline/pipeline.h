@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "pipeline/balance.h"
 #include "pipeline/executor.h"
 #include "pipeline/faults.h"
+#include "pipeline/link_latency.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/options.h"
 #include "pipeline/partition.h"
@@ -132,6 +134,10 @@ class Pipeline {
   // live micro-batches per stage).
   const Schedule& schedule() const { return schedule_; }
   const DryRun& dry_run() const { return dry_run_; }
+  // With PipelineOptions::measure_link_latency and K > 1: the hop latency
+  // measured when the pipeline was built and the order latency the program
+  // was built for (pipeline/link_latency.h); empty otherwise.
+  const std::optional<MeasuredLink>& measured_link() const { return measured_link_; }
   // Bytes each of this process's outgoing links has sent (activations and gradients), by name.
   std::vector<std::pair<std::string, int64_t>> bytes_sent() const;
   std::vector<CellInfo> cells() const;
@@ -154,6 +160,8 @@ class Pipeline {
   void share_from_rank0(std::string& bytes, const char* what);
   std::vector<double> measure_costs(const Batch& sample);
   void build_ranks();
+  // Note [Measured link latency]: times the hop and rebuilds a cost-built program for it.
+  void build_order_for_link(const Batch& sample);
   // Runs fn(executor) for every local rank at once, each on its worker
   // (collectives need every rank of the process in them); rethrows the
   // first failure.
@@ -195,6 +203,7 @@ class Pipeline {
   std::unique_ptr<FailureLog> failures_;
   Schedule schedule_;
   DryRun dry_run_;
+  std::optional<MeasuredLink> measured_link_;
   Tracer tracer_;
   int64_t step_ = 0;
   double loss_scale_ = 1.0;

@@ -70,7 +70,6 @@ std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
 // Note [Device turns]: for each turn number in cell c's list, the cell it
 // takes the turn from (<T) or hands it to (>T): the other end of the same
 // number on the same device.
-namespace {
 std::map<int, int> turn_peers(const Schedule& s, int c) {
   std::map<int, int> from, to;  // turn -> sender / receiver, on c's device
   for (int o = 0; o < s.cells(); ++o) {
@@ -87,7 +86,6 @@ std::map<int, int> turn_peers(const Schedule& s, int c) {
   }
   return peers;
 }
-}  // namespace
 
 // Note [Tied copies]: a parameter used by several cells (tied weights) gets
 // its own copy in every cell after the first, even on a shared device, so
@@ -172,6 +170,7 @@ void Pipeline::build_ranks() {
     eo.watchdog = watchdog_.get();
     eo.failures = failures_.get();
     eo.fault_hook = &opt_.fault_hook;
+    eo.link_delay_seconds = opt_.link_delay_seconds;
     for (int o = 0; o < k; ++o)
       if (o != local[i] && schedule_.device_of(o) == schedule_.device_of(local[i]))
         eo.device_peers.push_back(o);

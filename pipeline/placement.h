@@ -1,11 +1,13 @@
 // Placement of the cells' parameters on their devices (Note [Tied copies]).
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "layers/layer.h"
 #include "pipeline/executor.h"
 #include "pipeline/partition.h"
+#include "pipeline/schedule.h"
 
 namespace gpipe {
 
@@ -19,5 +21,9 @@ std::vector<std::vector<TiedWeight>> place_cells(const LayerList& layers,
                                                  const Partition& partition,
                                                  const std::vector<int>& local,
                                                  const std::vector<Device>& devices);
+
+// For each turn number in cell c's list of `s`, the cell it takes the turn
+// from (<T) or hands it to (>T) (see Note [Device turns] in placement.cc).
+std::map<int, int> turn_peers(const Schedule& s, int c);
 
 }  // namespace gpipe

@@ -44,6 +44,10 @@ std::string Pipeline::describe() const {
        << remat_name(opt_.remat);
   const BubbleFormula bubble = bubble_formula();
   os << ", ideal bubble " << bubble.text << " = " << bubble.value << "\n";
+  if (measured_link_)
+    os << gpipe::describe(*measured_link_, opt_.custom_schedule ? "a program from text"
+                                                                : schedule_name(opt_.schedule))
+       << "\n";
   os << "dry run: " << dry_run_.makespan << " ticks; peak live micro-batches per stage";
   for (size_t s = 0; s < dry_run_.peak_live.size(); ++s)
     os << (s ? "/" : " ") << dry_run_.peak_live[s];

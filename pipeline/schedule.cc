@@ -343,6 +343,11 @@ bool interleaved_kind(ScheduleKind kind) {
          kind == ScheduleKind::kLoopedBFS;
 }
 
+bool cost_built(ScheduleKind kind, int v) {
+  return kind == ScheduleKind::kZBV || kind == ScheduleKind::kVHalf ||
+         kind == ScheduleKind::kVMin || (kind == ScheduleKind::kZBInterleaved && v > 1);
+}
+
 int cells_per_device(ScheduleKind kind, int v) {
   return v_shaped(kind) ? 2 : interleaved_kind(kind) ? v : 1;
 }

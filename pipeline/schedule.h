@@ -144,6 +144,9 @@ std::vector<ScheduleKind> all_schedules();
 // cells per device; the others one.
 bool v_shaped(ScheduleKind kind);
 bool interleaved_kind(ScheduleKind kind);
+// Whether make_schedule places the kind's order for its OrderCosts (a hop's
+// latency included): zb-v, v-half, v-min, and zb-interleaved with v > 1.
+bool cost_built(ScheduleKind kind, int v);
 // Cells per device the kind runs with when asked for v: 2 for a V, v for
 // the interleaved kinds, 1 otherwise.
 int cells_per_device(ScheduleKind kind, int v);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,22 +41,20 @@ inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>
   return diff / scale;
 }
 
-inline void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode remat,
-                              int v = 1) {
-  INFO("K=" << k << " M=" << m << " N=" << n << " schedule=" << schedule_name(kind)
-            << " remat=" << remat_name(remat) << " v=" << v);
+// One step of a pipeline built with `o` (threads_per_stage 1 unless set)
+// against the single-device reference; `inspect` sees the pipeline first.
+inline void check_equivalence(PipelineOptions o, int64_t n,
+                              const std::function<void(const Pipeline&)>& inspect = {}) {
+  INFO("K=" << o.K << " M=" << o.M << " N=" << n << " schedule=" << schedule_name(o.schedule)
+            << " remat=" << remat_name(o.remat) << " v=" << o.virtual_stages);
   const Batch batch = token_batch(n, 5);
   double ref_loss = 0;
   const auto ref = reference_grads(models::transformer(tiny()), batch, &ref_loss);
-  Pipeline pipe(models::transformer(tiny()),
-                {.K = k,
-                 .M = m,
-                 .virtual_stages = v,
-                 .schedule = kind,
-                 .remat = remat,
-                 .threads_per_stage = 1},
-                batch);
-  REQUIRE(static_cast<int>(pipe.cells().size()) == k * v);
+  if (o.threads_per_stage == 0) o.threads_per_stage = 1;
+  const int cells = o.K * cells_per_device(o.schedule, o.virtual_stages);
+  Pipeline pipe(models::transformer(tiny()), std::move(o), batch);
+  REQUIRE(static_cast<int>(pipe.cells().size()) == cells);
+  if (inspect) inspect(pipe);
   const StepResult r = pipe.train_step(batch);
   CHECK(r.loss == Approx(ref_loss).epsilon(1e-5));
   int compared = 0;
@@ -67,6 +66,11 @@ inline void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematM
     ++compared;
   }
   CHECK(compared == static_cast<int>(ref.size()));
+}
+
+inline void check_equivalence(int k, int m, int64_t n, ScheduleKind kind, RematMode remat,
+                              int v = 1) {
+  check_equivalence({.K = k, .M = m, .virtual_stages = v, .schedule = kind, .remat = remat}, n);
 }
 
 inline int thread_count() {
