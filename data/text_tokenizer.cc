@@ -8,6 +8,7 @@
 #include "data/text_tokenizer.h"
 
 #include "core/error.h"
+#include "data/bpe_tokenizer.h"
 
 namespace gpipe {
 
@@ -31,7 +32,9 @@ std::string BytesTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 std::unique_ptr<TextTokenizer> make_text_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<BytesTokenizer>();
-  throw Error(detail::concat("--tokenizer: unknown tokenizer '", spec, "' (known: bytes)"));
+  if (spec.size() > 5 && spec.ends_with(".json")) return BpeTokenizer::load(spec);
+  throw Error(detail::concat("--tokenizer: unknown tokenizer '", spec,
+                             "' (known: bytes, or a Hugging Face tokenizer.json path)"));
 }
 
 }  // namespace gpipe

@@ -1,7 +1,7 @@
 // TextTokenizer: what a language model's data path asks of a tokenizer
 // (Note [Tokenizer interface] in data/text_tokenizer.cc). Every tokenizer
-// (bytes today; a SentencePiece model and a Hugging Face byte-level BPE
-// behind the same interface) turns text into ids below vocab_size() and back,
+// (bytes, a Hugging Face byte-level BPE, and a SentencePiece model behind
+// the same interface) turns text into ids below vocab_size() and back,
 // and names the end-of-text id that separates packed documents.
 #pragma once
 
@@ -39,8 +39,10 @@ class BytesTokenizer final : public TextTokenizer {
   int64_t eot_id() const override { return 256; }
 };
 
-// `spec`: "bytes" (more formats join here). Throws gpipe::Error naming the
-// spec and the known ones.
+// `spec`: "bytes", or the path of a Hugging Face tokenizer.json (ending in
+// ".json") holding a byte-level BPE (data/bpe_tokenizer.h). Throws
+// gpipe::Error naming the spec and the known ones, or naming the file and
+// what is wrong with it.
 std::unique_ptr<TextTokenizer> make_text_tokenizer(const std::string& spec);
 
 }  // namespace gpipe
