@@ -33,8 +33,12 @@ class LmTask final : public Task {
         model_(lm_model_config(c)) {
     require_directory(dir_, "--data-dir");
     GPIPE_CHECK(model_.vocab >= tok_->vocab_size(), "--vocab=", model_.vocab, ": smaller than the ",
-                tok_->name(), " tokenizer's vocabulary of ", tok_->vocab_size(),
-                " (ids up to ", tok_->vocab_size() - 1, " would have no row in the model)");
+                tok_->name(), " tokenizer's vocabulary of ", tok_->vocab_size(), " (ids up to ",
+                tok_->vocab_size() - 1, " would have no row in the model)");
+    GPIPE_CHECK(c.init_from.empty() || model_.vocab == tok_->vocab_size(),
+                "--tokenizer=", c.tokenizer, ": its vocabulary of ", tok_->vocab_size(),
+                " disagrees with the ", model_.vocab, " of '", c.init_from,
+                "/config.json' (give the checkpoint's own tokenizer.json)");
     const int64_t context = c.context > 0 ? c.context : std::min<int64_t>(model_.context, 128);
     std::vector<Document> train, val;
     split_documents(read_fortunes(dir_), kHeldOut, kSplitSeed, train, val);
@@ -56,8 +60,8 @@ class LmTask final : public Task {
        << (c_.model == "gpt2" ? "GPT-2" : "Llama") << " L=" << model_.layers << " d=" << model_.dim
        << " heads=" << model_.heads;
     if (c_.model == "llama") os << " kv-heads=" << model_.kv();
-    os << " ffn=" << model_.ffn << " vocab=" << model_.vocab << "; "
-       << rows_->batches_per_epoch() << " batches of " << c_.batch << " per epoch";
+    os << " ffn=" << model_.ffn << " vocab=" << model_.vocab << "; " << rows_->batches_per_epoch()
+       << " batches of " << c_.batch << " per epoch";
     return os.str();
   }
 
@@ -97,8 +101,8 @@ class LmTask final : public Task {
     return {{"train.data", detail::concat("lm ", dir_, " tokenizer=", tok_->name(), " context=",
                                           train_.context, " train_limit=", c_.train_limit)},
             {"train.model_config",
-             detail::concat(c_.model, " L=", model_.layers, " d=", model_.dim, " heads=",
-                            model_.heads, " kv=", model_.kv(), " ffn=", model_.ffn,
+             detail::concat(c_.model, " L=", model_.layers, " d=", model_.dim,
+                            " heads=", model_.heads, " kv=", model_.kv(), " ffn=", model_.ffn,
                             " vocab=", model_.vocab, " context=", model_.context)}};
   }
 
