@@ -160,7 +160,7 @@ class Pipeline {
   void share_from_rank0(std::string& bytes, const char* what);
   std::vector<double> measure_costs(const Batch& sample);
   void build_ranks();
-  // Note [Measured link latency]: times the hop and rebuilds a cost-built program for it.
+  // Times the hop and rebuilds a cost-built program for it (Note [Measured link latency]).
   void build_order_for_link(const Batch& sample);
   // Runs fn(executor) for every local rank at once, each on its worker
   // (collectives need every rank of the process in them); rethrows the

@@ -192,6 +192,17 @@ CLI::App* add_schedules(CLI::App& app, gpipe::bench::SchedulesBenchOptions& o) {
   c->add_option("--remat", o.remat, "never | except_last | always");
   add_warmup_steps(c, o.warmup, o.steps);
   c->add_option("--trace-dir", o.trace_dir, "write each run's Chrome trace and SVG here");
+  c->add_option("--slow-link-us", o.slow_link_us,
+                "slowed-link mode: each hand-over between devices this many microseconds late; "
+                "each schedule at each --slow-K with the free-link order and the measured one")
+      ->check(gpipe::train::kPositive);
+  c->add_option("--slow-K", o.slow_K, "K values of the slowed-link mode")
+      ->delimiter(',')
+      ->check(gpipe::train::int_range(2, 16));
+  c->add_option("--slow-layers", o.slow_layers, "slowed-link mode: Transformer layers per side")
+      ->check(gpipe::train::kPositive);
+  c->add_option("--slow-batch", o.slow_batch, "slowed-link mode: N")
+      ->check(gpipe::train::kPositive);
   return c;
 }
 

@@ -269,6 +269,14 @@ TEST_CASE("gpipe_train flags: schedules with several cells per device") {
                                        "--schedule=dualpipev"}),
                     Contains("dualpipev needs M >= 2K"));
   CHECK(parse_train_flags(with({"--schedule=zb-v", "--order-latency=0.5"})).order_latency == 0.5);
+  // No --order-latency: the link is measured at start-up; an explicit 0 means free links.
+  const PipelineOptions measured = pipeline_options(parse_train_flags(with({"--schedule=zb-v"})));
+  CHECK(measured.measure_link_latency);
+  CHECK(measured.order_costs.link_latency == 0);
+  const PipelineOptions free_links =
+      pipeline_options(parse_train_flags(with({"--schedule=zb-v", "--order-latency=0"})));
+  CHECK_FALSE(free_links.measure_link_latency);
+  CHECK(free_links.order_costs.link_latency == 0);
 }
 
 TEST_CASE("gpipe_train flags: --help is not an error") {

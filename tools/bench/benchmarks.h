@@ -114,6 +114,12 @@ struct MeasureOptions {
   // transformer: logits then the loss, not linear_cross_entropy (Note [Fused output loss]).
   bool unfused_loss = false;
   double dropout = 0;  // transformer: TransformerConfig::dropout (training)
+  // A link slowed on purpose: every hand-over between devices arrives this
+  // many microseconds after its send (PipelineOptions::link_delay_seconds).
+  double link_delay_us = 0;
+  // The hop latency, in a cell's forwards, the cost-built orders are placed
+  // for; < 0: measured at start-up (PipelineOptions::measure_link_latency).
+  double order_latency = 0;
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -186,6 +192,15 @@ struct SchedulesBenchOptions {
   std::string remat = "never";
   int warmup = 1, steps = 5;
   std::string trace_dir;  // write each run's trace (and its SVG) here
+  // > 0: the slowed-link mode instead (run_slow_link): every hand-over
+  // between devices arrives this many microseconds late; each schedule at
+  // each K of slow_K, with the free-link order and with the order built for
+  // the latency measured at start-up.
+  double slow_link_us = 0;
+  std::vector<int> slow_K{2, 4};
+  // Its Transformer: layers per side and N (small cells, so that a hop of
+  // a millisecond or two is worth forwards).
+  int64_t slow_layers = 2, slow_batch = 16;
 };
 int run_schedules(const SchedulesBenchOptions& opt);
 

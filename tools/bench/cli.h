@@ -46,6 +46,11 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->add_flag("--unfused-loss", o.unfused_loss, "transformer: logits, then the loss");
   c->add_option("--dropout", o.dropout, "transformer: training dropout")
       ->check(gpipe::train::kProbability);
+  c->add_option("--link-delay-us", o.link_delay_us,
+                "every hand-over between devices arrives this many microseconds late");
+  c->add_option("--order-latency", o.order_latency,
+                "hop latency in a cell's forwards the cost-built orders are placed for; "
+                "-1: measured at start-up");
   return c;
 }
 

@@ -267,6 +267,9 @@ int run_measure(const MeasureOptions& o) {
   po.replicas = o.replicas;
   po.skip_transport = parse_skip_transport(o.skips);
   po.precision = parse_precision(o.precision);
+  po.link_delay_seconds = o.link_delay_us * 1e-6;
+  po.measure_link_latency = o.order_latency < 0;
+  po.order_costs.link_latency = std::max(0.0, o.order_latency);
   // Boundary shapes of one micro-batch (to predict the bytes sent), before the model moves in.
   std::vector<BundleSpec> specs;
   const int64_t micro = std::min<int64_t>(o.M * o.replicas, o.batch);
@@ -316,13 +319,16 @@ int run_measure(const MeasureOptions& o) {
     predicted_s = sim.step_seconds;
     predicted_bubble = sim.bubble_fraction;
   }
-  print_json(pipe, t, params, w.expected_params,
-             detail::concat(", \"pipeline_s\": ", median_of(t.pipeline_seconds),
-                            ", \"predicted_s\": ", predicted_s, ", \"predicted_bubble\": ",
-                            predicted_bubble, ", \"bytes_per_step\": ", static_cast<int64_t>(bytes),
-                            ", \"predicted_bytes_per_step\": ",
-                            predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas,
-                                                     batch_size(one[0]), po.precision)));
+  print_json(
+      pipe, t, params, w.expected_params,
+      detail::concat(
+          ", \"pipeline_s\": ", median_of(t.pipeline_seconds),
+          ", \"order_latency\": ", pipe.options().order_costs.link_latency, ", \"link_hop_us\": ",
+          pipe.measured_link() ? pipe.measured_link()->hop_seconds * 1e6 : 0.0,
+          ", \"predicted_s\": ", predicted_s, ", \"predicted_bubble\": ", predicted_bubble,
+          ", \"bytes_per_step\": ", static_cast<int64_t>(bytes), ", \"predicted_bytes_per_step\": ",
+          predicted_boundary_bytes(specs, pipe.partition(), o.batch / o.replicas,
+                                   batch_size(one[0]), po.precision)));
   return 0;
 }
 
@@ -358,6 +364,8 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (o.precision != "fp32") cmd += " --precision " + o.precision;
   if (o.unfused_loss) cmd += " --unfused-loss";
   if (o.dropout > 0) cmd += " --dropout " + std::to_string(o.dropout);
+  if (o.link_delay_us > 0) cmd += " --link-delay-us " + std::to_string(o.link_delay_us);
+  if (o.order_latency != 0) cmd += " --order-latency " + std::to_string(o.order_latency);
   if (o.workload == "unet" || o.workload == "resnet")
     cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
            " --skips " + o.skips + (o.split_blocks ? " --split-blocks" : "");

@@ -276,7 +276,8 @@ PipelineOptions pipeline_options(const TrainConfig& c) {
   PipelineOptions o;
   o.K = c.K;
   o.virtual_stages = c.virtual_stages;
-  o.order_costs.link_latency = c.order_latency;
+  o.order_costs.link_latency = std::max(0.0, c.order_latency);
+  o.measure_link_latency = c.order_latency < 0;  // no --order-latency: measured at start-up
   o.M = c.M;
   usage(!all_digits(c.devices), "--devices=", c.devices,
         ": a count of devices is --K; --devices takes a list like cpu:0,cpu:1");

@@ -129,8 +129,9 @@ struct TrainConfig {
   // gpipe | 1f1b | zb-h1 | zb-h1-lowmem | interleaved | zb-v | zb-interleaved | v-half | v-min |
   // dualpipev | file:PATH
   std::string schedule = "gpipe";
-  // The hop latency, in a cell's forwards, the cost-built orders are placed for (--order-latency).
-  double order_latency = 0;
+  // The hop latency, in a cell's forwards, the cost-built orders are placed for
+  // (--order-latency); < 0: measured at start-up (Note [Measured link latency]).
+  double order_latency = -1;
   std::string remat = "except_last";
   // fp32 | bf16 | fp16 (Note [Mixed precision] in core/precision.h).
   std::string precision = "fp32";

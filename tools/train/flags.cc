@@ -241,8 +241,8 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
   g.planned.push_back(g.virtual_stages);
   app.add_option("--order-latency", c.order_latency,
                  "the hop latency between devices, in a cell's forwards, that zb-v, "
-                 "zb-interleaved, v-half and v-min place their order for (gpipe_plan prints it)")
-      ->capture_default_str()
+                 "zb-interleaved, v-half and v-min place their order for (default: measured at "
+                 "start-up; 0: free links; gpipe_plan prints it)")
       ->check(CLI::Range(0.0, 1000.0));
   g.planned.push_back(
       app.add_option(

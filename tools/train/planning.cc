@@ -157,7 +157,8 @@ void apply_plan(TrainConfig& c, const Task& task, bool distributed, std::ostream
     ch.K = c.K;
     ch.M = c.M;
     ch.virtual_stages = c.virtual_stages;
-    ch.order_latency = c.order_latency;  // the order the run builds (--order-latency)
+    ch.order_latency =
+        std::max(0.0, c.order_latency);  // --order-latency, or free links until measured
     ch.remat.assign(ch.cells(), po.remat);
     best = best_cut(costs, ch, c.batch, req.memory_bytes);
     for (size_t d = 0; d < best.memory.size(); ++d)
