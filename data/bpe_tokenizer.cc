@@ -16,30 +16,27 @@
 //     leftmost first among equals, and the pairs it forms with its neighbours
 //     join the queue; repeated until no pair has a merge. This is the
 //     reference's priority-queue loop, which also settles files whose merges
-//     are out of order the same way. With ignore_merges (Llama 3), a piece
-//     that is itself a token is taken whole first.
+//     are out of order the same way (Note [Short merges] for short pieces).
+//     With ignore_merges (Llama 3), a piece that is itself a token is taken
+//     whole first.
 //  5. Decoding concatenates the tokens' raw bytes.
 //
 // Note [BPE cache]. Most pieces of real text are frequent words, so merged
-// pieces up to 64 bytes are kept, up to 2^16 of them. encode() is const and
-// may run on several threads: lookups take a shared lock, inserts try an
-// exclusive one and skip the cache when another thread holds it.
+// pieces up to 64 bytes are kept (the results of ignore_merges too), up to
+// 2^16 of them (data/bpe_cache.h). encode() is const and may run on several
+// threads: lookups take a shared lock, inserts try an exclusive one and skip
+// the cache when another thread holds it.
 #include "data/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <bit>
+#include <climits>
 #include <mutex>
 
 #include "core/error.h"
 
 namespace gpipe {
 namespace {
-
-constexpr size_t kCacheCapacity = size_t{1} << 16;
-constexpr size_t kCachedPieceBytes = 64;
-
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
 
 struct Symbol {
   int32_t id;
@@ -59,6 +56,33 @@ struct QueuedMerge {
 };
 
 }  // namespace
+
+void BpeTokenizer::MergeTable::insert_or_assign(int32_t left, int32_t right, Merge merge) {
+  if (2 * (size_ + 1) > keys_.size()) grow();
+  const uint64_t key = pack(left, right);
+  size_t i = slot(key);
+  while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
+  if (keys_[i] == kEmpty) ++size_;
+  keys_[i] = key;
+  values_[i] = merge;
+}
+
+void BpeTokenizer::MergeTable::grow() {
+  std::vector<uint64_t> keys = std::move(keys_);
+  std::vector<Merge> values = std::move(values_);
+  const size_t capacity = keys.empty() ? 1024 : 2 * keys.size();
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, Merge{});
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == kEmpty) continue;
+    size_t j = slot(keys[i]);
+    while (keys_[j] != kEmpty) j = (j + 1) & mask_;
+    keys_[j] = keys[i];
+    values_[j] = values[i];
+  }
+}
 
 int64_t BpeTokenizer::token_id(std::string_view token) const {
   const auto it = token_ids_.find(std::string(token));
@@ -112,75 +136,99 @@ void BpeTokenizer::encode_segment(std::string_view segment, std::vector<int64_t>
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& ids) const {
-  if (ignore_merges_) {
-    const auto it = bytes_ids_.find(std::string(piece));
-    if (it != bytes_ids_.end()) {
-      ids.push_back(it->second);
-      return;
-    }
+  if (piece.size() == 1 && byte_ids_[static_cast<uint8_t>(piece[0])] >= 0) {
+    ids.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
+    return;
   }
-  const bool cacheable = piece.size() <= kCachedPieceBytes;
-  std::string key;
-  if (cacheable) {
-    key.assign(piece);
-    std::shared_lock lock(cache_mutex_);
-    const auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  if (cache_.find(piece, ids)) return;
+  thread_local std::vector<int32_t> merged;
+  merged.clear();
+  const auto whole = ignore_merges_ ? bytes_ids_.find(std::string(piece)) : bytes_ids_.end();
+  if (whole != bytes_ids_.end()) {
+    merged.push_back(whole->second);
+  } else {
+    merge_piece(piece, merged);
   }
-  std::vector<int32_t> merged;
-  merge_piece(piece, merged);
   ids.insert(ids.end(), merged.begin(), merged.end());
-  if (cacheable) {
-    std::unique_lock lock(cache_mutex_, std::try_to_lock);
-    if (lock.owns_lock() && cache_.size() < kCacheCapacity)
-      cache_.emplace(std::move(key), std::move(merged));
-  }
+  cache_.insert(piece, merged);
 }
 
 void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<QueuedMerge> queue;
-  symbols.clear();
-  queue.clear();
   // One symbol per byte; a byte with no token becomes unk (consecutive ones
   // fused into one with fuse_unk) or, with no unk token, is dropped, as in
   // the reference.
+  out.clear();
   bool pending_unk = false;
-  const auto push = [&](int32_t id, int32_t len) {
-    const auto n = static_cast<int32_t>(symbols.size());
-    if (n > 0) symbols.back().next = n;
-    symbols.push_back(Symbol{id, n - 1, -1, len});
-  };
   for (const char ch : piece) {
     const int32_t id = byte_ids_[static_cast<uint8_t>(ch)];
     if (id >= 0) {
       pending_unk = false;
-      push(id, 1);
-    } else if (unk_id_ >= 0) {
-      if (fuse_unk_ && pending_unk) {
-        symbols.back().len += 1;
-      } else {
-        push(unk_id_, 1);
-        pending_unk = true;
-      }
+      out.push_back(id);
+    } else if (unk_id_ >= 0 && !(fuse_unk_ && pending_unk)) {
+      out.push_back(unk_id_);
+      pending_unk = true;
     }
   }
-  const auto lookup = [&](int32_t left, int32_t right) -> const Merge* {
-    const auto it = merges_.find(pair_key(left, right));
-    return it == merges_.end() ? nullptr : &it->second;
+  if (out.size() <= kShortPiece) {
+    merge_short(out);
+  } else {
+    merge_long(out);
+  }
+}
+
+// Note [Short merges]. The reference's queue pops the valid pair of lowest
+// (rank, position) each time: every pair that forms is queued with its
+// rank, and an entry left stale by a neighbour's merge can never pass the
+// check that the pair at its position still makes the same token (symbols
+// only grow to the right, so the strings differ). For a short piece the same
+// order comes cheaper from a scan of the ranks of the current pairs.
+void BpeTokenizer::merge_short(std::vector<int32_t>& ids) const {
+  constexpr int32_t kNone = INT32_MAX;
+  size_t n = ids.size();
+  int32_t rank[kShortPiece];
+  int32_t merged[kShortPiece];
+  const auto pair_rank = [&](size_t i) {
+    const Merge* m = merges_.find(ids[i], ids[i + 1]);
+    rank[i] = m != nullptr ? m->rank : kNone;
+    merged[i] = m != nullptr ? m->merged_id : -1;
   };
+  for (size_t i = 0; i + 1 < n; ++i) pair_rank(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == kNone) break;
+    ids[best] = merged[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      ids[i] = ids[i + 1];
+      rank[i] = rank[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --n;
+    if (best + 1 < n) pair_rank(best);
+    if (best > 0) pair_rank(best - 1);
+  }
+  ids.resize(n);
+}
+
+// The reference's loop, for long pieces: a queue of (rank, position).
+void BpeTokenizer::merge_long(std::vector<int32_t>& ids) const {
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<QueuedMerge> queue;
+  symbols.clear();
+  queue.clear();
+  const auto n = static_cast<int32_t>(ids.size());
+  for (int32_t i = 0; i < n; ++i)
+    symbols.push_back(Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, 1});
   const auto enqueue = [&](int32_t pos) {
     const Symbol& s = symbols[pos];
     if (s.next < 0) return;
-    if (const Merge* m = lookup(s.id, symbols[s.next].id)) {
+    if (const Merge* m = merges_.find(s.id, symbols[s.next].id)) {
       queue.push_back(QueuedMerge{m->rank, pos, m->merged_id});
       std::push_heap(queue.begin(), queue.end());
     }
   };
-  for (int32_t pos = 0; pos + 1 < static_cast<int32_t>(symbols.size()); ++pos) enqueue(pos);
+  for (int32_t pos = 0; pos + 1 < n; ++pos) enqueue(pos);
   while (!queue.empty()) {
     std::pop_heap(queue.begin(), queue.end());
     const QueuedMerge top = queue.back();
@@ -188,7 +236,7 @@ void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int32_t>& out
     Symbol& left = symbols[top.pos];
     if (left.len == 0 || left.next < 0) continue;
     Symbol& right = symbols[left.next];
-    const Merge* m = lookup(left.id, right.id);
+    const Merge* m = merges_.find(left.id, right.id);
     if (m == nullptr || m->merged_id != top.merged_id) continue;  // a stale entry
     left.id = top.merged_id;
     left.len += right.len;
@@ -198,9 +246,9 @@ void BpeTokenizer::merge_piece(std::string_view piece, std::vector<int32_t>& out
     if (left.prev >= 0) enqueue(left.prev);
     enqueue(top.pos);
   }
-  out.clear();
+  ids.clear();
   for (const Symbol& s : symbols)
-    if (s.len != 0) out.push_back(s.id);
+    if (s.len != 0) ids.push_back(s.id);
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {

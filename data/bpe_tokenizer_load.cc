@@ -209,7 +209,6 @@ class BpeFileReader {
   void read_merges(const json::Value* merges) {
     if (merges == nullptr) fail("missing model.merges");
     if (merges->kind != json::Value::Kind::kArray) fail("model.merges is not an array");
-    t_.merges_.reserve(merges->items.size());
     for (size_t rank = 0; rank < merges->items.size(); ++rank) {
       const json::Value& m = merges->items[rank];
       std::string left, right;
@@ -235,9 +234,8 @@ class BpeFileReader {
         fail("model.merges[", rank, "] (\"", shown, "\"): the merged token '", left + right,
              "' is not in model.vocab");
       // A repeated pair keeps its last rank, as the reference's map does.
-      t_.merges_[(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) |
-                 static_cast<uint32_t>(b)] =
-          BpeTokenizer::Merge{static_cast<int32_t>(rank), merged->second};
+      t_.merges_.insert_or_assign(a, b,
+                                  BpeTokenizer::Merge{static_cast<int32_t>(rank), merged->second});
     }
   }
 
