@@ -50,6 +50,10 @@ CASES = [
     "x=1+2; y = [3,4]; // code!? 'quoted' \"double\"",
     "\u00dcn\u00efc\u00f6d\u00e9 fa\u00e7ade na\u00efve caf\u00e9 \u00bd \u216b \u00b2",
     "\u00a0nbsp\u2003em\u3000ideographic\u2028line",
+    # Pieces longer than 32 bytes take the queue path of the merges (Note [Short merges]).
+    "Pneumonoultramicroscopicsilicovolcanoconiosis thethethethethethethethethethethe",
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3068\u4e2d\u6587\u7684\u6587\u672c"
+    "\u662f\u4e00\u4e2a\u5f88\u957f\u7684\u5355\u8bcd",
     "",
 ]
 
