@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -142,6 +143,21 @@ int64_t user_threads_now() {
   }
   closedir(proc);
   return threads;
+}
+
+namespace {
+std::atomic<FreeMemoryQuery> g_free_memory[4] = {};
+}  // namespace
+
+void register_free_memory_query(int device_type, FreeMemoryQuery query) {
+  if (device_type >= 0 && device_type < 4) g_free_memory[device_type] = query;
+}
+
+SystemLimit device_free_memory(int device_type, int index, const std::string& device_name) {
+  const FreeMemoryQuery q =
+      device_type >= 0 && device_type < 4 ? g_free_memory[device_type].load() : nullptr;
+  if (q == nullptr) return {0, device_name + ": no free-memory query (built without its runtime)"};
+  return {q(index), device_name + "'s free memory"};
 }
 
 }  // namespace gpipe

@@ -33,4 +33,12 @@ SystemLimit usable_cores();
 SystemLimit process_limit();
 int64_t user_threads_now();
 
+// An accelerator's free memory, asked of the hook its runtime installs
+// (runtime/cuda under --config=cuda: cudaMemGetInfo). The query throws
+// gpipe::Error for a device that is not there.
+using FreeMemoryQuery = uint64_t (*)(int index);
+void register_free_memory_query(int device_type, FreeMemoryQuery query);
+// {free bytes, "cuda:0's free memory"}, or value 0 when no hook is installed.
+SystemLimit device_free_memory(int device_type, int index, const std::string& device_name);
+
 }  // namespace gpipe

@@ -39,6 +39,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/system_limits.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/device.h"
 
@@ -218,8 +219,19 @@ class CachingAllocator final : public Allocator {
 
 Allocator* make_caching_allocator(int index) { return new CachingAllocator(index); }
 
+// What the fail-fast memory check asks (Note [Preflight] in tools/train/preflight.cc):
+// the device's free memory now.
+uint64_t free_memory(int index) {
+  check_device(index);
+  DeviceGuard guard(index);
+  size_t free = 0, total = 0;
+  GPIPE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<uint64_t>(free);
+}
+
 [[maybe_unused]] const bool g_registered = [] {
   register_allocator_factory(DeviceType::kCUDA, &make_caching_allocator);
+  register_free_memory_query(static_cast<int>(DeviceType::kCUDA), &free_memory);
   return true;
 }();
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <sstream>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/system_limits.h"
 #include "tests/train/trainer_testing.h"
@@ -167,4 +168,24 @@ TEST_CASE("preflight: under a lowered RLIMIT_NPROC the threads are refused namin
     return;
   }
   CHECK(rc == 0);
+}
+
+TEST_CASE("preflight: on GPUs each device's cells are held against its free memory") {
+  // A stand-in for the CUDA runtime's query (runtime/cuda installs the real
+  // one): cuda:0 has 1 GB free, cuda:1 has 100 GB.
+  register_free_memory_query(static_cast<int>(DeviceType::kCUDA), [](int index) -> uint64_t {
+    return index == 0 ? uint64_t{1} << 30 : uint64_t{100} << 30;
+  });
+  TrainConfig c = parse_train_flags({"--model=gpt2", "--preset=gpt2-medium", "--steps=1"});
+  c.K = 2;
+  c.devices = "cuda:0,cuda:1";
+  // 354M parameters x 16 bytes over 2 cells: about 2.8 GB each.
+  CHECK_THROWS_WITH(check_memory(c, 2, 2, 1), Contains("out of memory on cuda:0") &&
+                                                  Contains("cuda:0's free memory") &&
+                                                  Contains("--precision=bf16"));
+  c.devices = "cuda:1,cuda:1";
+  CHECK_NOTHROW(check_memory(c, 2, 2, 1));
+  register_free_memory_query(static_cast<int>(DeviceType::kCUDA), nullptr);
+  c.devices = "cuda:0,cuda:1";
+  CHECK_NOTHROW(check_memory(c, 2, 2, 1));  // no runtime to ask: not checked
 }

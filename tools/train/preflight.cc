@@ -13,7 +13,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <sstream>
+#include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/system_limits.h"
 #include "models/transformer.h"
@@ -76,8 +80,37 @@ MemoryEstimate estimate_memory(const TrainConfig& config) {
   return e;
 }
 
+// --devices with GPUs: each device's share of the estimate (its cells') against
+// its free memory, asked of the CUDA runtime (none without --config=cuda).
+void check_device_memory(const TrainConfig& c, const MemoryEstimate& e, int cells_total) {
+  std::vector<std::string> devices;
+  std::stringstream in(c.devices);
+  for (std::string d; std::getline(in, d, ',');) devices.push_back(d);
+  std::map<std::string, int> cells_on;
+  for (int i = 0; i < cells_total; ++i) ++cells_on[devices[i % devices.size()]];
+  for (const auto& [name, cells] : cells_on) {
+    if (name.rfind("cuda:", 0) != 0) continue;
+    const SystemLimit free =
+        device_free_memory(static_cast<int>(DeviceType::kCUDA), std::stoi(name.substr(5)), name);
+    if (free.value == 0) continue;
+    const double need = e.total_bytes() * cells / std::max(1, cells_total);
+    if (need <= static_cast<double>(free.value)) continue;
+    throw Error(detail::concat(
+        "out of memory on ", name, ": --model=", c.model, " needs about ", gib(need), " for its ",
+        cells, " cell(s), more than the ", gib(static_cast<double>(free.value)), " of ",
+        free.source, " (an estimate: ", with_commas(e.parameters), " parameters x ",
+        e.bytes_per_parameter, " bytes, plus at least ", gib(e.activation_bytes),
+        " of activations over all cells). Ways out: more cells (--K) over more devices, "
+        "--precision=bf16, a smaller --batch or model, more --M with --remat=always; "
+        "`gpipe_plan --memory=SIZE` finds a plan that fits"));
+  }
+}
+
 void check_memory(const TrainConfig& c, int cells_here, int cells_total, int ranks_on_host) {
-  if (c.devices.find("cuda") != std::string::npos) return;  // a GPU's memory: not checked here
+  if (c.devices.find("cuda") != std::string::npos) {
+    if (cells_here == cells_total) check_device_memory(c, estimate_memory(c), cells_total);
+    return;
+  }
   const SystemLimit limit = usable_memory();
   if (limit.value == 0) return;
   const MemoryEstimate e = estimate_memory(c);
