@@ -4,6 +4,7 @@
 // merges must name known tokens). Tokens are turned back into raw bytes
 // through GPT-2's byte-to-unicode map (Note [Byte-level BPE] in
 // data/bpe_tokenizer.cc).
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,9 @@ namespace json = optim::json;
 namespace {
 
 constexpr uint64_t kMaxId = (uint64_t{1} << 24) - 1;  // 16.7M tokens: far above any real vocabulary
+// Ids are dense in real files; a file whose largest id passes twice its
+// token count (plus this slack) would make the tables mostly holes.
+constexpr uint64_t kIdSlack = 1024;
 
 // GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves,
 // the other 68 for U+0100 onwards, in byte order.
@@ -86,6 +90,12 @@ class BpeFileReader {
     if (root.kind != json::Value::Kind::kObject) fail("the top level is not a JSON object");
     check_absent_or_null(root, "normalizer", "normalizer");
     const json::Value& model = object_member(root, "model", "model");
+    const json::Value* vocab = model.find("vocab");
+    const json::Value* added = root.find("added_tokens");
+    const size_t tokens = (vocab != nullptr ? vocab->members.size() : 0) +
+                          (added != nullptr ? added->items.size() : 0);
+    token_count_ = tokens;
+    max_id_ = std::min<uint64_t>(kMaxId, 2 * tokens + kIdSlack);
     read_model(model);
     read_added(root.find("added_tokens"));
     read_pre_tokenizer(root.find("pre_tokenizer"));
@@ -175,6 +185,9 @@ class BpeFileReader {
 
   // Records `token` as the text of `id`.
   void assign(int32_t id, const std::string& token, std::string_view where) {
+    if (static_cast<uint64_t>(id) > max_id_)
+      fail(where, ": token '", token, "' has id ", id, ", far beyond the file's ", token_count_,
+           " tokens (ids must stay below twice the token count plus ", kIdSlack, ")");
     if (static_cast<size_t>(id) >= t_.token_bytes_.size()) {
       t_.token_bytes_.resize(id + 1);
       t_.special_.resize(id + 1, 0);
@@ -337,6 +350,8 @@ class BpeFileReader {
   const std::string& name_;
   std::unordered_map<std::string, int32_t> vocab_;  // model.vocab only
   std::vector<std::string> written_;                // per id, the token as written
+  uint64_t max_id_ = kMaxId;
+  size_t token_count_ = 0;
 };
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::from_json(std::string_view json,

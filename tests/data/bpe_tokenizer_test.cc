@@ -235,6 +235,8 @@ TEST_CASE("bpe: bad files are refused with one message naming the file", "[bpe]"
   refused(tiny_json("", "7"), "model.merges[0] is neither");
   refused(tiny_json(R"(,"d":-1)", ""), "token 'd' has id -1, not an integer");
   refused(tiny_json(R"(,"d":0)", ""), "id 0 is given to both 'a' and 'd'");
+  refused(tiny_json(R"(,"d":9999999)", ""),
+          "model.vocab: token 'd' has id 9999999, far beyond the file's 6 tokens");
   refused(R"({"model":{"type":"WordPiece","vocab":{"a":0}}})",
           "model type 'WordPiece' is not supported (only BPE)");
   refused(tiny_json("", "", R"("dropout":0.1,)"), "model.dropout is not supported");
