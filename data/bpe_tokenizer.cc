@@ -23,13 +23,12 @@
 //
 // Note [BPE cache]. Most pieces of real text are frequent words, so merged
 // pieces up to 64 bytes are kept (the results of ignore_merges too), up to
-// 2^16 of them (data/bpe_cache.h). encode() is const and may run on several
+// 2^16 of them (data/bpe_tables.h). encode() is const and may run on several
 // threads: lookups take a shared lock, inserts try an exclusive one and skip
 // the cache when another thread holds it.
 #include "data/bpe_tokenizer.h"
 
 #include <algorithm>
-#include <bit>
 #include <climits>
 #include <mutex>
 
@@ -56,33 +55,6 @@ struct QueuedMerge {
 };
 
 }  // namespace
-
-void BpeTokenizer::MergeTable::insert_or_assign(int32_t left, int32_t right, Merge merge) {
-  if (2 * (size_ + 1) > keys_.size()) grow();
-  const uint64_t key = pack(left, right);
-  size_t i = slot(key);
-  while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
-  if (keys_[i] == kEmpty) ++size_;
-  keys_[i] = key;
-  values_[i] = merge;
-}
-
-void BpeTokenizer::MergeTable::grow() {
-  std::vector<uint64_t> keys = std::move(keys_);
-  std::vector<Merge> values = std::move(values_);
-  const size_t capacity = keys.empty() ? 1024 : 2 * keys.size();
-  keys_.assign(capacity, kEmpty);
-  values_.assign(capacity, Merge{});
-  mask_ = capacity - 1;
-  shift_ = 64 - std::countr_zero(capacity);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (keys[i] == kEmpty) continue;
-    size_t j = slot(keys[i]);
-    while (keys_[j] != kEmpty) j = (j + 1) & mask_;
-    keys_[j] = keys[i];
-    values_[j] = values[i];
-  }
-}
 
 int64_t BpeTokenizer::token_id(std::string_view token) const {
   const auto it = token_ids_.find(std::string(token));
@@ -143,9 +115,9 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& id
   if (cache_.find(piece, ids)) return;
   thread_local std::vector<int32_t> merged;
   merged.clear();
-  const auto whole = ignore_merges_ ? bytes_ids_.find(std::string(piece)) : bytes_ids_.end();
-  if (whole != bytes_ids_.end()) {
-    merged.push_back(whole->second);
+  const int32_t whole = ignore_merges_ ? bytes_ids_.find(piece) : -1;
+  if (whole >= 0) {
+    merged.push_back(whole);
   } else {
     merge_piece(piece, merged);
   }
@@ -188,7 +160,7 @@ void BpeTokenizer::merge_short(std::vector<int32_t>& ids) const {
   int32_t rank[kShortPiece];
   int32_t merged[kShortPiece];
   const auto pair_rank = [&](size_t i) {
-    const Merge* m = merges_.find(ids[i], ids[i + 1]);
+    const bpe::Merge* m = merges_.find(ids[i], ids[i + 1]);
     rank[i] = m != nullptr ? m->rank : kNone;
     merged[i] = m != nullptr ? m->merged_id : -1;
   };
@@ -223,7 +195,7 @@ void BpeTokenizer::merge_long(std::vector<int32_t>& ids) const {
   const auto enqueue = [&](int32_t pos) {
     const Symbol& s = symbols[pos];
     if (s.next < 0) return;
-    if (const Merge* m = merges_.find(s.id, symbols[s.next].id)) {
+    if (const bpe::Merge* m = merges_.find(s.id, symbols[s.next].id)) {
       queue.push_back(QueuedMerge{m->rank, pos, m->merged_id});
       std::push_heap(queue.begin(), queue.end());
     }
@@ -236,7 +208,7 @@ void BpeTokenizer::merge_long(std::vector<int32_t>& ids) const {
     Symbol& left = symbols[top.pos];
     if (left.len == 0 || left.next < 0) continue;
     Symbol& right = symbols[left.next];
-    const Merge* m = merges_.find(left.id, right.id);
+    const bpe::Merge* m = merges_.find(left.id, right.id);
     if (m == nullptr || m->merged_id != top.merged_id) continue;  // a stale entry
     left.id = top.merged_id;
     left.len += right.len;

@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "data/bpe_cache.h"
+#include "data/bpe_tables.h"
 #include "data/pretokenize.h"
 #include "data/text_tokenizer.h"
 
@@ -63,41 +63,6 @@ class BpeTokenizer final : public TextTokenizer {
     int32_t id = 0;
     bool special = false;
   };
-  struct Merge {
-    int32_t rank = 0;
-    int32_t merged_id = 0;
-  };
-  // (left id, right id) -> Merge: an open-addressing table, the inner loop's
-  // one lookup (a node-based map spent a third of encoding in it).
-  class MergeTable {
-   public:
-    void insert_or_assign(int32_t left, int32_t right, Merge merge);
-    const Merge* find(int32_t left, int32_t right) const {
-      if (keys_.empty()) return nullptr;
-      const uint64_t key = pack(left, right);
-      for (size_t i = slot(key);; i = (i + 1) & mask_) {
-        if (keys_[i] == key) return &values_[i];
-        if (keys_[i] == kEmpty) return nullptr;
-      }
-    }
-
-   private:
-    static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are below 2^24
-    static uint64_t pack(int32_t left, int32_t right) {
-      return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-             static_cast<uint32_t>(right);
-    }
-    size_t slot(uint64_t key) const {
-      return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
-    }
-    void grow();
-
-    std::vector<uint64_t> keys_;
-    std::vector<Merge> values_;
-    size_t mask_ = 0;
-    int shift_ = 64;
-    size_t size_ = 0;
-  };
 
  private:
   friend class BpeFileReader;  // fills the tables (data/bpe_tokenizer_load.cc)
@@ -117,9 +82,9 @@ class BpeTokenizer final : public TextTokenizer {
   std::vector<uint8_t> special_;
   std::vector<uint8_t> assigned_;
   std::unordered_map<std::string, int32_t> token_ids_;  // token as written -> id
-  std::unordered_map<std::string, int32_t> bytes_ids_;  // raw bytes -> id (byte-level tokens)
+  bpe::TokenTable bytes_ids_;                           // raw bytes -> id (byte-level tokens)
   std::array<int32_t, 256> byte_ids_{};                 // a lone byte's token, or -1
-  MergeTable merges_;
+  bpe::MergeTable merges_;
   std::vector<AddedToken> added_;
   std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indexes into added_
   int64_t eot_id_ = -1;

@@ -205,7 +205,7 @@ class BpeFileReader {
     }();
     bool mapped = false;
     t_.token_bytes_[id] = token_to_bytes(token, inverse, mapped);
-    if (mapped && where == "model.vocab") t_.bytes_ids_[t_.token_bytes_[id]] = id;
+    if (mapped && where == "model.vocab") t_.bytes_ids_.insert_or_assign(t_.token_bytes_[id], id);
     t_.assigned_[id] = 1;
     written_[id] = token;
     t_.token_ids_[token] = id;
@@ -247,8 +247,7 @@ class BpeFileReader {
         fail("model.merges[", rank, "] (\"", shown, "\"): the merged token '", left + right,
              "' is not in model.vocab");
       // A repeated pair keeps its last rank, as the reference's map does.
-      t_.merges_.insert_or_assign(a, b,
-                                  BpeTokenizer::Merge{static_cast<int32_t>(rank), merged->second});
+      t_.merges_.insert_or_assign(a, b, bpe::Merge{static_cast<int32_t>(rank), merged->second});
     }
   }
 
