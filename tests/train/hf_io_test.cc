@@ -10,8 +10,10 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "models/lm.h"
+#include "ops/ops.h"
 #include "optim/safetensors.h"
 #include "tests/train/trainer_testing.h"
 #include "tools/train/config.h"
@@ -35,10 +37,11 @@ models::LmConfig tiny(const std::string& arch, uint64_t seed) {
   c.seed = seed;
   if (arch == "llama") {
     c.tied = false;
-    c.rotary = {.enabled = true,
-                .theta = 500000,
-                .scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
-                            .original_context = 64}};
+    c.rotary = {
+        .enabled = true,
+        .theta = 500000,
+        .scaling = {
+            .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_context = 64}};
   }
   return c;
 }
@@ -153,8 +156,9 @@ TEST_CASE("hf folders: each bad folder gets one error naming the file and the te
     for (const auto& [name, t] : f.tensors)
       if (name != "model.layers.1.mlp.up_proj.weight") less.emplace_back(name, t);
     optim::save_safetensors(file, less);
-    CHECK_THAT(load_error(dir, c), Contains(dir) && Contains("no tensor 'model.layers.1.mlp."
-                                                             "up_proj.weight'") &&
+    CHECK_THAT(load_error(dir, c), Contains(dir) &&
+                                       Contains("no tensor 'model.layers.1.mlp."
+                                                "up_proj.weight'") &&
                                        Contains("h.1.mlp.up.weight"));
   }
   // A wrong shape.
@@ -176,8 +180,8 @@ TEST_CASE("hf folders: each bad folder gets one error naming the file and the te
   // Configs gpipe cannot build.
   const std::string cfg = dir + "/config.json";
   write(cfg, R"({"model_type": "mistral", "vocab_size": 10})");
-  CHECK_THROWS_WITH(read_hf_config(dir), Contains("config.json") &&
-                                             Contains("model_type 'mistral'"));
+  CHECK_THROWS_WITH(read_hf_config(dir),
+                    Contains("config.json") && Contains("model_type 'mistral'"));
   write(cfg, R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 16,
                  "num_attention_heads": 4, "intermediate_size": 24, "vocab_size": 31,
                  "rope_scaling": {"type": "dynamic", "factor": 2.0}})");
@@ -210,4 +214,27 @@ TEST_CASE("hf folders: gpipe_train's flags may not contradict the folder's confi
              Contains("--model=llama") && Contains("is a gpt2 model"));
   CHECK_THAT(refusal({"--init-from=/nonexistent", "--steps=1"}),
              Contains("--init-from") && Contains("'/nonexistent' is not a directory"));
+}
+
+TEST_CASE("hf folders: bfloat16 and float16 tensors load as their float32 values") {
+  const models::LmConfig c = tiny("llama", 8);
+  const Model a = models::language_model(c);
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    INFO(dtype_name(half));
+    const std::string dir = fresh_dir("hf_half");
+    export_hf(dir, c, named_state(a.layers), 30);
+    const std::string file = (fs::path(dir) / "model.safetensors").string();
+    std::vector<std::pair<std::string, Tensor>> narrow;
+    std::map<std::string, std::vector<float>> want;
+    for (const auto& [name, t] : optim::load_safetensors(file).tensors) {
+      narrow.emplace_back(name, ops::cast(t, half));
+      want[name] = ops::cast(ops::cast(t, half), DType::kFloat32).to_vector<float>();
+    }
+    optim::save_safetensors(file, narrow);
+    Model b = models::language_model(tiny("llama", 9));
+    load_hf_weights(dir, c, named_state(b.layers));
+    CHECK(values(b).at("h.0.attn.attn.q.weight") ==
+          want.at("model.layers.0.self_attn.q_proj.weight"));
+    CHECK(values(b).at("head.weight") == want.at("lm_head.weight"));
+  }
 }
