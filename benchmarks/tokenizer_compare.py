@@ -12,9 +12,10 @@ Each tokenizer encodes every record with `tokenizers` (encode_batch, one thread,
 added) and with gpipe (bazel-bin/tools/gpipe_tokenize, one thread); the script reports how many
 records give identical ids and the throughput of each, in MB of UTF-8 text per second of CPU time,
 i.e. per core, which other work on the machine does not dilute (encoding only: gpipe's thread CPU
-time around encode(), and the process CPU time of encode_batch). Tokenizers: the two
-test fixtures (vocabulary 500), the GPT-2 one with add_prefix_space, and one GPT-2 and one Llama 3
-layout trained here on the corpus (vocabulary 8000, so merges cover the other scripts too).
+time around encode(), and the process CPU time of encode_batch). Tokenizers: the two test fixtures
+(vocabulary 500); each with add_prefix_space; the GPT-2 one without its split regex (whole records
+as one piece: the long-piece path of the merges); and one GPT-2 and one Llama 3 layout trained here
+on the corpus (vocabulary --vocab, 8000 by default, so merges cover the other scripts too).
 
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
     bazel build --config=ci //tools:gpipe_tokenize
@@ -211,14 +212,27 @@ def main():
         for d in data:
             f.write(d + b"\0")
     fixtures = os.path.join(ROOT, "tests/data/testdata")
-    gpt2_prefix = os.path.join(work, "gpt2_prefix_space.json")
-    spec = json.load(open(os.path.join(fixtures, "bpe_gpt2_tokenizer.json"), encoding="utf-8"))
-    spec["pre_tokenizer"]["add_prefix_space"] = True
-    json.dump(spec, open(gpt2_prefix, "w", encoding="utf-8"), ensure_ascii=False)
+    gpt2_fixture = os.path.join(fixtures, "bpe_gpt2_tokenizer.json")
+    llama3_fixture = os.path.join(fixtures, "bpe_llama3_tokenizer.json")
+
+    def variant(fixture, name, edit):
+        spec = json.load(open(fixture, encoding="utf-8"))
+        edit(spec)
+        path = os.path.join(work, name + ".json")
+        json.dump(spec, open(path, "w", encoding="utf-8"), ensure_ascii=False)
+        return path
+
+    def llama3_prefix(spec):
+        spec["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = True
+
     tokenizers = [
-        ("fixture GPT-2 (500)", os.path.join(fixtures, "bpe_gpt2_tokenizer.json")),
-        ("fixture Llama 3 (500)", os.path.join(fixtures, "bpe_llama3_tokenizer.json")),
-        ("GPT-2 add_prefix_space (500)", gpt2_prefix),
+        ("fixture GPT-2 (500)", gpt2_fixture),
+        ("fixture Llama 3 (500)", llama3_fixture),
+        ("GPT-2 add_prefix_space (500)", variant(
+            gpt2_fixture, "gpt2_prefix", lambda s: s["pre_tokenizer"].update(add_prefix_space=True))),
+        ("Llama 3 add_prefix_space (500)", variant(llama3_fixture, "llama3_prefix", llama3_prefix)),
+        ("GPT-2 no split regex (500)", variant(
+            gpt2_fixture, "gpt2_noregex", lambda s: s["pre_tokenizer"].update(use_regex=False))),
     ]
     for layout in ("gpt2", "llama3"):
         path = os.path.join(work, f"{layout}_{args.vocab}.json")

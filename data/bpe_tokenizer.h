@@ -46,10 +46,10 @@ class BpeTokenizer final : public TextTokenizer {
   int64_t vocab_size() const override { return static_cast<int64_t>(token_bytes_.size()); }
   // Never throws on content; invalid UTF-8 encodes byte by byte.
   std::vector<int64_t> encode(std::string_view text) const override;
-  // Special added tokens (end-of-text among them) render as nothing, as the
-  // reference's decode(skip_special_tokens=True); other tokens as their
-  // bytes, invalid UTF-8 included. Throws gpipe::Error for an id outside
-  // [0, vocab_size()) or one no token has.
+  // Special added tokens and the end-of-text token render as nothing, as in
+  // the reference's decode(skip_special_tokens=True); other tokens as their
+  // bytes, invalid UTF-8 included (the reference replaces it with U+FFFD). Throws gpipe::Error for
+  // an id outside [0, vocab_size()) or one no token has.
   std::string decode(const std::vector<int64_t>& ids) const override;
   // "<|endoftext|>", else "<|end_of_text|>", else "<|eot_id|>", else the first
   // special added token.

@@ -101,6 +101,7 @@ class BpeFileReader {
     read_pre_tokenizer(root.find("pre_tokenizer"));
     read_decoder(root.find("decoder"));
     choose_eot();
+    t_.special_[t_.eot_id_] = 1;  // renders as nothing, even when only model.vocab has it
   }
 
  private:

@@ -204,6 +204,13 @@ TEST_CASE("bpe: merges apply by rank, not by position", "[bpe]") {
   CHECK(t->eot_id() == 100);
   CHECK(t->vocab_size() == 101);
   CHECK(t->decode({0, 100, 5}) == "abc");
+  // An end-of-text token that only model.vocab holds renders as nothing too.
+  std::string vocab_eot = tiny_json(R"(,"<|endoftext|>":7)", "");
+  vocab_eot.replace(vocab_eot.find(R"("special":true)"), 14, R"("special":false)");
+  vocab_eot.replace(vocab_eot.find("<|endoftext|>"), 13, "<pad>");
+  const auto plain = BpeTokenizer::from_json(vocab_eot, "tiny");
+  CHECK(plain->eot_id() == 7);
+  CHECK(plain->decode({0, 7, 100, 1}) == "a<pad>b");
   CHECK_THROWS_WITH(t->decode({101}), Contains("outside the vocabulary"));
   CHECK_THROWS_WITH(t->decode({50}), Contains("id 50 has no token"));
 }
