@@ -111,7 +111,8 @@ Tensor to_hf(const std::vector<std::pair<HfSlot, Tensor>>& parts) {
 bool hf_ignored(const std::string& n) {
   auto ends = [&](const char* s) {
     const std::string suffix(s);
-    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return n.size() >= suffix.size() &&
+           n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   return ends(".attn.bias") || ends(".attn.masked_bias") || ends("rotary_emb.inv_freq");
 }

@@ -10,12 +10,12 @@
 // is only counted, since a rank reads only its own cells' tensors.
 #include "tools/train/hf_io.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
-#include <cstdio>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -117,7 +117,8 @@ void read_rope(const ConfigReader& r, models::LmConfig& c) {
   if (const json::Value* t = field("rope_theta")) c.rotary.theta = r.number(t, "rope_theta", 10000);
   const json::Value* type = field("rope_type");
   if (!type) type = field("type");
-  const std::string kind = type && type->kind == json::Value::Kind::kString ? type->text : "default";
+  const std::string kind =
+      type && type->kind == json::Value::Kind::kString ? type->text : "default";
   if (kind == "default") return;
   GPIPE_CHECK(kind == "llama3", "'", r.path(), "': \"", key, "\" of type '", kind,
               "' (gpipe builds the llama3 frequency scaling, or none)");
@@ -157,8 +158,8 @@ models::LmConfig llama_config(const ConfigReader& r) {
   c.context = r.integer("max_position_embeddings", 2048);
   c.norm_eps = r.number("rms_norm_eps", 1e-6);
   c.tied = r.boolean("tie_word_embeddings", false);
-  GPIPE_CHECK(!r.boolean("attention_bias", false) && !r.boolean("mlp_bias", false), "'",
-              r.path(), "': attention_bias / mlp_bias (gpipe's Llama has no biases)");
+  GPIPE_CHECK(!r.boolean("attention_bias", false) && !r.boolean("mlp_bias", false), "'", r.path(),
+              "': attention_bias / mlp_bias (gpipe's Llama has no biases)");
   const std::string act = r.string("hidden_act", "silu");
   GPIPE_CHECK(act == "silu", "'", r.path(), "': hidden_act '", act, "' (gpipe's Llama: silu)");
   if (r.get("head_dim"))
@@ -181,9 +182,9 @@ std::map<std::string, std::string> weight_files(
     GPIPE_CHECK(map && map->kind == json::Value::Kind::kObject, "'", index,
                 "': no \"weight_map\" object");
     for (const json::Member& m : map->members) {
-      GPIPE_CHECK(m.value.kind == json::Value::Kind::kString &&
-                      m.value.text.find('/') == std::string::npos,
-                  "'", index, "': the shard of '", m.key, "' must be a file name in ", dir);
+      GPIPE_CHECK(
+          m.value.kind == json::Value::Kind::kString && m.value.text.find('/') == std::string::npos,
+          "'", index, "': the shard of '", m.key, "' must be a file name in ", dir);
       where[m.key] = (fs::path(dir) / m.value.text).string();
     }
     return where;
@@ -207,8 +208,8 @@ models::LmConfig read_hf_config(const std::string& dir) {
   else if (type == "llama")
     c = llama_config(r);
   else
-    throw Error(detail::concat("'", r.path(), "': model_type '", type,
-                               "' (gpipe builds gpt2 and llama)"));
+    throw Error(
+        detail::concat("'", r.path(), "': model_type '", type, "' (gpipe builds gpt2 and llama)"));
   try {
     models::check_lm_config(c);
   } catch (const Error& e) {
@@ -234,8 +235,8 @@ void load_hf_weights(const std::string& dir, const models::LmConfig& c,
     if (!slot) continue;  // not a weight of the model (optimizer state, buffers)
     std::string hf = slot->name;
     if (!where.count(hf) && hf.rfind("transformer.", 0) == 0) hf = hf.substr(12);
-    GPIPE_CHECK(where.count(hf), "'", dir, "': no tensor '", slot->name,
-                "' (gpipe's '", p.name, "')");
+    GPIPE_CHECK(where.count(hf), "'", dir, "': no tensor '", slot->name, "' (gpipe's '", p.name,
+                "')");
     wants.push_back({&p, *slot, hf});
     shards.insert(where.at(hf));
   }
@@ -281,11 +282,10 @@ std::string config_json(const models::LmConfig& c, int64_t eot) {
       << ",\n  \"activation_function\": " << q("gelu_new")
       << ",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0";
   } else {
-    o << "  \"architectures\": [" << q("LlamaForCausalLM") << "],\n  \"model_type\": "
-      << q("llama") << ",\n  \"num_hidden_layers\": " << c.layers
-      << ",\n  \"hidden_size\": " << c.dim << ",\n  \"num_attention_heads\": " << c.heads
-      << ",\n  \"num_key_value_heads\": " << c.kv() << ",\n  \"head_dim\": " << c.dim / c.heads
-      << ",\n  \"intermediate_size\": " << c.ffn
+    o << "  \"architectures\": [" << q("LlamaForCausalLM") << "],\n  \"model_type\": " << q("llama")
+      << ",\n  \"num_hidden_layers\": " << c.layers << ",\n  \"hidden_size\": " << c.dim
+      << ",\n  \"num_attention_heads\": " << c.heads << ",\n  \"num_key_value_heads\": " << c.kv()
+      << ",\n  \"head_dim\": " << c.dim / c.heads << ",\n  \"intermediate_size\": " << c.ffn
       << ",\n  \"max_position_embeddings\": " << c.context << ",\n  \"vocab_size\": " << c.vocab
       << ",\n  \"rms_norm_eps\": " << c.norm_eps << ",\n  \"hidden_act\": " << q("silu")
       << ",\n  \"attention_bias\": false,\n  \"mlp_bias\": false"
