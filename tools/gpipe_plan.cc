@@ -15,6 +15,7 @@
 #include "core/parallel.h"
 #include "core/system_limits.h"
 #include "models/amoebanet.h"
+#include "models/lm.h"
 #include "models/transformer.h"
 #include "ops/cpu/blas.h"
 #include "pipeline/plan.h"
@@ -30,6 +31,8 @@ using namespace gpipe;
 
 namespace {
 
+int64_t lm_context(const train::TrainConfig& c) { return train::lm_model_config(c).context; }
+
 Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
   const int64_t n = c.batch;
   uint64_t x = 99;
@@ -44,6 +47,14 @@ Batch synthetic_batch(const train::TrainConfig& c, int64_t vocab) {
       for (auto& t : *v) t = 1 + next(vocab - 1);
     return {{Tensor::from_vector(src, Shape{n, len}), Tensor::from_vector(tin, Shape{n, len})},
             {Tensor::from_vector(tout, Shape{n, len})}};
+  }
+  if (train::lm_model(
+          c.model)) {  // rows of --context tokens (128 by default) and their next tokens
+    const int64_t len = c.context > 0 ? c.context : std::min<int64_t>(128, lm_context(c));
+    std::vector<int64_t> in(n * len), out(n * len);
+    for (auto* v : {&in, &out})
+      for (auto& t : *v) t = next(vocab);
+    return {{Tensor::from_vector(in, Shape{n, len})}, {Tensor::from_vector(out, Shape{n, len})}};
   }
   const int64_t s = c.image_size;
   const bool pixels = c.model == "unet";  // a class per pixel
@@ -87,6 +98,12 @@ int plan(const plan_cli::PlanFlags& f) {
     params = models::transformer_parameter_count(tc);
     model = models::transformer(tc);
     if (f.K > 1) other = models::transformer(tc);
+  } else if (train::lm_model(c.model)) {
+    const models::LmConfig lc = train::lm_model_config(c);
+    vocab = lc.vocab;
+    params = models::lm_parameter_count(lc);
+    model = models::language_model(lc);
+    if (f.K > 1) other = models::language_model(lc);
   } else {
     params = train::parameter_count(c);
     model = train::make_model(c);

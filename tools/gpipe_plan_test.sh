@@ -29,8 +29,8 @@ check() {
     echo "(wanted: $msg)"; fail=1
   fi
 }
-check 2 "--model: required (transformer, amoebanet, amoebanet-b, resnet or unet)" --K=2
-check 2 "--model: foo not in {transformer,amoebanet,amoebanet-b,resnet,unet}" --model=foo
+check 2 "--model: required (transformer, gpt2, llama, amoebanet, amoebanet-b, resnet or unet)" --K=2
+check 2 "--model: foo not in {transformer,gpt2,llama,amoebanet,amoebanet-b,resnet,unet}" --model=foo
 check 1 "--K: K = 40 devices but the transformer has 8 layers" \
   --model=transformer "${tiny[@]}" --K=40
 check 1 "is below one device's share of the parameters, gradients and optimizer state alone" \

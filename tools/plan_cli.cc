@@ -97,7 +97,7 @@ PlanFlags parse_plan_flags(const std::vector<std::string>& args) {
 PlanSetup prepare_plan(const PlanFlags& f) {
   if (f.model.empty())
     throw train::UsageError(
-        "--model: required (transformer, amoebanet, amoebanet-b, resnet or unet)");
+        "--model: required (transformer, gpt2, llama, amoebanet, amoebanet-b, resnet or unet)");
   std::vector<std::string> args = f.extra;
   args.push_back("--model=" + f.model);
   if (f.batch > 0) args.push_back("--batch=" + std::to_string(f.batch));
