@@ -61,7 +61,7 @@ int run(const Flags& f) {
   GPIPE_CHECK(c.init_from.empty() != f.checkpoint.empty(),
               "give the weights: --init-from=DIR (a Hugging Face folder) or --checkpoint=PATH "
               "(a gpipe_train checkpoint, with that run's model flags)");
-  const auto tok = make_text_tokenizer(c.tokenizer);
+  const auto tok = train::text_tokenizer(c.tokenizer);
   const models::LmConfig m = train::lm_model_config(c);
   GPIPE_CHECK(m.vocab >= tok->vocab_size(), "--tokenizer=", c.tokenizer, ": a vocabulary of ",
               tok->vocab_size(), ", more than the model's ", m.vocab);

@@ -29,7 +29,7 @@ class LmTask final : public Task {
   explicit LmTask(const TrainConfig& c)
       : c_(c),
         dir_(c.data_dir.empty() ? kFortunesDir : c.data_dir),
-        tok_(make_text_tokenizer(c.tokenizer)),
+        tok_(text_tokenizer(c.tokenizer)),
         model_(lm_model_config(c)) {
     require_directory(dir_, "--data-dir");
     GPIPE_CHECK(model_.vocab >= tok_->vocab_size(), "--vocab=", model_.vocab, ": smaller than the ",
@@ -109,7 +109,7 @@ class LmTask final : public Task {
  private:
   TrainConfig c_;
   std::string dir_;
-  std::unique_ptr<TextTokenizer> tok_;
+  std::shared_ptr<const TextTokenizer> tok_;
   models::LmConfig model_;
   PackedRows train_, val_;
   std::unique_ptr<StepRows> rows_;

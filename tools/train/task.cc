@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "core/rng.h"
 #include "data/batch.h"
@@ -145,8 +147,17 @@ Model make_image_model(const TrainConfig& c) {
 }
 }  // namespace
 
+std::shared_ptr<const TextTokenizer> text_tokenizer(const std::string& spec) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const TextTokenizer>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<const TextTokenizer>& t = loaded[spec];
+  if (!t) t = make_text_tokenizer(spec);
+  return t;
+}
+
 models::LmConfig lm_model_config(const TrainConfig& c) {
-  models::LmConfig m = lm_config(c, make_text_tokenizer(c.tokenizer)->vocab_size());
+  models::LmConfig m = lm_config(c, text_tokenizer(c.tokenizer)->vocab_size());
   m.seed = weight_seed(c);
   return m;
 }

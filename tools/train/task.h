@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/bundle.h"
+#include "data/text_tokenizer.h"
 #include "layers/loss.h"
 #include "models/amoebanet.h"
 #include "models/resnet.h"
@@ -147,6 +148,9 @@ class EvalMode {
 models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vocab = false);
 // gpt2 / llama: lm_config with the tokenizer's vocabulary and the weights' seed.
 models::LmConfig lm_model_config(const TrainConfig& c);
+// The tokenizer `spec` names (data/text_tokenizer.h), read once per process
+// and shared (encode and decode are const and thread-safe).
+std::shared_ptr<const TextTokenizer> text_tokenizer(const std::string& spec);
 models::AmoebaNetConfig amoebanet_config(const TrainConfig& c);  // D, or B for amoebanet-b
 models::ResNetConfig resnet_config(const TrainConfig& c);
 models::UNetConfig unet_config(const TrainConfig& c);

@@ -398,7 +398,7 @@ class Trainer {
     if (!c_.save.empty() && done > 0) save(step);
     if (!c_.export_hf.empty()) {
       export_hf(c_.export_hf, lm_model_config(c_), pipe_->named_state(),
-                make_text_tokenizer(c_.tokenizer)->eot_id());
+                text_tokenizer(c_.tokenizer)->eot_id());
       log_ << "exported the weights as a Hugging Face folder: " << c_.export_hf << "\n";
     }
     if (!c_.trace.empty()) {
