@@ -1,8 +1,13 @@
 #include "tests/test_util.h"
 
+#include <pwd.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -40,6 +45,35 @@ std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+int run_in_child(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child threw: %s\n", e.what());
+    }
+    std::fflush(nullptr);
+    _exit(rc);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int child_check(bool ok, const std::string& what) {
+  if (!ok) std::fprintf(stderr, "child: %s\n", what.c_str());
+  return ok ? 0 : 1;
+}
+
+bool drop_root_in_child() {
+  if (getuid() != 0) return true;
+  const passwd* nobody = getpwnam("nobody");
+  return nobody != nullptr && setgid(nobody->pw_gid) == 0 && setuid(nobody->pw_uid) == 0;
 }
 
 }  // namespace gpipe::testing

@@ -3,10 +3,8 @@
 // naming the figure, not std::terminate or a hang.
 #include "core/system_limits.h"
 
-#include <pwd.h>
 #include <sched.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -17,43 +15,15 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "runtime/worker.h"
+#include "tests/test_util.h"
 
 using namespace gpipe;
 
 namespace {
 
-// Runs `body` in a forked child; returns its exit status (0 = it held).
-// The child writes what went wrong to stderr.
-int in_child(const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int rc = 99;
-    try {
-      rc = body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child threw: %s\n", e.what());
-    }
-    std::fflush(nullptr);
-    _exit(rc);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int expect(bool ok, const std::string& what) {
-  if (!ok) std::fprintf(stderr, "child: %s\n", what.c_str());
-  return ok ? 0 : 1;
-}
-
-// The kernel does not hold root to RLIMIT_NPROC: a child that must meet it
-// becomes an unprivileged user first. false if it cannot.
-bool drop_root() {
-  if (getuid() != 0) return true;
-  const passwd* nobody = getpwnam("nobody");
-  return nobody != nullptr && setgid(nobody->pw_gid) == 0 && setuid(nobody->pw_uid) == 0;
-}
+using testing::child_check;
+using testing::drop_root_in_child;
+using testing::run_in_child;
 
 }  // namespace
 
@@ -65,23 +35,25 @@ TEST_CASE("system limits: RLIMIT_AS lowered in a child is the memory it may use"
 #endif
   const SystemLimit before = usable_memory();
   REQUIRE(before.value > 0);
-  CHECK(in_child([&] {
+  CHECK(run_in_child([&] {
           const rlim_t limit = std::min<uint64_t>(before.value / 2, 3ull << 30);
           const rlimit as{limit, limit};
           if (setrlimit(RLIMIT_AS, &as) != 0) return 2;
           const SystemLimit now = usable_memory();
-          return expect(now.value == limit && now.source.find("RLIMIT_AS") != std::string::npos,
-                        "usable_memory() = " + std::to_string(now.value) + " from " + now.source);
+          return child_check(
+              now.value == limit && now.source.find("RLIMIT_AS") != std::string::npos,
+              "usable_memory() = " + std::to_string(now.value) + " from " + now.source);
         }) == 0);
 }
 
 TEST_CASE("system limits: RLIMIT_NPROC lowered in a child is the one read") {
-  CHECK(in_child([] {
+  CHECK(run_in_child([] {
           const rlimit np{123, 123};
           if (setrlimit(RLIMIT_NPROC, &np) != 0) return 2;
           const SystemLimit now = process_limit();
-          return expect(now.value == 123 && now.source.find("RLIMIT_NPROC") != std::string::npos,
-                        "process_limit() = " + std::to_string(now.value));
+          return child_check(
+              now.value == 123 && now.source.find("RLIMIT_NPROC") != std::string::npos,
+              "process_limit() = " + std::to_string(now.value));
         }) == 0);
   CHECK(user_threads_now() >= 1);  // this test's own thread at least
 }
@@ -89,22 +61,22 @@ TEST_CASE("system limits: RLIMIT_NPROC lowered in a child is the one read") {
 TEST_CASE("system limits: an affinity mask of one CPU is one usable core") {
   const SystemLimit all = usable_cores();
   CHECK(all.value >= 1);
-  CHECK(in_child([] {
+  CHECK(run_in_child([] {
           cpu_set_t one;
           CPU_ZERO(&one);
           CPU_SET(sched_getcpu(), &one);
           if (sched_setaffinity(0, sizeof(one), &one) != 0) return 2;
           const SystemLimit now = usable_cores();
-          return expect(now.value == 1,
-                        "usable_cores() = " + std::to_string(now.value) + " from " + now.source);
+          return child_check(now.value == 1, "usable_cores() = " + std::to_string(now.value) +
+                                                 " from " + now.source);
         }) == 0);
 }
 
 TEST_CASE("system limits: a thread the system refuses is an error naming the figure") {
   // In a child that may start no more threads: the pool and the device worker
   // throw gpipe::Error (a crash or a hang would fail the child instead).
-  const int rc = in_child([] {
-    if (!drop_root()) return 3;
+  const int rc = run_in_child([] {
+    if (!drop_root_in_child()) return 3;
     // Room for three more threads: the pool starts some, then one is refused
     // and the ones started must be stopped and joined.
     const rlim_t room = static_cast<rlim_t>(user_threads_now() + 3);
@@ -113,18 +85,18 @@ TEST_CASE("system limits: a thread the system refuses is an error naming the fig
     int failures = 0;
     try {
       ThreadPool pool(64);
-      failures += expect(false, "ThreadPool(64) started under a low RLIMIT_NPROC");
+      failures += child_check(false, "ThreadPool(64) started under a low RLIMIT_NPROC");
     } catch (const Error& e) {
-      failures += expect(std::string(e.what()).find("could not start thread 5 of a pool of 64") !=
-                             std::string::npos,
-                         std::string("message: ") + e.what());
+      failures += child_check(std::string(e.what()).find(
+                                  "could not start thread 5 of a pool of 64") != std::string::npos,
+                              std::string("message: ") + e.what());
     }
     try {
       DeviceWorker worker(Device(DeviceType::kCPU, 0), 8);
-      failures += expect(false, "DeviceWorker started under a low RLIMIT_NPROC");
+      failures += child_check(false, "DeviceWorker started under a low RLIMIT_NPROC");
     } catch (const Error& e) {
-      failures += expect(std::string(e.what()).find("could not start") != std::string::npos,
-                         std::string("message: ") + e.what());
+      failures += child_check(std::string(e.what()).find("could not start") != std::string::npos,
+                              std::string("message: ") + e.what());
     }
     return failures;
   });

@@ -4,9 +4,7 @@
 // that fits still trains, also under lowered limits in a child process.
 #include "tools/train/preflight.h"
 
-#include <pwd.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/system_limits.h"
+#include "tests/test_util.h"
 #include "tests/train/trainer_testing.h"
 #include "tools/train/config.h"
 #include "tools/train/trainer.h"
@@ -26,8 +25,11 @@
 using namespace gpipe;
 using namespace gpipe::train;
 using Catch::Contains;
-using testing::tiny_transformer;
-using testing::with;
+using gpipe::testing::child_check;
+using gpipe::testing::drop_root_in_child;
+using gpipe::testing::run_in_child;
+using train::testing::tiny_transformer;
+using train::testing::with;
 
 namespace {
 
@@ -42,30 +44,6 @@ std::pair<std::string, double> refusal(const std::vector<std::string>& args) {
     what = e.what();
   }
   return {what, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
-}
-
-// Runs `body` in a forked child; its exit status (0: it held).
-int in_child(const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int rc = 99;
-    try {
-      rc = body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child threw: %s\n", e.what());
-    }
-    std::fflush(nullptr);
-    _exit(rc);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int expect(bool ok, const std::string& what) {
-  if (!ok) std::fprintf(stderr, "child: %s\n", what.c_str());
-  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -130,38 +108,35 @@ TEST_CASE(
   WARN("built with a sanitizer (terabytes of address space reserved): skipped");
   return;
 #endif
-  CHECK(in_child([] {
+  CHECK(run_in_child([] {
           const rlim_t limit = 3ull << 30;
           const rlimit as{limit, limit};
           if (setrlimit(RLIMIT_AS, &as) != 0) return 2;
           const auto [what, secs] =
               refusal({"--model=transformer", "--preset=T(6,8192,16)", "--steps=1"});
-          int failures = expect(what.find("RLIMIT_AS") != std::string::npos &&
-                                    what.find("4.44 GB") != std::string::npos,
-                                "T(6,8192,16) under 3 GiB: " + what);
+          int failures = child_check(what.find("RLIMIT_AS") != std::string::npos &&
+                                         what.find("4.44 GB") != std::string::npos,
+                                     "T(6,8192,16) under 3 GiB: " + what);
           std::ostringstream log;
           const TrainSummary s = train::train(
               parse_train_flags(with(tiny_transformer(0), {"--steps=1", "--no-final-eval"})), log);
-          failures += expect(s.losses.size() == 1, "the tiny transformer did not train");
+          failures += child_check(s.losses.size() == 1, "the tiny transformer did not train");
           return failures;
         }) == 0);
 }
 
 TEST_CASE("preflight: under a lowered RLIMIT_NPROC the threads are refused naming it") {
-  const int rc = in_child([] {
-    if (getuid() == 0) {  // the kernel does not hold root to RLIMIT_NPROC: run as nobody
-      const passwd* nobody = getpwnam("nobody");
-      if (nobody == nullptr || setgid(nobody->pw_gid) != 0 || setuid(nobody->pw_uid) != 0) return 3;
-    }
+  const int rc = run_in_child([] {
+    if (!drop_root_in_child()) return 3;
     const rlim_t room = static_cast<rlim_t>(user_threads_now() + 10);
     const rlimit few{room, room};
     if (setrlimit(RLIMIT_NPROC, &few) != 0) return 2;
     std::vector<std::string> args = with(tiny_transformer(0), {"--steps=1"});
     std::replace(args.begin(), args.end(), std::string("--K=2"), std::string("--K=8"));
     const auto [what, secs] = refusal(args);
-    return expect(what.find("RLIMIT_NPROC") != std::string::npos &&
-                      what.find("need 18 threads") != std::string::npos,
-                  "8 cells under a low RLIMIT_NPROC: " + what);
+    return child_check(what.find("RLIMIT_NPROC") != std::string::npos &&
+                           what.find("need 18 threads") != std::string::npos,
+                       "8 cells under a low RLIMIT_NPROC: " + what);
   });
   if (rc == 3) {
     WARN("no unprivileged user to run as: skipped");
