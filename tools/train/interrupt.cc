@@ -39,17 +39,17 @@ namespace {
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_failure_reported{false};
-std::mutex g_who_mu;
-std::string g_who = "gpipe";
+// The name lines start with; the handler reads it too (set before any signal).
+char g_who_raw[128] = "gpipe";
+std::mutex g_who_mu;  // guards writes of g_who_raw and its reads outside the handler
 
 std::string who() {
   std::lock_guard<std::mutex> lock(g_who_mu);
-  return g_who;
+  return g_who_raw;
 }
 
 // What the handler may touch: lock-free atomics, write() and _exit().
 std::atomic<int> g_wake_fd{-1};
-char g_who_raw[128] = "gpipe";  // `who` for the handler's own line (set before any signal)
 
 void write_all(const char* text) {
   size_t n = 0;
@@ -87,7 +87,6 @@ std::string signal_name(int sig) {
 
 void set_interrupt_who(const std::string& name) {
   std::lock_guard<std::mutex> lock(g_who_mu);
-  g_who = name;
   std::snprintf(g_who_raw, sizeof(g_who_raw), "%s", name.c_str());
 }
 

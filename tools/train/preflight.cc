@@ -31,8 +31,6 @@ namespace {
 constexpr int kThreadsPerCoreAllowed = 4;  // --threads beyond 4x the cores is refused
 constexpr int kTotalThreadsPerCore = 64;   // all of a process's threads together
 
-std::string gib(double bytes) { return format_bytes(bytes); }
-
 }  // namespace
 
 MemoryEstimate estimate_memory(const TrainConfig& config) {
@@ -96,10 +94,11 @@ void check_device_memory(const TrainConfig& c, const MemoryEstimate& e, int cell
     const double need = e.total_bytes() * cells / std::max(1, cells_total);
     if (need <= static_cast<double>(free.value)) continue;
     throw Error(detail::concat(
-        "out of memory on ", name, ": --model=", c.model, " needs about ", gib(need), " for its ",
-        cells, " cell(s), more than the ", gib(static_cast<double>(free.value)), " of ",
-        free.source, " (an estimate: ", with_commas(e.parameters), " parameters x ",
-        e.bytes_per_parameter, " bytes, plus at least ", gib(e.activation_bytes),
+        "out of memory on ", name, ": --model=", c.model, " needs about ", format_bytes(need),
+        " for its ", cells, " cell(s), more than the ",
+        format_bytes(static_cast<double>(free.value)), " of ", free.source,
+        " (an estimate: ", with_commas(e.parameters), " parameters x ", e.bytes_per_parameter,
+        " bytes, plus at least ", format_bytes(e.activation_bytes),
         " of activations over all cells). Ways out: more cells (--K) over more devices, "
         "--precision=bf16, a smaller --batch or model, more --M with --remat=always; "
         "`gpipe_plan --memory=SIZE` finds a plan that fits"));
@@ -126,11 +125,12 @@ void check_memory(const TrainConfig& c, int cells_here, int cells_total, int ran
                 " rank(s) on this host)";
   throw Error(detail::concat(
       "out of memory on cpu: --model=", c.model, c.preset.empty() ? "" : " --preset=" + c.preset,
-      " needs about ", gib(need), " for ", where, ", more than the ", gib(have), " it may use (",
-      limit.source, ranks_on_host > 1 ? ", shared by the host's ranks" : "", "). The estimate: ",
+      " needs about ", format_bytes(need), " for ", where, ", more than the ", format_bytes(have),
+      " it may use (", limit.source, ranks_on_host > 1 ? ", shared by the host's ranks" : "",
+      "). The estimate: ",
       e.parameters == INT64_MAX ? std::string("more than 9.2e18") : with_commas(e.parameters),
       " parameters x ", e.bytes_per_parameter, " bytes (", e.per_parameter_detail,
-      ") = ", gib(e.parameter_bytes), ", plus at least ", gib(e.activation_bytes),
+      ") = ", format_bytes(e.parameter_bytes), ", plus at least ", format_bytes(e.activation_bytes),
       " of activations (each cell's inputs for the mini-batch). Ways out: more cells (--K) "
       "spread over more processes or hosts (mpirun), --precision=bf16, a smaller --batch or "
       "model, more --M with --remat=always; `gpipe_plan --memory=SIZE` finds a plan that fits "
