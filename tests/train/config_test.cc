@@ -421,3 +421,22 @@ TEST_CASE("tool flags: a dropout rate is a probability in [0, 1)") {
   for (const std::string bad : {"1", "1.5", "-0.1", "x", "0.1x", "nan"})
     CHECK(parse(bad) == "--dropout: expected a probability in [0, 1), got '" + bad + "'");
 }
+
+TEST_CASE("gpipe_train flags: the language models' own data") {
+  const TrainConfig c = parse_train_flags({"--model=gpt2", "--data=a.txt,b/", "--data", "c.jsonl",
+                                           "--doc-split=blank", "--text-field=body", "--doc-mask",
+                                           "--val-fraction=0.1"});
+  CHECK(c.data == std::vector<std::string>{"a.txt", "b/", "c.jsonl"});
+  CHECK(c.doc_split == "blank");
+  CHECK(c.text_field == "body");
+  CHECK(c.doc_mask);
+  CHECK(c.val_fraction == 0.1);
+  CHECK(parse_train_flags({"--model=llama", "--val-data=v.bin"}).val_data == "v.bin");
+  CHECK_THAT(usage_error({"--model=gpt2", "--val-data=v.txt", "--val-fraction=0.1"}),
+             Contains("--val-data and --val-fraction"));
+  CHECK_THAT(usage_error({"--model=gpt2", "--doc-split=para"}),
+             Contains("--doc-split") && Contains("file"));
+  CHECK_THAT(usage_error({"--model=gpt2", "--val-fraction=1"}), Contains("--val-fraction"));
+  CHECK_THAT(usage_error({"--model=transformer", "--doc-mask"}),
+             Contains("--doc-mask: applies to --model=gpt2, llama only"));
+}

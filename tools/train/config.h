@@ -86,6 +86,15 @@ struct TrainConfig {
 
   // ---- data ----
   std::string data_dir;  // "" = /usr/share/locale or /usr/share/datasets/fashion-mnist
+  // --data=PATH...: files, folders (recursively, in name order) and globs of
+  // the task's own data (gpt2 / llama: .txt, .jsonl, llm.c .bin shards;
+  // data/text_source.h); empty = the task's default corpus.
+  std::vector<std::string> data;
+  std::string val_data;             // held-out data (same forms as --data); "" = a share of --data
+  double val_fraction = 0.05;       // the held-out share, by document, when --val-data is not given
+  std::string doc_split = "file";   // gpt2 / llama .txt: file (one document) | blank (blank lines)
+  std::string text_field = "text";  // gpt2 / llama .jsonl: the key holding a record's text
+  bool doc_mask = false;  // gpt2 / llama: attention stays inside each document of a packed row
   std::vector<std::string> languages;  // transformer; empty = default_translation_languages()
   int64_t max_len = 32;                // transformer: longest source / target string in bytes
   int64_t train_limit = 0;             // > 0: train on the first N training examples only (tests)

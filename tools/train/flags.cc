@@ -141,6 +141,25 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
       ->check(CLI::Range(4, 512));
   app.add_option("--train-limit", c.train_limit, "train on N training examples only (0 = all)")
       ->check(kNonNegative);
+  app.add_option("--data", c.data,
+                 "gpt2 / llama: the training text instead of the fortunes: files, folders "
+                 "(recursively, in name order) and globs of .txt, .jsonl and llm.c .bin shards")
+      ->delimiter(',');
+  app.add_option("--val-data", c.val_data,
+                 "held-out data (as --data; default: --val-fraction of --data's documents)");
+  app.add_option("--val-fraction", c.val_fraction,
+                 "the held-out share of the documents when --val-data is not given")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
+  app.add_option("--doc-split", c.doc_split,
+                 "gpt2 / llama .txt files: file (each file one document) | blank (documents "
+                 "end at blank lines)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"file", "blank"}));
+  app.add_option("--text-field", c.text_field, "gpt2 / llama .jsonl files: the text's key")
+      ->capture_default_str();
+  app.add_flag("--doc-mask", c.doc_mask,
+               "gpt2 / llama: attention stays inside each document of a packed row");
   app.add_flag("--augment", c.augment,
                "image models: random flips and +-2 pixel shifts (a function of seed and step)");
   app.add_option("--image-size", c.image_size,
@@ -321,6 +340,8 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
        {"transformer", "gpt2", "llama"}},
       {{"--context", "--vocab", "--tokenizer", "--init-from", "--export-hf"}, {"gpt2", "llama"}},
       {{"--kv-heads"}, {"llama"}},
+      {{"--data", "--val-data", "--val-fraction"}, {"gpt2", "llama"}},
+      {{"--doc-split", "--text-field", "--doc-mask"}, {"gpt2", "llama"}},
       {{"--augment", "--image-size"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
       {{"--normal-cells", "--filters", "--stem"}, {"amoebanet", "amoebanet-b"}},
       {{"--resnet-depth", "--resnet-width", "--split-blocks"}, {"resnet"}},
@@ -332,6 +353,9 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
     for (const auto& f : o.flags)
       usage(app.count(f) == 0, f, ": applies to --model=", names, " only, not --model=", c.model);
   }
+  usage(app.count("--val-data") == 0 || app.count("--val-fraction") == 0,
+        "--val-data and --val-fraction: the held-out data is either given or a share of --data; "
+        "give one or the other");
   for (const CLI::Option* o : g.sizes)
     usage(g.preset->count() == 0 || o->count() == 0, "--preset and ", o->get_name(),
           ": the preset fixes L, H, A and dim; give one or the other");
