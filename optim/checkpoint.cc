@@ -10,6 +10,7 @@
 // touching a tensor, so a failed load leaves the model as it was.
 #include "optim/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -22,6 +23,7 @@
 
 #include "core/autograd.h"
 #include "optim/safetensors.h"
+#include "optim/stale_temp.h"
 #include "runtime/communicator.h"
 
 namespace gpipe::optim {
@@ -51,6 +53,53 @@ std::vector<std::string> with_aliases(const std::string& name,
         if (y != x) out.push_back(is_state ? kStatePrefix + y + rest : y);
     }
   return out;
+}
+
+// True for "<base>.step<S>-<id>.shard<i>of<n>", a shard of the checkpoint `base`.
+bool is_shard_of(const std::string& name, const std::string& base) {
+  const std::string head = base + ".step";
+  if (name.rfind(head, 0) != 0) return false;
+  const size_t dash = name.find('-', head.size()), shard = name.rfind(".shard"),
+               of = name.rfind("of");
+  auto digits = [&](size_t from, size_t to) {
+    if (from >= to) return false;
+    for (size_t i = from; i < to; ++i)
+      if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+  };
+  return dash != std::string::npos && shard != std::string::npos && of != std::string::npos &&
+         dash < shard && shard < of && digits(head.size(), dash) && digits(shard + 6, of) &&
+         digits(of + 2, name.size());
+}
+
+// Note [Orphaned shards]: a sharded save killed after some shards were
+// written but before the manifest names them (or after the manifest, before
+// the shards it replaced were removed) leaves shard files no manifest names.
+// Each save's fresh id means the next save never overwrites them, so they
+// would pile up across restarts. Once the new manifest is in place, rank 0
+// removes the shards of the same base name that it does not name and that
+// are older than this save's start (a file written since then may belong to
+// another writer of this path, which is not ours to touch).
+void remove_orphaned_shards(const std::filesystem::path& dir, const std::string& base,
+                            const std::vector<std::string>& keep,
+                            std::filesystem::file_time_type started) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> orphans;
+  for (fs::directory_iterator it(dir.empty() ? fs::path(".") : dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!is_shard_of(name, base) || std::find(keep.begin(), keep.end(), name) != keep.end())
+      continue;
+    std::error_code tec;
+    const fs::file_time_type t = fs::last_write_time(it->path(), tec);
+    if (!tec && t < started) orphans.push_back(it->path());
+  }
+  for (const fs::path& o : orphans) {
+    std::error_code rm;
+    if (fs::remove(o, rm))
+      std::fprintf(stderr, "removed the orphaned shard '%s' (no manifest names it)\n", o.c_str());
+  }
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -282,6 +331,7 @@ SafetensorsFile read_checkpoint(const std::string& path) {
 void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const std::string& path,
                              const std::vector<NamedTensor>& tensors, const Optimizer& opt,
                              int64_t step, const std::map<std::string, std::string>& metadata) {
+  const auto started = std::filesystem::file_time_type::clock::now();
   const std::string base = std::filesystem::path(path).filename().string();
   // A fresh id per save: saving the same step to the same path again never
   // overwrites the shards the current manifest names.
@@ -316,6 +366,10 @@ void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const 
               " was not taken (the previous one, if any, is intact): ", failed);
   std::string manifest_problem;
   if (world.rank() == 0) {
+    // Every writer of this job has finished (the gather above), so a
+    // temporary shard left now is another process's: Note [Stale temporaries].
+    remove_stale_temporaries(dir.string(),
+                             [&](const std::string& target) { return is_shard_of(target, base); });
     try {
       std::vector<std::string> old;
       if (std::filesystem::exists(path)) {
@@ -344,6 +398,7 @@ void save_sharded_checkpoint(Communicator& world, const ShardedSave& who, const 
             std::fprintf(stderr, "warning: checkpoint %s: could not remove the old shard %s: %s\n",
                          path.c_str(), o.c_str(), ec.message().c_str());
         }
+      remove_orphaned_shards(dir, base, now, started);
     } catch (const std::exception& e) {
       manifest_problem = e.what();
     }

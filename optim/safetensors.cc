@@ -6,6 +6,8 @@
 // tensor's bytes are then aligned to its element size, so readers can mmap.
 // The bytes go to "<path>.tmp.<pid>", which is fsync'd and renamed over
 // `path` (then the directory is fsync'd, best effort): see Note [Atomic save].
+// Temporaries of `path` left by writers that no longer run are removed first
+// (Note [Stale temporaries] in stale_temp.cc).
 //
 // Reading: validates the whole header before reading any data. Like the
 // reference implementation, the data regions must tile the data section
@@ -26,6 +28,7 @@
 
 #include "core/autograd.h"
 #include "optim/json.h"
+#include "optim/stale_temp.h"
 
 namespace gpipe::optim {
 
@@ -68,8 +71,8 @@ std::string errno_text(int err) { return std::strerror(err); }
 // temporary file is unlinked, so nothing is left behind.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path)
-      : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  explicit AtomicFile(const std::string& path) : path_(path), tmp_(temporary_path(path)) {
+    remove_stale_temporaries(path);  // Note [Stale temporaries] in stale_temp.cc
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     GPIPE_CHECK(fd_ >= 0, "save_safetensors: cannot create '", tmp_, "' for '", path_,
                 "': ", errno_text(errno));

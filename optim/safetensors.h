@@ -10,6 +10,8 @@
 // dtypes: F32, F64, I32, I64 (and BF16, F16 as raw bytes). Files are written
 // atomically: to "<path>.tmp.<pid>", fsync'd, then renamed over `path`, so a
 // crash or error leaves either the old file or the new one, never a partial.
+// A writer killed before the rename leaves its "<path>.tmp.<pid>"; the next
+// save of `path` removes those whose process is gone (optim/stale_temp.h).
 #pragma once
 
 #include <map>

@@ -2,6 +2,9 @@
 // named errors for wrong shapes, missing and unexpected tensors.
 #include "optim/checkpoint.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -363,6 +366,59 @@ TEST_CASE("Tied aliases let a cell's copy load from another cell's name") {
   };
   CHECK(state(opt2, "dec.emb.exp_avg") == state(opt, "enc.emb.exp_avg"));
   CHECK(state(opt2, "dec.emb.exp_avg_sq") == state(opt, "enc.emb.exp_avg_sq"));
+}
+
+}  // namespace
+}  // namespace gpipe::optim
+
+namespace gpipe::optim {
+namespace {
+
+// The id of a process that has exited and been reaped: kill(pid, 0) fails with ESRCH.
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+
+TEST_CASE("A save removes its path's temporaries of dead writers, never a live writer's") {
+  const std::string dir = testing::scratch_dir("checkpoint_stale_tmp");
+  const std::string path = dir + "/ck.safetensors";
+  const std::string dead = std::to_string(dead_pid());
+  const std::string live = std::to_string(::getppid());  // the test runner: alive
+  for (const std::string& f : {path + ".tmp." + dead, path + ".tmp." + live,
+                               dir + "/other.safetensors.tmp." + dead, path + ".tmp.x" + dead})
+    testing::write_file(f, "partial");
+  TinyModel m(3);
+  Sgd opt(m.parameters(), {.lr = 0.1});
+  save_checkpoint(path, m.tensors(), opt, 1);
+  CHECK_FALSE(fs::exists(path + ".tmp." + dead));
+  CHECK(fs::exists(path + ".tmp." + live));                   // a live writer's
+  CHECK(fs::exists(dir + "/other.safetensors.tmp." + dead));  // another checkpoint's
+  CHECK(fs::exists(path + ".tmp.x" + dead));                  // not a temporary's name
+  CHECK(fs::exists(path));
+
+  // Sharded: the manifest's and the shards' temporaries, and shards no
+  // manifest names (a save killed before its manifest), all of this path.
+  const std::string shard_tmp = path + ".step2-abc.shard0of2.tmp." + dead;
+  const std::string orphan = path + ".step2-abc.shard1of2";
+  const std::string other_orphan = dir + "/other.safetensors.step2-abc.shard1of2";
+  for (const std::string& f : {path + ".tmp." + dead, shard_tmp, orphan, other_orphan})
+    testing::write_file(f, "partial");
+  SoloCommunicator world;
+  save_sharded_checkpoint(world, {.writer = true, .shard = 0, .shards = 1}, path, m.tensors(), opt,
+                          2);
+  CHECK_FALSE(fs::exists(path + ".tmp." + dead));
+  CHECK_FALSE(fs::exists(shard_tmp));
+  CHECK_FALSE(fs::exists(orphan));
+  CHECK(fs::exists(other_orphan));
+  CHECK(fs::exists(path + ".tmp." + live));
+  int64_t step = 0;
+  load_checkpoint(path, m.tensors(), &opt, &step);
+  CHECK(step == 2);
 }
 
 }  // namespace
