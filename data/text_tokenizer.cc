@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "data/bpe_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 
 namespace gpipe {
 
@@ -33,8 +34,10 @@ std::string BytesTokenizer::decode(const std::vector<int64_t>& ids) const {
 std::unique_ptr<TextTokenizer> make_text_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<BytesTokenizer>();
   if (spec.size() > 5 && spec.ends_with(".json")) return BpeTokenizer::load(spec);
+  if (spec.size() > 6 && spec.ends_with(".model")) return SentencePieceTokenizer::load(spec);
   throw Error(detail::concat("--tokenizer: unknown tokenizer '", spec,
-                             "' (known: bytes, or a Hugging Face tokenizer.json path)"));
+                             "' (known: bytes, a Hugging Face tokenizer.json path, or a "
+                             "SentencePiece .model path)"));
 }
 
 }  // namespace gpipe

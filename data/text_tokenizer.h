@@ -39,8 +39,9 @@ class BytesTokenizer final : public TextTokenizer {
   int64_t eot_id() const override { return 256; }
 };
 
-// `spec`: "bytes", or the path of a Hugging Face tokenizer.json (ending in
-// ".json") holding a byte-level BPE (data/bpe_tokenizer.h). Throws
+// `spec`: "bytes", the path of a Hugging Face tokenizer.json (ending in
+// ".json") holding a byte-level BPE (data/bpe_tokenizer.h), or the path of a
+// SentencePiece model (ending in ".model", data/sentencepiece_tokenizer.h). Throws
 // gpipe::Error naming the spec and the known ones, or naming the file and
 // what is wrong with it.
 std::unique_ptr<TextTokenizer> make_text_tokenizer(const std::string& spec);

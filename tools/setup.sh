@@ -11,6 +11,7 @@ PACKAGES=(
   libcli11-dev        # @cli11
   zlib1g-dev          # //third_party:zlib
   libopenblas-dev     # //third_party:openblas (cblas.h)
+  libsentencepiece-dev  # //third_party:sentencepiece (SentencePiece .model tokenizers, training)
   clang-format        # tools/format_check.sh (CI): the tree follows .clang-format
   clang               # tools/fuzz.sh (CI): the libFuzzer harnesses of tests/fuzz
   libclang-rt-14-dev  # libFuzzer, ASan and UBSan runtimes for clang 14
