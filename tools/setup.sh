@@ -10,6 +10,8 @@ PACKAGES=(
   catch2              # @catch2 (header + prebuilt libCatch2WithMain.a)
   libcli11-dev        # @cli11
   zlib1g-dev          # //third_party:zlib
+  libpng-dev          # //third_party:png (data/image_decode)
+  libjpeg62-turbo-dev # //third_party:jpeg (libjpeg-turbo, SIMD JPEG decoding)
   libopenblas-dev     # //third_party:openblas (cblas.h)
   libsentencepiece-dev  # //third_party:sentencepiece (SentencePiece .model tokenizers, training)
   clang-format        # tools/format_check.sh (CI): the tree follows .clang-format
