@@ -48,7 +48,7 @@ MultiHeadAttention::MultiHeadAttention(std::string name, AttentionOptions opt, u
 
 Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
                                   const Tensor& key_padding, const Tensor& residual,
-                                  const ops::FusedDropout& dropout) {
+                                  const ops::FusedDropout& dropout, const Tensor& segments) {
   GPIPE_CHECK(query.rank() == 3 && query.size(2) == opt_.dim, "MultiHeadAttention '", name(),
               "': expected query [B, T, ", opt_.dim, "], got ", query.shape());
   GPIPE_CHECK(memory.rank() == 3 && memory.size(2) == opt_.dim && memory.size(0) == query.size(0),
@@ -64,7 +64,13 @@ Tensor MultiHeadAttention::attend(const Tensor& query, const Tensor& memory,
   // One fused op, with the dropout on the probabilities inside it (Note
   // [Attention dropout] in ops/attention.cc: drop_'s mask, as if drop_ ran
   // on the probabilities of the composed form).
-  const Tensor ctx = ops::attention(q, k, v, opt_.heads, opt_.causal, key_padding, drop_.fused());
+  GPIPE_CHECK(!segments.defined() || (opt_.causal && !key_padding.defined()),
+              "MultiHeadAttention '", name(),
+              "': segments apply to causal self-attention without key padding");
+  const Tensor ctx =
+      segments.defined()
+          ? ops::document_attention(q, k, v, opt_.heads, segments, drop_.fused())
+          : ops::attention(q, k, v, opt_.heads, opt_.causal, key_padding, drop_.fused());
   GPIPE_CHECK(residual.defined() || dropout.p == 0, "MultiHeadAttention '", name(),
               "': a dropout on the output needs the residual it is added to");
   return residual.defined() ? o_.forward_residual(ctx, residual, dropout) : o_(ctx);

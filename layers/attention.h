@@ -32,8 +32,11 @@ class MultiHeadAttention final : public Layer {
   // With `residual` ([B, Tq, D]) the result is residual + dropout(attention),
   // the dropout and add done in the output projection's epilogue (Note
   // [Fused residual] in models/transformer.cc).
+  // With `segments` ([B, T] int; causal self-attention only) a query sees
+  // only the keys of its own segment (ops::document_attention).
   Tensor attend(const Tensor& query, const Tensor& memory, const Tensor& key_padding = Tensor(),
-                const Tensor& residual = Tensor(), const ops::FusedDropout& dropout = {});
+                const Tensor& residual = Tensor(), const ops::FusedDropout& dropout = {},
+                const Tensor& segments = Tensor());
   // Incremental decoding (layers/decode.h), eval mode. Self-attention:
   // `query` [B, t, D] holds the newest positions; their keys and values are
   // appended to the cache's and the queries attend over every cached

@@ -23,6 +23,51 @@ void expect_hidden(const std::string& who, const TensorSpec& s, int64_t dim) {
               "': expected hidden states [B, T, ", dim, "], got ", s.dtype, s.shape);
 }
 
+// Note [Document mask]. Packed rows hold several documents separated by
+// the end-of-text id; with a document mask a query attends only to keys of
+// its own document (and causally). A document here begins at an
+// end-of-text token: that token's target is the document's first token, so
+// predicting it must not see the document before. pack() writes the id
+// after each document and llm.c's scripts before each, and both read the
+// same way. A packed row then gives each of its documents exactly the
+// losses it would have alone (begun by an end-of-text token but for the
+// row's first). GPT-2's learned positions restart at 0 with each document
+// for the same reason; Llama's rotary positions need no restart (the scores
+// depend on the distance between query and key only; equal to round-off).
+// The ids are computed once, in the embedding, and ride the bundle as a
+// second tensor to every attention sublayer.
+struct DocumentIds {
+  Tensor segments, positions;  // [B, T] int64 each
+};
+DocumentIds document_ids(const Tensor& tokens, int64_t eot, Device device) {
+  const int64_t b = tokens.size(0), t = tokens.size(1);
+  const std::vector<int64_t> ids = tokens.to_vector<int64_t>();
+  std::vector<int64_t> seg(ids.size()), pos(ids.size());
+  for (int64_t r = 0; r < b; ++r) {
+    int64_t s = 0, start = 0;
+    for (int64_t i = 0; i < t; ++i) {
+      const size_t at = static_cast<size_t>(r * t + i);
+      if (i > 0 && ids[at] == eot) {
+        ++s;
+        start = i;
+      }
+      seg[at] = s;
+      pos[at] = i - start;
+    }
+  }
+  return {Tensor::from_vector(seg, Shape{b, t}).to(device),
+          Tensor::from_vector(pos, Shape{b, t}).to(device)};
+}
+
+// A sublayer's bundle: the hidden states, and the document ids when masked.
+void expect_stream(const Layer& layer, const BundleSpec& in, const LmConfig& c) {
+  // One input in incremental decoding, which keeps no document ids.
+  GPIPE_CHECK(in.size() == 1 || (in.size() == 2 && c.document_eot >= 0), "layer '", layer.name(),
+              "': expected ", c.document_eot >= 0 ? "2" : "1", " inputs (the hidden states",
+              c.document_eot >= 0 ? " and the document ids" : "", "), got ", in.size());
+  expect_hidden(layer.name(), in[0], c.dim);
+}
+
 Tensor normal_parameter(const Shape& shape, uint64_t key, double std) {
   return make_parameter(Tensor::randn(shape, key, std));
 }
@@ -51,12 +96,20 @@ class LmEmbedding final : public Layer {
                 " is past the context of ", c_.context, " tokens");
     if (cache) cache->position += t;
     Tensor x = ops::embedding(table, tokens);
+    if (c_.document_eot >= 0 && !cache) {
+      const DocumentIds d = document_ids(tokens, c_.document_eot, table.device());
+      if (positions.defined()) x = ops::add(x, ops::embedding(positions, d.positions));
+      return {drop_(x), d.segments};
+    }
     if (positions.defined()) x = ops::add(x, ops::narrow(positions, 0, offset, t));
     return {drop_(x)};
   }
   BundleSpec output_spec(const BundleSpec& in) const override {
     check(in);
-    return {{Shape{in[0].shape[0], in[0].shape[1], c_.dim}, table.dtype()}};
+    const Shape bt{in[0].shape[0], in[0].shape[1]};
+    if (c_.document_eot >= 0)
+      return {{Shape{bt[0], bt[1], c_.dim}, table.dtype()}, {bt, DType::kInt64}};
+    return {{Shape{bt[0], bt[1], c_.dim}, table.dtype()}};
   }
   double cost(const BundleSpec&) const override { return 0.0; }
   Tensor table, positions;
@@ -112,21 +165,23 @@ class LmSublayer final : public Layer {
   }
   bool takes_16bit() const override { return true; }
   Bundle forward(const Bundle& in) override {
-    expect_inputs(spec_of(in), 1);
+    expect_stream(*this, spec_of(in), c_);
     const Tensor& x = in[0];
     const Tensor h = norm_->forward(x);
     const ops::FusedDropout dropout = drop_.fused();
+    Bundle out = in;
     if (attn_) {
       if (LayerDecodeCache* cache = current_decode_cache())
         return {ops::add(x, attn_->attend_incremental(h, *cache))};
-      return {attn_->attend(h, h, Tensor(), x, dropout)};
+      out[0] = attn_->attend(h, h, Tensor(), x, dropout, in.size() > 1 ? in[1] : Tensor());
+      return out;
     }
     const Tensor act = gate_ ? ops::swiglu((*gate_)(h), (*up_)(h)) : ops::gelu_tanh((*up_)(h));
-    return {down_->forward_residual(act, x, dropout)};
+    out[0] = down_->forward_residual(act, x, dropout);
+    return out;
   }
   BundleSpec output_spec(const BundleSpec& in) const override {
-    expect_inputs(in, 1);
-    expect_hidden(name(), in[0], c_.dim);
+    expect_stream(*this, in, c_);
     return in;
   }
   double cost(const BundleSpec& in) const override {
@@ -154,13 +209,12 @@ class LmHead final : public Layer {
   }
   bool takes_16bit() const override { return true; }
   std::optional<LinearHead> forward_head(const Bundle& in) override {
-    expect_inputs(spec_of(in), 1);
+    expect_stream(*this, spec_of(in), c_);
     return LinearHead{norm_->forward(in[0]), weight, current_precision()};
   }
   Bundle forward(const Bundle& in) override { return forward_head(in)->logits(); }
   BundleSpec output_spec(const BundleSpec& in) const override {
-    expect_inputs(in, 1);
-    expect_hidden(name(), in[0], c_.dim);
+    expect_stream(*this, in, c_);
     return {{Shape{in[0].shape[0], in[0].shape[1], c_.vocab}, weight.dtype()}};
   }
   double cost(const BundleSpec& in) const override {

@@ -10,6 +10,8 @@
 //
 // The layers, in order (2L + 2, each a cut point for the pipeline):
 //   embed, h.0.attn, h.0.mlp, ..., h.{L-1}.attn, h.{L-1}.mlp, head
+// With document_eot set, the embedding adds the tokens' document ids [B, T]
+// (int64) to its output and every sublayer passes them on.
 // Inputs: one int tensor of tokens [B, T] (T <= context); targets: the next
 // tokens [B, T], `ignore_index` where no loss is wanted. The head hands its
 // normalised states and output weight to the fused loss (no [B, T, vocab]
@@ -41,6 +43,10 @@ struct LmConfig {
   double dropout = 0.0;       // embedding, attention and residual dropout
   int64_t ignore_index = -100;
   uint64_t seed = 0;
+  // >= 0: attention stays inside each document of a packed row, a document
+  // starting at each token with this id (the end-of-text id; Note [Document
+  // mask] in models/lm.cc); -1: plain causal attention over the row.
+  int64_t document_eot = -1;
 
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
 };

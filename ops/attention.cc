@@ -53,10 +53,13 @@ void check_args(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads
 
 }  // namespace
 
-Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
-                          bool causal, const Tensor& key_padding,
-                          const std::function<Tensor(const Tensor&)>& on_probs) {
-  check_args(q, k, v, heads, key_padding);
+namespace {
+
+// attention_composed with one more mask: `extra` broadcasts to the scores
+// [B, heads, Tq, Tk] (nonzero = masked), or is undefined.
+Tensor composed_masked(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                       bool causal, const Tensor& key_padding, const Tensor& extra,
+                       const std::function<Tensor(const Tensor&)>& on_probs) {
   const int64_t b = q.size(0), tq = q.size(1), tk = k.size(1), d = q.size(2), dh = d / heads;
   auto split = [&](const Tensor& x, int64_t t) {
     return permute(reshape(x, {b, t, heads, dh}), {0, 2, 1, 3});
@@ -75,9 +78,48 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
                          masked_score(scores.dtype()));
   if (key_padding.defined())
     scores = masked_fill(scores, reshape(key_padding, {b, 1, 1, tk}), masked_score(scores.dtype()));
+  if (extra.defined()) scores = masked_fill(scores, extra, masked_score(scores.dtype()));
   Tensor p = softmax(scores, -1);
   if (on_probs) p = on_probs(p);
   return like_q(reshape(permute(matmul(p, split(v, tk)), {0, 2, 1, 3}), {b, tq, d}));
+}
+
+}  // namespace
+
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                          bool causal, const Tensor& key_padding,
+                          const std::function<Tensor(const Tensor&)>& on_probs) {
+  check_args(q, k, v, heads, key_padding);
+  return composed_masked(q, k, v, heads, causal, key_padding, Tensor(), on_probs);
+}
+
+Tensor document_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                          const Tensor& segments, const FusedDropout& dropout) {
+  check_args(q, k, v, heads, Tensor());
+  const int64_t b = q.size(0), t = q.size(1);
+  GPIPE_CHECK(k.size(1) == t, "document attention: self-attention, expected keys of the ", t,
+              " query positions, got ", k.shape());
+  GPIPE_CHECK(segments.defined() && segments.rank() == 2 && segments.size(0) == b &&
+                  segments.size(1) == t && is_integral(segments.dtype()),
+              "document attention: expected int segment ids [", b, ", ", t, "], got ",
+              segments.defined() ? gpipe::detail::concat(segments.dtype(), segments.shape())
+                                 : std::string("none"));
+  GPIPE_CHECK(dropout.p >= 0 && dropout.p < 1, "attention: dropout probability ", dropout.p,
+              " is outside [0, 1)");
+  // 1 where key j lies in another document than query i ([B, 1, T, T]).
+  const std::vector<int64_t> seg =
+      (segments.device().is_cpu() ? segments : segments.to(kCpu)).to_vector<int64_t>();
+  std::vector<float> other(static_cast<size_t>(b * t * t));
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < t; ++j)
+        other[static_cast<size_t>((r * t + i) * t + j)] =
+            seg[static_cast<size_t>(r * t + i)] != seg[static_cast<size_t>(r * t + j)] ? 1.f : 0.f;
+  const Tensor mask = Tensor::from_vector(other, Shape{b, 1, t, t}).to(q.device());
+  if (dropout.p == 0) return composed_masked(q, k, v, heads, true, Tensor(), mask, {});
+  return composed_masked(q, k, v, heads, true, Tensor(), mask, [&](const Tensor& p) {
+    return ops::dropout(p, dropout.p, true, dropout.salt);
+  });
 }
 
 namespace {

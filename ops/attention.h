@@ -40,4 +40,13 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
                           bool causal, const Tensor& key_padding = Tensor(),
                           const std::function<Tensor(const Tensor&)>& on_probs = {});
 
+// Causal self-attention kept inside documents: query i sees key j only when
+// j <= i and segments[b, i] == segments[b, j]. q, k, v [B, T, D];
+// segments [B, T], int, on any device (the mask is built on the CPU). The
+// composed form with that mask (no fused kernel takes segments), dropout as
+// `attention`'s. Throws gpipe::Error for a segments shape other than [B, T]
+// or a non-integer dtype.
+Tensor document_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
+                          const Tensor& segments, const FusedDropout& dropout = {});
+
 }  // namespace gpipe::ops

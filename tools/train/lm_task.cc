@@ -2,27 +2,43 @@
 // of Debian's `fortunes` package (about 1.3 MB of English text in some
 // 14,000 short documents: real prose, quotations, verse and dialogue, small
 // enough to train on in minutes on 2 cores; --data-dir names another folder
-// of fortune files). Documents are split 95 / 5 into training and held-out
-// sets (by a hash of their index), tokenised (--tokenizer, bytes by default)
-// and packed into rows of --context + 1 tokens with the end-of-text id
-// between documents (data/lm_corpus.h). A step's rows come from StepRows, a
-// pure function of (seed, step), so a resumed run sees the batches an
-// uninterrupted one would. Evaluation: the held-out loss (mean over tokens)
-// and its perplexity, over the first --eval-batches batches of the held-out
-// rows in order.
+// of fortune files), or the user's own files (--data: .txt, .jsonl and llm.c
+// .bin shards, data/text_source.h). Documents are split into training and
+// held-out sets (--val-fraction, 5% by default, by a hash of their index;
+// or --val-data), tokenised (--tokenizer, bytes by default) and packed into
+// rows of --context + 1 tokens with the end-of-text id between documents
+// (data/lm_corpus.h). A shard is already tokens: its rows are windows read
+// from the map (data/lm_rows.h), its held-out share the tail after an
+// end-of-text token. A step's rows come from StepRows, a pure function of
+// (seed, step), so a resumed run sees the batches an uninterrupted one
+// would. Evaluation: the held-out loss (mean over tokens) and its
+// perplexity, over the first --eval-batches batches of the held-out rows in
+// order.
 #include <chrono>
 #include <cmath>
 #include <sstream>
 
 #include "core/allocator.h"
-#include "data/lm_corpus.h"
+#include "data/lm_rows.h"
+#include "data/text_source.h"
 #include "tools/train/task.h"
 
 namespace gpipe::train {
 namespace {
 
-constexpr double kHeldOut = 0.05;
 constexpr uint64_t kSplitSeed = 0x1e57;  // fixed: the same held-out documents for every run
+
+// What one side (training or held-out) is read from.
+struct Side {
+  std::vector<Document> docs;
+  std::vector<std::shared_ptr<const TokenShard>> shards;
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
 
 class LmTask final : public Task {
  public:
@@ -30,8 +46,11 @@ class LmTask final : public Task {
       : c_(c),
         dir_(c.data_dir.empty() ? kFortunesDir : c.data_dir),
         tok_(text_tokenizer(c.tokenizer)),
-        model_(lm_model_config(c)) {
-    require_directory(dir_, "--data-dir");
+        model_(lm_model_config(c)),
+        context_(c.context > 0 ? c.context : std::min<int64_t>(model_.context, 128)),
+        train_(context_),
+        val_(context_) {
+    if (c.data.empty()) require_directory(dir_, "--data-dir");
     GPIPE_CHECK(model_.vocab >= tok_->vocab_size(), "--vocab=", model_.vocab, ": smaller than the ",
                 tok_->name(), " tokenizer's vocabulary of ", tok_->vocab_size(), " (ids up to ",
                 tok_->vocab_size() - 1, " would have no row in the model)");
@@ -39,54 +58,66 @@ class LmTask final : public Task {
                 "--tokenizer=", c.tokenizer, ": its vocabulary of ", tok_->vocab_size(),
                 " disagrees with the ", model_.vocab, " of '", c.init_from,
                 "/config.json' (give the checkpoint's own tokenizer.json)");
-    const int64_t context = c.context > 0 ? c.context : std::min<int64_t>(model_.context, 128);
-    std::vector<Document> train, val;
-    split_documents(read_fortunes(dir_), kHeldOut, kSplitSeed, train, val);
-    if (c.train_limit > 0 && static_cast<int64_t>(train.size()) > c.train_limit)
-      train.resize(static_cast<size_t>(c.train_limit));
-    train_ = pack(train, *tok_, context);
-    val_ = pack(val, *tok_, context);
-    GPIPE_CHECK(train_.rows >= c.batch, "the corpus in '", dir_, "' makes ", train_.rows,
-                " training rows of ", context + 1, " tokens, fewer than --batch=", c.batch);
-    rows_ = std::make_unique<StepRows>(train_.rows, c.batch, data_seed(c));
+    Side train, val;
+    if (c.data.empty())
+      train.docs = read_fortunes(dir_);
+    else
+      read_side(expand_data_paths(c.data, "--data"), train);
+    if (!c.val_data.empty()) {
+      read_side(expand_data_paths({c.val_data}, "--val-data"), val);
+    } else {
+      std::vector<Document> kept;
+      split_documents(train.docs, c.val_fraction, kSplitSeed, kept, val.docs);
+      train.docs = std::move(kept);
+    }
+    if (c.train_limit > 0 && static_cast<int64_t>(train.docs.size()) > c.train_limit)
+      train.docs.resize(static_cast<size_t>(c.train_limit));
+    add_rows(train, val, c.val_data.empty() ? c.val_fraction : 0.0);
+    GPIPE_CHECK(train_.rows() >= c.batch, "the training data (", source_name(), ") makes ",
+                train_.rows(), " rows of ", context_ + 1, " tokens, fewer than --batch=", c.batch);
+    rows_ = std::make_unique<StepRows>(train_.rows(), c.batch, data_seed(c));
   }
 
   std::string describe() const override {
     std::ostringstream os;
-    os << "text from " << dir_ << ": " << train_.documents << " training documents ("
-       << train_.text_bytes / 1000 << " kB), " << val_.documents << " held out; tokenizer "
-       << tok_->name() << " (vocabulary " << tok_->vocab_size() << "); rows of " << train_.context
-       << " tokens: " << train_.rows << " training, " << val_.rows << " held out; "
+    os << "text from " << source_name() << ": " << stats_[0].docs << " training documents ("
+       << stats_[0].bytes / 1000 << " kB)";
+    if (stats_[0].shard_tokens > 0) os << " and " << stats_[0].shard_tokens << " shard tokens";
+    os << ", " << stats_[1].docs << " held out";
+    if (stats_[1].shard_tokens > 0) os << " (and " << stats_[1].shard_tokens << " shard tokens)";
+    os << "; tokenizer " << tok_->name() << " (vocabulary " << tok_->vocab_size() << "); rows of "
+       << context_ << " tokens: " << train_.rows() << " training, " << val_.rows() << " held out; "
        << (c_.model == "gpt2" ? "GPT-2" : "Llama") << " L=" << model_.layers << " d=" << model_.dim
        << " heads=" << model_.heads;
     if (c_.model == "llama") os << " kv-heads=" << model_.kv();
-    os << " ffn=" << model_.ffn << " vocab=" << model_.vocab << "; " << rows_->batches_per_epoch()
-       << " batches of " << c_.batch << " per epoch";
+    os << " ffn=" << model_.ffn << " vocab=" << model_.vocab;
+    if (c_.doc_mask) os << "; attention inside documents";
+    os << "; " << rows_->batches_per_epoch() << " batches of " << c_.batch << " per epoch";
     return os.str();
   }
 
   Model make_model() const override { return models::language_model(model_); }
-  int64_t train_size() const override { return train_.rows; }
+  int64_t train_size() const override { return train_.rows(); }
   bool counts_tokens() const override { return true; }
 
   Batch batch_at(int64_t step) const override {
     const std::vector<int64_t> rows = rows_->rows(step);
     Batch b;
-    if (c_.train_inputs) b.inputs = {lm_inputs(train_, rows)};
-    if (c_.train_targets) b.targets = {lm_targets(train_, rows)};
+    if (c_.train_inputs) b.inputs = {train_.inputs(rows)};
+    if (c_.train_targets) b.targets = {train_.targets(rows)};
     return b;
   }
 
   EvalResult evaluate(Pipeline& pipe) const override {
     const auto t0 = std::chrono::steady_clock::now();
     EvalResult r;
-    const int64_t n = val_.rows;
+    const int64_t n = val_.rows();
     const int64_t limit = c_.eval_batches > 0 ? std::min(n, c_.eval_batches * c_.batch) : n;
     double sum = 0;
     for (int64_t first = 0; first < limit; first += c_.batch) {
       std::vector<int64_t> rows;
       for (int64_t i = first; i < std::min(limit, first + c_.batch); ++i) rows.push_back(i);
-      const Batch b{{lm_inputs(val_, rows)}, {lm_targets(val_, rows)}};
+      const Batch b{{val_.inputs(rows)}, {val_.targets(rows)}};
       sum += pipe.evaluate(b, eval_micro_batches(c_, static_cast<int64_t>(rows.size()))) *
              static_cast<double>(rows.size());
     }
@@ -98,20 +129,78 @@ class LmTask final : public Task {
   }
 
   std::map<std::string, std::string> metadata() const override {
-    return {{"train.data", detail::concat("lm ", dir_, " tokenizer=", tok_->name(), " context=",
-                                          train_.context, " train_limit=", c_.train_limit)},
-            {"train.model_config",
-             detail::concat(c_.model, " L=", model_.layers, " d=", model_.dim,
-                            " heads=", model_.heads, " kv=", model_.kv(), " ffn=", model_.ffn,
-                            " vocab=", model_.vocab, " context=", model_.context)}};
+    std::string data = detail::concat("lm ", source_name(), " tokenizer=", tok_->name(),
+                                      " context=", context_, " train_limit=", c_.train_limit);
+    if (!c_.data.empty())
+      data += detail::concat(" val=", c_.val_data.empty() ? "fraction:" : c_.val_data,
+                             c_.val_data.empty() ? std::to_string(c_.val_fraction) : "",
+                             " doc_split=", c_.doc_split, " text_field=", c_.text_field);
+    return {
+        {"train.data", data},
+        {"train.model_config",
+         detail::concat(c_.model, " L=", model_.layers, " d=", model_.dim, " heads=", model_.heads,
+                        " kv=", model_.kv(), " ffn=", model_.ffn, " vocab=", model_.vocab,
+                        " context=", model_.context, c_.doc_mask ? " doc_mask" : "")}};
   }
 
  private:
+  std::string source_name() const { return c_.data.empty() ? dir_ : join(c_.data); }
+
+  void read_side(const std::vector<std::string>& files, Side& side) const {
+    const TextSourceOptions options{.doc_split = c_.doc_split, .text_field = c_.text_field};
+    for (const std::string& f : files) {
+      if (source_format(f) != SourceFormat::kShard) {
+        std::vector<Document> docs = read_documents(f, options);
+        side.docs.insert(side.docs.end(), std::make_move_iterator(docs.begin()),
+                         std::make_move_iterator(docs.end()));
+        continue;
+      }
+      auto shard = std::make_shared<const TokenShard>(f);
+      // A uint16 shard fits a vocabulary of 65,536 whatever it holds; else one pass over the map.
+      const bool fits = shard->token_bytes() == 2 && tok_->vocab_size() >= 65536;
+      GPIPE_CHECK(fits || shard->max_id() < tok_->vocab_size(), "token shard '", f, "': holds id ",
+                  shard->max_id(), ", beyond the ", tok_->name(), " tokenizer's vocabulary of ",
+                  tok_->vocab_size(), " (give the --tokenizer the shard was written with)");
+      side.shards.push_back(std::move(shard));
+    }
+  }
+
+  // Packs each side's documents and adds its shards; with `held_out` > 0 the
+  // tail of each training shard goes to the held-out rows.
+  void add_rows(const Side& train, const Side& val, double held_out) {
+    for (int side = 0; side < 2; ++side) {
+      const Side& s = side == 0 ? train : val;
+      LmRows& rows = side == 0 ? train_ : val_;
+      if (!s.docs.empty()) {
+        PackedRows p = pack(s.docs, *tok_, context_);
+        stats_[side].docs = p.documents;
+        stats_[side].bytes = p.text_bytes;
+        rows.add_packed(std::move(p));
+      }
+      for (const auto& shard : s.shards) {
+        const int64_t cut = side == 0 && held_out > 0
+                                ? shard_split_point(*shard, held_out, tok_->eot_id())
+                                : shard->size();
+        rows.add_shard(shard, 0, cut);
+        stats_[side].shard_tokens += cut;
+        if (cut < shard->size()) {
+          val_.add_shard(shard, cut, shard->size());
+          stats_[1].shard_tokens += shard->size() - cut;
+        }
+      }
+    }
+  }
+
+  struct Stats {
+    int64_t docs = 0, bytes = 0, shard_tokens = 0;
+  };
   TrainConfig c_;
   std::string dir_;
   std::shared_ptr<const TextTokenizer> tok_;
   models::LmConfig model_;
-  PackedRows train_, val_;
+  int64_t context_;
+  LmRows train_, val_;
+  Stats stats_[2];
   std::unique_ptr<StepRows> rows_;
 };
 

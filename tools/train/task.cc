@@ -159,6 +159,7 @@ std::shared_ptr<const TextTokenizer> text_tokenizer(const std::string& spec) {
 models::LmConfig lm_model_config(const TrainConfig& c) {
   models::LmConfig m = lm_config(c, text_tokenizer(c.tokenizer)->vocab_size());
   m.seed = weight_seed(c);
+  if (c.doc_mask) m.document_eot = text_tokenizer(c.tokenizer)->eot_id();
   return m;
 }
 
