@@ -100,6 +100,11 @@ struct TrainConfig {
   int64_t train_limit = 0;             // > 0: train on the first N training examples only (tests)
   bool augment = false;                // amoebanet: random flips and +-2 pixel shifts
   int64_t image_size = 32;  // 32 (padded), 64, 96, ... (then upsampled), 28 (--stem=small only)
+  // Image models on --data (a class-folder tree or CIFAR batches; data/image_folder.h):
+  std::vector<double> pixel_mean, pixel_std;  // --mean / --std per channel; empty = measured
+  std::string masks;                // unet: a mask folder parallel to --data
+  std::string cifar_labels = "fine";  // CIFAR-100: fine (100 classes) | coarse (20)
+  int64_t classes = 0;                // unet with --masks: class count (0 = from the masks)
 
   // ---- optimisation ----
   int64_t batch = 0;  // N; 0 = model default
@@ -167,6 +172,9 @@ struct TrainConfig {
   // ---- set by the trainer, not flags: the training data this process consumes ----
   bool train_inputs = true;   // the first stage's
   bool train_targets = true;  // the last stage's
+  // The image models' input channels and classes; set by the image task from
+  // its data (0 = Fashion-MNIST's 1 and 10, or 2 for unet's foreground).
+  int64_t data_channels = 0, data_classes = 0;
 
   // ---- set by parse_train_flags, not a flag ----
   // The pipeline flags' options, resolved once (resolve_pipeline); null in a

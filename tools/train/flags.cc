@@ -166,6 +166,21 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
                  "image models: 32 (28x28 zero-padded), a multiple of 32 (then upsampled), or "
                  "28 (as they are; --stem=small only)")
       ->capture_default_str();
+  app.add_option("--mean", c.pixel_mean,
+                 "image models on --data: per-channel mean of pixel/255 (1 or 3 values; "
+                 "default: measured on the training images)")
+      ->delimiter(',');
+  app.add_option("--std", c.pixel_std,
+                 "image models on --data: per-channel standard deviation (as --mean)")
+      ->delimiter(',');
+  app.add_option("--masks", c.masks,
+                 "unet on --data: masks folder parallel to --data (<class>/<name>.png, pixel = "
+                 "class id; 0/255 = binary)");
+  app.add_option("--cifar-labels", c.cifar_labels, "CIFAR-100 --data: fine (100) | coarse (20)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fine", "coarse"}));
+  app.add_option("--classes", c.classes, "unet with --masks: classes (default: largest id + 1)")
+      ->check(kPositive);
 }
 
 void add_optimisation_flags(CLI::App& app, TrainConfig& c, Given& g) {
@@ -340,7 +355,10 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
        {"transformer", "gpt2", "llama"}},
       {{"--context", "--vocab", "--tokenizer", "--init-from", "--export-hf"}, {"gpt2", "llama"}},
       {{"--kv-heads"}, {"llama"}},
-      {{"--data", "--val-data", "--val-fraction"}, {"gpt2", "llama"}},
+      {{"--data", "--val-data", "--val-fraction"},
+       {"gpt2", "llama", "amoebanet", "amoebanet-b", "resnet", "unet"}},
+      {{"--mean", "--std", "--cifar-labels"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
+      {{"--masks", "--classes"}, {"unet"}},
       {{"--doc-split", "--text-field", "--doc-mask"}, {"gpt2", "llama"}},
       {{"--augment", "--image-size"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
       {{"--normal-cells", "--filters", "--stem"}, {"amoebanet", "amoebanet-b"}},

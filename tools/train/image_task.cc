@@ -214,6 +214,7 @@ class ImageTask final : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_image_task(const TrainConfig& c) {
+  if (!c.data.empty()) return make_image_data_task(c);
   return std::make_unique<ImageTask>(c);
 }
 

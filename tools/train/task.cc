@@ -109,8 +109,8 @@ models::AmoebaNetConfig amoebanet_config(const TrainConfig& c) {
       c.model == "amoebanet-b" ? models::AmoebaNetGenotype::kB : models::AmoebaNetGenotype::kD;
   a.num_normal_cells = c.normal_cells;
   a.filters = c.filters;
-  a.in_channels = 1;
-  a.num_classes = 10;
+  a.in_channels = c.data_channels > 0 ? c.data_channels : 1;
+  a.num_classes = c.data_classes > 0 ? c.data_classes : 10;
   a.small_input = c.stem == "small";
   a.seed = weight_seed(c);
   return a;
@@ -120,8 +120,8 @@ models::ResNetConfig resnet_config(const TrainConfig& c) {
   models::ResNetConfig r;
   r.depth = c.resnet_depth;
   r.width = c.resnet_width;
-  r.in_channels = 1;
-  r.num_classes = 10;
+  r.in_channels = c.data_channels > 0 ? c.data_channels : 1;
+  r.num_classes = c.data_classes > 0 ? c.data_classes : 10;
   r.small_input = c.image_size == 32;
   r.split_blocks = c.split_blocks;
   r.seed = weight_seed(c);
@@ -133,8 +133,8 @@ models::UNetConfig unet_config(const TrainConfig& c) {
   u.depth = c.unet_depth;
   u.base_channels = c.unet_channels;
   u.convs_per_block = c.unet_convs;
-  u.in_channels = 1;
-  u.num_classes = 2;
+  u.in_channels = c.data_channels > 0 ? c.data_channels : 1;
+  u.num_classes = c.data_classes > 0 ? c.data_classes : 2;
   u.seed = weight_seed(c);
   return u;
 }

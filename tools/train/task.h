@@ -110,6 +110,8 @@ class Task {
 // or file). `c` must have passed resolve_defaults.
 std::unique_ptr<Task> make_task(const TrainConfig& c);
 std::unique_ptr<Task> make_image_task(const TrainConfig& c);  // tools/train/image_task.cc
+// The image models on --data (a class-folder tree or CIFAR batches).
+std::unique_ptr<Task> make_image_data_task(const TrainConfig& c);  // image_data_task.cc
 std::unique_ptr<Task> make_translation_task(
     const TrainConfig& c);                                 // tools/train/translation_task.cc
 std::unique_ptr<Task> make_lm_task(const TrainConfig& c);  // tools/train/lm_task.cc
