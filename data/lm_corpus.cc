@@ -75,6 +75,8 @@ PackedRows pack(const std::vector<Document>& docs, const TextTokenizer& tok, int
   PackedRows p;
   p.context = context;
   for (const Document& d : docs) {
+    p.doc_starts.push_back(static_cast<int64_t>(stream.size()));
+    p.sources.push_back(d.source);
     for (const int64_t id : tok.encode(d.text)) stream.push_back(static_cast<int32_t>(id));
     stream.push_back(static_cast<int32_t>(tok.eot_id()));
     p.text_bytes += static_cast<int64_t>(d.text.size());
@@ -87,6 +89,31 @@ PackedRows pack(const std::vector<Document>& docs, const TextTokenizer& tok, int
     p.tokens.insert(p.tokens.end(), stream.begin() + r * context,
                     stream.begin() + r * context + context + 1);
   return p;
+}
+
+std::string row_source(const PackedRows& p, const TextTokenizer& tok, int64_t row) {
+  GPIPE_CHECK(row >= 0 && row < p.rows, "lm rows: row ", row, " of ", p.rows);
+  if (p.sources.empty()) return "";
+  const int64_t at = row * p.context;
+  const size_t doc = static_cast<size_t>(
+      std::upper_bound(p.doc_starts.begin(), p.doc_starts.end(), at) - p.doc_starts.begin() - 1);
+  // The stream's tokens [doc start, at): row r holds stream offsets [r T, r T + T].
+  std::vector<int64_t> before;
+  for (int64_t x = p.doc_starts[doc]; x < at; ++x)
+    before.push_back(
+        p.tokens[static_cast<size_t>((x / p.context) * (p.context + 1) + x % p.context)]);
+  const std::string& source = p.sources[doc];
+  const size_t colon = source.rfind(':');
+  const bool has_line = colon != std::string::npos && colon + 1 < source.size() &&
+                        std::all_of(source.begin() + static_cast<std::ptrdiff_t>(colon) + 1,
+                                    source.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+                        source.size() - colon - 1 <= 12;
+  if (!has_line)
+    return before.empty() ? source : detail::concat(source, " +", before.size(), " tokens");
+  int64_t line = std::stoll(source.substr(colon + 1));
+  const std::string text = tok.decode(before);
+  line += std::count(text.begin(), text.end(), '\n');
+  return detail::concat(source.substr(0, colon), ":", line);
 }
 
 namespace {

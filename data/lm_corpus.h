@@ -42,8 +42,19 @@ struct PackedRows {
   std::vector<int32_t> tokens;  // rows x (context + 1), row-major
   int64_t rows = 0, context = 0;
   int64_t documents = 0, text_bytes = 0, stream_tokens = 0;
+  // Each document's first token in the stream (row r starts at r * context)
+  // and its Document::source.
+  std::vector<int64_t> doc_starts;
+  std::vector<std::string> sources;
 };
 PackedRows pack(const std::vector<Document>& docs, const TextTokenizer& tok, int64_t context);
+
+// Where row `row`'s first token comes from: "<file>:<line>", the source of
+// the document holding it with the line advanced by the newlines of that
+// document's tokens before it (decoded by `tok`, the tokenizer that packed
+// `p`); a source not of the form "<file>:<line>" gets " +<n> tokens". Empty
+// when `p` has no sources. Throws gpipe::Error for a row outside [0, rows).
+std::string row_source(const PackedRows& p, const TextTokenizer& tok, int64_t row);
 
 // Inputs [n, T] and targets [n, T] (int64) of the given rows.
 Tensor lm_inputs(const PackedRows& p, const std::vector<int64_t>& rows);

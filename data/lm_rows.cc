@@ -63,6 +63,16 @@ void LmRows::row(int64_t r, int64_t* out) const {
   }
 }
 
+std::string LmRows::source(int64_t r, const TextTokenizer& tok) const {
+  GPIPE_CHECK(r >= 0 && r < total_, "language-model rows: row ", r, " of ", total_);
+  const auto it = std::upper_bound(streams_.begin(), streams_.end(), r,
+                                   [](int64_t v, const Stream& s) { return v < s.first_row; });
+  const Stream& s = *(it - 1);
+  const int64_t local = r - s.first_row;
+  if (s.shard) return detail::concat(s.shard->path(), " token ", s.begin + local * context_);
+  return row_source(s.packed, tok, local);
+}
+
 Tensor LmRows::slice(const std::vector<int64_t>& rows, int64_t skip) const {
   MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
   const int64_t t = context_, n = static_cast<int64_t>(rows.size());

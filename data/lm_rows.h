@@ -37,6 +37,11 @@ class LmRows {
 
   // Row r's context + 1 tokens into `out`. Throws gpipe::Error for r outside [0, rows()).
   void row(int64_t r, int64_t* out) const;
+  // Where row r's first token comes from: "<file>:<line>" for packed text
+  // (row_source in data/lm_corpus.h; `tok` is the tokenizer that packed it),
+  // "<shard file> token <offset>" for a shard. Throws gpipe::Error for r
+  // outside [0, rows()).
+  std::string source(int64_t r, const TextTokenizer& tok) const;
   // Inputs [n, T] (each row's first T tokens) and targets [n, T] (its last
   // T: the next tokens), int64.
   Tensor inputs(const std::vector<int64_t>& rows) const;

@@ -23,21 +23,15 @@ Tensor pad_rows(const std::vector<std::vector<int64_t>>& rows, int64_t width) {
   return Tensor::from_vector(flat, Shape{b, width});
 }
 
-}  // namespace
-
-TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,
-                                        const std::vector<int64_t>& rows,
-                                        const ByteTokenizer& tokenizer,
-                                        const TranslationBatchOptions& options) {
-  GPIPE_CHECK(!rows.empty(), "make_translation_batch: expected at least one row");
+// src as given; tgt_in = BOS t, tgt_out = t EOS; each padded to its longest row, capped.
+template <typename EncodeRow>
+TranslationBatch batch_rows(int64_t rows, const EncodeRow& encode_row,
+                            const TranslationBatchOptions& options) {
   std::vector<std::vector<int64_t>> src, tgt_in, tgt_out;
   int64_t s_len = 1, t_len = 1;
-  for (int64_t r : rows) {
-    GPIPE_CHECK(r >= 0 && r < static_cast<int64_t>(pairs.size()), "make_translation_batch: row ", r,
-                " out of range [0, ", pairs.size(), ")");
-    const TranslationPair& p = pairs[static_cast<size_t>(r)];
-    src.push_back(tokenizer.encode_with_tag(p.language, p.source));
-    std::vector<int64_t> t = tokenizer.encode(p.target);
+  for (int64_t i = 0; i < rows; ++i) {
+    std::vector<int64_t> t;
+    src.push_back(encode_row(i, t));
     tgt_in.push_back({ByteTokenizer::kBos});
     tgt_in.back().insert(tgt_in.back().end(), t.begin(), t.end());
     t.push_back(ByteTokenizer::kEos);
@@ -48,6 +42,45 @@ TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pair
   s_len = capped(s_len, options.max_src_len);
   t_len = capped(t_len, options.max_tgt_len);
   return TranslationBatch{pad_rows(src, s_len), pad_rows(tgt_in, t_len), pad_rows(tgt_out, t_len)};
+}
+
+void check_rows(const std::vector<int64_t>& rows, size_t n) {
+  GPIPE_CHECK(!rows.empty(), "make_translation_batch: expected at least one row");
+  for (const int64_t r : rows)
+    GPIPE_CHECK(r >= 0 && r < static_cast<int64_t>(n), "make_translation_batch: row ", r,
+                " out of range [0, ", n, ")");
+}
+
+}  // namespace
+
+TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,
+                                        const std::vector<int64_t>& rows,
+                                        const ByteTokenizer& tokenizer,
+                                        const TranslationBatchOptions& options) {
+  check_rows(rows, pairs.size());
+  return batch_rows(
+      static_cast<int64_t>(rows.size()),
+      [&](int64_t i, std::vector<int64_t>& tgt) {
+        const TranslationPair& p = pairs[static_cast<size_t>(rows[static_cast<size_t>(i)])];
+        std::vector<int64_t> src = tokenizer.encode_with_tag(p.language, p.source);
+        tgt = tokenizer.encode(p.target);
+        return src;
+      },
+      options);
+}
+
+TranslationBatch make_translation_batch(const std::vector<EncodedPair>& pairs,
+                                        const std::vector<int64_t>& rows,
+                                        const TranslationBatchOptions& options) {
+  check_rows(rows, pairs.size());
+  return batch_rows(
+      static_cast<int64_t>(rows.size()),
+      [&](int64_t i, std::vector<int64_t>& tgt) {
+        const EncodedPair& p = pairs[static_cast<size_t>(rows[static_cast<size_t>(i)])];
+        tgt = p.tgt;
+        return p.src;
+      },
+      options);
 }
 
 TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pairs,

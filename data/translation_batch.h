@@ -47,6 +47,19 @@ TranslationBatch make_translation_batch(const std::vector<TranslationPair>& pair
                                         const ByteTokenizer& tokenizer,
                                         const TranslationBatchOptions& options);
 
+// A pair already in model ids: `src` as the encoder reads it (a language
+// tag included, if any), `tgt` without BOS / EOS (data/seq2seq_vocab.h).
+struct EncodedPair {
+  std::vector<int64_t> src;
+  std::vector<int64_t> tgt;
+};
+
+// The batch of pairs[rows[0]], ... laid out as above (rows non-empty).
+// Throws gpipe::Error for an out-of-range row.
+TranslationBatch make_translation_batch(const std::vector<EncodedPair>& pairs,
+                                        const std::vector<int64_t>& rows,
+                                        const TranslationBatchOptions& options);
+
 // Batch{inputs = {src, tgt_in}, targets = {tgt_out}}.
 Batch to_batch(const TranslationBatch& b);
 

@@ -65,27 +65,34 @@ inline std::vector<std::string> with(std::vector<std::string> args,
   return args;
 }
 
-// Runs 4 steps saving at step 2, then a second run resumed from that
-// checkpoint; its two steps must have bitwise the losses of steps 3 and 4.
-inline void check_resume_is_exact(const std::vector<std::string>& base, const std::string& tag) {
+// Runs `steps` steps saving every `save_at`, then a second run resumed from
+// the checkpoint of step `save_at`; its steps must have bitwise the losses of
+// the first run's steps after `save_at`. Returns that checkpoint's path.
+inline std::string check_resume_is_exact(const std::vector<std::string>& base,
+                                         const std::string& tag, int64_t steps = 4,
+                                         int64_t save_at = 2) {
   const std::string pattern = temp_path(tag + "-{step}.safetensors");
+  const std::string n = "--steps=" + std::to_string(steps);
   std::ostringstream log1, log2;
-  TrainConfig first =
-      parse_train_flags(with(base, {"--steps=4", "--save=" + pattern, "--save-every=2"}));
+  TrainConfig first = parse_train_flags(
+      with(base, {n, "--save=" + pattern, "--save-every=" + std::to_string(save_at)}));
   first.final_eval = false;
   const TrainSummary a = train::train(first, log1);
-  REQUIRE(a.losses.size() == 4);
-  TrainConfig second =
-      parse_train_flags(with(base, {"--steps=4", "--resume=" + checkpoint_path(pattern, 2)}));
+  REQUIRE(static_cast<int64_t>(a.losses.size()) == steps);
+  const std::string resumed_from = checkpoint_path(pattern, save_at);
+  TrainConfig second = parse_train_flags(with(base, {n, "--resume=" + resumed_from}));
   second.final_eval = false;
   const TrainSummary b = train::train(second, log2);
   INFO(log1.str() << "\n---- resumed ----\n" << log2.str());
-  CHECK(b.first_step == 2);
-  CHECK(b.last_step == 4);
-  REQUIRE(b.losses.size() == 2);
-  CHECK(b.losses[0] == a.losses[2]);  // bitwise
-  CHECK(b.losses[1] == a.losses[3]);
+  CHECK(b.first_step == save_at);
+  CHECK(b.last_step == steps);
+  REQUIRE(static_cast<int64_t>(b.losses.size()) == steps - save_at);
+  for (int64_t s = save_at; s < steps; ++s) {
+    INFO("step " << s + 1);
+    CHECK(b.losses[s - save_at] == a.losses[s]);  // bitwise
+  }
   CHECK_THAT(log2.str(), Contains("resumed from") && !Contains("warning"));
+  return resumed_from;
 }
 
 }  // namespace gpipe::train::testing

@@ -81,6 +81,8 @@ struct TrainConfig {
   int64_t vocab = 0;     // 0: the tokenizer's
   int64_t context = 0;   // tokens per row (0: 128; a preset's table stays its own)
   std::string tokenizer = "bytes";
+  // transformer with --data: the source / target side's own tokenizer ("" = --tokenizer)
+  std::string src_tokenizer, tgt_tokenizer;
   std::string init_from;  // a Hugging Face model folder: its config and weights
   std::string export_hf;  // at the end: the weights as a Hugging Face model folder
 
@@ -96,7 +98,7 @@ struct TrainConfig {
   std::string text_field = "text";  // gpt2 / llama .jsonl: the key holding a record's text
   bool doc_mask = false;  // gpt2 / llama: attention stays inside each document of a packed row
   std::vector<std::string> languages;  // transformer; empty = default_translation_languages()
-  int64_t max_len = 32;                // transformer: longest source / target string in bytes
+  int64_t max_len = 32;  // transformer: longest source / target in bytes (tokens with --data)
   int64_t train_limit = 0;             // > 0: train on the first N training examples only (tests)
   bool augment = false;                // amoebanet: random flips and +-2 pixel shifts
   int64_t image_size = 32;  // 32 (padded), 64, 96, ... (then upsampled), 28 (--stem=small only)

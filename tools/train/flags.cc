@@ -88,8 +88,14 @@ void add_model_flags(CLI::App& app, TrainConfig& c, Given& g) {
   app.add_option("--vocab", c.vocab,
                  "gpt2 / llama: the model's vocabulary (default the tokenizer's; larger pads it)")
       ->check(kPositive);
-  app.add_option("--tokenizer", c.tokenizer, "gpt2 / llama: bytes (the default)")
+  app.add_option("--tokenizer", c.tokenizer,
+                 "gpt2 / llama, and transformer with --data (both sides): bytes (the default), "
+                 "a Hugging Face tokenizer.json or a SentencePiece .model")
       ->capture_default_str();
+  app.add_option("--src-tokenizer", c.src_tokenizer,
+                 "transformer with --data: the source side's tokenizer (default --tokenizer)");
+  app.add_option("--tgt-tokenizer", c.tgt_tokenizer,
+                 "transformer with --data: the target side's tokenizer (default --tokenizer)");
   app.add_option("--init-from", c.init_from,
                  "gpt2 / llama: a Hugging Face model folder (config.json, safetensors): its "
                  "architecture and weights (--model may be left out)");
@@ -136,7 +142,8 @@ void add_data_flags(CLI::App& app, TrainConfig& c) {
                  "transformer: source languages (default fr,de,es,it,nl,pl,pt,ru,sv,uk)")
       ->delimiter(',');
   app.add_option("--max-len", c.max_len,
-                 "transformer: longest source/target in bytes (longer pairs are dropped)")
+                 "transformer: longest source/target in bytes, in tokens with --data (longer "
+                 "pairs are dropped)")
       ->capture_default_str()
       ->check(CLI::Range(4, 512));
   app.add_option("--train-limit", c.train_limit, "train on N training examples only (0 = all)")
@@ -338,6 +345,22 @@ void add_pipeline_flags(CLI::App& app, TrainConfig& c, Given& g) {
                "sum BatchNorm statistics over replicas before folding them (default on)");
 }
 
+// The transformer reads the iso-codes catalogs (--data-dir, --languages) or
+// the user's TSV files (--data and its tokenizers), not a mix.
+void check_translation_data(const CLI::App& app, const TrainConfig& c) {
+  if (c.data.empty()) {
+    for (const char* f :
+         {"--tokenizer", "--src-tokenizer", "--tgt-tokenizer", "--val-data", "--val-fraction"})
+      usage(app.count(f) == 0, f,
+            ": --model=transformer reads it with --data=TRAIN.tsv only (the iso-codes corpus "
+            "has its own byte vocabulary and split)");
+    return;
+  }
+  for (const char* f : {"--data-dir", "--languages", "--export-data"})
+    usage(app.count(f) == 0, f,
+          ": applies to the iso-codes corpus, not to --data's TSV files; drop one of them");
+}
+
 // Flags that do not apply to the chosen model, or contradict each other,
 // are errors rather than silently ignored.
 void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& g) {
@@ -353,10 +376,12 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
       {transformer_only, {"transformer"}},
       {{"--preset", "--layers", "--ffn", "--heads", "--dim", "--dropout"},
        {"transformer", "gpt2", "llama"}},
-      {{"--context", "--vocab", "--tokenizer", "--init-from", "--export-hf"}, {"gpt2", "llama"}},
+      {{"--context", "--vocab", "--init-from", "--export-hf"}, {"gpt2", "llama"}},
+      {{"--tokenizer"}, {"gpt2", "llama", "transformer"}},
+      {{"--src-tokenizer", "--tgt-tokenizer"}, {"transformer"}},
       {{"--kv-heads"}, {"llama"}},
       {{"--data", "--val-data", "--val-fraction"},
-       {"gpt2", "llama", "amoebanet", "amoebanet-b", "resnet", "unet"}},
+       {"gpt2", "llama", "transformer", "amoebanet", "amoebanet-b", "resnet", "unet"}},
       {{"--mean", "--std", "--cifar-labels"}, {"amoebanet", "amoebanet-b", "resnet", "unet"}},
       {{"--masks", "--classes"}, {"unet"}},
       {{"--doc-split", "--text-field", "--doc-mask"}, {"gpt2", "llama"}},
@@ -371,6 +396,7 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
     for (const auto& f : o.flags)
       usage(app.count(f) == 0, f, ": applies to --model=", names, " only, not --model=", c.model);
   }
+  if (c.model == "transformer") check_translation_data(app, c);
   usage(app.count("--val-data") == 0 || app.count("--val-fraction") == 0,
         "--val-data and --val-fraction: the held-out data is either given or a share of --data; "
         "give one or the other");

@@ -143,7 +143,18 @@ class LmTask final : public Task {
                         " context=", model_.context, c_.doc_mask ? " doc_mask" : "")}};
   }
 
+  // The default position and where the next batch's first row starts
+  // ("<file>:<line>", or a shard's token offset).
+  std::map<std::string, std::string> data_position(int64_t step) const override {
+    std::map<std::string, std::string> m = Task::data_position(step);
+    const std::string source = train_.source(rows_->rows(step).front(), *tok_);
+    if (!source.empty()) m["data.next_source"] = source;
+    return m;
+  }
+
  private:
+  const StepRows* step_rows() const override { return rows_.get(); }
+
   std::string source_name() const { return c_.data.empty() ? dir_ : join(c_.data); }
 
   void read_side(const std::vector<std::string>& files, Side& side) const {

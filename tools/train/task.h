@@ -68,6 +68,9 @@ class StepRows {
   StepRows(int64_t n, int64_t batch, uint64_t seed, std::vector<int64_t> lengths = {});
   std::vector<int64_t> rows(int64_t step) const;
   int64_t batches_per_epoch() const { return n_ / batch_; }
+  int64_t examples() const { return n_; }
+  int64_t batch() const { return batch_; }
+  uint64_t seed() const { return seed_; }
 
  private:
   void build_epoch(int64_t epoch) const;
@@ -95,6 +98,15 @@ class Task {
   virtual bool counts_tokens() const = 0;
   // Checkpoint metadata: what the model and the data order depend on.
   virtual std::map<std::string, std::string> metadata() const = 0;
+  // Checkpoint metadata on where the data stands when `step` steps are done
+  // (batch_at(step) comes next): Note [Data position] in data_position.cc.
+  // The default gives "data.examples" (train_size()), "data.fingerprint"
+  // (metadata()'s "train.data") and, from step_rows(), "data.epoch",
+  // "data.batch_in_epoch", "data.batches_per_epoch", "data.batch" and
+  // "data.seed". A task that knows where its next row comes from adds
+  // "data.next_source" (the LM task: "<file>:<line>"); one reading the
+  // user's files may give a fingerprint of their names and sizes.
+  virtual std::map<std::string, std::string> data_position(int64_t step) const;
   // --export-data: writes `dir`/data.json, everything a reference
   // implementation needs to train on exactly this run's data: the pairs,
   // each of `steps` steps' rows, the evaluated test rows, the tokenizer's
@@ -104,7 +116,22 @@ class Task {
   // translation task has one; the others throw gpipe::Error.
   virtual void export_data(Pipeline& pipe, const std::string& settings, int64_t steps,
                            const std::string& dir) const;
+
+ protected:
+  // The training split's step -> rows map, for the default data_position
+  // (nullptr: no epoch figures).
+  virtual const StepRows* step_rows() const { return nullptr; }
 };
+
+// --resume: compares the data position `saved` (a checkpoint's metadata,
+// read from `path`) with `task`'s at `step`. Throws gpipe::Error naming each
+// key that differs when the data set changed ("data.examples",
+// "data.fingerprint", or "data.next_source" with the same batch, seed and
+// epoch length); returns warnings for an order that differs otherwise (another
+// --batch or --seed). A checkpoint without "data." keys passes.
+std::vector<std::string> check_data_position(const std::map<std::string, std::string>& saved,
+                                             const Task& task, int64_t step,
+                                             const std::string& path);
 
 // Loads the data `c` names (throws gpipe::Error naming a missing directory
 // or file). `c` must have passed resolve_defaults.

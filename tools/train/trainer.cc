@@ -232,9 +232,11 @@ class Trainer {
 
   bool root() const { return !world_ || world_->rank() == 0; }
 
-  // run_metadata plus the loss scaler's state (a resumed float16 run goes on exactly).
-  std::map<std::string, std::string> checkpoint_metadata() const {
+  // run_metadata, the data position at `step` (Note [Data position] in
+  // data_position.cc) and the loss scaler's state (a resumed float16 run goes on exactly).
+  std::map<std::string, std::string> checkpoint_metadata(int64_t step) const {
     std::map<std::string, std::string> m = run_metadata(c_, *task_);
+    for (const auto& [k, v] : task_->data_position(step)) m[k] = v;
     if (scaler_) scaler_->save(m, "train.loss_scale.");
     return m;
   }
@@ -252,6 +254,8 @@ class Trainer {
         {.allow_unexpected = pipe_->distributed(), .aliases = pipe_->tied_names()});
     pipe_->set_step(step);
     const auto saved = optim::load_safetensors(c_.resume).metadata;
+    for (const std::string& w : check_data_position(saved, *task_, step, c_.resume))
+      log_ << "warning: --resume: " << w << "\n";
     if (scaler_) {
       if (saved.count("train.loss_scale.scale")) {
         scaler_->load(saved, "train.loss_scale.");
@@ -384,9 +388,9 @@ class Trainer {
       const RankInfo me = pipe_->rank_info();
       optim::save_sharded_checkpoint(
           *world_, {.writer = me.replica == 0, .shard = me.stage, .shards = me.cells}, path,
-          pipe_->named_state(), *opt_, step, checkpoint_metadata());
+          pipe_->named_state(), *opt_, step, checkpoint_metadata(step));
     } else {
-      optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, checkpoint_metadata());
+      optim::save_checkpoint(path, pipe_->named_state(), *opt_, step, checkpoint_metadata(step));
     }
     log_ << "saved checkpoint " << path << " at step " << step << "\n";
   }

@@ -9,7 +9,6 @@
 // translations of its first --eval-sentences sources. Training batches are
 // length-bucketed (StepRows), which roughly halves the padding.
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,8 +18,8 @@
 #include "data/metrics.h"
 #include "data/translation.h"
 #include "data/translation_batch.h"
-#include "tools/train/decode.h"
 #include "tools/train/metrics_log.h"
+#include "tools/train/seq2seq_eval.h"
 #include "tools/train/task.h"
 
 namespace gpipe::train {
@@ -121,57 +120,18 @@ class TranslationTask final : public Task {
   }
 
   EvalResult evaluate(Pipeline& pipe) const override {
-    const auto t0 = std::chrono::steady_clock::now();
-    EvalMode eval(pipe);
-    EvalResult r;
-    CrossEntropyLoss loss(CrossEntropyLossOptions{.ignore_index = ByteTokenizer::kPad});
-    const int64_t n = static_cast<int64_t>(eval_order_.size());
-    double sum = 0, terms = 0;
-    AccuracyCount acc;
-    const int64_t chunk = kEvalChunkBatches * c_.batch;
-    for (int64_t first = 0; first < n; first += chunk) {
-      const std::vector<int64_t> rows(eval_order_.begin() + first,
-                                      eval_order_.begin() + std::min(n, first + chunk));
-      MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
-      const TranslationBatch b =
-          make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
-      const int64_t count = static_cast<int64_t>(rows.size());
-      const Bundle out =
-          pipe.predict({b.src, b.tgt_in}, {.micro_batches = eval_micro_batches(c_, count)});
-      const Tensor labels = b.tgt_out.to(out[0].device());
-      sum += loss.sum(out, {labels}).item();
-      terms += loss.count({labels});
-      const AccuracyCount a = count_correct(out[0], labels, ByteTokenizer::kPad);
-      acc.correct += a.correct;
-      acc.total += a.total;
-      r.examples += static_cast<int64_t>(rows.size());
-    }
-    r.loss = terms > 0 ? sum / terms : 0.0;
-    r.token_accuracy = acc.value();
-
-    // chrF of greedy translations.
-    const int64_t sentences = static_cast<int64_t>(decode_order_.size());
-    ChrfAccumulator chrf;
-    for (int64_t first = 0; first < sentences; first += c_.batch) {
-      const std::vector<int64_t> rows(
-          decode_order_.begin() + first,
-          decode_order_.begin() + std::min(sentences, first + c_.batch));
-      MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
-      const TranslationBatch b =
-          make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
-      const auto hyps = greedy_decode(pipe, b.src, batch_opt_.max_tgt_len, ByteTokenizer::kBos,
-                                      ByteTokenizer::kEos, ByteTokenizer::kPad);
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const TranslationPair& p = corpus_.test[rows[i]];
-        SampleTranslation s{p.language, p.source, p.target, tokenizer_->decode(hyps[i])};
-        chrf.add(s.hypothesis, s.reference);
-        r.samples.push_back(std::move(s));
-      }
-    }
-    r.sentences = sentences;
-    if (sentences > 0) r.chrf = chrf.score();
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
+    Seq2SeqEvalSpec spec;
+    spec.loss_rows = eval_order_;
+    spec.decode_rows = decode_order_;
+    spec.max_tgt_len = batch_opt_.max_tgt_len;
+    spec.batch = [&](const std::vector<int64_t>& rows) {
+      return make_translation_batch(corpus_.test, rows, *tokenizer_, batch_opt_);
+    };
+    spec.sample = [&](int64_t row, const std::vector<int64_t>& output) {
+      const TranslationPair& p = corpus_.test[row];
+      return SampleTranslation{p.language, p.source, p.target, tokenizer_->decode(output)};
+    };
+    return evaluate_seq2seq(pipe, c_, spec);
   }
 
   void export_data(Pipeline& pipe, const std::string& settings, int64_t steps,
@@ -272,5 +232,6 @@ class TranslationTask final : public Task {
 std::unique_ptr<Task> make_translation_task(const TrainConfig& c) {
   return std::make_unique<TranslationTask>(c);
 }
+  if (!c.data.empty()) return make_tsv_translation_task(c);
 
 }  // namespace gpipe::train

@@ -1,0 +1,32 @@
+// The translation tasks' evaluation, shared by the iso-codes corpus and the
+// user's TSV files: held-out loss and token accuracy over some test rows,
+// and corpus chrF of greedy translations of others.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "data/translation_batch.h"
+#include "pipeline/pipeline.h"
+#include "tools/train/config.h"
+#include "tools/train/task.h"
+
+namespace gpipe::train {
+
+struct Seq2SeqEvalSpec {
+  // Test rows for the loss (sorted by length: little padding), evaluated
+  // kEvalChunkBatches batches at a time, and rows greedily decoded for chrF.
+  std::vector<int64_t> loss_rows, decode_rows;
+  int64_t max_tgt_len = 0;  // greedy decoding's cap, BOS included
+  // The batch of some test rows.
+  std::function<TranslationBatch(const std::vector<int64_t>& rows)> batch;
+  // The sample of test row `row` given the model's output ids.
+  std::function<SampleTranslation(int64_t row, const std::vector<int64_t>& output)> sample;
+};
+
+// Loss (plain cross-entropy, PAD ignored), token accuracy, chrF and every
+// decoded sample, with `pipe` in eval mode for the call.
+EvalResult evaluate_seq2seq(Pipeline& pipe, const TrainConfig& c, const Seq2SeqEvalSpec& spec);
+
+}  // namespace gpipe::train
