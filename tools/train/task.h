@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/bundle.h"
+#include "data/seq2seq_vocab.h"
 #include "data/text_tokenizer.h"
 #include "layers/loss.h"
 #include "models/amoebanet.h"
@@ -142,6 +143,11 @@ std::unique_ptr<Task> make_image_data_task(const TrainConfig& c);  // image_data
 std::unique_ptr<Task> make_translation_task(
     const TrainConfig& c);                                 // tools/train/translation_task.cc
 std::unique_ptr<Task> make_lm_task(const TrainConfig& c);  // tools/train/lm_task.cc
+// --model=transformer --data=TRAIN.tsv: tools/train/tsv_translation_task.cc.
+std::unique_ptr<Task> make_tsv_translation_task(const TrainConfig& c);
+// The vocabulary of --data's seq2seq model: --src-tokenizer / --tgt-tokenizer,
+// each defaulting to --tokenizer (read once per process, text_tokenizer()).
+Seq2SeqVocab seq2seq_vocab(const TrainConfig& c);
 
 // Seeds derived from --seed, one per use, so no two draw the same stream.
 // Evaluation runs the test rows in chunks of this many training batches,

@@ -217,6 +217,8 @@ class TranslationTask final : public Task {
   }
 
  private:
+  const StepRows* step_rows() const override { return rows_.get(); }
+
   TrainConfig c_;
   std::string dir_;
   TranslationCorpus corpus_;
@@ -230,8 +232,8 @@ class TranslationTask final : public Task {
 }  // namespace
 
 std::unique_ptr<Task> make_translation_task(const TrainConfig& c) {
+  if (!c.data.empty()) return make_tsv_translation_task(c);
   return std::make_unique<TranslationTask>(c);
 }
-  if (!c.data.empty()) return make_tsv_translation_task(c);
 
 }  // namespace gpipe::train

@@ -137,6 +137,7 @@ class TsvTranslationTask final : public Task {
   Model make_model() const override { return models::transformer(transformer_config(c_)); }
   int64_t train_size() const override { return static_cast<int64_t>(train_.ids.size()); }
   bool counts_tokens() const override { return true; }
+  const StepRows* step_rows() const override { return rows_.get(); }
 
   Batch batch_at(int64_t step) const override {
     MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
