@@ -137,6 +137,8 @@ class ImageTask final : public Task {
   }
 
  private:
+  const StepRows* step_rows() const override { return rows_.get(); }
+
   // How an image is placed on the canvas: moved down and right by (dy, dx)
   // pixels from the centre, and whether it is mirrored left-right.
   struct Placement {
