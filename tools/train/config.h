@@ -98,15 +98,15 @@ struct TrainConfig {
   std::string text_field = "text";  // gpt2 / llama .jsonl: the key holding a record's text
   bool doc_mask = false;  // gpt2 / llama: attention stays inside each document of a packed row
   std::vector<std::string> languages;  // transformer; empty = default_translation_languages()
-  int64_t max_len = 32;  // transformer: longest source / target in bytes (tokens with --data)
-  int64_t train_limit = 0;             // > 0: train on the first N training examples only (tests)
-  bool augment = false;                // amoebanet: random flips and +-2 pixel shifts
+  int64_t max_len = 32;     // transformer: longest source / target in bytes (tokens with --data)
+  int64_t train_limit = 0;  // > 0: train on the first N training examples only (tests)
+  bool augment = false;     // amoebanet: random flips and +-2 pixel shifts
   int64_t image_size = 32;  // 32 (padded), 64, 96, ... (then upsampled), 28 (--stem=small only)
   // Image models on --data (a class-folder tree or CIFAR batches; data/image_folder.h):
   std::vector<double> pixel_mean, pixel_std;  // --mean / --std per channel; empty = measured
-  std::string masks;                // unet: a mask folder parallel to --data
-  std::string cifar_labels = "fine";  // CIFAR-100: fine (100 classes) | coarse (20)
-  int64_t classes = 0;                // unet with --masks: class count (0 = from the masks)
+  std::string masks;                          // unet: a mask folder parallel to --data
+  std::string cifar_labels = "fine";          // CIFAR-100: fine (100 classes) | coarse (20)
+  int64_t classes = 0;                        // unet with --masks: class count (0 = from the masks)
 
   // ---- optimisation ----
   int64_t batch = 0;  // N; 0 = model default

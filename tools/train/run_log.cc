@@ -114,8 +114,7 @@ void RunLog::eval(const EvalResult& r, int64_t step, bool final) {
     for (int64_t i = 0; i < std::min<int64_t>(c_.samples, r.samples.size()); ++i) {
       const SampleTranslation& s = r.samples[i];
       os << "  " << (s.language.empty() ? "" : "<" + s.language + "> ") << s.source
-         << "\n    reference:  " << s.reference
-         << "\n    hypothesis: " << s.hypothesis << "\n";
+         << "\n    reference:  " << s.reference << "\n    hypothesis: " << s.hypothesis << "\n";
     }
   log_ << os.str() << std::flush;
   JsonLine line;

@@ -92,8 +92,8 @@ models::TransformerConfig transformer_config(const TrainConfig& c, bool paper_vo
     t.heads = c.heads;
     t.dim = c.dim;
   }
-  t.vocab = c.data.empty() ? ByteTokenizer(languages_of(c)).vocab_size()
-                           : seq2seq_vocab(c).vocab_size();
+  t.vocab =
+      c.data.empty() ? ByteTokenizer(languages_of(c)).vocab_size() : seq2seq_vocab(c).vocab_size();
   t.pad_id = ByteTokenizer::kPad;
   t.max_len = c.max_len + 1;  // language tag + source bytes; BOS + target bytes
   t.dropout = c.dropout;
