@@ -146,6 +146,7 @@ class ImageDataTask final : public Task {
   }
 
  private:
+  const StepRows* step_rows() const override { return rows_.get(); }
   bool segmentation() const { return c_.model == "unet"; }
 
   ImageNormalization normalization(const ImageSource& train) {
