@@ -11,6 +11,8 @@
 //   parallel
 //   bazel run //tools:gpipe_bench -- profile [--threads 2] [--precision bf16]  # W2's step per
 //   kernel: time, share, bytes, bandwidth against the measured (peak prints the bandwidth too)
+//   bazel run //tools:gpipe_bench -- data          # loaders (JPEG folder, token shard) vs a
+//   training step's appetite
 // PyTorch comes from benchmarks/setup_torch.sh's virtualenv (--python to override).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -267,6 +269,18 @@ CLI::App* add_skips(CLI::App& app, gpipe::bench::SkipsBenchOptions& o) {
   return c;
 }
 
+CLI::App* add_data(CLI::App& app, gpipe::bench::DataBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "data", "loaders: examples/s of a JPEG folder and a token shard vs a training step's");
+  c->add_option("--image-size", o.sizes, "image sizes")->delimiter(',');
+  c->add_option("--images", o.images, "JPEGs generated per size")->check(gpipe::train::kPositive);
+  c->add_option("--batch", o.batch, "image batch")->check(gpipe::train::kPositive);
+  c->add_option("--seconds", o.seconds, "loader timing per path")->check(gpipe::train::kPositive);
+  c->add_option("--threads", o.threads, "the step's threads")->check(gpipe::train::kPositive);
+  c->add_option("--steps", o.steps, "timed steps")->check(gpipe::train::kPositive);
+  return c;
+}
+
 CLI::App* add_resnet(CLI::App& app, gpipe::bench::ResNetBenchOptions& o) {
   CLI::App* c = app.add_subcommand(
       "resnet", "ResNet-101 on 32x32: K=2 M=8 vs K=1 (against 2M/(M+1)) and vs PyTorch");
@@ -302,6 +316,7 @@ int main(int argc, char** argv) {
   gpipe::bench::SkipsBenchOptions sk;
   gpipe::bench::ResNetBenchOptions rn;
   gpipe::bench::ProfileBenchOptions pf;
+  gpipe::bench::DataBenchOptions db;
   pf.env_note = env_note;
   gemm.env_note = peak.env_note = kn.env_note = tr.torch.env_note = pl.torch.env_note =
       rm.torch.env_note = am.torch.env_note = rn.torch.env_note = env_note;
@@ -318,6 +333,7 @@ int main(int argc, char** argv) {
   CLI::App* skc = add_skips(app, sk);
   CLI::App* rnc = add_resnet(app, rn);
   CLI::App* pfc = add_profile(app, pf);
+  CLI::App* dbc = add_data(app, db);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -338,6 +354,7 @@ int main(int argc, char** argv) {
     if (skc->parsed()) return gpipe::bench::run_skips(sk);
     if (rnc->parsed()) return gpipe::bench::run_resnet(rn);
     if (pfc->parsed()) return gpipe::bench::run_profile(pf);
+    if (dbc->parsed()) return gpipe::bench::run_data(db);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpipe_bench: %s\n", e.what());
     return 1;

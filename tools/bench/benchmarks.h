@@ -321,6 +321,21 @@ struct ResNetBenchOptions {
 };
 int run_resnet(const ResNetBenchOptions& opt);
 
+// gpipe_bench data (tools/bench/data.cc): examples/s through PrefetchLoader
+// of a generated JPEG folder at each image size and of an llm.c token shard,
+// against the examples/s a training step of the default model consumes.
+struct DataBenchOptions {
+  std::vector<int64_t> sizes{32, 224};
+  int64_t images = 64;       // JPEGs generated per size (two classes)
+  int64_t batch = 32;        // image batch (loader and step)
+  int64_t lm_batch = 16;     // LM rows per batch
+  int64_t tokens = 1 << 20;  // tokens in the generated shard
+  double seconds = 3;        // loader timing per path
+  int threads = 2;           // the step's intra-op threads
+  int steps = 2;             // timed steps (after one warm-up)
+};
+int run_data(const DataBenchOptions& opt);
+
 double transformer_step_flops(int64_t layers, int64_t n, int64_t src_len, int64_t tgt_len,
                               int64_t dim, int64_t ffn, int64_t vocab);
 
