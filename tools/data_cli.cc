@@ -171,9 +171,9 @@ int run_tokenize(TokenizeOptions o) {
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  while (p.running > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (tty) draw_bar(p, total, elapsed());
+  for (int tick = 1; p.running > 0; ++tick) {  // the bar redrawn every 10 ticks of 20 ms
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (tty && tick % 10 == 0) draw_bar(p, total, elapsed());
   }
   for (std::thread& t : threads) t.join();
   if (tty) std::fprintf(stderr, "\n");
