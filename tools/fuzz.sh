@@ -20,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 ALL=(safetensors checkpoint json idx mo translation_tsv tokenizer_json schedule message train_flags
-  plan_inputs plan_flags hf_folder image)
+  plan_inputs plan_flags hf_folder image token_shard)
 [ $# -gt 0 ] && ALL=("$@")
 SECS=${FUZZ_SECONDS:-60}
 SEED_ARGS=()
