@@ -129,8 +129,9 @@ class TsvTranslationTask final : public Task {
     if (val_.dropped) os << " (" << val_.dropped << " dropped)";
     os << (c_.val_data.empty() ? " held out of --data" : " from " + c_.val_data) << "; tokenizer "
        << vocab_.describe() << ", model vocabulary " << vocab_.vocab_size()
-       << " (+ pad, bos, eos, unk); at most " << c_.max_len << " tokens a side; "
-       << rows_->batches_per_epoch() << " batches of " << c_.batch << " per epoch";
+       << " (pad, bos, eos, unk, then the tokenizer's); at most " << c_.max_len
+       << " tokens a side; " << rows_->batches_per_epoch() << " batches of " << c_.batch
+       << " per epoch";
     return os.str();
   }
 
