@@ -69,7 +69,7 @@ void png_read_bytes(png_structp png, png_bytep dst, png_size_t n) {
   s->pos += n;
 }
 
-// Note [Decoder errors]: returns false with s->message set.
+// Returns false with the message set (Note [Decoder errors]).
 bool png_decode(PngState* s, png_structp png, png_infop info) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_read_fn(png, s, png_read_bytes);
@@ -188,7 +188,7 @@ void jpeg_install_errors(JpegState* s, jpeg_common_struct* cinfo) {
   s->e.pub.emit_message = jpeg_warning;
 }
 
-// Note [Decoder errors]: returns false with s->message set.
+// Returns false with the message set (Note [Decoder errors]).
 bool jpeg_decode(JpegState* s) {
   jpeg_decompress_struct& d = s->d;
   jpeg_install_errors(s, reinterpret_cast<jpeg_common_struct*>(&d));
