@@ -437,6 +437,8 @@ TEST_CASE("gpipe_train flags: the language models' own data") {
   CHECK_THAT(usage_error({"--model=gpt2", "--doc-split=para"}),
              Contains("--doc-split") && Contains("file"));
   CHECK_THAT(usage_error({"--model=gpt2", "--val-fraction=1"}), Contains("--val-fraction"));
+  CHECK_THAT(usage_error({"--model=llama", "--data=a.txt", "--data-dir=/tmp"}),
+             Contains("--data-dir: names a folder of fortune files"));
   CHECK_THAT(usage_error({"--model=transformer", "--doc-mask"}),
              Contains("--doc-mask: applies to --model=gpt2, llama only"));
 }

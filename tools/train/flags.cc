@@ -397,6 +397,9 @@ void check_combinations(const CLI::App& app, const TrainConfig& c, const Given& 
       usage(app.count(f) == 0, f, ": applies to --model=", names, " only, not --model=", c.model);
   }
   if (c.model == "transformer") check_translation_data(app, c);
+  usage(!lm_model(c.model) || c.data.empty() || app.count("--data-dir") == 0,
+        "--data-dir: names a folder of fortune files, the corpus --data replaces; give one or the "
+        "other");
   usage(app.count("--val-data") == 0 || app.count("--val-fraction") == 0,
         "--val-data and --val-fraction: the held-out data is either given or a share of --data; "
         "give one or the other");
