@@ -80,15 +80,22 @@ class LmTask final : public Task {
 
   std::string describe() const override {
     std::ostringstream os;
-    os << "text from " << source_name() << ": " << stats_[0].docs << " training documents ("
-       << stats_[0].bytes / 1000 << " kB)";
-    if (stats_[0].shard_tokens > 0) os << " and " << stats_[0].shard_tokens << " shard tokens";
-    os << ", " << stats_[1].docs << " held out";
-    if (stats_[1].shard_tokens > 0) os << " (and " << stats_[1].shard_tokens << " shard tokens)";
-    os << "; tokenizer " << tok_->name() << " (vocabulary " << tok_->vocab_size() << "); rows of "
-       << context_ << " tokens: " << train_.rows() << " training, " << val_.rows() << " held out; "
-       << (c_.model == "gpt2" ? "GPT-2" : "Llama") << " L=" << model_.layers << " d=" << model_.dim
-       << " heads=" << model_.heads;
+    // "N training documents (B kB) and S training shard tokens, N held out and S held-out ..."
+    auto side = [&](const Stats& st, bool training) {
+      std::string out;
+      if (st.docs > 0 || st.shard_tokens == 0)
+        out = training ? detail::concat(st.docs, " training documents (", st.bytes / 1000, " kB)")
+                       : detail::concat(st.docs, " held out");
+      if (st.shard_tokens > 0)
+        out += detail::concat(out.empty() ? "" : " and ", st.shard_tokens,
+                              training ? " training shard tokens" : " held-out shard tokens");
+      return out;
+    };
+    os << "text from " << source_name() << ": " << side(stats_[0], true) << ", "
+       << side(stats_[1], false) << "; tokenizer " << tok_->name() << " (vocabulary "
+       << tok_->vocab_size() << "); rows of " << context_ << " tokens: " << train_.rows()
+       << " training, " << val_.rows() << " held out; " << (c_.model == "gpt2" ? "GPT-2" : "Llama")
+       << " L=" << model_.layers << " d=" << model_.dim << " heads=" << model_.heads;
     if (c_.model == "llama") os << " kv-heads=" << model_.kv();
     os << " ffn=" << model_.ffn << " vocab=" << model_.vocab;
     if (c_.doc_mask) os << "; attention inside documents";
