@@ -51,8 +51,8 @@ Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual,
 Tensor Linear::forward(const Tensor& x, Activation act, const ops::FusedDropout& dropout) {
   expect_last_axis(name(), {x.shape(), x.dtype()}, in_);
   static constexpr ops::FusedActivation kFused[] = {
-      ops::FusedActivation::kRelu, ops::FusedActivation::kGelu, ops::FusedActivation::kTanh,
-      ops::FusedActivation::kSigmoid};
+      ops::FusedActivation::kRelu,    ops::FusedActivation::kGelu,     ops::FusedActivation::kTanh,
+      ops::FusedActivation::kSigmoid, ops::FusedActivation::kGeluTanh, ops::FusedActivation::kSilu};
   return ops::linear(x, weight, bias, kFused[static_cast<int>(act)], Tensor(), dropout);
 }
 
@@ -147,6 +147,10 @@ Tensor activate(Activation a, const Tensor& x) {
       return ops::tanh(x);
     case Activation::kSigmoid:
       return ops::sigmoid(x);
+    case Activation::kGeluTanh:
+      return ops::gelu_tanh(x);
+    case Activation::kSilu:
+      return ops::silu(x);
   }
   return x;
 }

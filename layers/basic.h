@@ -26,7 +26,8 @@ struct LinearOptions {
   double init_scale = 1.0;  // weights ~ U(-a, a), a = init_scale / sqrt(in)
 };
 
-enum class Activation { kRelu, kGelu, kTanh, kSigmoid };
+// kGeluTanh: GPT-2's tanh-approximated GELU; kSilu: x sigmoid(x).
+enum class Activation { kRelu, kGelu, kTanh, kSigmoid, kGeluTanh, kSilu };
 
 // y = x W^T + b over the last axis: x [..., in] -> [..., out].
 class Linear final : public UnaryLayer {

@@ -176,7 +176,10 @@ class LmSublayer final : public Layer {
       out[0] = attn_->attend(h, h, Tensor(), x, dropout, in.size() > 1 ? in[1] : Tensor());
       return out;
     }
-    const Tensor act = gate_ ? ops::swiglu((*gate_)(h), (*up_)(h)) : ops::gelu_tanh((*up_)(h));
+    // The activation in the product's bias + activation pass (ops::linear):
+    // SwiGLU as silu(gate) * up, GPT-2's GELU on up.
+    const Tensor act = gate_ ? ops::mul(gate_->forward(h, Activation::kSilu), (*up_)(h))
+                             : up_->forward(h, Activation::kGeluTanh);
     out[0] = down_->forward_residual(act, x, dropout);
     return out;
   }

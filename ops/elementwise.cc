@@ -6,6 +6,7 @@
 
 #include "ops/common.h"
 #include "ops/elementwise_kernels.h"
+#include "ops/gated.h"
 #include "ops/shape.h"
 
 namespace gpipe::ops {
@@ -173,6 +174,10 @@ Tensor activation_of(const Tensor& u, FusedActivation act) {
       return tanh(u);
     case FusedActivation::kSigmoid:
       return sigmoid(u);
+    case FusedActivation::kGeluTanh:
+      return gelu_tanh_composed(u);
+    case FusedActivation::kSilu:
+      return silu_composed(u);
     case FusedActivation::kNone:
       break;
   }
@@ -204,8 +209,9 @@ Tensor bias_activation(const Tensor& z, const Tensor& bias, FusedActivation act)
   const Tensor bd = bias.defined() ? detail::dense(bias) : Tensor();
   Tensor y = Tensor::empty(z.shape(), z.dtype(), dev);
   bias_act_forward(dev, act, zd, bd, y);
-  // GELU's derivative needs its argument, relu/tanh/sigmoid's the output, none's nothing.
-  const bool keeps_input = act == FusedActivation::kGelu;
+  // The GELUs' and SiLU's derivatives need their argument, relu/tanh/sigmoid's the output, none's
+  // nothing.
+  const bool keeps_input = derivative_from_input(act);
   const bool keeps_output = !keeps_input && act != FusedActivation::kNone;
   std::vector<Tensor> inputs{z};
   if (bias.defined()) inputs.push_back(bias);

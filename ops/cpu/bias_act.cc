@@ -20,19 +20,43 @@ template <FusedActivation kAct, class T>
 inline T apply(T u) {
   if constexpr (kAct == FusedActivation::kRelu) return u > T(0) ? u : T(0);
   if constexpr (kAct == FusedActivation::kGelu) return gelu_value(u);
+  if constexpr (kAct == FusedActivation::kGeluTanh) return gelu_tanh_value(u);
+  if constexpr (kAct == FusedActivation::kSilu) return silu_value(u);
   if constexpr (kAct == FusedActivation::kTanh) return std::tanh(u);
   if constexpr (kAct == FusedActivation::kSigmoid) return T(1) / (T(1) + std::exp(-u));
   return u;
 }
 
-// act'(u), from the output y (relu, tanh, sigmoid, none) or u (gelu).
+// act'(u), from the output y (relu, tanh, sigmoid, none) or u (the GELUs).
 template <FusedActivation kAct, class T>
 inline T derivative(T u, T y) {
   if constexpr (kAct == FusedActivation::kRelu) return static_cast<T>(y > T(0));
   if constexpr (kAct == FusedActivation::kGelu) return gelu_grad(u);
+  if constexpr (kAct == FusedActivation::kGeluTanh) return gelu_tanh_grad(u);
+  if constexpr (kAct == FusedActivation::kSilu) return silu_grad(u);
   if constexpr (kAct == FusedActivation::kTanh) return T(1) - y * y;
   if constexpr (kAct == FusedActivation::kSigmoid) return y * (T(1) - y);
   return T(1);
+}
+
+// The GELUs and SiLU over a row (prelude.h's vectorised forms).
+template <FusedActivation kAct, class T>
+void act_rows(const T* u, T* y, int64_t n) {
+  if constexpr (kAct == FusedActivation::kGelu)
+    gelu_rows(u, y, n);
+  else if constexpr (kAct == FusedActivation::kGeluTanh)
+    gelu_tanh_rows(u, y, n);
+  else
+    silu_rows(u, y, n);
+}
+template <FusedActivation kAct, class T>
+void act_grad_rows(const T* u, const T* gy, T* gx, int64_t n) {
+  if constexpr (kAct == FusedActivation::kGelu)
+    gelu_grad_rows(u, gy, gx, n);
+  else if constexpr (kAct == FusedActivation::kGeluTanh)
+    gelu_tanh_grad_rows(u, gy, gx, n);
+  else
+    silu_grad_rows(u, gy, gx, n);
 }
 
 template <FusedActivation kAct, class T>
@@ -40,12 +64,12 @@ void forward_rows(const T* z, const T* bias, T* y, int64_t n, int64_t r0, int64_
   for (int64_t r = r0; r < r1; ++r) {
     const T* zr = z + r * n;
     T* yr = y + r * n;
-    if constexpr (kAct == FusedActivation::kGelu) {  // vectorised erf over the row
+    if constexpr (derivative_from_input(kAct)) {  // vectorised erf / tanh over the row
       if (bias) {
         for (int64_t i = 0; i < n; ++i) yr[i] = zr[i] + bias[i];
-        gelu_rows(yr, yr, n);
+        act_rows<kAct>(yr, yr, n);
       } else {
-        gelu_rows(zr, yr, n);
+        act_rows<kAct>(zr, yr, n);
       }
       continue;
     }
@@ -68,13 +92,13 @@ void backward_rows(const T* z, const T* bias, const T* y, const T* g, T* gz, dou
       continue;
     }
     T* out = gz ? gz + r * n : scratch;
-    if constexpr (kAct == FusedActivation::kGelu) {
+    if constexpr (derivative_from_input(kAct)) {
       const T* zr = z + r * n;
       if (bias) {
-        for (int64_t i = 0; i < n; ++i) out[i] = zr[i] + bias[i];  // u, then gy * gelu'(u) in place
-        gelu_grad_rows(out, gr, out, n);
+        for (int64_t i = 0; i < n; ++i) out[i] = zr[i] + bias[i];  // u, then gy * act'(u) in place
+        act_grad_rows<kAct>(out, gr, out, n);
       } else {
-        gelu_grad_rows(zr, gr, out, n);
+        act_grad_rows<kAct>(zr, gr, out, n);
       }
     } else if constexpr (kAct == FusedActivation::kNone) {
       for (int64_t i = 0; i < n; ++i) out[i] = gr[i];
@@ -225,6 +249,10 @@ void dispatch_act(FusedActivation act, F&& f) {
       return f(std::integral_constant<FusedActivation, FusedActivation::kTanh>{});
     case FusedActivation::kSigmoid:
       return f(std::integral_constant<FusedActivation, FusedActivation::kSigmoid>{});
+    case FusedActivation::kGeluTanh:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kGeluTanh>{});
+    case FusedActivation::kSilu:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kSilu>{});
   }
 }
 

@@ -28,16 +28,23 @@ template <FusedActivation kAct, class C>
 __device__ inline C apply(C u) {
   if constexpr (kAct == FusedActivation::kRelu) return u > C(0) ? u : C(0);
   if constexpr (kAct == FusedActivation::kGelu) return gelu_fn(u);
+  if constexpr (kAct == FusedActivation::kGeluTanh) return gelu_tanh_fn(u);
+  if constexpr (kAct == FusedActivation::kSilu) return u / (C(1) + dexp(-u));
   if constexpr (kAct == FusedActivation::kTanh) return dtanh(u);
   if constexpr (kAct == FusedActivation::kSigmoid) return C(1) / (C(1) + dexp(-u));
   return u;
 }
 
-// act'(u): from the output y (relu, tanh, sigmoid), u (gelu); 1 for none.
+// act'(u): from the output y (relu, tanh, sigmoid), u (the GELUs); 1 for none.
 template <FusedActivation kAct, class C>
 __device__ inline C derivative(C u, C y) {
   if constexpr (kAct == FusedActivation::kRelu) return y > C(0) ? C(1) : C(0);
   if constexpr (kAct == FusedActivation::kGelu) return gelu_grad(u);
+  if constexpr (kAct == FusedActivation::kGeluTanh) return gelu_tanh_grad(u);
+  if constexpr (kAct == FusedActivation::kSilu) {
+    const C s = C(1) / (C(1) + dexp(-u));
+    return s * (C(1) + u * (C(1) - s));
+  }
   if constexpr (kAct == FusedActivation::kTanh) return C(1) - y * y;
   if constexpr (kAct == FusedActivation::kSigmoid) return y * (C(1) - y);
   return C(1);
@@ -63,7 +70,7 @@ __global__ void backward_kernel(const T* z, const B* bias, const T* y, const T* 
   for (int64_t r = lo; r < hi; ++r) {
     const int64_t i = r * n + col;
     C d = 1;
-    if constexpr (kAct == FusedActivation::kGelu)
+    if constexpr (derivative_from_input(kAct))
       d = derivative<kAct>(load(z, i) + b, C(0));
     else if constexpr (kAct != FusedActivation::kNone)
       d = derivative<kAct>(C(0), load(y, i));
@@ -126,14 +133,14 @@ __global__ void packs_backward_kernel(const T* z, const B* bias, const T* y, con
     const int64_t at = r * n + c0;
     const Pack<T, V> gp = *reinterpret_cast<const Pack<T, V>*>(g + at);
     Pack<T, V> ap{}, out;
-    if constexpr (kAct == FusedActivation::kGelu)
+    if constexpr (derivative_from_input(kAct))
       ap = *reinterpret_cast<const Pack<T, V>*>(z + at);
     else if constexpr (kAct != FusedActivation::kNone)
       ap = *reinterpret_cast<const Pack<T, V>*>(y + at);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       C d = 1;
-      if constexpr (kAct == FusedActivation::kGelu)
+      if constexpr (derivative_from_input(kAct))
         d = derivative<kAct>(load(ap.v, e) + b[e], C(0));
       else if constexpr (kAct != FusedActivation::kNone)
         d = derivative<kAct>(C(0), load(ap.v, e));
@@ -184,6 +191,10 @@ void dispatch_act(FusedActivation act, F&& f) {
       return f(std::integral_constant<FusedActivation, FusedActivation::kTanh>{});
     case FusedActivation::kSigmoid:
       return f(std::integral_constant<FusedActivation, FusedActivation::kSigmoid>{});
+    case FusedActivation::kGeluTanh:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kGeluTanh>{});
+    case FusedActivation::kSilu:
+      return f(std::integral_constant<FusedActivation, FusedActivation::kSilu>{});
   }
 }
 

@@ -60,6 +60,19 @@ __device__ inline T gelu_grad(T x) {
   return cdf + x * pdf;
 }
 
+// GPT-2's GELU, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), and its
+// derivative (the CPU's gelu_tanh_value / gelu_tanh_grad).
+template <class T>
+__device__ inline T gelu_tanh_fn(T x) {
+  return T(0.5) * x * (T(1) + dtanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x)));
+}
+template <class T>
+__device__ inline T gelu_tanh_grad(T x) {
+  const T k = T(0.79788456080286535588), c = T(0.044715);
+  const T t = dtanh(k * (x + c * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+}
+
 template <class T>
 __device__ inline T neg_infinity() {
   return -static_cast<T>(INFINITY);

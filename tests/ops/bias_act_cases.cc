@@ -20,9 +20,10 @@ namespace {
 using In = std::vector<Tensor>;
 using ops::FusedActivation;
 
-constexpr FusedActivation kActs[] = {FusedActivation::kNone, FusedActivation::kRelu,
-                                     FusedActivation::kGelu, FusedActivation::kTanh,
-                                     FusedActivation::kSigmoid};
+constexpr FusedActivation kActs[] = {FusedActivation::kNone,    FusedActivation::kRelu,
+                                     FusedActivation::kGelu,    FusedActivation::kTanh,
+                                     FusedActivation::kSigmoid, FusedActivation::kGeluTanh,
+                                     FusedActivation::kSilu};
 const char* act_name(FusedActivation a) {
   switch (a) {
     case FusedActivation::kRelu:
@@ -33,6 +34,10 @@ const char* act_name(FusedActivation a) {
       return "tanh";
     case FusedActivation::kSigmoid:
       return "sigmoid";
+    case FusedActivation::kGeluTanh:
+      return "gelu_tanh";
+    case FusedActivation::kSilu:
+      return "silu";
     case FusedActivation::kNone:
       break;
   }

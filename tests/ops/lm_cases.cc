@@ -124,6 +124,7 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "gelu_tanh",
+        .covers = {"bias_act_forward", "bias_act_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{3, 7}, 36, -3, 3)};
@@ -134,6 +135,7 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "silu",
+        .covers = {"bias_act_forward", "bias_act_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{3, 7}, 37, -4, 4)};
@@ -143,6 +145,7 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "swiglu",
+        .covers = {"bias_act_forward", "bias_act_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 5}, 38, -3, 3), rand64(Shape{2, 5}, 39)};
@@ -156,6 +159,33 @@ GPIPE_OP_CASES({
               for (size_t i = 0; i < g.size(); ++i)
                 worst = std::max(worst, std::abs(o[i] - silu_ref(g[i]) * u[i]));
               CHECK(worst < 1e-12);
+            },
+    },
+    // The plain twins the fused passes above are held against.
+    OpCase{
+        .name = "gelu_tanh/composed",
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 7}, 40, -3, 3)};
+            },
+        .fn = [](const In& in) { return In{ops::gelu_tanh_composed(in[0])}; },
+        .check_forward =
+            [](const In& in, const In& out) {
+              check_unary(in[0], out[0], gelu_tanh_ref);
+              CHECK(max_abs_diff(out[0], ops::gelu_tanh(in[0])) < 1e-12);
+            },
+    },
+    OpCase{
+        .name = "swiglu/composed",
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{2, 5}, 41, -3, 3), rand64(Shape{2, 5}, 42)};
+            },
+        .fn = [](const In& in) { return In{ops::swiglu_composed(in[0], in[1])}; },
+        .check_forward =
+            [](const In& in, const In& out) {
+              CHECK(max_abs_diff(out[0], ops::swiglu(in[0], in[1])) < 1e-12);
+              CHECK(max_abs_diff(ops::silu_composed(in[0]), ops::silu(in[0])) < 1e-12);
             },
     },
 });

@@ -110,6 +110,79 @@ void gelu_grad_rows(const T* u, const T* gy, T* gx, int64_t n) {
   }
 }
 
+// GPT-2's GELU, 0.5 x (1 + tanh(k (x + c x^3))) with k = sqrt(2 / pi) and
+// c = 0.044715, and its derivative 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+template <class T>
+inline T gelu_tanh_value(T x) {
+  const T t = std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x));
+  return T(0.5) * x * (T(1) + t);
+}
+template <class T>
+inline T gelu_tanh_grad(T x) {
+  const T k = T(0.79788456080286535588), c = T(0.044715);
+  const T t = std::tanh(k * (x + c * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+}
+// Over n contiguous elements (the aliasing of gelu_rows); float through
+// Eigen's vectorised tanh, double elementwise.
+template <class T>
+void gelu_tanh_rows(const T* u, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    using A = Eigen::Array<float, Eigen::Dynamic, 1>;
+    const Eigen::Map<const A> x(u, n);
+    Eigen::Map<A>(y, n) =
+        0.5f * x * (1.0f + (0.79788456080286535588f * (x + 0.044715f * x.cube())).tanh());
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_value(u[i]);
+  }
+}
+template <class T>
+void gelu_tanh_grad_rows(const T* u, const T* gy, T* gx, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    using A = Eigen::Array<float, Eigen::Dynamic, 1>;
+    const Eigen::Map<const A> x(u, n);
+    const float k = 0.79788456080286535588f, c = 0.044715f;
+    const A t = (k * (x + c * x.cube())).tanh();
+    Eigen::Map<A>(gx, n) =
+        Eigen::Map<const A>(gy, n) *
+        (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t.square()) * k * (1.0f + 3.0f * c * x.square()));
+  } else {
+    for (int64_t i = 0; i < n; ++i) gx[i] = gy[i] * gelu_tanh_grad(u[i]);
+  }
+}
+
+// SiLU, x sigmoid(x), and its derivative s (1 + x (1 - s)).
+template <class T>
+inline T silu_value(T x) {
+  return x / (T(1) + std::exp(-x));
+}
+template <class T>
+inline T silu_grad(T x) {
+  const T s = T(1) / (T(1) + std::exp(-x));
+  return s * (T(1) + x * (T(1) - s));
+}
+template <class T>
+void silu_rows(const T* u, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    using A = Eigen::Array<float, Eigen::Dynamic, 1>;
+    const Eigen::Map<const A> x(u, n);
+    Eigen::Map<A>(y, n) = x / (1.0f + (-x).exp());
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = silu_value(u[i]);
+  }
+}
+template <class T>
+void silu_grad_rows(const T* u, const T* gy, T* gx, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    using A = Eigen::Array<float, Eigen::Dynamic, 1>;
+    const Eigen::Map<const A> x(u, n);
+    const A s = 1.0f / (1.0f + (-x).exp());
+    Eigen::Map<A>(gx, n) = Eigen::Map<const A>(gy, n) * (s * (1.0f + x * (1.0f - s)));
+  } else {
+    for (int64_t i = 0; i < n; ++i) gx[i] = gy[i] * silu_grad(u[i]);
+  }
+}
+
 // 16-bit float elements (raw bits) and their conversions, this level's own copy.
 struct bfloat16 {
   uint16_t bits;
