@@ -156,6 +156,23 @@ CLI::App* add_transformer(CLI::App& app, gpipe::bench::TransformerBenchOptions& 
   return c;
 }
 
+CLI::App* add_lm(CLI::App& app, gpipe::bench::LmBenchOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "lm", "GPT-2-small- / Llama-shaped language-model training step vs PyTorch");
+  c->add_option("--arch", o.arch, "gpt2 | llama")->capture_default_str();
+  add_thread_counts(c, o.threads);
+  c->add_option("--layers", o.layers, "blocks")->capture_default_str();
+  c->add_option("--batch", o.batch, "N: sequences per step")->capture_default_str();
+  c->add_option("--context", o.context, "T: tokens per sequence")->capture_default_str();
+  c->add_option("--precision", o.precision, "fp32 | bf16 (against PyTorch's CPU autocast)")
+      ->capture_default_str();
+  add_warmup_steps(c, o.warmup, o.steps);
+  add_max_seconds(c, o.max_seconds);
+  add_rounds(c, o.rounds);
+  add_torch_flags(c, o.torch);
+  return c;
+}
+
 CLI::App* add_pipeline(CLI::App& app, gpipe::bench::PipelineBenchOptions& o) {
   CLI::App* c =
       app.add_subcommand("pipeline", "W3: 8+8 Transformer, K=1 (1 core) vs K=2 (1 core per stage)");
@@ -307,6 +324,7 @@ int main(int argc, char** argv) {
   gpipe::bench::PeakBenchOptions peak;
   gpipe::bench::KernelsBenchOptions kn;
   gpipe::bench::TransformerBenchOptions tr;
+  gpipe::bench::LmBenchOptions lmo;
   gpipe::bench::PipelineBenchOptions pl;
   gpipe::bench::SchedulesBenchOptions sc;
   gpipe::bench::RematBenchOptions rm;
@@ -319,11 +337,12 @@ int main(int argc, char** argv) {
   gpipe::bench::DataBenchOptions db;
   pf.env_note = env_note;
   gemm.env_note = peak.env_note = kn.env_note = tr.torch.env_note = pl.torch.env_note =
-      rm.torch.env_note = am.torch.env_note = rn.torch.env_note = env_note;
+      rm.torch.env_note = lmo.torch.env_note = am.torch.env_note = rn.torch.env_note = env_note;
   CLI::App* g = add_gemm(app, gemm);
   CLI::App* pk = add_peak(app, peak);
   CLI::App* kl = add_kernels(app, kn);
   CLI::App* t = add_transformer(app, tr);
+  CLI::App* lmc = add_lm(app, lmo);
   CLI::App* p = add_pipeline(app, pl);
   CLI::App* sch = add_schedules(app, sc);
   CLI::App* r = add_remat(app, rm);
@@ -345,6 +364,7 @@ int main(int argc, char** argv) {
     if (pk->parsed()) return gpipe::bench::run_peak(peak);
     if (kl->parsed()) return gpipe::bench::run_kernels(kn);
     if (t->parsed()) return gpipe::bench::run_transformer(tr);
+    if (lmc->parsed()) return gpipe::bench::run_lm(lmo);
     if (p->parsed()) return gpipe::bench::run_pipeline(pl);
     if (sch->parsed()) return gpipe::bench::run_schedules(sc);
     if (r->parsed()) return gpipe::bench::run_remat(rm);

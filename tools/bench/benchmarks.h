@@ -11,6 +11,7 @@
 #include "core/bundle.h"
 #include "core/cpu_isa.h"
 #include "layers/loss.h"
+#include "models/lm.h"
 
 namespace gpipe::bench {
 
@@ -120,6 +121,7 @@ struct MeasureOptions {
   // The hop latency, in a cell's forwards, the cost-built orders are placed
   // for; < 0: measured at start-up (PipelineOptions::measure_link_latency).
   double order_latency = 0;
+  int64_t context = 256;  // gpt2, llama: tokens per sequence
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -320,6 +322,23 @@ struct ResNetBenchOptions {
   TorchSide torch;
 };
 int run_resnet(const ResNetBenchOptions& opt);
+
+// gpipe_bench lm (tools/bench/lm.cc): a GPT-2-small- or Llama-shaped
+// training step (d 768, 12 heads; --layers, N, T) vs benchmarks/lm_torch.py.
+struct LmBenchOptions {
+  TorchSide torch;
+  std::string arch = "gpt2";  // gpt2 | llama
+  std::vector<int> threads{1, 2};
+  int64_t layers = 12, batch = 8, context = 256;
+  std::string precision = "fp32";  // fp32 | bf16 (against PyTorch's CPU autocast)
+  int warmup = 1, steps = 3;
+  double max_seconds = 60;
+  int rounds = 1;
+};
+int run_lm(const LmBenchOptions& opt);
+// The workload's model (lm.cc) and a batch of uniform tokens and targets.
+models::LmConfig lm_workload_config(const std::string& arch, int64_t layers, int64_t context);
+Batch lm_batch(int64_t n, int64_t context, int64_t vocab, uint64_t seed);
 
 // gpipe_bench data (tools/bench/data.cc): examples/s through PrefetchLoader
 // of a generated JPEG folder at each image size and of an llm.c token shard,

@@ -16,7 +16,8 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   CLI::App* c =
       app.add_subcommand("measure", "one gpipe measurement, JSON on stdout (used by the others)");
   c->group("");  // hidden from --help
-  c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet");
+  c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet | gpt2 | llama");
+  c->add_option("--context", o.context, "gpt2, llama: tokens per sequence");
   c->add_option(
       "--layers", o.layers,
       "transformer: layers per side; amoebanet: N; unet, resnet: depth (default 3; resnet 50)");

@@ -87,6 +87,7 @@ namespace {
 // U-Net's depth), ResNet-50 for resnet, whose depth is 50, 101 or 152.
 int64_t workload_layers(const MeasureOptions& o) {
   if (o.layers > 0) return o.layers;
+  if (o.workload == "gpt2" || o.workload == "llama") return 12;
   return o.workload == "resnet" ? 50 : 3;
 }
 
@@ -146,9 +147,14 @@ MeasuredWorkload measure_workload(const MeasureOptions& options) {
     w.expected_params = models::resnet_parameter_count(c);
     w.model = models::resnet(c);
     w.batch = image_batch(o.batch, 7);
+  } else if (o.workload == "gpt2" || o.workload == "llama") {
+    const models::LmConfig c = lm_workload_config(o.workload, o.layers, o.context);
+    w.expected_params = models::lm_parameter_count(c);
+    w.model = models::language_model(c);
+    w.batch = lm_batch(o.batch, o.context, c.vocab, 1234);
   } else {
     throw Error(detail::concat("measure: unknown workload '", o.workload,
-                               "' (transformer | amoebanet | unet | resnet)"));
+                               "' (transformer | amoebanet | unet | resnet | gpt2 | llama)"));
   }
   return w;
 }
@@ -280,7 +286,7 @@ int run_measure(const MeasureOptions& o) {
   Pipeline pipe(std::move(w.model), po, w.batch);
 
   std::unique_ptr<optim::Optimizer> opt;
-  if (o.workload == "transformer")
+  if (o.workload == "transformer" || o.workload == "gpt2" || o.workload == "llama")
     opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
   else
     opt = std::make_unique<optim::Sgd>(pipe.parameters(),
@@ -366,6 +372,8 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (o.dropout > 0) cmd += " --dropout " + std::to_string(o.dropout);
   if (o.link_delay_us > 0) cmd += " --link-delay-us " + std::to_string(o.link_delay_us);
   if (o.order_latency != 0) cmd += " --order-latency " + std::to_string(o.order_latency);
+  if (o.workload == "gpt2" || o.workload == "llama")
+    cmd += " --context " + std::to_string(o.context);
   if (o.workload == "unet" || o.workload == "resnet")
     cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
            " --skips " + o.skips + (o.split_blocks ? " --split-blocks" : "");
