@@ -60,12 +60,15 @@ DocumentIds document_ids(const Tensor& tokens, int64_t eot, Device device) {
 }
 
 // A sublayer's bundle: the hidden states, and the document ids when masked.
-void expect_stream(const Layer& layer, const BundleSpec& in, const LmConfig& c) {
+// forward checks the count only (16-bit states arrive under bf16 / fp16);
+// output_spec also the states' shape.
+void expect_stream(const Layer& layer, const BundleSpec& in, const LmConfig& c,
+                   bool states = true) {
   // One input in incremental decoding, which keeps no document ids.
   GPIPE_CHECK(in.size() == 1 || (in.size() == 2 && c.document_eot >= 0), "layer '", layer.name(),
               "': expected ", c.document_eot >= 0 ? "2" : "1", " inputs (the hidden states",
               c.document_eot >= 0 ? " and the document ids" : "", "), got ", in.size());
-  expect_hidden(layer.name(), in[0], c.dim);
+  if (states) expect_hidden(layer.name(), in[0], c.dim);
 }
 
 Tensor normal_parameter(const Shape& shape, uint64_t key, double std) {
@@ -165,7 +168,7 @@ class LmSublayer final : public Layer {
   }
   bool takes_16bit() const override { return true; }
   Bundle forward(const Bundle& in) override {
-    expect_stream(*this, spec_of(in), c_);
+    expect_stream(*this, spec_of(in), c_, false);
     const Tensor& x = in[0];
     const Tensor h = norm_->forward(x);
     const ops::FusedDropout dropout = drop_.fused();
@@ -212,7 +215,7 @@ class LmHead final : public Layer {
   }
   bool takes_16bit() const override { return true; }
   std::optional<LinearHead> forward_head(const Bundle& in) override {
-    expect_stream(*this, spec_of(in), c_);
+    expect_stream(*this, spec_of(in), c_, false);
     return LinearHead{norm_->forward(in[0]), weight, current_precision()};
   }
   Bundle forward(const Bundle& in) override { return forward_head(in)->logits(); }

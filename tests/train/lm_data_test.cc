@@ -89,13 +89,15 @@ TEST_CASE("gpipe_train --data: a .txt, a .jsonl and an llm.c shard each train") 
     }
   }
   // --val-data names the held-out rows; a folder takes every file in it.
+  // --doc-mask under bf16: the document ids ride beside 16-bit states.
   std::filesystem::create_directories(d + "/val");
   gpipe::testing::write_file(d + "/val/v.txt", txt.substr(0, 400));
   std::vector<std::string> args = tiny("llama", d + "/a.txt");
   std::erase(args, "--eval-batches=1");  // every held-out row
   std::string log;
-  const TrainSummary s =
-      run(with(args, {"--doc-split=blank", "--val-data=" + d + "/val", "--doc-mask"}), log);
+  const TrainSummary s = run(with(args, {"--doc-split=blank", "--val-data=" + d + "/val",
+                                         "--doc-mask", "--precision=bf16"}),
+                             log);
   INFO(log);
   CHECK_THAT(log, Contains("40 training documents") && Contains("attention inside documents"));
   REQUIRE(s.final_eval.has_value());
