@@ -32,6 +32,17 @@ done
 "$DATA" inspect "$d/in/a.txt" --doc-split=blank --context=8 > "$log" 2>&1 &&
   grep -qF "documents: 2, 36 bytes of text, 38 tokens" "$log" ||
   { echo "FAILED: inspect of a text file:"; cat "$log"; fail=1; }
+# train-tokenizer, then the chain: its model tokenises, the shard inspects back to the text
+for i in $(seq 1 200); do echo "line $i of a small corpus: the quick brown fox"; done > "$d/small.txt"
+if "$DATA" train-tokenizer --out="$d/sp" --vocab=60 "$d/small.txt" > "$log" 2>&1 &&
+  "$DATA" tokenize --tokenizer="$d/sp.model" --out="$d/sp_shards" "$d/small.txt" >> "$log" 2>&1 &&
+  "$DATA" inspect "$d/sp_shards/small.bin" --tokenizer="$d/sp.model" --context=8 > "$log.2" 2>&1; then
+  grep -qE "largest id: [1-5]?[0-9]; end-of-text \(2\) tokens: 1" "$log.2" &&
+    grep -q "^line 1" "$log.2" ||
+    { echo "FAILED: the SentencePiece shard:"; cat "$log.2"; fail=1; }
+else
+  echo "FAILED: train-tokenizer / tokenize / inspect:"; cat "$log" "$log.2" 2>/dev/null; fail=1
+fi
 # bad input: expected exit status, then the message
 check() {
   local rc_want="$1" msg="$2"; shift 2
