@@ -3,6 +3,7 @@
 // composed form.
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/autograd.h"
@@ -106,9 +107,12 @@ Tensor document_attention(const Tensor& q, const Tensor& k, const Tensor& v, int
                                  : std::string("none"));
   GPIPE_CHECK(dropout.p >= 0 && dropout.p < 1, "attention: dropout probability ", dropout.p,
               " is outside [0, 1)");
-  // 1 where key j lies in another document than query i ([B, 1, T, T]).
   const std::vector<int64_t> seg =
       (segments.device().is_cpu() ? segments : segments.to(kCpu)).to_vector<int64_t>();
+  // Rows of one document each: plain causal attention, the fused kernels.
+  if (std::all_of(seg.begin(), seg.end(), [&](int64_t s) { return s == seg.front(); }))
+    return attention(q, k, v, heads, true, Tensor(), dropout);
+  // 1 where key j lies in another document than query i ([B, 1, T, T]).
   std::vector<float> other(static_cast<size_t>(b * t * t));
   for (int64_t r = 0; r < b; ++r)
     for (int64_t i = 0; i < t; ++i)

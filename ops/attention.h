@@ -44,8 +44,8 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, int
 // j <= i and segments[b, i] == segments[b, j]. q, k, v [B, T, D];
 // segments [B, T], int, on any device (the mask is built on the CPU). The
 // composed form with that mask (no fused kernel takes segments), dropout as
-// `attention`'s. Throws gpipe::Error for a segments shape other than [B, T]
-// or a non-integer dtype.
+// `attention`'s; a batch whose ids are all one value is `attention`, causal. Throws gpipe::Error
+// for a segments shape other than [B, T] or a non-integer dtype.
 Tensor document_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t heads,
                           const Tensor& segments, const FusedDropout& dropout = {});
 

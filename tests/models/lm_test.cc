@@ -222,6 +222,10 @@ TEST_CASE("lm: with a document mask a packed row's logits are each document's al
     double worst = 0, leak = 0;
     for (const auto& d : docs) {
       const std::vector<double> alone = logits(plain, tokens(d, 1)).to_vector<double>();
+      // One document under the mask: one segment, the fused causal kernel.
+      const std::vector<double> one = logits(masked, tokens(d, 1)).to_vector<double>();
+      for (size_t i = 0; i < alone.size(); ++i)
+        worst = std::max(worst, std::abs(alone[i] - one[i]));
       for (size_t i = 0; i < alone.size(); ++i) {
         const size_t at = static_cast<size_t>(start) * static_cast<size_t>(c.vocab) + i;
         worst = std::max(worst, std::abs(alone[i] - packed[at]));
