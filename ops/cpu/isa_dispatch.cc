@@ -22,6 +22,7 @@
 #include "ops/optimizer_kernels.h"
 #include "ops/pool_kernels.h"
 #include "ops/reduce_kernels.h"
+#include "ops/rms_norm_kernels.h"
 #include "ops/softmax_kernels.h"
 
 namespace gpipe::ops::cpu {
@@ -179,6 +180,8 @@ struct CrossEntropyBackwardCheck {
   note_optional_kernel("attention_backward");
   note_optional_kernel("bias_act_forward");
   note_optional_kernel("bias_act_backward");
+  note_optional_kernel("rms_norm_forward");  // ops::rms_norm_composed elsewhere
+  note_optional_kernel("rms_norm_backward");
   note_optional_kernel("linear_bias_act");  // Note [Fused linear]: matmul + bias_activation
   note_optional_kernel(
       "linear_cross_entropy_fused");  // Note [Fused output loss]: linear + cross_entropy
@@ -236,6 +239,8 @@ GPIPE_CPU_ISA_SLOT_CHECKED(embedding_forward, EmbeddingForwardCheck)
 GPIPE_CPU_ISA_SLOT_CHECKED(embedding_backward, EmbeddingBackwardCheck)
 GPIPE_CPU_ISA_SLOT(layer_norm_forward)
 GPIPE_CPU_ISA_SLOT(layer_norm_backward)
+GPIPE_CPU_ISA_SLOT(rms_norm_forward)
+GPIPE_CPU_ISA_SLOT(rms_norm_backward)
 GPIPE_CPU_ISA_SLOT(batched_gemm)
 GPIPE_CPU_ISA_SLOT(batched_gemm_bf16_out)
 GPIPE_CPU_ISA_SLOT(linear_bias_act)
@@ -288,5 +293,7 @@ GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(bias_act_backward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_forward, DeviceType::kCPU, kBoth);
 GPIPE_KERNEL_ACCEPTS_16BIT(layer_norm_backward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(rms_norm_forward, DeviceType::kCPU, kBoth);
+GPIPE_KERNEL_ACCEPTS_16BIT(rms_norm_backward, DeviceType::kCPU, kBoth);
 
 }  // namespace gpipe::ops::cpu

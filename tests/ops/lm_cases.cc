@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/cpu_isa.h"
 #include "ops/gated.h"
 #include "ops/rms_norm.h"
 #include "ops/rotary.h"
@@ -77,6 +78,7 @@ ops::RotaryOptions llama31() {
 GPIPE_OP_CASES({
     OpCase{
         .name = "rms_norm/weight",
+        .covers = {"rms_norm_forward", "rms_norm_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{2, 3, 6}, 31), rand64(Shape{6}, 32, 0.5, 1.5)};
@@ -87,6 +89,7 @@ GPIPE_OP_CASES({
     },
     OpCase{
         .name = "rms_norm/no_weight",
+        .covers = {"rms_norm_forward", "rms_norm_backward"},
         .make_inputs =
             [] {
               return In{rand64(Shape{4, 5}, 33)};
@@ -163,6 +166,19 @@ GPIPE_OP_CASES({
     },
     // The plain twins the fused passes above are held against.
     OpCase{
+        .name = "rms_norm/composed",
+        .make_inputs =
+            [] {
+              return In{rand64(Shape{3, 2, 33}, 43), rand64(Shape{33}, 44, 0.5, 1.5)};
+            },
+        .fn = [](const In& in) { return In{ops::rms_norm_composed(in[0], in[1], 1e-5)}; },
+        .check_forward =
+            [](const In& in, const In& out) {
+              check_rms_norm(in[0], in[1], 1e-5, out[0]);
+              CHECK(max_abs_diff(out[0], ops::rms_norm(in[0], in[1], 1e-5)) < 1e-14);
+            },
+    },
+    OpCase{
         .name = "gelu_tanh/composed",
         .make_inputs =
             [] {
@@ -189,6 +205,28 @@ GPIPE_OP_CASES({
             },
     },
 });
+
+// The fused RMSNorm's gradients against the composed form's, at every ISA
+// level, with and without a weight (a row of 65: a tail past the 16 lanes).
+TEST_CASE("rms_norm: fused gradients equal the composed ops' gradients at every ISA level") {
+  for (int level = 0; level <= static_cast<int>(detected_cpu_isa()); ++level) {
+    CpuIsaGuard guard(static_cast<CpuIsa>(level));
+    for (bool with_weight : {true, false}) {
+      INFO(cpu_isa_name(cpu_isa()) << (with_weight ? " weight" : " no weight"));
+      auto grads = [&](bool fused) {
+        Tensor x = rand64(Shape{2, 7, 65}, 45, -2.0, 2.0).set_requires_grad(true);
+        Tensor w = with_weight ? rand64(Shape{65}, 46, 0.5, 1.5).set_requires_grad(true) : Tensor();
+        Tensor y = fused ? ops::rms_norm(x, w, 1e-5) : ops::rms_norm_composed(x, w, 1e-5);
+        y.backward(rand64(y.shape(), 47));
+        return std::make_pair(x.grad(), with_weight ? w.grad() : Tensor());
+      };
+      const auto [gx, gw] = grads(true);
+      const auto [rx, rw] = grads(false);
+      CHECK(max_abs_diff(gx, rx) <= 1e-13);
+      if (with_weight) CHECK(max_abs_diff(gw, rw) <= 1e-12);
+    }
+  }
+}
 
 // The scaling's bands, from the formula (Llama 3.1: wavelengths above
 // original_context / low_freq_factor divided by the factor, below
