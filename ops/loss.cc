@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "core/autograd.h"
 #include "core/precision.h"
@@ -103,20 +104,28 @@ HeadPath head_path(const Tensor& x, const Tensor& w) {
 }
 
 // Rows of logits per chunk: 16 MB of float32 (GPIPE_LOSS_CHUNK_MB=n: n MB),
-// at least 16 rows. On Zen 4 (W2: 1024 rows, C 8192) 16 MB and more ran as
-// fast as the composed ops; smaller chunks were slower (each re-packs w for
-// two products and re-reads gw), 5% at 8 MB, 30% at 1 MB.
+// but at least kMinChunkRows rows. On Zen 4 (W2: 1024 rows, C 8192) 16 MB
+// and more ran as fast as the composed ops; smaller chunks were slower (each
+// re-packs w for two products and re-reads gw), 5% at 8 MB, 30% at 1 MB.
+// A large vocabulary makes 16 MB few rows (GPT-2's 50257: 83), and every
+// chunk then re-packs all of w and streams all of gw through memory for a
+// product of depth 83: GPT-2 small's step (N 8, T 256, 2 layers, one thread
+// on a 2-core Xeon) took 7.9 s at 16 MB and 6.2 s at 128 MB (667 rows).
+// Hence the floor; W2 (C 8192) is at 512 rows already.
+constexpr int64_t kMinChunkRows = 512;
+
 int64_t default_chunk_rows(int64_t c) {
-  static const int64_t bytes = [] {
+  // GPIPE_LOSS_CHUNK_MB sets the size exactly (16 rows at least), for comparisons.
+  static const std::pair<int64_t, int64_t> bytes_floor = [] {
     const char* text = std::getenv("GPIPE_LOSS_CHUNK_MB");
-    if (!text) return int64_t{16} << 20;
+    if (!text) return std::pair<int64_t, int64_t>{int64_t{16} << 20, kMinChunkRows};
     char* end = nullptr;
     const long long mb = std::strtoll(text, &end, 10);
     GPIPE_CHECK(end != text && *end == '\0' && mb >= 1 && mb <= 1 << 20, "GPIPE_LOSS_CHUNK_MB='",
                 text, "': expected a whole number of MB, 1 or more (unset: 16)");
-    return static_cast<int64_t>(mb) << 20;
+    return std::pair<int64_t, int64_t>{static_cast<int64_t>(mb) << 20, 16};
   }();
-  return std::max<int64_t>(16, bytes / (4 * std::max<int64_t>(c, 1)));
+  return std::max<int64_t>(bytes_floor.second, bytes_floor.first / (4 * std::max<int64_t>(c, 1)));
 }
 
 }  // namespace
