@@ -9,8 +9,9 @@ Prints a Markdown table with one row per evaluation (the step, the epoch when
 --steps-per-epoch is given, each run's metric and held-out loss), then the
 largest difference of each run from the first one, and writes the metric as
 one SVG chart, a line per run. The metric is the image models' test accuracy
-(--metric=accuracy, in %) or the translation task's chrF (--metric=chrf);
-benchmarks/translation_torch.py writes the same records. Standard library only.
+(--metric=accuracy, in %), the translation task's chrF (--metric=chrf) or
+the language models' held-out perplexity (--metric=perplexity);
+benchmarks/translation_torch.py and lm_torch_train.py write the same records. Standard library only.
 """
 import argparse
 import html
@@ -21,7 +22,8 @@ import sys
 COLOURS = ["#1f6fb4", "#d9541e", "#2a9d3a", "#8c3fa8"]
 # metric: (record key, scale to the printed unit, axis name, column name, its name in a sentence)
 METRICS = {"accuracy": ("accuracy", 100.0, "test accuracy (%)", "accuracy (%)", "accuracy"),
-           "chrf": ("chrf", 1.0, "held-out chrF", "chrF", "chrF")}
+           "chrf": ("chrf", 1.0, "held-out chrF", "chrF", "chrF"),
+           "perplexity": ("perplexity", 1.0, "held-out perplexity", "perplexity", "perplexity")}
 
 
 def read_evals(path, metric):
@@ -39,8 +41,9 @@ def read_evals(path, metric):
             if row.get("type") == "eval" and row.get(key) is not None:
                 evals[int(row["step"])] = (scale * float(row[key]), row.get("loss"))
     if not evals:
-        what = ("an accuracy (an image model's --metrics file" if metric == "accuracy"
-                else "a chrF (a transformer's --metrics file")
+        what = {"accuracy": "an accuracy (an image model's --metrics file",
+                "chrf": "a chrF (a transformer's --metrics file",
+                "perplexity": "a perplexity (a language model's --metrics file"}[metric]
         sys.exit(f"{path}: no evaluation with {what}, from a run with --eval-every)")
     return evals
 
@@ -100,8 +103,9 @@ def main():
     ap.add_argument("--title", help="the chart's title (default: from --metric)")
     a = ap.parse_args()
     axis, column, name = METRICS[a.metric][2:]
-    title = a.title or ("Fashion-MNIST test accuracy" if a.metric == "accuracy"
-                        else "held-out chrF (iso-codes, greedy)")
+    title = a.title or {"accuracy": "Fashion-MNIST test accuracy",
+                        "chrf": "held-out chrF (iso-codes, greedy)",
+                        "perplexity": "held-out perplexity"}[a.metric]
     runs = []
     for spec in a.runs:
         label, sep, path = spec.rpartition("=")  # labels may hold '=', paths may not

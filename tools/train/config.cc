@@ -225,9 +225,10 @@ static void validate_optimisation(const TrainConfig& c) {
     check_flag("--lr-schedule", [&] { optim::parse_lr_schedule(c.lr_schedule, 1.0); });
   usage(c.threads >= 0, "--threads: expected >= 0 (0 = cores / K), got ", c.threads);
   if (!c.export_data.empty()) {
-    usage(c.model == "transformer",
-          "--export-data: writes the translation task's data; --model=", c.model,
-          " has no PyTorch reference that reads it (use --model=transformer)");
+    usage(c.model == "transformer" || lm_model(c.model),
+          "--export-data: writes the translation task's or a language model's data; --model=",
+          c.model,
+          " has no PyTorch reference that reads it (use --model=transformer, gpt2 or llama)");
     usage(c.resume.empty(),
           "--export-data: exports a run from its start (its initial weights); drop --resume");
     usage(c.replicas == 1, "--export-data: runs in one process; drop --replicas");

@@ -255,9 +255,10 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                  "at the end, draw this run's loss, learning rate, throughput per step and "
                  "evaluation metrics into this SVG file");
   app.add_option("--export-data", c.export_data,
-                 "transformer: write this run's data (training pairs, each step's rows, the "
-                 "evaluated test pairs), its settings and its initial weights into this directory "
-                 "for benchmarks/translation_torch.py, then exit without training");
+                 "transformer, gpt2, llama: write this run's data (the training examples, each "
+                 "step's rows, the evaluated test examples), its settings and its initial weights "
+                 "into this directory for benchmarks/translation_torch.py or lm_torch_train.py, "
+                 "then exit without training");
   app.add_option("--log-every", c.log_every, "progress line every N steps")
       ->capture_default_str()
       ->check(kPositive);

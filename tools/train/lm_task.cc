@@ -16,11 +16,16 @@
 // order.
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/allocator.h"
 #include "data/lm_rows.h"
 #include "data/text_source.h"
+#include "tools/train/hf_io.h"
+#include "tools/train/metrics_log.h"
 #include "tools/train/task.h"
 
 namespace gpipe::train {
@@ -38,6 +43,19 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
   return s;
+}
+
+std::string json_ints(const int64_t* v, int64_t n) {
+  std::string out = "[";
+  for (int64_t i = 0; i < n; ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+// Row r's context + 1 tokens as a JSON list.
+std::string json_row(const LmRows& rows, int64_t r) {
+  std::vector<int64_t> tokens(static_cast<size_t>(rows.context() + 1));
+  rows.row(r, tokens.data());
+  return json_ints(tokens.data(), static_cast<int64_t>(tokens.size()));
 }
 
 class LmTask final : public Task {
@@ -133,6 +151,61 @@ class LmTask final : public Task {
     r.perplexity = std::exp(r.loss);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
+  }
+
+  // For benchmarks/lm_torch_train.py: the rows each step trains on (each
+  // distinct training row's tokens once, then the steps' row ids), the
+  // evaluated held-out rows, the model's settings, and two losses under the
+  // initial weights (step 0's batch and the held-out set, both in eval
+  // mode); the weights themselves go to `dir`/init-hf as a Hugging Face folder.
+  void export_data(Pipeline& pipe, const std::string& settings, int64_t steps,
+                   const std::string& dir) const override {
+    GPIPE_CHECK(!c_.doc_mask,
+                "--export-data: the reference attends over the whole row; drop "
+                "--doc-mask");
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    GPIPE_CHECK(!ec, "--export-data: cannot create directory '", dir, "': ", ec.message());
+    export_hf((std::filesystem::path(dir) / "init-hf").string(), model_, pipe.named_state(),
+              tok_->eot_id());
+    JsonLine model;
+    model.add("arch", c_.model).add("layers", model_.layers).add("dim", model_.dim);
+    model.add("heads", model_.heads).add("kv_heads", model_.kv()).add("ffn", model_.ffn);
+    model.add("vocab", model_.vocab).add("context", model_.context).add("tied", model_.tied);
+    model.add("dropout", model_.dropout).add("ignore_index", model_.ignore_index);
+    JsonLine check;
+    check.add("step0_loss", pipe.evaluate(batch_at(0), eval_micro_batches(c_, c_.batch)));
+    check.add("heldout_loss", evaluate(pipe).loss);
+    std::string step_rows = "[";
+    std::set<int64_t> used;
+    for (int64_t s = 0; s < steps; ++s) {
+      const std::vector<int64_t> rows = rows_->rows(s);
+      used.insert(rows.begin(), rows.end());
+      step_rows += (s ? ",\n" : "\n") + json_ints(rows.data(), static_cast<int64_t>(rows.size()));
+    }
+    step_rows += "]";
+    std::string train = "[";
+    for (int64_t r : used)
+      train +=
+          (train.size() > 1 ? ",\n[" : "\n[") + std::to_string(r) + "," + json_row(train_, r) + "]";
+    train += "]";
+    const int64_t n = val_.rows();
+    const int64_t limit = c_.eval_batches > 0 ? std::min(n, c_.eval_batches * c_.batch) : n;
+    std::string eval = "[";
+    for (int64_t r = 0; r < limit; ++r) eval += (r ? ",\n" : "\n") + json_row(val_, r);
+    eval += "]";
+    JsonLine all;
+    all.add("format", "gpipe-lm-export/1").add("describe", describe());
+    all.add("batch", c_.batch).add("steps", steps).add("context", context_);
+    all.add("eot_id", tok_->eot_id()).add("init_hf", "init-hf");
+    all.add_json("model", model.str()).add_json("settings", settings);
+    all.add_json("check", check.str());
+    all.add_json("eval_rows", eval).add_json("train_rows", train).add_json("step_rows", step_rows);
+    const std::string path = (std::filesystem::path(dir) / "data.json").string();
+    std::ofstream f(path, std::ios::trunc);
+    f << all.str() << "\n";
+    f.close();
+    GPIPE_CHECK(f.good(), "--export-data: cannot write '", path, "'");
   }
 
   std::map<std::string, std::string> metadata() const override {

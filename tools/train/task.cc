@@ -67,7 +67,9 @@ uint64_t dropout_seed(const TrainConfig& c) { return mix_key(c.seed, 0xd209); }
 uint64_t weight_seed(const TrainConfig& c) { return mix_key(c.seed, 0x3e1); }
 
 void Task::export_data(Pipeline&, const std::string&, int64_t, const std::string&) const {
-  throw Error("--export-data: only the translation task (--model=transformer) exports its data");
+  throw Error(
+      "--export-data: only the translation task and the language models (--model=transformer, "
+      "gpt2, llama) export their data");
 }
 
 void require_directory(const std::string& dir, const char* flag) {

@@ -113,8 +113,10 @@ class Task {
   // each of `steps` steps' rows, the evaluated test rows, the tokenizer's
   // layout, the model's settings, `settings` (a JSON object from the trainer:
   // optimizer, schedule) and the eval-mode loss of step 0's batch under
-  // `pipe`'s initial weights (a check for the reference). Only the
-  // translation task has one; the others throw gpipe::Error.
+  // `pipe`'s initial weights (a check for the reference). The translation
+  // task and the language models have one (the latter also writes the
+  // initial weights as `dir`/init-hf, a Hugging Face folder); the others
+  // throw gpipe::Error.
   virtual void export_data(Pipeline& pipe, const std::string& settings, int64_t steps,
                            const std::string& dir) const;
 
