@@ -24,6 +24,11 @@ constexpr int kColumns = 256;       // threads per backward block: one column ea
 constexpr int64_t kChunkRows = 32;  // rows per chunk, about
 constexpr int64_t kMaxChunks = 1024;
 
+// derivative_from_input() as a constant kernels may read: nvcc refuses a call
+// of the host-only constexpr function from device code.
+template <FusedActivation kAct>
+constexpr bool kFromInput = derivative_from_input(kAct);
+
 template <FusedActivation kAct, class C>
 __device__ inline C apply(C u) {
   if constexpr (kAct == FusedActivation::kRelu) return u > C(0) ? u : C(0);
@@ -70,7 +75,7 @@ __global__ void backward_kernel(const T* z, const B* bias, const T* y, const T* 
   for (int64_t r = lo; r < hi; ++r) {
     const int64_t i = r * n + col;
     C d = 1;
-    if constexpr (derivative_from_input(kAct))
+    if constexpr (kFromInput<kAct>)
       d = derivative<kAct>(load(z, i) + b, C(0));
     else if constexpr (kAct != FusedActivation::kNone)
       d = derivative<kAct>(C(0), load(y, i));
@@ -133,14 +138,14 @@ __global__ void packs_backward_kernel(const T* z, const B* bias, const T* y, con
     const int64_t at = r * n + c0;
     const Pack<T, V> gp = *reinterpret_cast<const Pack<T, V>*>(g + at);
     Pack<T, V> ap{}, out;
-    if constexpr (derivative_from_input(kAct))
+    if constexpr (kFromInput<kAct>)
       ap = *reinterpret_cast<const Pack<T, V>*>(z + at);
     else if constexpr (kAct != FusedActivation::kNone)
       ap = *reinterpret_cast<const Pack<T, V>*>(y + at);
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       C d = 1;
-      if constexpr (derivative_from_input(kAct))
+      if constexpr (kFromInput<kAct>)
         d = derivative<kAct>(load(ap.v, e) + b[e], C(0));
       else if constexpr (kAct != FusedActivation::kNone)
         d = derivative<kAct>(C(0), load(ap.v, e));
