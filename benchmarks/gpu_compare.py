@@ -1,7 +1,7 @@
 """gpipe against PyTorch on one GPU, side by side, in one call.
 
     python3 benchmarks/gpu_compare.py --w2-bench bazel-bin/tests/cuda/w2_bench \\
-        [--python python3] [--shapes W2,T6,T12] [--modes fp32,tf32,bf16] [--budget-seconds 180]
+        [--python python3] [--shapes W2,T6,T12,GPT2] [--modes fp32,tf32,bf16] [--budget-seconds 180]
 
 For each shape it runs on cuda:0 gpipe's tests/cuda/w2_bench --only=SHAPE:MODE
 --json, a fresh process per precision mode, then one process of
@@ -17,9 +17,14 @@ the host. PyTorch's bf16 is torch.autocast("cuda", torch.bfloat16); its TF32 is
 allow_tf32 for matmuls and cuDNN.
 
 Shapes (the same as w2_bench.cc's all_shapes()):
-  W2  3+3 layers, d 256, FFN 1024, 4 heads, vocab 8192, N 32, 32+32 tokens
-  T6  6+6 layers, d 1024, FFN 4096, 16 heads, vocab 32000, N 64, 128+128 tokens
-  T12 12+12 layers, d 1024, FFN 4096, 16 heads, vocab 32000, N 32, 256+256 tokens
+  W2   3+3 layers, d 256, FFN 1024, 4 heads, vocab 8192, N 32, 32+32 tokens
+  T6   6+6 layers, d 1024, FFN 4096, 16 heads, vocab 32000, N 64, 128+128 tokens
+  T12  12+12 layers, d 1024, FFN 4096, 16 heads, vocab 32000, N 32, 256+256 tokens
+  GPT2 GPT-2 small (124M): 12 layers, d 768, FFN 3072, 12 heads, vocab 50257, N 8, context
+       1024; bf16 only. Its PyTorch side is benchmarks/lm_torch.py --device cuda (SDPA only,
+       the loss over [N*T, vocab] logits, as PyTorch users write it; gpipe fuses the loss
+       with the tied output projection), one process per mode; the explicit column says
+       "not run: SDPA only". Its FLOPs count the causal attention dense, as gpipe's cost().
 
 Prints a markdown table: step time, tokens/s (N x (source + target) / step),
 the speed ratio gpipe vs SDPA (PyTorch SDPA step / gpipe step: > 1, gpipe is
@@ -28,8 +33,8 @@ gpipe's model FLOPs (3 x the forward FLOPs of its layers' cost estimates, the
 figure w2_bench prints; the same formula here when gpipe's run failed) over the
 dense peak of the precision (tests/cuda/peaks.h, or GPIPE_PEAK_TFLOPS_*).
 
-Runs go in the order W2 (fp32, tf32, bf16), T6 (the same), T12 bf16, then T12
-fp32 and tf32, within --budget-seconds: a run whose estimated time (from the
+Runs go in the order W2 (fp32, tf32, bf16), T6 (the same), GPT2 bf16, T12 bf16,
+then T12 fp32 and tf32, within --budget-seconds: a run whose estimated time (from the
 runs before it) does not fit in what is left is skipped and the table says so;
 a process past the budget is stopped (the PyTorch runs it finished still
 count). A failed run (out of memory, no torch, a crash) is reported
@@ -56,7 +61,10 @@ SHAPES = {
     "W2": (3, 256, 1024, 4, 8192, 32, 32, 32),
     "T6": (6, 1024, 4096, 16, 32000, 64, 128, 128),
     "T12": (12, 1024, 4096, 16, 32000, 32, 256, 256),
+    "GPT2": (12, 768, 3072, 12, 50257, 8, 1024, 0),  # src_len = the context, no target sequence
 }
+LM_SHAPES = {"GPT2": "gpt2"}  # decoder-only language models: shape -> lm_torch.py --arch
+LM_EXPLICIT = "not run: SDPA only"
 MODES = ("fp32", "tf32", "bf16")
 SIDES = ("gpipe", "explicit", "sdpa")
 STEPS = 13  # 3 warm-up + 10 timed, on both sides
@@ -66,8 +74,13 @@ NO_TORCH = "skipped: no torch with CUDA on this machine"
 def model_flops(shape):
     """gpipe's figure: 3 x the forward FLOPs of the layers' cost() (models/transformer.cc,
     layers/attention.cc): attention 2B(2Tq + 2Tk)d^2 + 4B Tq Tk d, FFN 4 B T d h, the target
-    embedding's 8 B S d, the output projection 2 B T d V."""
+    embedding's 8 B S d, the output projection 2 B T d V. A language model's (models/lm.cc):
+    per layer attention 2B(4Td)d + 4B T^2 d (dense, as gpipe's cost()), MLP 4 B T d h, then
+    the output projection 2 B T d V; norms and embeddings are not counted."""
     layers, d, h, _, vocab, b, s, t = SHAPES[shape]
+    if shape in LM_SHAPES:
+        per_layer = 2.0 * b * (4 * s * d) * d + 4.0 * b * s * s * d + 4.0 * b * s * d * h
+        return 3 * (layers * per_layer + 2.0 * b * s * d * vocab)
 
     def attn(tq, tk):
         return 2.0 * b * (2 * tq + 2 * tk) * d * d + 4.0 * b * tq * tk * d
@@ -93,7 +106,8 @@ def parse_args(argv):
     p.add_argument("--w2-bench", required=True, help="gpipe's w2_bench binary (built with --config=cuda)")
     p.add_argument("--python", default=sys.executable or "python3", help="the Python with torch")
     p.add_argument("--torch-script", default=os.path.join(HERE, "transformer_torch.py"))
-    p.add_argument("--shapes", default="W2,T6,T12")
+    p.add_argument("--lm-torch-script", default=os.path.join(HERE, "lm_torch.py"))
+    p.add_argument("--shapes", default="W2,T6,T12,GPT2")
     p.add_argument("--modes", default="fp32,tf32,bf16")
     p.add_argument("--budget-seconds", type=float, default=180.0)
     p.add_argument("--gpipe-ld-library-path", default="",
@@ -112,10 +126,11 @@ def parse_args(argv):
 
 
 def plan(shapes, modes):
-    """[(shape, [modes])]: the groups in the order the budget serves them (W2, T6, then T12's bf16
-    before its fp32 and tf32); PyTorch runs a group's modes in one process."""
+    """[(shape, [modes])]: the groups in the order the budget serves them (W2, T6, GPT2's bf16,
+    then T12's bf16 before its fp32 and tf32); PyTorch runs a group's modes in one process."""
     out = []
-    for s, groups in (("W2", [MODES]), ("T6", [MODES]), ("T12", [("bf16",), ("fp32", "tf32")])):
+    for s, groups in (("W2", [MODES]), ("T6", [MODES]), ("GPT2", [("bf16",)]),
+                      ("T12", [("bf16",), ("fp32", "tf32")])):
         for g in groups:
             ms = [m for m in g if m in modes]
             if s in shapes and ms:
@@ -171,6 +186,10 @@ def gpipe_cmd(a, shape, mode):
 
 def torch_cmd(a, shape, modes):
     layers, d, h, heads, vocab, b, s, t = SHAPES[shape]
+    if shape in LM_SHAPES:  # one precision per process
+        return [a.python, a.lm_torch_script, "--arch", LM_SHAPES[shape], "--device", "cuda", "--precision",
+                modes[0], "--layers", str(layers), "--batch", str(b), "--context", str(s), "--warmup", "3",
+                "--steps", "10", "--max-seconds", "1e9"]
     return [a.python, a.torch_script, "step", "--device", "cuda", "--precision", ",".join(modes),
             "--attention", "explicit,sdpa", "--layers", str(layers), "--dim", str(d), "--ffn", str(h),
             "--heads", str(heads), "--vocab", str(vocab), "--batch", str(b), "--src-len", str(s),
@@ -324,12 +343,19 @@ def main(argv=None):
             for mode in modes:
                 results[(shape, mode)].update({"explicit": {"skipped": NO_TORCH}, "sdpa": {"skipped": NO_TORCH}})
             continue
-        # PyTorch: the group's modes that fit, in order, in one process; the last ones go first.
+        # PyTorch: the group's modes that fit, in order, in one process (a language model: its
+        # one mode, SDPA alone); the last ones go first.
+        lm = shape in LM_SHAPES
+        sides = ("sdpa",) if lm else ("explicit", "sdpa")
+        if lm:
+            for mode in modes:
+                results[(shape, mode)]["explicit"] = {"skipped": LM_EXPLICIT}
+                log(shape, mode, "explicit", {"skipped": LM_EXPLICIT}, 0.0, [])
         run_modes = list(modes)
-        while run_modes and (left() < 5 or est.seconds("torch", shape, run_modes, 2) > left()):
-            note = budget_note(est.seconds("torch", shape, run_modes, 2), left())
+        while run_modes and (left() < 5 or est.seconds("torch", shape, run_modes, len(sides)) > left()):
+            note = budget_note(est.seconds("torch", shape, run_modes, len(sides)), left())
             dropped = run_modes.pop()
-            for side in ("explicit", "sdpa"):
+            for side in sides:
                 results[(shape, dropped)][side] = {"skipped": note}
                 log(shape, dropped, side, {"skipped": note}, 0.0, [])
         if not run_modes:
@@ -339,7 +365,7 @@ def main(argv=None):
         got = {(r.get("precision"), r.get("attention")): r for r in lines}
         est.add("torch", wall, list(got.values()))
         for mode in run_modes:
-            for side in ("explicit", "sdpa"):
+            for side in sides:
                 r = dict(got.get((mode, side)) or {"error": err or "no result"})
                 results[(shape, mode)][side] = r
                 log(shape, mode, side, r, r.get("run_s", wall), cmd)
@@ -381,9 +407,9 @@ time.sleep(0.2)
 if (shape, mode) == ("T12", "fp32"):
     print(json.dumps({"shape": shape, "mode": mode, "device": "Stub GPU", "error": "out of memory"}))
     sys.exit(1)
-step = {"W2": 2.0, "T6": 400.0, "T12": 800.0}[shape] * (0.5 if mode == "bf16" else 1.0)
+step = {"W2": 2.0, "T6": 400.0, "T12": 800.0, "GPT2": 200.0}[shape] * (0.5 if mode == "bf16" else 1.0)
 print(json.dumps({"shape": shape, "mode": mode, "device": "Stub GPU", "step_ms": step,
-                  "model_flops": {"W2": 1e11, "T6": 3e13, "T12": 6e13}[shape], "peak_tflops": 100.0,
+                  "model_flops": {"W2": 1e11, "T6": 3e13, "T12": 6e13, "GPT2": 5e12}[shape], "peak_tflops": 100.0,
                   "mfu": 0.5, "peak_mb": 123.0, "loss_first": 9.0, "loss_last": 8.0}))
 """
 
@@ -395,6 +421,11 @@ if sys.argv[1] == "-c":  # the probe
     sys.exit(0)
 args = sys.argv[2:]
 get = lambda flag: args[args.index(flag) + 1]
+if args[:4] == ["--arch", "gpt2", "--device", "cuda"]:  # lm_torch.py: one precision, SDPA
+    assert sys.argv[1].endswith("lm_torch.py") and get("--context") == "1024", sys.argv
+    print(json.dumps({"precision": get("--precision"), "attention": "sdpa", "step_ms": 120.0, "run_s": 0.1,
+                      "loss_first": 10.9, "loss_last": 10.8, "peak_mb": 5000.0}))
+    sys.exit(0)
 assert args[:3] == ["step", "--device", "cuda"] and get("--attention") == "explicit,sdpa", args
 for precision in get("--precision").split(","):
     for attention in ("explicit", "sdpa"):
@@ -446,10 +477,13 @@ def self_test():
         assert "- T6 tf32 sdpa: OutOfMemoryError: CUDA out of memory" in out, out
         assert rows[("T12", "fp32")][0] == "error (below)" and "- T12 fp32 gpipe: out of memory" in out
         assert [k for k in rows] == [("W2", "fp32"), ("W2", "tf32"), ("W2", "bf16"), ("T6", "fp32"),
-                                     ("T6", "tf32"), ("T6", "bf16"), ("T12", "bf16"), ("T12", "fp32"),
-                                     ("T12", "tf32")], list(rows)
+                                     ("T6", "tf32"), ("T6", "bf16"), ("GPT2", "bf16"), ("T12", "bf16"),
+                                     ("T12", "fp32"), ("T12", "tf32")], list(rows)
+        # GPT2 bf16: 100 ms, SDPA 120 ms; 8 x 1024 tokens; MFU 5e12 / 0.1 s / 100 TFLOP/s = 50%.
+        assert rows[("GPT2", "bf16")] == ["100.00", LM_EXPLICIT, "120.00", "81,920", "-", "68,267", "1.20x",
+                                          "50.0%", "-", "41.7%"], rows[("GPT2", "bf16")]
         with open(os.path.join(tmp, "out.json")) as f:
-            assert len(json.load(f)["runs"]) == 27
+            assert len(json.load(f)["runs"]) == 30
         # The budget: W2's 2 ms step scaled by T6's FLOPs predicts 6 s for gpipe's T6 (run), then
         # its 400 ms step 10 s for PyTorch's two runs; 9 s do not have them.
         rc, out = run("--budget-seconds", "9", "--shapes", "W2,T6", "--modes", "fp32")

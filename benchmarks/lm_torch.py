@@ -5,6 +5,8 @@ architectures (the same shapes gpipe's models/lm.h builds; nothing from
 
     python lm_torch.py --arch gpt2  --threads 2 --layers 12 --batch 8 --context 256
     python lm_torch.py --arch llama --threads 1 --layers 12 --batch 8 --context 256
+    python lm_torch.py --arch gpt2 --device cuda --precision bf16 --batch 8 --context 1024 \
+        --warmup 3 --steps 10
 
 gpt2:  d 768, 12 heads, FFN 3072, vocab 50257; learned positions; pre-LayerNorm
        blocks with biases; GELU (tanh); final LayerNorm; output tied to the table.
@@ -16,6 +18,14 @@ CPU kernel; K/V heads repeated for grouped-query attention); the loss is
 F.cross_entropy over the [N*T, vocab] logits, which is how PyTorch users
 write it. Random tokens and targets (fixed seed). Prints one JSON object:
 median_s, best_s, steps, params, loss_first, loss_last, torch.
+
+--device cuda is the PyTorch side of benchmarks/gpu_compare.py's GPT2 row
+(tests/cuda/w2_bench --only=GPT2:bf16 beside it): the model on cuda:0 in fp32,
+TF32 (allow_tf32 for matmuls) or bf16 (torch.autocast("cuda", torch.bfloat16)),
+SDPA attention, each step ending with the host read of its loss and
+torch.cuda.synchronize(). It then prints, in gpu_compare.py's form, precision,
+attention ("sdpa"), step_ms (the median), loss_first, loss_last, peak_mb
+(torch.cuda.max_memory_allocated), run_s, params and torch.
 The caller fixes OMP_NUM_THREADS; torch.set_num_threads(--threads) and
 torch.set_num_interop_threads(1) are called before any work.
 """
@@ -45,7 +55,16 @@ def parse_args():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--max-seconds", type=float, default=60.0)
     p.add_argument("--autocast", default="none", choices=["none", "bf16"])
-    return p.parse_args()
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--precision", default="", choices=["", "fp32", "tf32", "bf16"],
+                   help="--device cuda: fp32, tf32 or bf16 (autocast); on the CPU use --autocast")
+    a = p.parse_args()
+    if a.device == "cpu" and a.precision:
+        p.error("--precision: --device cuda only (on the CPU: --autocast)")
+    if a.device == "cuda":
+        a.precision = a.precision or ("bf16" if a.autocast == "bf16" else "fp32")
+        a.autocast = "bf16" if a.precision == "bf16" else "none"
+    return a
 
 
 ARGS = parse_args()
@@ -81,7 +100,7 @@ class Gpt2(nn.Module):
         self.ln_f = nn.LayerNorm(D)
 
     def forward(self, tok):
-        x = self.wte(tok) + self.wpe(torch.arange(tok.shape[1]))
+        x = self.wte(tok) + self.wpe(torch.arange(tok.shape[1], device=tok.device))
         for b in self.h:
             x = b(x)
         return F.linear(self.ln_f(x), self.wte.weight)
@@ -141,6 +160,11 @@ class Llama(nn.Module):
 
 
 def main():
+    cuda = ARGS.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = ARGS.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = ARGS.precision == "tf32"
+    run_start = time.perf_counter()
     model = (Gpt2 if ARGS.arch == "gpt2" else Llama)(ARGS.layers)
     for name, p in model.named_parameters():  # GPT-2's and Llama's initialisation: N(0, 0.02)
         if p.dim() >= 2:
@@ -148,23 +172,28 @@ def main():
         elif name.endswith("bias"):
             nn.init.zeros_(p)
     params = sum(p.numel() for p in model.parameters())
+    model.to(ARGS.device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(1234)
-    tok = torch.randint(0, V, (ARGS.batch, T), generator=g)
-    tgt = torch.randint(0, V, (ARGS.batch, T), generator=g)
+    tok = torch.randint(0, V, (ARGS.batch, T), generator=g).to(ARGS.device)
+    tgt = torch.randint(0, V, (ARGS.batch, T), generator=g).to(ARGS.device)
     losses, times = [], []
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=ARGS.autocast == "bf16"):
+        with torch.autocast(ARGS.device, dtype=torch.bfloat16, enabled=ARGS.autocast == "bf16"):
             logits = model(tok)
             loss = F.cross_entropy(logits.reshape(-1, V).float(), tgt.reshape(-1))
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if cuda:
+            torch.cuda.synchronize()
 
     for _ in range(ARGS.warmup):
         step()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     for _ in range(ARGS.steps):
         t0 = time.perf_counter()
@@ -172,6 +201,13 @@ def main():
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - start > ARGS.max_seconds:
             break
+    if cuda:  # gpu_compare.py's fields
+        print(json.dumps({"precision": ARGS.precision, "attention": "sdpa",
+                          "step_ms": 1e3 * statistics.median(times), "loss_first": losses[0],
+                          "loss_last": losses[-1], "peak_mb": torch.cuda.max_memory_allocated() / 1e6,
+                          "run_s": time.perf_counter() - run_start, "steps": len(times), "params": params,
+                          "torch": torch.__version__}), flush=True)
+        return
     print(json.dumps({"median_s": statistics.median(times), "best_s": min(times), "steps": len(times),
                       "params": params, "loss_first": losses[0], "loss_last": losses[-1],
                       "torch": torch.__version__}))

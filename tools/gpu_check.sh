@@ -4,9 +4,10 @@
 #   tools/gpu_check.sh                  build with --config=cuda (needs bazel and /usr/local/cuda),
 #                                       run //tests/cuda/... and print the GEMM benchmark
 #   tools/gpu_check.sh --stage DIR      on a build machine (no GPU needed): build, then pack the GPU
-#                                       tests, the benchmarks (with benchmarks/gpu_compare.py and
-#                                       transformer_torch.py) and the non-CUDA libraries they link
-#                                       (OpenBLAS, gfortran) into DIR/gpu_check.tgz (~55 MB, sm_90 only)
+#                                       tests, the benchmarks (with benchmarks/gpu_compare.py,
+#                                       transformer_torch.py and lm_torch.py) and the non-CUDA
+#                                       libraries they link (OpenBLAS, gfortran) into
+#                                       DIR/gpu_check.tgz (~55 MB, sm_90 only)
 #   tools/gpu_check.sh --prebuilt DIR   on the GPU machine, without bazel: unpack and run what
 #                                       --stage packed; cudart, cuBLAS, cuDNN 9 and NCCL are looked
 #                                       up on the machine (/usr/local/cuda, pip's nvidia-* wheels, ...)
@@ -22,12 +23,15 @@
 # convolution.
 # Both modes run: the CUDA tests (the op table against the CPU; the pipeline on cuda:0 at
 # K = 2..4 against K = 1 for every schedule and remat mode in fp32, bf16 and fp16, with
-# BatchNorm, skips, replicas, prediction, failures and a leak check; K GPUs when present);
+# BatchNorm, skips, replicas, prediction, failures and a leak check; K GPUs when present;
+# GPT-2 and Llama, pipeline_test's [lm] cases, a step of their own in --prebuilt: K cells against
+# one under four schedules in fp32 and bf16, cuda:0 against the CPU, greedy generation);
 # gpipe_train at K=2, M=4 on cuda:0 for 300 steps in fp32, bf16 and fp16 and the design
 # card's --K=8 --M=32 on cuda:0 (the loss must fall and the live bytes stay flat; --stage
 # packs the binary and the Transformer's catalogs); with two or more GPUs K=2 on two of
 # them ("skipped: one GPU" otherwise); the GEMM benchmark and W2's step (MFU); the GPU
 # side-by-side vs PyTorch (benchmarks/gpu_compare.py: W2, T6 and T12 in fp32, TF32 and bf16,
+# GPT-2 124M at context 1024 in bf16 beside lm_torch.py's SDPA, GPT-2's MFU also a step alone,
 # gpipe beside the machine's python3 with torch, within COMPARE_SECONDS; "skipped: no torch
 # with CUDA on this machine" when python3 has none). It ends with a table: case, result,
 # seconds. Both modes also run the op table and the attention, epilogue and linear tests with
@@ -56,7 +60,7 @@ JOBS=${JOBS:-$(nproc)}
 BENCH_SIZES=${BENCH_SIZES:-"4096 8192"}
 export GPIPE_CUDNN_LOG=1
 
-usage() { sed -n '2,33p' "$0"; }
+usage() { sed -n '2,37p' "$0"; }
 
 mode=build
 dir=""
@@ -231,6 +235,8 @@ case "$mode" in
       # shellcheck disable=SC2086
       run_step "gemm benchmark" bazel run --config=cuda //tests/cuda:gemm_bench -- $BENCH_SIZES
       run_step "W2 step (MFU)" bazel run --config=cuda //tests/cuda:w2_bench
+      run_step "GPT-2 124M bf16 step (MFU)" bazel run --config=cuda //tests/cuda:w2_bench -- \
+        --only=GPT2:bf16
       side_by_side bazel-bin/tests/cuda/w2_bench benchmarks
     else
       skip_step "gemm benchmark, W2 step, side-by-side" "skipped: SKIP_BENCH is set"
@@ -267,7 +273,8 @@ case "$mode" in
     done
     # The side-by-side's Python (run by the GPU machine's python3 with its torch).
     mkdir -p "$pack/gpu_check/bench" &&
-      cp -f benchmarks/gpu_compare.py benchmarks/transformer_torch.py "$pack/gpu_check/bench/" ||
+      cp -f benchmarks/gpu_compare.py benchmarks/transformer_torch.py benchmarks/lm_torch.py \
+        "$pack/gpu_check/bench/" ||
       failed=$((failed + 1))
     tar czf "$dir/gpu_check.tgz" -C "$pack" gpu_check || failed=$((failed + 1))
     rm -rf "$pack"
@@ -348,7 +355,14 @@ EOF
       run_step "T6 bf16 step, with the pending kernels" limited 60 env GPIPE_CUDA_PENDING=1 \
         "$dir/w2_bench" --only=T6:bf16
     fi
+    # The language models' cases (pipeline_test's [lm]) first, a row of their own; then
+    # pipeline_test without them (unless TEST_ARGS names a filter).
+    run_step "pipeline_test [lm]: GPT-2 and Llama on cuda:0" limited 120 "$dir/pipeline_test" "[lm]"
     for t in "${TESTS[@]}"; do
+      if [ "$t" = pipeline_test ] && [ -z "${TEST_ARGS:-}" ]; then
+        run_step "$t (all but [lm])" limited 240 "$dir/$t" "~[lm]"
+        continue
+      fi
       # shellcheck disable=SC2086
       run_step "$t" limited 240 "$dir/$t" ${TEST_ARGS:-}
     done
@@ -357,6 +371,7 @@ EOF
       # shellcheck disable=SC2086
       run_step "gemm benchmark" limited 90 "$dir/gemm_bench" $BENCH_SIZES
       run_step "W2 step (MFU)" limited 90 "$dir/w2_bench"
+      run_step "GPT-2 124M bf16 step (MFU)" limited 90 "$dir/w2_bench" --only=GPT2:bf16
       bench=$dir/bench
       [ -f "$bench/gpu_compare.py" ] || bench=benchmarks  # staged before the side-by-side existed
       side_by_side "$dir/w2_bench" "$bench"

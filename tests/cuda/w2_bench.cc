@@ -3,20 +3,23 @@
 // tokens, Adam 1e-4), in float32, TF32 and bf16 (Note [Mixed precision]), through gpipe's
 // Pipeline with one cell, then the same at T(6, 4096, 16), d 1024, N = 64, 128 + 128 tokens,
 // where the GPU is not bound by kernel launches, and (on request) the deeper T(12, 4096, 16),
-// d 1024, N = 32, 256 + 256 tokens. Per run: median step of 10 after 3 warm-up steps, tokens/s
-// (source + target), model TFLOP/s (3 x the forward FLOPs the layers' cost estimates c_i give,
-// the partitioner's figure) and MFU against the dense peak of the precision's products
-// (tests/cuda/peaks.h), the device's allocator peak during the run, and the first and last loss.
+// d 1024, N = 32, 256 + 256 tokens, and GPT2: GPT-2 small (124M, models/lm.h's "gpt2" preset, no
+// dropout) at context 1024, N = 8, its next-token loss fused with the tied output. Per run: median
+// step of 10 after 3 warm-up steps, tokens/s (source + target), model TFLOP/s (3 x the forward
+// FLOPs the layers' cost estimates c_i give, the partitioner's figure) and MFU against the dense
+// peak of the precision's products (tests/cuda/peaks.h), the device's allocator peak during the
+// run, and the first and last loss.
 //
 //   bazel run --config=cuda //tests/cuda:w2_bench [-- --quick | --only=T6:bf16]
-//   w2_bench --shapes=W2,T6,T12 --modes=fp32,tf32,bf16 --json
+//   w2_bench --shapes=W2,T6,T12,GPT2 --modes=fp32,tf32,bf16 --json
 //
 // --quick: W2 only; --only=SHAPE:MODE: one run (e.g. under ncu); --shapes / --modes: those
 // (default W2,T6 and every mode); --json: one JSON object per run on stdout, nothing else
 // (shape, mode, sizes, step_ms, tokens_per_s, model_flops per step, tflops, peak_tflops, mfu as
 // a fraction or null, peak_mb, loss_first, loss_last, device; or shape, mode, error). A failed
-// run (an exception, e.g. out of memory) is reported and the next one runs. Exit status 1 if a
-// run fails or a loss is not finite, 2 for a bad argument.
+// run (an exception, e.g. out of memory) is reported and the next one runs. GPT2's JSON has
+// src_len = the context and tgt_len = 0 (tokens/s counts N x T) and "model": "gpt2". Exit status 1
+// if a run fails or a loss is not finite, 2 for a bad argument.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +30,7 @@
 
 #include "core/allocator.h"
 #include "core/precision.h"
+#include "models/lm.h"
 #include "models/transformer.h"
 #include "optim/adam.h"
 #include "pipeline/pipeline.h"
@@ -41,8 +45,10 @@ const Device kGpu(DeviceType::kCUDA, 0);
 
 struct Shape2 {
   const char* name;
-  models::TransformerConfig config;
+  models::TransformerConfig config;  // the Transformer's; for a language model, its sizes alone
   int64_t batch, src_len, tgt_len;
+  bool lm = false;  // a decoder-only language model: lm_config, tokens [batch, src_len]
+  models::LmConfig lm_config;
 };
 
 Shape2 make_shape(const char* name, int64_t layers, int64_t dim, int64_t ffn, int64_t heads,
@@ -57,17 +63,30 @@ Shape2 make_shape(const char* name, int64_t layers, int64_t dim, int64_t ffn, in
   return {name, c, batch, src_len, tgt_len};
 }
 
+// GPT-2 small (124M: 12 layers, d 768, 12 heads, FFN 3072, vocab 50257) at `context` tokens.
+Shape2 gpt2_shape(const char* name, int64_t batch, int64_t context) {
+  models::LmConfig lm = models::lm_preset("gpt2");
+  lm.context = context;
+  lm.dropout = 0.0;
+  lm.seed = 99;
+  Shape2 s = make_shape(name, lm.layers, lm.dim, lm.ffn, lm.heads, lm.vocab, batch, context, 0);
+  s.lm = true;
+  s.lm_config = lm;
+  return s;
+}
+
 // W2; T6 = T(6, 4096, 16); T12 = T(12, 4096, 16) at N = 32 with 256 + 256 tokens (about 386M
 // parameters: its fp32 weights, gradients and Adam moments take 6.2 GB, its activations a few GB).
 std::vector<Shape2> all_shapes() {
   return {make_shape("W2", 3, 256, 1024, 4, 8192, 32, 32, 32),
           make_shape("T6", 6, 1024, 4096, 16, 32000, 64, 128, 128),
-          make_shape("T12", 12, 1024, 4096, 16, 32000, 32, 256, 256)};
+          make_shape("T12", 12, 1024, 4096, 16, 32000, 32, 256, 256), gpt2_shape("GPT2", 8, 1024)};
 }
 
 const char* const kModes[] = {"fp32", "tf32", "bf16"};
 
-// Uniform tokens in [1, vocab) (no padding, nothing ignored), as gpipe_bench's W2.
+// Uniform tokens in [1, vocab) (no padding, nothing ignored), as gpipe_bench's W2; a language
+// model's are [N, T] tokens and [N, T] targets.
 Batch token_batch(const Shape2& s, uint64_t seed) {
   uint64_t x = seed;
   auto next = [&] {
@@ -78,6 +97,12 @@ Batch token_batch(const Shape2& s, uint64_t seed) {
       tout(s.batch * s.tgt_len);
   for (auto* v : {&src, &tin, &tout})
     for (auto& t : *v) t = next();
+  if (s.lm) {
+    std::vector<int64_t> targets(src.size());
+    for (auto& t : targets) t = next();
+    return {{Tensor::from_vector(src, gpipe::Shape{s.batch, s.src_len})},
+            {Tensor::from_vector(targets, gpipe::Shape{s.batch, s.src_len})}};
+  }
   return {{Tensor::from_vector(src, gpipe::Shape{s.batch, s.src_len}),
            Tensor::from_vector(tin, gpipe::Shape{s.batch, s.tgt_len})},
           {Tensor::from_vector(tout, gpipe::Shape{s.batch, s.tgt_len})}};
@@ -114,7 +139,7 @@ Result measure(const Shape2& s, Precision precision, bool tf32) {
   gpipe::cuda::set_allow_tf32(tf32);
   const Batch batch = token_batch(s, 1234);
   allocator_for(kGpu).reset_peak();
-  Pipeline pipe(models::transformer(s.config),
+  Pipeline pipe(s.lm ? models::language_model(s.lm_config) : models::transformer(s.config),
                 {.K = 1, .M = 1, .devices = {kGpu}, .precision = precision}, batch);
   optim::Adam opt(pipe.parameters(), {.lr = 1e-4});
   std::vector<double> losses, seconds;
@@ -160,13 +185,13 @@ bool run(const Shape2& s, const std::string& mode, double peak, const std::strin
   const auto& c = s.config;
   if (json) {
     std::printf(
-        "{\"shape\": \"%s\", \"mode\": \"%s\", \"layers\": %ld, \"dim\": %ld, "
+        "{\"shape\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", \"layers\": %ld, \"dim\": %ld, "
         "\"ffn\": %ld, \"heads\": %ld, \"vocab\": %ld, \"batch\": %ld, \"src_len\": %ld, "
         "\"tgt_len\": %ld, \"device\": %s, ",
-        s.name, mode.c_str(), static_cast<long>(c.layers), static_cast<long>(c.dim),
-        static_cast<long>(c.ffn), static_cast<long>(c.heads), static_cast<long>(c.vocab),
-        static_cast<long>(s.batch), static_cast<long>(s.src_len), static_cast<long>(s.tgt_len),
-        json_string(device).c_str());
+        s.name, s.lm ? s.lm_config.arch.c_str() : "transformer", mode.c_str(),
+        static_cast<long>(c.layers), static_cast<long>(c.dim), static_cast<long>(c.ffn),
+        static_cast<long>(c.heads), static_cast<long>(c.vocab), static_cast<long>(s.batch),
+        static_cast<long>(s.src_len), static_cast<long>(s.tgt_len), json_string(device).c_str());
     if (!error.empty()) {
       std::printf("\"error\": %s}\n", json_string(error).c_str());
     } else {
@@ -230,7 +255,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "w2_bench: unknown argument '%s' (expected --quick, --only=T6:bf16, "
-                   "--shapes=W2,T6,T12, --modes=fp32,tf32,bf16 or --json)\n",
+                   "--shapes=W2,T6,T12,GPT2, --modes=fp32,tf32,bf16 or --json)\n",
                    argv[i]);
       return 2;
     }
@@ -239,7 +264,7 @@ int main(int argc, char** argv) {
   for (const Shape2& s : all_shapes()) known_shapes.push_back(s.name);
   for (const std::string& s : shapes)
     if (!contains(known_shapes, s)) {
-      std::fprintf(stderr, "w2_bench: unknown shape '%s' (known: W2, T6, T12)\n", s.c_str());
+      std::fprintf(stderr, "w2_bench: unknown shape '%s' (known: W2, T6, T12, GPT2)\n", s.c_str());
       return 2;
     }
   for (const std::string& m : modes)
