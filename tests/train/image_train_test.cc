@@ -10,6 +10,7 @@
 #include "data/image_decode.h"
 #include "tests/test_util.h"
 #include "tests/train/trainer_testing.h"
+#include "tools/train/task.h"
 
 using namespace gpipe;
 using namespace gpipe::train;
@@ -63,6 +64,12 @@ TEST_CASE("gpipe_train: ResNet trains 2 steps on a folder of PNG and JPEG classe
   INFO(log.str());
   REQUIRE(s.final_eval.has_value());
   CHECK(s.final_eval->examples == 4);  // 2 of each class's 8 held out
+  // The reported count is the model that trained: 3 input channels, 2 classes.
+  TrainConfig rgb = parse_train_flags({"--model=resnet", "--resnet-width=4"});
+  rgb.data_channels = 3;
+  rgb.data_classes = 2;
+  CHECK(s.parameters == parameter_count(rgb));
+  CHECK(s.parameters != parameter_count(parse_train_flags({"--model=resnet", "--resnet-width=4"})));
   CHECK_THAT(log.str(), Contains("image folder") && Contains("2 classes") && Contains("3x32x32") &&
                             Contains("measured on 12 images"));
 }

@@ -72,6 +72,11 @@ class ImageDataTask final : public Task {
     rows_ = std::make_unique<StepRows>(train_size(), c.batch, data_seed(c));
   }
 
+  void apply_data_shape(TrainConfig& c) const override {
+    c.data_channels = c_.data_channels;
+    c.data_classes = c_.data_classes;
+  }
+
   std::string describe() const override {
     const ImageNormalization& n = norm_;
     std::ostringstream os;

@@ -108,6 +108,10 @@ class Task {
   // "data.next_source" (the LM task: "<file>:<line>"); one reading the
   // user's files may give a fingerprint of their names and sizes.
   virtual std::map<std::string, std::string> data_position(int64_t step) const;
+  // What the data decides of the model, written into `c` (the trainer's
+  // config, so its parameter count and report describe the model that
+  // trains): the user's images' channels and classes. Nothing by default.
+  virtual void apply_data_shape(TrainConfig& c) const { (void)c; }
   // --export-data: writes `dir`/data.json, everything a reference
   // implementation needs to train on exactly this run's data: the pairs,
   // each of `steps` steps' rows, the evaluated test rows, the tokenizer's

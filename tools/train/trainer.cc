@@ -103,6 +103,7 @@ class Trainer {
     }
     if (c_.batch == 0) c_.batch = default_batch(c_.model);
     task_ = make_task(c_);  // loads the data; before anything slow is built
+    task_->apply_data_shape(c_);
     c_ = resolve_defaults(c_, task_->train_size() / c_.batch);
     const std::string compute =
         ops::cpu::compute_description();  // a bad GPIPE_CPU_ISA or GPIPE_GEMM stops here
