@@ -5,6 +5,7 @@
 // and line the next batch starts at; a resume on other data is refused by
 // name, one in another order is warned about.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -137,4 +138,28 @@ TEST_CASE("gpipe_train: the image and translation tasks record their position to
     CHECK(p.count("data.fingerprint") == 1);
     CHECK(p.count("data.next_source") == 0);
   }
+}
+
+TEST_CASE("gpipe_train --resume: a --data file rewritten under its name is refused") {
+  const std::string dir = temp_path("lm-files");
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "line " + std::to_string(i) + " of the corpus text.\n";
+  std::ofstream(file) << text;
+  std::vector<std::string> base = tiny_gpt2(3);
+  base.pop_back();  // --train-limit: the file is one document
+  base.push_back("--data=" + file);
+  base.push_back("--val-fraction=0");
+  const std::string ck = temp_path("lm-files.safetensors");
+  std::ostringstream log;
+  train::train(parse_train_flags(with(base, {"--steps=1", "--save=" + ck, "--no-final-eval"})),
+               log);
+  CHECK_THAT(optim::load_safetensors(ck).metadata.at("data.fingerprint"), Contains(" files="));
+  // The same name, one more byte: the fingerprint differs even if the rows still fit.
+  std::ofstream(file) << text << "!";
+  std::ostringstream refused;
+  CHECK_THROWS_WITH(
+      train::train(parse_train_flags(with(base, {"--steps=2", "--resume=" + ck})), refused),
+      Contains("other training data") && Contains("data.fingerprint is '"));
 }

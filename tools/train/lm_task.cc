@@ -16,6 +16,7 @@
 // order.
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -30,6 +31,15 @@
 
 namespace gpipe::train {
 namespace {
+
+// 64-bit FNV-1a of `text`, as 16 hex digits.
+std::string fnv1a_hex(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char ch : text) h = (h ^ ch) * 0x100000001b3ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
 
 constexpr uint64_t kSplitSeed = 0x1e57;  // fixed: the same held-out documents for every run
 
@@ -83,6 +93,7 @@ class LmTask final : public Task {
       read_side(expand_data_paths(c.data, "--data"), train);
     if (!c.val_data.empty()) {
       read_side(expand_data_paths({c.val_data}, "--val-data"), val);
+      files_ += "val:";
     } else {
       std::vector<Document> kept;
       split_documents(train.docs, c.val_fraction, kSplitSeed, kept, val.docs);
@@ -227,6 +238,8 @@ class LmTask final : public Task {
   // ("<file>:<line>", or a shard's token offset).
   std::map<std::string, std::string> data_position(int64_t step) const override {
     std::map<std::string, std::string> m = Task::data_position(step);
+    // The user's files by name and size, so a file rewritten under its name is noticed.
+    if (!files_.empty()) m["data.fingerprint"] += detail::concat(" files=", fnv1a_hex(files_));
     const std::string source = train_.source(rows_->rows(step).front(), *tok_);
     if (!source.empty()) m["data.next_source"] = source;
     return m;
@@ -237,9 +250,12 @@ class LmTask final : public Task {
 
   std::string source_name() const { return c_.data.empty() ? dir_ : join(c_.data); }
 
-  void read_side(const std::vector<std::string>& files, Side& side) const {
+  void read_side(const std::vector<std::string>& files, Side& side) {
     const TextSourceOptions options{.doc_split = c_.doc_split, .text_field = c_.text_field};
     for (const std::string& f : files) {
+      std::error_code ec;
+      const uintmax_t bytes = std::filesystem::file_size(f, ec);
+      files_ += detail::concat(f, ":", ec ? 0 : bytes, "\n");
       if (source_format(f) != SourceFormat::kShard) {
         std::vector<Document> docs = read_documents(f, options);
         side.docs.insert(side.docs.end(), std::make_move_iterator(docs.begin()),
@@ -287,6 +303,7 @@ class LmTask final : public Task {
   };
   TrainConfig c_;
   std::string dir_;
+  std::string files_;  // --data (then --val-data) files: "path:bytes\n" each, in read order
   std::shared_ptr<const TextTokenizer> tok_;
   models::LmConfig model_;
   int64_t context_;
