@@ -51,6 +51,7 @@ def parse_args():
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--context", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=0, help="0: the architecture's (50257, 32000)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--max-seconds", type=float, default=60.0)
@@ -72,7 +73,8 @@ torch.set_num_threads(ARGS.threads)
 torch.set_num_interop_threads(1)
 torch.manual_seed(0)
 S = SHAPES[ARGS.arch]
-D, H, KV, FFN, V, T = S["dim"], S["heads"], S["kv_heads"], S["ffn"], S["vocab"], ARGS.context
+D, H, KV, FFN, T = S["dim"], S["heads"], S["kv_heads"], S["ffn"], ARGS.context
+V = ARGS.vocab if ARGS.vocab > 0 else S["vocab"]
 HD = D // H
 
 

@@ -164,6 +164,8 @@ CLI::App* add_lm(CLI::App& app, gpipe::bench::LmBenchOptions& o) {
   c->add_option("--layers", o.layers, "blocks")->capture_default_str();
   c->add_option("--batch", o.batch, "N: sequences per step")->capture_default_str();
   c->add_option("--context", o.context, "T: tokens per sequence")->capture_default_str();
+  c->add_option("--vocab", o.vocab, "vocabulary (0: the architecture's, 50257 / 32000)")
+      ->capture_default_str();
   c->add_option("--precision", o.precision, "fp32 | bf16 (against PyTorch's CPU autocast)")
       ->capture_default_str();
   add_warmup_steps(c, o.warmup, o.steps);

@@ -122,6 +122,7 @@ struct MeasureOptions {
   // for; < 0: measured at start-up (PipelineOptions::measure_link_latency).
   double order_latency = 0;
   int64_t context = 256;  // gpt2, llama: tokens per sequence
+  int64_t vocab = 0;      // gpt2, llama: 0 = the architecture's (50257, 32000)
 };
 int run_measure(const MeasureOptions& opt);
 // The model and mini-batch a measurement trains (its workload, layers, batch and quirk).
@@ -330,6 +331,7 @@ struct LmBenchOptions {
   std::string arch = "gpt2";  // gpt2 | llama
   std::vector<int> threads{1, 2};
   int64_t layers = 12, batch = 8, context = 256;
+  int64_t vocab = 0;               // 0: the architecture's (50257, 32000)
   std::string precision = "fp32";  // fp32 | bf16 (against PyTorch's CPU autocast)
   int warmup = 1, steps = 3;
   double max_seconds = 60;
@@ -337,7 +339,8 @@ struct LmBenchOptions {
 };
 int run_lm(const LmBenchOptions& opt);
 // The workload's model (lm.cc) and a batch of uniform tokens and targets.
-models::LmConfig lm_workload_config(const std::string& arch, int64_t layers, int64_t context);
+models::LmConfig lm_workload_config(const std::string& arch, int64_t layers, int64_t context,
+                                    int64_t vocab = 0);
 Batch lm_batch(int64_t n, int64_t context, int64_t vocab, uint64_t seed);
 
 // gpipe_bench data (tools/bench/data.cc): examples/s through PrefetchLoader

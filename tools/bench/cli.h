@@ -18,6 +18,7 @@ inline CLI::App* add_measure(CLI::App& app, MeasureOptions& o) {
   c->group("");  // hidden from --help
   c->add_option("--workload", o.workload, "transformer | amoebanet | unet | resnet | gpt2 | llama");
   c->add_option("--context", o.context, "gpt2, llama: tokens per sequence");
+  c->add_option("--vocab", o.vocab, "gpt2, llama: vocabulary (0: the architecture's)");
   c->add_option(
       "--layers", o.layers,
       "transformer: layers per side; amoebanet: N; unet, resnet: depth (default 3; resnet 50)");

@@ -16,7 +16,8 @@
 
 namespace gpipe::bench {
 
-models::LmConfig lm_workload_config(const std::string& arch, int64_t layers, int64_t context) {
+models::LmConfig lm_workload_config(const std::string& arch, int64_t layers, int64_t context,
+                                    int64_t vocab) {
   models::LmConfig c = models::lm_default(arch);
   c.layers = layers;
   c.dim = 768;
@@ -32,6 +33,7 @@ models::LmConfig lm_workload_config(const std::string& arch, int64_t layers, int
     c.ffn = 3072;
     c.vocab = 50257;
   }
+  if (vocab > 0) c.vocab = vocab;
   c.seed = 99;
   return c;
 }
@@ -67,7 +69,7 @@ int run_lm(const LmBenchOptions& opt) {
   GPIPE_CHECK(opt.precision == "fp32" || opt.precision == "bf16",
               "lm: --precision is fp32 or bf16 (PyTorch's CPU autocast), got '", opt.precision,
               "'");
-  const models::LmConfig c = lm_workload_config(opt.arch, opt.layers, opt.context);
+  const models::LmConfig c = lm_workload_config(opt.arch, opt.layers, opt.context, opt.vocab);
   const double gflop = lm_step_flops(c, opt.batch, opt.context) / 1e9;
   std::printf(
       "# lm %s step: %ld layers, d %ld, %ld heads (%ld K/V), FFN %ld, vocab %ld, N=%ld, T=%ld, "
@@ -89,12 +91,13 @@ int run_lm(const LmBenchOptions& opt) {
   s.script = "lm_torch.py";
   s.gflop_format = "%10.1f";
   s.script_args = detail::concat("--arch ", opt.arch, " --layers ", opt.layers, " --batch ",
-                                 opt.batch, " --context ", opt.context);
+                                 opt.batch, " --context ", opt.context, " --vocab ", c.vocab);
   if (opt.precision == "bf16") s.script_extra += " --autocast bf16";
   s.model.workload = opt.arch;
   s.model.layers = opt.layers;
   s.model.batch = opt.batch;
   s.model.context = opt.context;
+  s.model.vocab = opt.vocab;
   s.model.precision = opt.precision;
   return compare_steps(s, opt.torch,
                        {opt.threads, opt.warmup, opt.steps, opt.max_seconds, opt.rounds}, gflop);

@@ -148,7 +148,7 @@ MeasuredWorkload measure_workload(const MeasureOptions& options) {
     w.model = models::resnet(c);
     w.batch = image_batch(o.batch, 7);
   } else if (o.workload == "gpt2" || o.workload == "llama") {
-    const models::LmConfig c = lm_workload_config(o.workload, o.layers, o.context);
+    const models::LmConfig c = lm_workload_config(o.workload, o.layers, o.context, o.vocab);
     w.expected_params = models::lm_parameter_count(c);
     w.model = models::language_model(c);
     w.batch = lm_batch(o.batch, o.context, c.vocab, 1234);
@@ -373,7 +373,7 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (o.link_delay_us > 0) cmd += " --link-delay-us " + std::to_string(o.link_delay_us);
   if (o.order_latency != 0) cmd += " --order-latency " + std::to_string(o.order_latency);
   if (o.workload == "gpt2" || o.workload == "llama")
-    cmd += " --context " + std::to_string(o.context);
+    cmd += " --context " + std::to_string(o.context) + " --vocab " + std::to_string(o.vocab);
   if (o.workload == "unet" || o.workload == "resnet")
     cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
            " --skips " + o.skips + (o.split_blocks ? " --split-blocks" : "");
