@@ -163,6 +163,7 @@ def train(a):
     import torch
     import transformers
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     path = os.path.join(a.export, "data.json")
     try:
         with open(path) as f:
