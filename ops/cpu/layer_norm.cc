@@ -7,7 +7,8 @@
 // loop would not be, and independent of the row's address).
 // 16-bit rows (bfloat16, float16) are widened into float32 buffers one row
 // at a time and their outputs rounded once: what the float32 kernel gives
-// on widened copies, without the copies (dispatch_layer_norm).
+// on widened copies, without the copies (dispatch_floating_with_params in
+// ops/cpu/isa/rows.h).
 // Backward, with xhat = (x - mean) * rstd and dxhat = g * gamma:
 //   gx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 //   ggamma = sum_rows g * xhat,  gbeta = sum_rows g.
@@ -64,23 +65,6 @@ T lane_sum(const T* p, int64_t n, T m = T(0)) {
   return total;
 }
 
-// Calls f(T{}, P{}): T the element type of x, y, g and gx; P that of p
-// (gamma, or beta without gamma), the input's own or float32 beside a 16-bit input (the front
-// function checks that). The statistics and the parameters' gradients are
-// compute_t<T> (Note [16-bit kernels] in ops/dispatch.h): a 16-bit row is
-// widened into a float32 buffer, computed as the float32 kernel computes
-// it, and its outputs are rounded once.
-template <class F>
-void dispatch_layer_norm(const Tensor& x, const Tensor& p, const char* op, F&& f) {
-  dispatch_floating_16(x.dtype(), op, [&](auto z) {
-    using T = decltype(z);
-    if constexpr (is_16bit_v<T>) {
-      if (p.defined() && p.dtype() == DType::kFloat32) return f(z, float{});
-    }
-    f(z, z);
-  });
-}
-
 template <class T, class P>
 void forward_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y,
                   Tensor& mean, Tensor& rstd) {
@@ -124,9 +108,10 @@ void forward_rows(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 
 void layer_norm_forward_cpu(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
                             Tensor& y, Tensor& mean, Tensor& rstd) {
-  dispatch_layer_norm(x, gamma.defined() ? gamma : beta, "layer_norm", [&](auto zt, auto zp) {
-    forward_rows<decltype(zt), decltype(zp)>(x, gamma, beta, eps, y, mean, rstd);
-  });
+  dispatch_floating_with_params(
+      x, gamma.defined() ? gamma : beta, "layer_norm", [&](auto zt, auto zp) {
+        forward_rows<decltype(zt), decltype(zp)>(x, gamma, beta, eps, y, mean, rstd);
+      });
 }
 
 // gx for one row; dxhat is scratch of length d.
@@ -232,7 +217,7 @@ void backward_rows(const Tensor& g, const Tensor& x, const Tensor& mean, const T
 void layer_norm_backward_cpu(const Tensor& g, const Tensor& x, const Tensor& mean,
                              const Tensor& rstd, const Tensor& gamma, Tensor& gx, Tensor& ggamma,
                              Tensor& gbeta) {
-  dispatch_layer_norm(x, gamma, "layer_norm backward", [&](auto zt, auto zp) {
+  dispatch_floating_with_params(x, gamma, "layer_norm backward", [&](auto zt, auto zp) {
     backward_rows<decltype(zt), decltype(zp)>(g, x, mean, rstd, gamma, gx, ggamma, gbeta);
   });
 }

@@ -41,19 +41,6 @@ double lane_dot(const C* a, const C* b, int64_t n) {
   return total;
 }
 
-// Calls f(T{}, P{}): T the element type of x, y, g and gx; P the weight's
-// (T's own, or float32 beside a 16-bit T).
-template <class F>
-void dispatch_rms(const Tensor& x, const Tensor& w, const char* op, F&& f) {
-  dispatch_floating_16(x.dtype(), op, [&](auto z) {
-    using T = decltype(z);
-    if constexpr (is_16bit_v<T>) {
-      if (w.defined() && w.dtype() == DType::kFloat32) return f(z, float{});
-    }
-    f(z, z);
-  });
-}
-
 template <class T, class P>
 void forward_rows(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) {
   using C = compute_t<T>;
@@ -86,7 +73,7 @@ void forward_rows(const Tensor& x, const Tensor& weight, double eps, Tensor& y, 
 
 void rms_norm_forward_cpu(const Tensor& x, const Tensor& weight, double eps, Tensor& y,
                           Tensor& rstd) {
-  dispatch_rms(x, weight, "rms_norm", [&](auto zt, auto zp) {
+  dispatch_floating_with_params(x, weight, "rms_norm", [&](auto zt, auto zp) {
     forward_rows<decltype(zt), decltype(zp)>(x, weight, eps, y, rstd);
   });
 }
@@ -149,7 +136,7 @@ void backward_rows(const Tensor& g, const Tensor& x, const Tensor& rstd, const T
 
 void rms_norm_backward_cpu(const Tensor& g, const Tensor& x, const Tensor& rstd,
                            const Tensor& weight, Tensor& gx, Tensor& gweight) {
-  dispatch_rms(x, weight, "rms_norm backward", [&](auto zt, auto zp) {
+  dispatch_floating_with_params(x, weight, "rms_norm backward", [&](auto zt, auto zp) {
     backward_rows<decltype(zt), decltype(zp)>(g, x, rstd, weight, gx, gweight);
   });
 }
