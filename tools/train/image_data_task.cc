@@ -10,13 +10,13 @@
 // trains on --masks (data/image_folder.h), its classes the masks' largest
 // id + 1 unless --classes.
 #include <algorithm>
-#include <chrono>
 #include <sstream>
 
 #include "core/allocator.h"
 #include "data/cifar.h"
 #include "data/image_set.h"
 #include "data/metrics.h"
+#include "tools/train/image_eval.h"
 #include "tools/train/task.h"
 
 namespace gpipe::train {
@@ -109,37 +109,17 @@ class ImageDataTask final : public Task {
   }
 
   EvalResult evaluate(Pipeline& pipe) const override {
-    const auto t0 = std::chrono::steady_clock::now();
-    EvalMode eval(pipe);
-    CrossEntropyLoss loss;
-    EvalResult r;
-    AccuracyCount acc;
-    int64_t inter = 0, uni = 0;
-    double sum = 0;
-    const int64_t n = val_->size();
-    const int64_t limit = c_.eval_batches > 0 ? std::min(n, c_.eval_batches * c_.batch) : n;
-    const int64_t chunk = kEvalChunkBatches * c_.batch;
-    for (int64_t first = 0; first < limit; first += chunk) {
-      std::vector<int64_t> rows;
-      for (int64_t i = first; i < std::min(limit, first + chunk); ++i) rows.push_back(i);
-      const Tensor x = val_->images(rows);
-      const Tensor y = segmentation() ? val_->masks(rows, classes_) : val_->labels(rows);
-      const Bundle out = pipe.predict(
-          {x}, {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows.size()))});
-      const Tensor labels = y.to(out[0].device());
-      sum += loss.sum(out, {labels}).item();
-      const AccuracyCount a = count_correct(out[0], labels);
-      acc.correct += a.correct;
-      acc.total += a.total;
-      if (segmentation()) count_overlap(out[0], labels, inter, uni);
-    }
+    ImageEvalSpec spec;
+    spec.examples = val_->size();
+    spec.batch = [&](const std::vector<int64_t>& rows) {
+      return std::pair{val_->images(rows),
+                       segmentation() ? val_->masks(rows, classes_) : val_->labels(rows)};
+    };
     if (segmentation())
-      r.iou = uni > 0 ? static_cast<double>(inter) / static_cast<double>(uni) : 1.0;
-    r.examples = limit;
-    r.loss = acc.total > 0 ? sum / static_cast<double>(acc.total) : 0.0;
-    r.accuracy = acc.value();
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
+      spec.overlap = [&](const Tensor& logits, const Tensor& labels, int64_t& inter, int64_t& uni) {
+        count_overlap(logits, labels, inter, uni);
+      };
+    return evaluate_images(pipe, c_, spec);
   }
 
   std::map<std::string, std::string> metadata() const override {

@@ -6,7 +6,6 @@
 // probability 1/2 and shifted by up to 2 pixels each way on the canvas (a random crop of the image
 // padded by 2 more than the canvas; pixels shifted past a 28x28 canvas's edge are dropped), the
 // draws a function of (seed, step, row in batch).
-#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -14,6 +13,7 @@
 #include "core/rng.h"
 #include "data/fashion_mnist.h"
 #include "data/metrics.h"
+#include "tools/train/image_eval.h"
 #include "tools/train/task.h"
 
 namespace gpipe::train {
@@ -91,39 +91,15 @@ class ImageTask final : public Task {
   }
 
   EvalResult evaluate(Pipeline& pipe) const override {
-    const auto t0 = std::chrono::steady_clock::now();
-    EvalMode eval(pipe);
-    CrossEntropyLoss loss;
-    EvalResult r;
-    AccuracyCount acc;
-    int64_t inter = 0, uni = 0;  // foreground pixels predicted and labelled / either
-    double sum = 0;
-    const int64_t n = test_.size();
-    const int64_t limit = c_.eval_batches > 0 ? std::min(n, c_.eval_batches * c_.batch) : n;
-    const int64_t chunk = kEvalChunkBatches * c_.batch;
-    for (int64_t first = 0; first < limit; first += chunk) {
-      std::vector<int64_t> rows;
-      for (int64_t i = first; i < std::min(limit, first + chunk); ++i) rows.push_back(i);
-      MemoryCategoryGuard cat(MemoryCategory::kWorkspace);
+    ImageEvalSpec spec;
+    spec.examples = test_.size();
+    spec.workspace = true;
+    spec.batch = [&](const std::vector<int64_t>& rows) {
       const Tensor x = padded(gather_rows(test_.images, rows), std::vector<Placement>(rows.size()));
-      const Tensor y = segmentation() ? foreground(x) : gather_rows(test_.labels, rows);
-      const Bundle out = pipe.predict(
-          {x}, {.micro_batches = eval_micro_batches(c_, static_cast<int64_t>(rows.size()))});
-      const Tensor labels = y.to(out[0].device());
-      sum += loss.sum(out, {labels}).item();
-      const AccuracyCount a = count_correct(out[0], labels);
-      acc.correct += a.correct;
-      acc.total += a.total;
-      if (segmentation()) count_overlap(out[0], labels, inter, uni);
-    }
-    if (segmentation())
-      r.iou = uni > 0 ? static_cast<double>(inter) / static_cast<double>(uni) : 1.0;
-    // The loss is a mean over its terms (pixels for U-Net); examples are images.
-    r.examples = limit;
-    r.loss = acc.total > 0 ? sum / static_cast<double>(acc.total) : 0.0;
-    r.accuracy = acc.value();
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return r;
+      return std::pair{x, segmentation() ? foreground(x) : gather_rows(test_.labels, rows)};
+    };
+    if (segmentation()) spec.overlap = count_overlap;
+    return evaluate_images(pipe, c_, spec);
   }
 
   std::map<std::string, std::string> metadata() const override {
