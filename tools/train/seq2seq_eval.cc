@@ -7,11 +7,26 @@
 #include <chrono>
 
 #include "core/allocator.h"
+#include "data/batch.h"
 #include "data/metrics.h"
 #include "data/tokenizer.h"
 #include "tools/train/decode.h"
 
 namespace gpipe::train {
+
+Seq2SeqEvalRows seq2seq_eval_rows(const TrainConfig& c, int64_t n, uint64_t seed,
+                                  const std::function<int64_t(int64_t row)>& length) {
+  Seq2SeqEvalRows r;
+  r.loss_rows = permutation(n, seed);
+  r.decode_rows.assign(
+      r.loss_rows.begin(),
+      r.loss_rows.begin() + std::min<int64_t>(c.eval_sentences, r.loss_rows.size()));
+  if (c.eval_batches > 0 && c.eval_batches * c.batch < static_cast<int64_t>(r.loss_rows.size()))
+    r.loss_rows.resize(c.eval_batches * c.batch);
+  std::stable_sort(r.loss_rows.begin(), r.loss_rows.end(),
+                   [&](int64_t a, int64_t b) { return length(a) < length(b); });
+  return r;
+}
 
 EvalResult evaluate_seq2seq(Pipeline& pipe, const TrainConfig& c, const Seq2SeqEvalSpec& spec) {
   const auto t0 = std::chrono::steady_clock::now();

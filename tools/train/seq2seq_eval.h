@@ -25,6 +25,17 @@ struct Seq2SeqEvalSpec {
   std::function<SampleTranslation(int64_t row, const std::vector<int64_t>& output)> sample;
 };
 
+// The evaluated rows of an n-row test split: `loss_rows`, a fixed random
+// subset (permutation(n, seed); all n rows without --eval-batches, else
+// the first --eval-batches batches' worth) sorted stably by length(row),
+// so its batches carry little padding; `decode_rows`, the first
+// --eval-sentences rows of the same random order.
+struct Seq2SeqEvalRows {
+  std::vector<int64_t> loss_rows, decode_rows;
+};
+Seq2SeqEvalRows seq2seq_eval_rows(const TrainConfig& c, int64_t n, uint64_t seed,
+                                  const std::function<int64_t(int64_t row)>& length);
+
 // Loss (plain cross-entropy, PAD ignored), token accuracy, chrF and every
 // decoded sample, with `pipe` in eval mode for the call.
 EvalResult evaluate_seq2seq(Pipeline& pipe, const TrainConfig& c, const Seq2SeqEvalSpec& spec);

@@ -86,17 +86,11 @@ class TranslationTask final : public Task {
     for (const TranslationPair& p : corpus_.train) lengths.push_back(pair_length(p));
     rows_ = std::make_unique<StepRows>(static_cast<int64_t>(corpus_.train.size()), c.batch,
                                        data_seed(c), std::move(lengths));
-    // The evaluated test pairs: a fixed random subset (all of them without
-    // --eval-batches), sorted by length so its batches carry little padding.
-    eval_order_ = permutation(static_cast<int64_t>(corpus_.test.size()), kEvalOrderSeed);
-    decode_order_.assign(
-        eval_order_.begin(),
-        eval_order_.begin() + std::min<int64_t>(c.eval_sentences, eval_order_.size()));
-    if (c.eval_batches > 0 && c.eval_batches * c.batch < static_cast<int64_t>(eval_order_.size()))
-      eval_order_.resize(c.eval_batches * c.batch);
-    std::stable_sort(eval_order_.begin(), eval_order_.end(), [&](int64_t a, int64_t b) {
-      return pair_length(corpus_.test[a]) < pair_length(corpus_.test[b]);
-    });
+    const Seq2SeqEvalRows eval =
+        seq2seq_eval_rows(c, static_cast<int64_t>(corpus_.test.size()), kEvalOrderSeed,
+                          [&](int64_t row) { return pair_length(corpus_.test[row]); });
+    eval_order_ = eval.loss_rows;
+    decode_order_ = eval.decode_rows;
   }
 
   std::string describe() const override {

@@ -109,15 +109,11 @@ class TsvTranslationTask final : public Task {
     for (const EncodedPair& p : train_.ids) lengths.push_back(pair_length(p));
     rows_ = std::make_unique<StepRows>(static_cast<int64_t>(train_.ids.size()), c.batch,
                                        data_seed(c), std::move(lengths));
-    eval_order_ = permutation(static_cast<int64_t>(val_.ids.size()), kEvalOrderSeed);
-    decode_order_.assign(
-        eval_order_.begin(),
-        eval_order_.begin() + std::min<int64_t>(c.eval_sentences, eval_order_.size()));
-    if (c.eval_batches > 0 && c.eval_batches * c.batch < static_cast<int64_t>(eval_order_.size()))
-      eval_order_.resize(c.eval_batches * c.batch);
-    std::stable_sort(eval_order_.begin(), eval_order_.end(), [&](int64_t a, int64_t b) {
-      return pair_length(val_.ids[a]) < pair_length(val_.ids[b]);
-    });
+    const Seq2SeqEvalRows eval =
+        seq2seq_eval_rows(c, static_cast<int64_t>(val_.ids.size()), kEvalOrderSeed,
+                          [&](int64_t row) { return pair_length(val_.ids[row]); });
+    eval_order_ = eval.loss_rows;
+    decode_order_ = eval.decode_rows;
   }
 
   std::string describe() const override {
