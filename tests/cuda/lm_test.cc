@@ -25,6 +25,8 @@
 #include "core/rng.h"
 #include "optim/adam.h"
 #include "pipeline/pipeline.h"
+#include "tests/cuda/pipeline_runs.h"
+#include "tests/pipeline/tiny_lm.h"
 #include "tools/train/generate.h"
 
 using namespace gpipe;
@@ -33,41 +35,16 @@ namespace {
 
 const Device kGpu(DeviceType::kCUDA, 0);
 
-using Grads = std::map<std::string, std::vector<float>>;
-
-// As tests/pipeline/lm_pipeline_test.cc: 3 blocks (8 layers to cut), GQA 4:2 for Llama.
-models::LmConfig tiny(const std::string& arch) {
-  models::LmConfig c = models::lm_default(arch);
-  c.layers = 3;
-  c.dim = 16;
-  c.heads = 4;
-  c.kv_heads = arch == "llama" ? 2 : 0;
-  c.ffn = 24;
-  c.vocab = 29;
-  c.context = 8;
-  c.dropout = 0.0;
-  c.seed = 11;
-  return c;
-}
-
-Batch lm_batch(int64_t n, int64_t t, uint64_t seed) {
-  std::vector<int64_t> in(static_cast<size_t>(n * t)), out(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = static_cast<int64_t>(mix_key(seed, i) % 29);
-    out[i] = static_cast<int64_t>(mix_key(seed + 1, i) % 29);
-  }
-  out[3] = -100;  // an ignored target
-  return {{Tensor::from_vector(in, Shape{n, t})}, {Tensor::from_vector(out, Shape{n, t})}};
-}
-
-struct Run {
-  std::vector<double> losses;
-  Grads grads;  // after the last step's backward
-};
+using cuda_testing::check_same;
+using cuda_testing::grads_of;
+using cuda_testing::Run;
+using cuda_testing::ScheduleCase;
+using testing::lm_batch;
+using testing::tiny_lm;
 
 // `steps` Adam steps of `arch`'s tiny model; o.devices as given (empty: the CPU).
 Run train_lm(const std::string& arch, const PipelineOptions& o, const Batch& batch, int steps) {
-  Pipeline pipe(models::language_model(tiny(arch)), o, batch);
+  Pipeline pipe(models::language_model(tiny_lm(arch)), o, batch);
   if (arch == "gpt2" && o.K > 1) {  // the tied table spans the first and the last cell
     REQUIRE(pipe.tied_names().size() == 1);
     CHECK(pipe.tied_names()[0] == std::vector<std::string>{"embed.wte", "head.wte"});
@@ -76,52 +53,12 @@ Run train_lm(const std::string& arch, const PipelineOptions& o, const Batch& bat
   Run r;
   for (int s = 0; s < steps; ++s) {
     r.losses.push_back(pipe.train_step(batch).loss);
-    if (s + 1 == steps)
-      for (const NamedTensor& t : pipe.named_state())
-        if (t.tensor->requires_grad() && t.tensor->grad().defined())
-          r.grads[t.name] = t.tensor->grad().to_vector<float>();
+    if (s + 1 == steps) r.grads = grads_of(pipe);
     opt.step();
     pipe.zero_grad();
   }
   return r;
 }
-
-// max |a - b| over max(1e-2, max |b|): relative to the largest gradient.
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double scale = 1e-2, diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-  }
-  return diff / scale;
-}
-
-void check_same(const Run& got, const Run& want, double tol) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t s = 0; s < want.losses.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(got.losses[s] == Approx(want.losses[s]).epsilon(tol / 2));
-  }
-  REQUIRE(!want.grads.empty());
-  CHECK(got.grads.size() == want.grads.size());
-  double worst = 0;
-  for (const auto& [name, g] : want.grads) {
-    INFO("gradient of " << name);
-    REQUIRE(got.grads.count(name));
-    const double d = max_rel_diff(got.grads.at(name), g);
-    worst = std::max(worst, d);
-    CHECK(d < tol);
-  }
-  UNSCOPED_INFO("worst gradient difference " << worst);
-}
-
-struct ScheduleCase {
-  int k;
-  ScheduleKind kind;
-  RematMode remat;
-  int v;
-};
 
 }  // namespace
 
@@ -172,11 +109,11 @@ TEST_CASE("cuda lm: greedy generation on cuda:0 gives the CPU's tokens", "[lm]")
   const std::vector<std::vector<int64_t>> prompts = {{3, 4, 5}, {7, 8}, {9, 10, 11}, {12}};
   const Batch sample{{Tensor::from_vector(std::vector<int64_t>(4, 1), Shape{2, 2})}, {}};
   auto tokens = [&](const std::string& arch, int k, std::vector<Device> devices, bool cached) {
-    Pipeline pipe(models::language_model(tiny(arch)),
+    Pipeline pipe(models::language_model(tiny_lm(arch)),
                   {.K = k, .M = 2, .devices = std::move(devices), .threads_per_stage = 1}, sample);
     pipe.train(false);
     const train::SamplingOptions s{.max_new_tokens = 4, .cached = cached};
-    return train::generate(pipe, prompts, s, tiny(arch).context, 2);
+    return train::generate(pipe, prompts, s, tiny_lm(arch).context, 2);
   };
   for (const std::string arch : {"gpt2", "llama"}) {
     const auto cpu = tokens(arch, 1, {}, true);

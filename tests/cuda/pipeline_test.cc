@@ -30,6 +30,7 @@
 #include "pipeline/faults.h"
 #include "runtime/cuda/device.h"
 #include "runtime/local_group.h"
+#include "tests/cuda/pipeline_runs.h"
 #include "tests/pipeline/tiny_transformer.h"
 
 using namespace gpipe;
@@ -39,22 +40,11 @@ namespace {
 
 const Device kGpu(DeviceType::kCUDA, 0);
 
-using Grads = std::map<std::string, std::vector<float>>;
-
-struct Run {
-  std::vector<double> losses;
-  Grads grads;    // after the last step's backward
-  Grads buffers;  // after the last step (BatchNorm's running statistics)
-  double eval = 0;
-};
-
-Grads grads_of(Pipeline& pipe) {
-  Grads g;
-  for (const NamedTensor& t : pipe.named_state())
-    if (t.tensor->requires_grad() && t.tensor->grad().defined())
-      g[t.name] = t.tensor->grad().to_vector<float>();
-  return g;
-}
+using cuda_testing::check_same;
+using cuda_testing::grads_of;
+using cuda_testing::max_rel_diff;
+using cuda_testing::Run;
+using cuda_testing::ScheduleCase;
 
 Run train(Model model, PipelineOptions o, const Batch& batch, int steps) {
   if (o.devices.empty()) o.devices = {kGpu};
@@ -73,49 +63,7 @@ Run train(Model model, PipelineOptions o, const Batch& batch, int steps) {
   return r;
 }
 
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double scale = 1e-2, diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::abs(b[i])));
-    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
-  }
-  return diff / scale;
-}
-
-void check_same(const Run& got, const Run& want, double tol) {
-  REQUIRE(got.losses.size() == want.losses.size());
-  for (size_t s = 0; s < want.losses.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(got.losses[s] == Approx(want.losses[s]).epsilon(tol / 2));
-  }
-  CHECK(got.eval == Approx(want.eval).epsilon(tol / 2));
-  REQUIRE(!want.grads.empty());
-  CHECK(got.grads.size() == want.grads.size());
-  double worst = 0;
-  for (const auto& [name, g] : want.grads) {
-    INFO("gradient of " << name);
-    REQUIRE(got.grads.count(name));
-    const double d = max_rel_diff(got.grads.at(name), g);
-    worst = std::max(worst, d);
-    CHECK(d < tol);
-  }
-  for (const auto& [name, b] : want.buffers) {
-    INFO("buffer " << name);
-    REQUIRE(got.buffers.count(name));
-    CHECK(max_rel_diff(got.buffers.at(name), b) < tol);
-  }
-  UNSCOPED_INFO("worst gradient difference " << worst);
-}
-
 double tolerance(Precision p) { return p == Precision::kFloat32 ? 2e-5 : 1e-4; }
-
-struct ScheduleCase {
-  int k;
-  ScheduleKind kind;
-  RematMode remat;
-  int v;
-};
 
 }  // namespace
 

@@ -12,36 +12,15 @@
 #include "ops/ops.h"
 #include "pipeline/pipeline.h"
 #include "tests/pipeline/pipeline_helpers.h"
+#include "tests/pipeline/tiny_lm.h"
 
 using namespace gpipe;
+using testing::lm_batch;
 using testing::max_rel_diff;
 using testing::reference_grads;
+using testing::tiny_lm;
 
 namespace {
-
-models::LmConfig tiny(const std::string& arch) {
-  models::LmConfig c = models::lm_default(arch);
-  c.layers = 3;  // 8 layers to cut
-  c.dim = 16;
-  c.heads = 4;
-  c.kv_heads = arch == "llama" ? 2 : 0;
-  c.ffn = 24;
-  c.vocab = 29;
-  c.context = 8;
-  c.dropout = 0.0;
-  c.seed = 11;
-  return c;
-}
-
-Batch lm_batch(int64_t n, int64_t t, uint64_t seed) {
-  std::vector<int64_t> in(static_cast<size_t>(n * t)), out(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = static_cast<int64_t>(mix_key(seed, i) % 29);
-    out[i] = static_cast<int64_t>(mix_key(seed + 1, i) % 29);
-  }
-  out[3] = -100;  // an ignored target
-  return {{Tensor::from_vector(in, Shape{n, t})}, {Tensor::from_vector(out, Shape{n, t})}};
-}
 
 void check_lm_equivalence(const std::string& arch, int k, int m, ScheduleKind kind, RematMode remat,
                           int v = 1, Precision p = Precision::kFloat32) {
@@ -49,13 +28,13 @@ void check_lm_equivalence(const std::string& arch, int k, int m, ScheduleKind ki
             << " remat=" << remat_name(remat) << " v=" << v << " precision=" << precision_name(p));
   const Batch batch = lm_batch(8, 8, 3);
   // The reference: one cell, the same micro-batches, at the same precision.
-  Pipeline one(models::language_model(tiny(arch)),
+  Pipeline one(models::language_model(tiny_lm(arch)),
                {.K = 1, .M = m, .threads_per_stage = 1, .precision = p}, batch);
   const double ref_loss = one.train_step(batch).loss;
   std::map<std::string, std::vector<float>> ref;
   for (const NamedTensor& t : one.named_state())
     if (t.tensor->grad().defined()) ref[t.name] = t.tensor->grad().to_vector<float>();
-  Pipeline pipe(models::language_model(tiny(arch)),
+  Pipeline pipe(models::language_model(tiny_lm(arch)),
                 {.K = k,
                  .M = m,
                  .virtual_stages = v,
@@ -84,8 +63,8 @@ TEST_CASE("lm pipeline: one cell equals the whole-batch model (loss and gradient
     INFO(arch);
     const Batch batch = lm_batch(6, 8, 5);
     double ref_loss = 0;
-    const auto ref = reference_grads(models::language_model(tiny(arch)), batch, &ref_loss);
-    Pipeline pipe(models::language_model(tiny(arch)), {.K = 2, .M = 3, .threads_per_stage = 1},
+    const auto ref = reference_grads(models::language_model(tiny_lm(arch)), batch, &ref_loss);
+    Pipeline pipe(models::language_model(tiny_lm(arch)), {.K = 2, .M = 3, .threads_per_stage = 1},
                   batch);
     CHECK(pipe.train_step(batch).loss == Approx(ref_loss).epsilon(1e-5));
     for (const NamedTensor& t : pipe.named_state()) {
@@ -119,7 +98,7 @@ TEST_CASE("lm pipeline: in bfloat16 and float16 K cells equal one cell at the sa
 
 TEST_CASE("lm pipeline: GPT-2's tied table stays one weight across the first and last cell") {
   const Batch batch = lm_batch(4, 8, 9);
-  Pipeline pipe(models::language_model(tiny("gpt2")), {.K = 3, .M = 2, .threads_per_stage = 1},
+  Pipeline pipe(models::language_model(tiny_lm("gpt2")), {.K = 3, .M = 2, .threads_per_stage = 1},
                 batch);
   REQUIRE(pipe.tied_names().size() == 1);
   CHECK(pipe.tied_names()[0] == std::vector<std::string>{"embed.wte", "head.wte"});
