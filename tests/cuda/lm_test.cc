@@ -35,8 +35,8 @@ namespace {
 
 const Device kGpu(DeviceType::kCUDA, 0);
 
+using cuda_testing::adam_steps;
 using cuda_testing::check_same;
-using cuda_testing::grads_of;
 using cuda_testing::Run;
 using cuda_testing::ScheduleCase;
 using testing::lm_batch;
@@ -49,15 +49,7 @@ Run train_lm(const std::string& arch, const PipelineOptions& o, const Batch& bat
     REQUIRE(pipe.tied_names().size() == 1);
     CHECK(pipe.tied_names()[0] == std::vector<std::string>{"embed.wte", "head.wte"});
   }
-  optim::Adam opt(pipe.parameters(), {.lr = 1e-2});
-  Run r;
-  for (int s = 0; s < steps; ++s) {
-    r.losses.push_back(pipe.train_step(batch).loss);
-    if (s + 1 == steps) r.grads = grads_of(pipe);
-    opt.step();
-    pipe.zero_grad();
-  }
-  return r;
+  return adam_steps(pipe, batch, steps);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // What the GPU pipeline tests (pipeline_test.cc, lm_test.cc) record of a
-// few training steps, and the comparison of two such runs: losses, every
+// few Adam steps, and the comparison of two such runs: losses, every
 // gradient and buffer relative to the largest, the evaluation loss if any;
 // and the schedule cases they run.
 #pragma once
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/adam.h"
 #include "pipeline/pipeline.h"
 
 namespace gpipe::cuda_testing {
@@ -40,6 +41,20 @@ inline Grads grads_of(Pipeline& pipe) {
     if (t.tensor->requires_grad() && t.tensor->grad().defined())
       g[t.name] = t.tensor->grad().to_vector<float>();
   return g;
+}
+
+// `steps` Adam steps (lr 1e-2) of `pipe` on `batch`: each step's loss and
+// the last step's gradients.
+inline Run adam_steps(Pipeline& pipe, const Batch& batch, int steps) {
+  optim::Adam opt(pipe.parameters(), {.lr = 1e-2});
+  Run r;
+  for (int s = 0; s < steps; ++s) {
+    r.losses.push_back(pipe.train_step(batch).loss);
+    if (s + 1 == steps) r.grads = grads_of(pipe);
+    opt.step();
+    pipe.zero_grad();
+  }
+  return r;
 }
 
 // max |a - b| over max(1e-2, max |b|): relative to the largest gradient.

@@ -40,8 +40,8 @@ namespace {
 
 const Device kGpu(DeviceType::kCUDA, 0);
 
+using cuda_testing::adam_steps;
 using cuda_testing::check_same;
-using cuda_testing::grads_of;
 using cuda_testing::max_rel_diff;
 using cuda_testing::Run;
 using cuda_testing::ScheduleCase;
@@ -49,14 +49,7 @@ using cuda_testing::ScheduleCase;
 Run train(Model model, PipelineOptions o, const Batch& batch, int steps) {
   if (o.devices.empty()) o.devices = {kGpu};
   Pipeline pipe(std::move(model), o, batch);
-  optim::Adam opt(pipe.parameters(), {.lr = 1e-2});
-  Run r;
-  for (int s = 0; s < steps; ++s) {
-    r.losses.push_back(pipe.train_step(batch).loss);
-    if (s + 1 == steps) r.grads = grads_of(pipe);
-    opt.step();
-    pipe.zero_grad();
-  }
+  Run r = adam_steps(pipe, batch, steps);
   for (const NamedTensor& t : pipe.named_state())
     if (!t.tensor->requires_grad()) r.buffers[t.name] = t.tensor->to_vector<float>();
   r.eval = pipe.evaluate(batch);
