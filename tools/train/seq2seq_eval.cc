@@ -14,6 +14,16 @@
 
 namespace gpipe::train {
 
+TranslationBatchOptions seq2seq_batch_options(const TrainConfig& c, int64_t max_src_len) {
+  TranslationBatchOptions o;
+  o.batch_size = c.batch;
+  o.max_src_len = max_src_len;
+  o.max_tgt_len = c.max_len + 1;
+  o.shuffle = false;
+  o.drop_last = false;
+  return o;
+}
+
 Seq2SeqEvalRows seq2seq_eval_rows(const TrainConfig& c, int64_t n, uint64_t seed,
                                   const std::function<int64_t(int64_t row)>& length) {
   Seq2SeqEvalRows r;

@@ -25,6 +25,11 @@ struct Seq2SeqEvalSpec {
   std::function<SampleTranslation(int64_t row, const std::vector<int64_t>& output)> sample;
 };
 
+// A translation task's batches of --batch pairs: at most `max_src_len`
+// source tokens and --max-len + 1 target tokens (BOS + tokens, tokens +
+// EOS), rows taken in the order given (StepRows shuffles), none dropped.
+TranslationBatchOptions seq2seq_batch_options(const TrainConfig& c, int64_t max_src_len);
+
 // The evaluated rows of an n-row test split: `loss_rows`, a fixed random
 // subset (permutation(n, seed); all n rows without --eval-batches, else
 // the first --eval-batches batches' worth) sorted stably by length(row),

@@ -77,11 +77,7 @@ class TranslationTask final : public Task {
     }
     GPIPE_CHECK(!corpus_.test.empty(), "--data-dir: the corpus in '", dir_, "' has no test pairs");
     tokenizer_ = std::make_unique<ByteTokenizer>(corpus_.tokenizer());
-    batch_opt_.batch_size = c.batch;
-    batch_opt_.max_src_len = c.max_len + 1;  // tag + bytes
-    batch_opt_.max_tgt_len = c.max_len + 1;  // BOS + bytes, bytes + EOS
-    batch_opt_.shuffle = false;
-    batch_opt_.drop_last = false;
+    batch_opt_ = seq2seq_batch_options(c, c.max_len + 1);  // tag + bytes
     std::vector<int64_t> lengths;
     for (const TranslationPair& p : corpus_.train) lengths.push_back(pair_length(p));
     rows_ = std::make_unique<StepRows>(static_cast<int64_t>(corpus_.train.size()), c.batch,

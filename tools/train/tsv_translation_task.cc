@@ -100,11 +100,7 @@ class TsvTranslationTask final : public Task {
       slice.dropped = train_.dropped;
       train_ = std::move(slice);
     }
-    batch_opt_.batch_size = c.batch;
-    batch_opt_.max_src_len = c.max_len;
-    batch_opt_.max_tgt_len = c.max_len + 1;  // BOS + tokens, tokens + EOS
-    batch_opt_.shuffle = false;
-    batch_opt_.drop_last = false;
+    batch_opt_ = seq2seq_batch_options(c, c.max_len);
     std::vector<int64_t> lengths;
     for (const EncodedPair& p : train_.ids) lengths.push_back(pair_length(p));
     rows_ = std::make_unique<StepRows>(static_cast<int64_t>(train_.ids.size()), c.batch,
