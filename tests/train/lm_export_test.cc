@@ -56,6 +56,7 @@ TEST_CASE("gpipe_train --model=gpt2 --export-data writes the batches, held-out r
       train::train(parse_train_flags(with(flags, {"--export-data=" + dir})), log);
   INFO(log.str());
   CHECK(s.losses.empty());
+  CHECK_THAT(log.str(), Contains("(data.json, init.safetensors, init-hf/)"));
 
   const json::Value root = json::parse(read_file(dir + "/data.json"));
   CHECK(member(root, "format").text == "gpipe-lm-export/1");

@@ -354,7 +354,8 @@ class Trainer {
         (std::filesystem::path(c_.export_data) / "init.safetensors").string();
     optim::save_checkpoint(weights, pipe_->named_state(), *opt_, 0, run_metadata(c_, *task_));
     log_ << "exported the data of " << c_.steps << " steps and the initial weights to "
-         << c_.export_data << " (data.json, init.safetensors)\n";
+         << c_.export_data << " (data.json, init.safetensors"
+         << (lm_model(c_.model) ? ", init-hf/" : "") << ")\n";
   }
 
   // Note [Clean stop] in interrupt.cc: the signal any rank has seen, agreed
