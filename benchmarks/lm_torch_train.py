@@ -30,12 +30,9 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 
-
-def fail(msg):
-    sys.exit("lm_torch_train.py: error: " + msg)
+from reference_common import fail, lr_schedule, make_optimizer, read_jsonl
 
 
 def parse_args():
@@ -54,16 +51,6 @@ def parse_args():
     c.add_argument("torch", help="this script's --metrics file")
     c.add_argument("--window", type=int, default=100, help="steps per training-loss row")
     return p.parse_args()
-
-
-def read_jsonl(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except OSError as e:
-        fail(f"cannot read {path}: {e.strerror}")
-    except json.JSONDecodeError as e:
-        fail(f"{path}: not JSON lines ({e})")
 
 
 def compare(a):
@@ -100,34 +87,6 @@ def compare(a):
             print(f"| {lo + 1}-{win[-1]} | {mg:.4f} | {mt:.4f} |")
 
 
-def lr_schedule(text, base):
-    """optim/lr_schedule.cc's schedules, in the form its str() prints; steps are 1-based."""
-    kind, _, rest = text.partition(":")
-    kv = {k: float(v) for k, v in (item.split("=") for item in rest.split(",") if item)}
-    if kind == "constant":
-        return lambda s: base
-    if kind == "inverse_sqrt":
-        w = kv["warmup"]
-        return lambda s: base * min(s / w, math.sqrt(w / s))
-    if kind == "noam":
-        w, dm = kv["warmup"], kv["d_model"]
-        return lambda s: base / math.sqrt(dm) * min(1 / math.sqrt(s), s * w ** -1.5)
-    if kind == "cosine":
-        w, total, floor = kv.get("warmup", 0.0), kv["total"], kv.get("floor", 0.0)
-
-        def cosine(s):
-            if s <= w:
-                return base * s / w
-            if s >= total:
-                return floor
-            return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w)))
-        return cosine
-    if kind == "step":
-        every, gamma = int(kv["every"]), kv.get("gamma", 0.1)
-        return lambda s: base * gamma ** ((s - 1) // every)
-    fail(f"unknown learning-rate schedule '{text}'")
-
-
 def load_model(export, folder, torch, transformers):
     cfg = export["model"]
     p = cfg["dropout"]
@@ -147,16 +106,6 @@ def load_model(export, folder, torch, transformers):
             layer.self_attn.o_proj.register_forward_hook(drop)
             layer.mlp.down_proj.register_forward_hook(drop)
     return model
-
-
-def make_optimizer(model, settings, torch):
-    name, h = settings["optimizer"], settings["hyper_params"]
-    if name not in ("Adam", "AdamW"):
-        fail(f"the reference knows Adam and AdamW; the export used {name} (train gpipe with "
-             "--optimizer=adam or adamw)")
-    cls = torch.optim.Adam if name == "Adam" else torch.optim.AdamW
-    return cls(model.parameters(), lr=settings["lr"], betas=(float(h["beta1"]), float(h["beta2"])),
-               eps=float(h["eps"]), weight_decay=float(h["weight_decay"]))
 
 
 def train(a):
@@ -212,7 +161,7 @@ def train(a):
                  "weights: the models differ")
     print(f"check: eval-mode loss of step 0's batch {mine0:.7f} (gpipe {check['step0_loss']:.7f}), "
           f"held-out {held0:.7f} (gpipe {check['heldout_loss']:.7f})", flush=True)
-    opt = make_optimizer(model, settings, torch)
+    opt = make_optimizer(model.parameters(), settings, torch)
     lr_at = lr_schedule(settings["lr_schedule"], settings["lr"])
     params = list(model.parameters())
     steps = export["steps"] if a.steps <= 0 else min(a.steps, export["steps"])

@@ -40,6 +40,9 @@ import struct
 import sys
 import time
 
+import reference_common
+from reference_common import fail, lr_schedule, read_jsonl
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -68,10 +71,6 @@ def parse_args():
 ARGS = parse_args()
 
 
-def fail(msg):
-    sys.exit("translation_torch.py: error: " + msg)
-
-
 def sacrebleu_chrf():
     try:
         from sacrebleu.metrics import CHRF
@@ -82,21 +81,6 @@ def sacrebleu_chrf():
 
 def corpus_chrf(hypotheses, references):
     return sacrebleu_chrf().corpus_score(hypotheses, [references]).score
-
-
-def read_jsonl(path):
-    rows = []
-    try:
-        with open(path) as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        fail(f"{path}:{number}: not a JSON line ({e})")
-    except OSError as e:
-        fail(f"cannot read the metrics file {path}: {e.strerror}")
-    return rows
 
 
 # ---------------------------------------------------------------- compare
@@ -402,43 +386,8 @@ class Data:
         return pad(src, s_len), pad(tin, t_len), pad(tout, t_len)
 
 
-def lr_schedule(text, base):
-    """gpipe's optim/lr_schedule.cc, in the form its str() prints; steps are 1-based."""
-    kind, _, rest = text.partition(":")
-    kv = {k: float(v) for k, v in (item.split("=") for item in rest.split(",") if item)}
-    if kind == "constant":
-        return lambda s: base
-    if kind == "inverse_sqrt":
-        w = kv["warmup"]
-        return lambda s: base * min(s / w, math.sqrt(w / s))
-    if kind == "noam":
-        w, dm = kv["warmup"], kv["d_model"]
-        return lambda s: base / math.sqrt(dm) * min(1 / math.sqrt(s), s * w ** -1.5)
-    if kind == "cosine":
-        w, total, floor = kv["warmup"], kv["total"], kv.get("floor", 0.0)
-
-        def cosine(s):
-            if s <= w:
-                return base * s / w
-            if s >= total:
-                return floor
-            return floor + (base - floor) * 0.5 * (1 + math.cos(math.pi * (s - w) / (total - w)))
-        return cosine
-    if kind == "step":
-        every, gamma = int(kv["every"]), kv.get("gamma", 0.1)
-        return lambda s: base * gamma ** ((s - 1) // every)
-    fail(f"unknown learning-rate schedule '{text}'")
-
-
 def make_optimizer(model, settings):
-    name, h = settings["optimizer"], settings["hyper_params"]
-    params = [p for _, p in model.gpipe_names()]
-    if name not in ("Adam", "AdamW"):
-        fail(f"the reference knows Adam and AdamW; the export used {name} (train gpipe with "
-             "--optimizer=adam or adamw)")
-    cls = torch.optim.Adam if name == "Adam" else torch.optim.AdamW
-    return cls(params, lr=settings["lr"], betas=(float(h["beta1"]), float(h["beta2"])),
-               eps=float(h["eps"]), weight_decay=float(h["weight_decay"]))
+    return reference_common.make_optimizer([p for _, p in model.gpipe_names()], settings, torch)
 
 
 def loss_sum(logits, labels, pad, smoothing=0.0, clip=0.0):
