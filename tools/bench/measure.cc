@@ -83,11 +83,14 @@ double transformer_step_flops(int64_t layers, int64_t n, int64_t s, int64_t t, i
 
 namespace {
 
+bool lm_workload(const MeasureOptions& o) { return o.workload == "gpt2" || o.workload == "llama"; }
+
 // --layers left at 0: 3 (the Transformer's layers per side, AmoebaNet's N,
-// U-Net's depth), ResNet-50 for resnet, whose depth is 50, 101 or 152.
+// U-Net's depth), ResNet-50 for resnet, whose depth is 50, 101 or 152; 12
+// blocks for gpt2 and llama.
 int64_t workload_layers(const MeasureOptions& o) {
   if (o.layers > 0) return o.layers;
-  if (o.workload == "gpt2" || o.workload == "llama") return 12;
+  if (lm_workload(o)) return 12;
   return o.workload == "resnet" ? 50 : 3;
 }
 
@@ -147,7 +150,7 @@ MeasuredWorkload measure_workload(const MeasureOptions& options) {
     w.expected_params = models::resnet_parameter_count(c);
     w.model = models::resnet(c);
     w.batch = image_batch(o.batch, 7);
-  } else if (o.workload == "gpt2" || o.workload == "llama") {
+  } else if (lm_workload(o)) {
     const models::LmConfig c = lm_workload_config(o.workload, o.layers, o.context, o.vocab);
     w.expected_params = models::lm_parameter_count(c);
     w.model = models::language_model(c);
@@ -286,7 +289,7 @@ int run_measure(const MeasureOptions& o) {
   Pipeline pipe(std::move(w.model), po, w.batch);
 
   std::unique_ptr<optim::Optimizer> opt;
-  if (o.workload == "transformer" || o.workload == "gpt2" || o.workload == "llama")
+  if (o.workload == "transformer" || lm_workload(o))
     opt = std::make_unique<optim::Adam>(pipe.parameters(), optim::AdamOptions{.lr = 1e-4});
   else
     opt = std::make_unique<optim::Sgd>(pipe.parameters(),
@@ -372,7 +375,7 @@ std::string measure_in_child(const MeasureOptions& o) {
   if (o.dropout > 0) cmd += " --dropout " + std::to_string(o.dropout);
   if (o.link_delay_us > 0) cmd += " --link-delay-us " + std::to_string(o.link_delay_us);
   if (o.order_latency != 0) cmd += " --order-latency " + std::to_string(o.order_latency);
-  if (o.workload == "gpt2" || o.workload == "llama")
+  if (lm_workload(o))
     cmd += " --context " + std::to_string(o.context) + " --vocab " + std::to_string(o.vocab);
   if (o.workload == "unet" || o.workload == "resnet")
     cmd += " --width " + std::to_string(o.width) + " --convs " + std::to_string(o.convs) +
